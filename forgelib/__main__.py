@@ -1,0 +1,3 @@
+from forgelib.cli import main
+
+main()

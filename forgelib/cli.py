@@ -1,0 +1,113 @@
+"""The ``forge`` program: the same Invoke namespace as ``tasks.py``, and the one place errors become exit
+codes (0 ok, 1 user error, 2 usage, 130 interrupted, 3 unexpected — with the log's path)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from invoke import Exit, ParseError, Program
+
+from forgelib import __version__
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, ForgeError
+
+log = logging.getLogger("forgelib")
+
+
+def log_path() -> Path:
+    """The debug log every command appends to (every external command, every traceback)."""
+    if env := os.environ.get("FORGE_LOG"):
+        return Path(env)
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "forgelib" / "forge.log"
+
+
+def _setup_logging() -> Path:
+    path = log_path()
+    root = logging.getLogger("forgelib")
+    if not any(getattr(h, "_forge", False) for h in root.handlers):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler._forge = True  # type: ignore[attr-defined]
+        handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG)
+    return path
+
+
+def guarded(target: str, **kwargs: Any) -> None:
+    """Import ``"module:function"``, call it, and map what it returns or raises to an exit code.
+
+    The import happens inside the guard so a broken install is an exit-3 report, not a traceback.
+    """
+    path = _setup_logging()
+    log.debug("command %s %r", target, kwargs)
+    try:
+        module, _, name = target.partition(":")
+        fn: Callable[..., int | None] = getattr(importlib.import_module(module), name)
+        rc = fn(**kwargs)
+    except ForgeError as e:
+        log.debug("user error (exit %d): %s", e.exit_code, e)
+        print(f"forge: error: {e}", file=sys.stderr)
+        raise Exit(code=e.exit_code) from None
+    except KeyboardInterrupt:
+        log.debug("interrupted")
+        print("forge: interrupted", file=sys.stderr)
+        raise Exit(code=EXIT_INTERRUPTED) from None
+    except Exit:
+        raise
+    except Exception as e:
+        log.error("unexpected error\n%s", traceback.format_exc())
+        print(
+            f"forge: unexpected error (a bug in forgelib): {type(e).__name__}: {e}\n"
+            f"forge: the full traceback is in {path}",
+            file=sys.stderr,
+        )
+        raise Exit(code=EXIT_UNEXPECTED) from None
+    if rc:
+        raise Exit(code=rc)
+
+
+class ForgeProgram(Program):
+    """Invoke's Program, but a command-line parse error is a usage error (exit 2), not 1."""
+
+    def run(self, argv: Any = None, exit: bool = True) -> None:
+        try:
+            super().run(argv, exit=False)
+        except ParseError as e:  # pragma: no cover - Program.run(exit=False) swallows; kept for safety
+            print(e, file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+
+    def parse_core(self, argv: Any) -> None:
+        try:
+            super().parse_core(argv)
+        except ParseError as e:
+            print(f"forge: usage error: {e}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+
+    def parse_tasks(self) -> None:
+        try:
+            super().parse_tasks()
+        except ParseError as e:
+            print(f"forge: usage error: {e} (see `forge --help` and `forge --help TASK`)", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+
+    def execute(self) -> None:
+        try:
+            super().execute()
+        except Exit as e:
+            if e.message:
+                print(e.message, file=sys.stderr)
+            sys.exit(e.code)
+
+
+def main() -> None:
+    from forgelib.tasks import ns
+
+    ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()

@@ -1,0 +1,1 @@
+"""Project specs: schemas, loading with positions, semantic checks, digests, stamping."""

@@ -1,0 +1,163 @@
+"""Typed, immutable models of a loaded project. Produced only by ``spec.loader.load_project_config``.
+
+Paths here are absolute and already checked (inside the project, right type); digests verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+
+class SeedKind(StrEnum):
+    """Kinds of seed. The registry in ``forgelib.seeds`` and ``schemas/`` must list exactly these."""
+
+    SQL_DUMP = "sql_dump"
+    FILESYSTEM_DIR = "filesystem_dir"
+    REDIS_DUMP = "redis_dump"
+    BARE = "bare"
+
+
+class Isolation(StrEnum):
+    RESET = "reset"  # fresh per trial, then the bound seed is applied
+    EPHEMERAL = "ephemeral"  # fresh per trial, no seed (the default for unlabelled compose services)
+    SHARED = "shared"  # one instance for the whole run
+
+
+def frozen_map(d: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d or {}))
+
+
+@dataclass(frozen=True)
+class Seed:
+    name: str
+    path: Path  # absolute, resolved, inside the project root
+    kind: SeedKind
+    digest: str  # "sha256:<hex>", verified against the bytes at load
+
+
+@dataclass(frozen=True)
+class ResetBinding:
+    seed: str
+    # Recipe options: sql_dump {user, database}; filesystem_dir {target}; redis_dump {}; bare {}.
+    options: Mapping[str, Any] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    isolation: Isolation
+    reset: ResetBinding | None = None
+
+
+@dataclass(frozen=True)
+class EnvironmentManifest:
+    compose_file: Path  # absolute
+    # Every service the compose file defines; unlabelled ones are EPHEMERAL.
+    services: Mapping[str, Service]
+    # The compose file's parsed content (for recipes that read e.g. `environment` or `command`).
+    compose: Mapping[str, Any] = field(default_factory=frozen_map)
+
+    @property
+    def requires_per_trial(self) -> bool:
+        """Per-trial stacks unless every service is shared (then: one stack for the run, no recipes)."""
+        return any(s.isolation is not Isolation.SHARED for s in self.services.values())
+
+    def reset_services(self) -> tuple[Service, ...]:
+        return tuple(s for s in self.services.values() if s.isolation is Isolation.RESET)
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The reference solution that stands in for an agent: run in ``service`` with a timeout.
+
+    Either ``command`` (argv, exec'd in the service) or ``script`` (a host file streamed to
+    ``interpreter`` on stdin, e.g. ``["sh", "-s"]`` or ``["python3", "-"]``).
+    """
+
+    service: str
+    command: tuple[str, ...] | None = None
+    script: Path | None = None
+    interpreter: tuple[str, ...] = ("sh", "-s")
+    timeout: float = 300.0
+    env: Mapping[str, str] = field(default_factory=frozen_map)
+    workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One deterministic state check. ``type`` is file | sql | redis | http; ``spec`` its fields."""
+
+    name: str
+    type: str
+    spec: Mapping[str, Any]
+    weight: float = 1.0
+    gate: bool = False  # severity: gate — a violation fails the trial whatever the score
+
+
+@dataclass(frozen=True)
+class Grading:
+    path: Path
+    checks: tuple[Check, ...]
+    threshold: float = 1.0  # weighted score >= threshold -> binary_pass
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    path: Path  # the task.yaml
+    description: str
+    environment: EnvironmentManifest  # effective: the project's, merged with the task's manifest
+    oracle: Oracle | None = None
+    grading: Grading | None = None
+    instruction: str = ""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds per phase; every external call made in that phase is bounded by it."""
+
+    compose_up: float = 300.0
+    recipe: float = 300.0
+    oracle: float = 300.0
+    grading: float = 60.0
+    teardown: float = 120.0
+    command: float = 60.0  # any other single command (ps, port, logs, inspect)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    path: Path
+    project: Path  # the project directory
+    tasks: tuple[str, ...] = ()  # empty: all tasks
+    repeats: int = 1
+    workers: int = 1
+    output: Path | None = None  # default: <project>/runs
+    capture_logs_on_success: bool = False
+    log_tail_lines: int = 200
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    root: Path  # the directory holding project.yaml
+    path: Path  # project.yaml
+    description: str
+    seeds: Mapping[str, Seed]
+    environment: EnvironmentManifest  # default_environment
+    tasks: tuple[Task, ...]
+    run_configs: tuple[Path, ...] = ()
+
+    def task(self, name: str) -> Task:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.tasks) or "(none)"
+        from forgelib.errors import ForgeError
+
+        raise ForgeError(f"{self.path}: no task named {name!r}; tasks: {known}")

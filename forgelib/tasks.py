@@ -1,0 +1,103 @@
+"""The forge commands, as one Invoke namespace: ``forge X`` (installed) and ``invoke X`` (in a checkout,
+through the top-level tasks.py) are the same tasks. Each task is a thin line over one forgelib function;
+``cli.guarded`` maps what it raises to an exit code."""
+
+from __future__ import annotations
+
+from invoke import Collection, Context, task
+
+from forgelib.cli import guarded
+
+
+@task(help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"})
+def validate(c: Context, project: str = ".", json: bool = False) -> None:
+    """Validate a project's spec files: schemas, references, paths, digests."""
+    guarded("forgelib.spec.validate:main_validate", project=project, as_json=json)
+
+
+@task(help={"project": "project directory or its project.yaml", "check": "write nothing; exit 1 if stale"})
+def stamp(c: Context, project: str = ".", check: bool = False) -> None:
+    """Compute seed digests and write them into project.yaml (comments and layout kept)."""
+    guarded("forgelib.spec.stamp:main_stamp", project=project, check=check)
+
+
+@task
+def engine(c: Context) -> None:
+    """Install and start a Docker engine and compose v2 if they do not answer (idempotent)."""
+    guarded("forgelib.engine:main_engine")
+
+
+@task(help={"force": "rebuild even when the content hash is unchanged"})
+def images(c: Context, force: bool = False) -> None:
+    """Build the offline stand-in images (postgres, redis, python) from Debian packages."""
+    guarded("forgelib.images:main_images", force=force)
+
+
+@task(
+    help={
+        "project": "project directory or its project.yaml",
+        "task": "provision this task's environment (default: the project's)",
+        "keep": "leave the stack up and print the teardown command",
+        "json": "print the result as JSON",
+    }
+)
+def provision(c: Context, project: str = ".", task: str = "", keep: bool = False, json: bool = False) -> None:
+    """Provision one trial stack and apply its seeds; tear it down unless --keep."""
+    guarded("forgelib.provision:main_provision", project=project, task=task or None, keep=keep, as_json=json)
+
+
+@task(help={"name": "the compose project name `forge provision --keep` printed"})
+def teardown(c: Context, name: str) -> None:
+    """Tear down a stack left up by `forge provision --keep`."""
+    guarded("forgelib.provision:main_teardown", name=name)
+
+
+@task(
+    help={
+        "config": "a run config, e.g. PACK/run_configs/dev.yaml",
+        "repeats": "trials per task (overrides the config)",
+        "workers": "trials at once (overrides the config)",
+        "output": "results directory (overrides the config)",
+        "resume": "a run id: run only the trials that did not finish",
+        "json": "print the summary as JSON on stdout",
+        "junit": "also write JUnit XML here",
+    }
+)
+def run(
+    c: Context,
+    config: str,
+    repeats: int = 0,
+    workers: int = 0,
+    output: str = "",
+    resume: str = "",
+    json: bool = False,
+    junit: str = "",
+) -> None:
+    """Run trials: provision, oracle, state checks, results on disk."""
+    from forgelib.run.cli import main_run
+
+    guarded(
+        main_run,
+        config=config,
+        repeats=repeats or None,
+        workers=workers or None,
+        output=output or None,
+        resume=resume or None,
+        as_json=json,
+        junit=junit or None,
+    )
+
+
+@task(
+    help={
+        "dry_run": "only report what would be removed",
+        "run": "only this run id",
+        "json": "print the report as JSON",
+    }
+)
+def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -> None:
+    """Remove stacks whose owning forge process is provably gone; say why for each kept one."""
+    guarded("forgelib.custody:main_reap", dry_run=dry_run, run_id=run or None, as_json=json)
+
+
+ns = Collection(validate, stamp, engine, images, provision, teardown, run, reap)

@@ -1,0 +1,53 @@
+"""Sessions: `nox -l` lists them. The README's test command is `nox -s lint tests integration e2e`."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]  # the fast ones; integration/e2e need a real engine
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+PYTEST = ["pytest", "--strict-markers", "--strict-config"]
+
+
+def _install(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Unit tests: no Docker needed (commands go through the fake runner)."""
+    _install(session)
+    session.run(*PYTEST, "tests/unit", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over forgelib, tasks.py and noxfile.py."""
+    _install(session)
+    session.run("ruff", "check", "forgelib", "tasks.py", "noxfile.py", "tests", "benchmarks")
+    session.run("ruff", "format", "--check", "forgelib", "tasks.py", "noxfile.py")
+    session.run("mypy")
+
+
+@nox.session(python="3.11")
+def integration(session: nox.Session) -> None:
+    """Integration tests on a real Docker engine (started and imaged by the tests if needed)."""
+    _install(session)
+    session.run(*PYTEST, "-m", "integration", "tests/integration", *session.posargs)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("pack", ["postgres_reset", "cache_debug", "endpoint_add"])
+def e2e(session: nox.Session, pack: str) -> None:
+    """A reference pack end to end on a real engine (`nox -s e2e` runs all three)."""
+    _install(session)
+    session.run(*PYTEST, "-m", "e2e", f"tests/e2e/test_{pack}.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks (opt-in): ratios against baselines measured in the same run; writes benchmarks/results/."""
+    _install(session)
+    session.run("python", "-m", "benchmarks", *session.posargs)
