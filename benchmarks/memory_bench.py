@@ -1,0 +1,211 @@
+"""Memory: peak RSS of the forge process over a short and a long run (≤ 100 MB, and not growing with the
+number of trials), and constant memory when stamping or applying a large seed (streamed, never read whole).
+
+- forge: ``forge run`` with N1 and N2 trials (default 5 and 20); the forge process's own high-water mark
+  (``VmHWM``, sampled) and, for context, the largest of it and its children (``wait4`` ``ru_maxrss``, which
+  includes the ``docker`` CLI processes it ran).
+- seed: a generated file of ``FORGE_BENCH_SEED_MB`` (default 1024) MB in a temporary directory (deleted
+  afterwards). Each probe is a fresh Python child reporting its own ``ru_maxrss``: ``seed_digest`` on it
+  and on a 1 MB file, and an apply through ``SubprocessRunner().run(["cat"], stdin=big,
+  stdout_path=/dev/null)`` on both (the runner streams stdin from the file, as the sql_dump recipe does into
+  ``psql``). Constant memory means the 1 GB probe's peak equals the 1 MB probe's. A control probe that reads
+  the file whole shows the measurement would catch a non-streamed implementation.
+
+Size: ``FORGE_BENCH_MEMORY_TRIALS`` (default ``5,20``), ``FORGE_BENCH_MEMORY_WORKERS`` (default 2),
+``FORGE_BENCH_SEED_MB`` (default 1024; 0 skips the seed probes), or ``--trials 5,20 --workers 2 --seed-mb N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.phases_bench import (
+    REPO,
+    config_path,
+    env_int,
+    leftovers,
+    loadavg,
+    report,
+    run_forge,
+)
+
+NAME = "memory"
+FORGE_LIMIT_MB = 100.0
+MB = 1024 * 1024
+
+# Each probe runs in a fresh interpreter and prints {"maxrss_kb", "seconds", "result"} as JSON.
+_PROBE = r"""
+import inspect, json, resource, sys, time
+from pathlib import Path
+what, path = sys.argv[1], Path(sys.argv[2])
+t = time.monotonic()
+result = None
+if what == "digest":
+    from forgelib.spec.digest import seed_digest
+    params = inspect.signature(seed_digest).parameters
+    kwargs = {}
+    if "kind" in params:
+        from forgelib.spec.models import SeedKind
+        kwargs["kind"] = SeedKind.SQL_DUMP
+    result = seed_digest(path, **kwargs)
+elif what == "apply":
+    from forgelib.runner import SubprocessRunner
+    r = SubprocessRunner(default_timeout=600).run(["cat"], stdin=path, stdout_path=Path("/dev/null"))
+    result = r.rc
+elif what == "read_whole":
+    import hashlib
+    result = hashlib.sha256(path.read_bytes()).hexdigest()
+elif what == "baseline":
+    import forgelib.runner, forgelib.spec.models  # noqa: F401 - the imports the other probes pay for
+print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "seconds": time.monotonic() - t, "result": str(result)}))
+"""
+
+
+def probe(what: str, path: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, what, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=REPO,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
+
+
+def make_file(path: Path, size_mb: int) -> None:
+    """``size_mb`` MiB of SQL-looking text (digest and apply do not care what the bytes are)."""
+    line = b"INSERT INTO widgets (name) VALUES ('%s');\n"
+    block = b"".join(line % os.urandom(24).hex().encode() for _ in range(MB // 80))
+    block = (block * 2)[:MB]
+    with path.open("wb") as f:
+        for _ in range(size_mb):
+            f.write(block)
+
+
+def forge_rows(
+    config: Path, trial_counts: Sequence[int], workers: int, notes: list[str]
+) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="forge-bench-memory-") as tmp:
+        for n in trial_counts:
+            work = Path(tmp) / f"n{n}"
+            work.mkdir()
+            run = run_forge(config, repeats=n, workers=workers, workdir=work, sample_every=0.02)
+            trials = run.trials()
+            if run.rc != 0:
+                notes.append(f"{n} trials: {run.describe_failure()}")
+            if left := leftovers(run.run_id):
+                notes.append(f"LEFTOVERS after {run.run_id}: {left}")
+            rows.append(
+                {
+                    "probe": f"forge run, {len(trials)} trials, workers={workers}",
+                    "peak_rss_mb": round(run.peak_rss_kb / 1024, 1),
+                    "with_children_mb": round(run.tree_maxrss_kb / 1024, 1),
+                    "seconds": round(run.wall, 1),
+                    "target": f"<= {FORGE_LIMIT_MB:g} MB",
+                }
+            )
+    if len(rows) >= 2:
+        first, last = rows[0]["peak_rss_mb"], rows[-1]["peak_rss_mb"]
+        growth = last - first
+        extra = trial_counts[-1] - trial_counts[0]
+        rows.append(
+            {
+                "probe": f"forge growth {trial_counts[0]} -> {trial_counts[-1]} trials",
+                "peak_rss_mb": round(growth, 1),
+                "with_children_mb": "",
+                "seconds": "",
+                "target": f"~0 ({growth * 1024 / max(extra, 1):.0f} KB/trial)",
+            }
+        )
+    return rows
+
+
+def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="forge-bench-seed-") as tmp:
+        small, big = Path(tmp) / "small.sql", Path(tmp) / "big.sql"
+        make_file(small, 1)
+        make_file(big, size_mb)
+        base = probe("baseline", small)
+        probes = [("baseline", "python + forgelib imports", small)]
+        probes += [("digest", "seed_digest 1 MB", small), ("digest", f"seed_digest {size_mb} MB", big)]
+        probes += [("apply", "runner apply (cat < seed) 1 MB", small)]
+        probes += [("apply", f"runner apply (cat < seed) {size_mb} MB", big)]
+        if control:
+            probes += [("read_whole", f"control: read {size_mb} MB whole", big)]
+        results: dict[str, dict[str, Any]] = {}
+        for what, label, path in probes:
+            res = base if what == "baseline" else probe(what, path)
+            results[label] = res
+            if "error" in res:
+                notes.append(f"{label}: {res['error']}")
+                continue
+            size = path.stat().st_size / MB
+            rows.append(
+                {
+                    "probe": label,
+                    "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
+                    "over_baseline_mb": round((res["maxrss_kb"] - base.get("maxrss_kb", 0)) / 1024, 1),
+                    "seconds": round(res["seconds"], 2),
+                    "mb_per_s": round(size / res["seconds"], 0)
+                    if what != "baseline" and res["seconds"]
+                    else "",
+                }
+            )
+        for what in ("seed_digest", "runner apply (cat < seed)"):
+            lo, hi = results.get(f"{what} 1 MB", {}), results.get(f"{what} {size_mb} MB", {})
+            if "maxrss_kb" in lo and "maxrss_kb" in hi:
+                delta = (hi["maxrss_kb"] - lo["maxrss_kb"]) / 1024
+                notes.append(
+                    f"{what}: {size_mb} MB seed peaks {delta:+.1f} MB over the 1 MB seed (~0: streamed)"
+                )
+    return rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.memory_bench", description=__doc__)
+    p.add_argument("--trials", default=os.environ.get("FORGE_BENCH_MEMORY_TRIALS") or "5,20")
+    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_MEMORY_WORKERS", 2))
+    p.add_argument("--seed-mb", type=int, default=env_int("FORGE_BENCH_SEED_MB", 1024))
+    p.add_argument("--no-control", action="store_true", help="skip the read-it-whole control probe")
+    p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
+    return p.parse_args(list(argv) if argv is not None else [])
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    config = (args.config or config_path()).resolve()
+    counts = [int(x) for x in str(args.trials).split(",") if x.strip() and int(x) > 0]
+    meta: dict[str, Any] = {
+        "loadavg_start": loadavg(),
+        "config": str(config),
+        "trial_counts": counts,
+        "workers": args.workers,
+        "seed_mb": args.seed_mb,
+    }
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    if args.seed_mb > 0:
+        rows += seed_rows(args.seed_mb, notes, control=not args.no_control)
+    if counts:
+        rows += forge_rows(config, counts, args.workers, notes)
+    report(NAME, rows, meta=meta, notes=notes)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

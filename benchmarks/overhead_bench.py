@@ -1,0 +1,314 @@
+"""Overhead: per-trial cost of ``forge run`` against a hand-written shell loop doing the same work.
+
+A = ``python -m forgelib run --config PACK/run_configs/dev.yaml --repeats 1 --json --output TMP``;
+B = ``benchmarks/shell_baseline.sh`` on the same compose file: ``docker compose up --wait`` -> ``psql`` < the
+same seed -> the same oracle -> the same state check -> ``docker compose down --volumes``.
+Both get the same ``FORGE_IMAGE_*`` variables (``forgelib.images.image_env``, as forge sets them). Runs are
+interleaved A B A B after one unmeasured warm-up pair; the report gives per-trial medians and forge ÷ shell
+(target ≤ 1.10), plus where forge's time goes (process start + load vs. the trial itself, phase by phase
+beside the shell's steps).
+
+Size: ``FORGE_BENCH_OVERHEAD_PAIRS`` (default 5) or ``--pairs``; ``--warmup`` (default 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.phases_bench import (
+    REPO,
+    config_path,
+    env_int,
+    leftovers,
+    loadavg,
+    median,
+    ratio,
+    report,
+    run_forge,
+    trial_timings,
+    trial_total,
+)
+
+NAME = "overhead"
+SHELL = REPO / "benchmarks" / "shell_baseline.sh"
+TARGET = 1.10
+
+
+# ------------------------------------------------------------------------------ the shell loop's arguments
+@dataclass
+class Baseline:
+    """What shell_baseline.sh needs, read from the pack's spec files (the same ones forge reads)."""
+
+    compose_file: Path
+    seed_service: str
+    seed_file: Path
+    pguser: str
+    pgdatabase: str
+    oracle: list[str]  # `docker compose exec -T` arguments, empty for none
+    oracle_stdin: Path | None
+    check: list[str]  # `docker compose exec -T` arguments printing the observed value
+    expect: str
+    match: str  # equals | contains
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, trials: int = 1) -> list[str]:
+        return ["bash", str(SHELL), "-n", str(trials), *self.oracle, "--", *self.check]
+
+    def environ(self, project: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            **self.env,
+            "BASELINE_COMPOSE_FILE": str(self.compose_file),
+            "BASELINE_SEED_SERVICE": self.seed_service,
+            "BASELINE_SEED_FILE": str(self.seed_file),
+            "BASELINE_PGUSER": self.pguser,
+            "BASELINE_PGDATABASE": self.pgdatabase,
+            "BASELINE_EXPECT": self.expect,
+            "BASELINE_MATCH": self.match,
+            "BASELINE_PROJECT": project,
+        }
+        if self.oracle_stdin:
+            env["BASELINE_ORACLE_STDIN"] = str(self.oracle_stdin)
+        return env
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path}: expected a mapping")
+    return data
+
+
+def image_env() -> dict[str, str]:
+    """The FORGE_IMAGE_* overlay forge merges into every compose call (the same function forge uses)."""
+    from forgelib.images import image_env as forge_image_env
+    from forgelib.runner import SubprocessRunner
+
+    env = forge_image_env(SubprocessRunner(default_timeout=60))
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def baseline_for(config: Path) -> Baseline:
+    """Derive the shell loop's arguments from the run config's pack: its one reset sql_dump service, its
+    first task's oracle and that task's first check (file or sql)."""
+    cfg = _load(config)
+    project_dir = (config.parent / str(cfg.get("project", ".."))).resolve()
+    project = _load(project_dir / "project.yaml")
+    env_spec = project.get("default_environment") or {}
+    compose_file = (project_dir / env_spec["compose_file"]).resolve()
+    seeds = (project.get("assets") or {}).get("seeds") or {}
+    reset = [
+        (name, svc["reset"])
+        for name, svc in (env_spec.get("services") or {}).items()
+        if isinstance(svc, Mapping) and isinstance(svc.get("reset"), Mapping)
+    ]
+    if len(reset) != 1:
+        raise SystemExit(f"{project_dir}: the shell baseline handles one reset service, found {reset}")
+    seed_service, binding = reset[0]
+    seed = seeds[binding["seed"]]
+    seed_path = seed if isinstance(seed, str) else seed["path"]
+    task_files = sorted(project_dir.glob((project.get("tasks") or {}).get("glob", "tasks/**/task.yaml")))
+    wanted = cfg.get("tasks") or []
+    if wanted:
+        task_files = [t for t in task_files if (_load(t).get("name") or t.parent.name) in wanted]
+    if not task_files:
+        raise SystemExit(f"{project_dir}: no task")
+    task_file = task_files[0]
+    task = _load(task_file)
+
+    oracle: list[str] = []
+    oracle_stdin = None
+    if spec := task.get("oracle"):
+        for k, v in (spec.get("env") or {}).items():
+            oracle += ["-e", f"{k}={v}"]
+        if spec.get("workdir"):
+            oracle += ["-w", spec["workdir"]]
+        oracle.append(spec["service"])
+        if spec.get("script"):
+            oracle += list(spec.get("interpreter") or ["sh", "-s"])
+            oracle_stdin = (task_file.parent / spec["script"]).resolve()
+        else:
+            oracle += list(spec["command"])
+
+    # user/database default to the service's POSTGRES_USER/POSTGRES_DB, as the sql_dump recipe does
+    svc_env = ((_load(compose_file).get("services") or {}).get(seed_service) or {}).get("environment") or {}
+    if isinstance(svc_env, list):
+        svc_env = dict(item.split("=", 1) for item in svc_env if "=" in item)
+    user = str(binding.get("user") or svc_env.get("POSTGRES_USER") or "postgres")
+    database = str(binding.get("database") or svc_env.get("POSTGRES_DB") or user)
+    binding = {**binding, "user": user, "database": database}
+
+    grading_file = (task_file.parent / str(task.get("grading") or "grading.yaml")).resolve()
+    checks = _load(grading_file).get("checks") or []
+    check, expect, match = _check_argv(checks[0], binding)
+    return Baseline(
+        compose_file=compose_file,
+        seed_service=seed_service,
+        seed_file=(project_dir / seed_path).resolve(),
+        pguser=user,
+        pgdatabase=database,
+        oracle=oracle,
+        oracle_stdin=oracle_stdin,
+        check=check,
+        expect=expect,
+        match=match,
+        env=image_env(),
+    )
+
+
+def _check_argv(check: Mapping[str, Any], binding: Mapping[str, Any]) -> tuple[list[str], str, str]:
+    def matcher(spec: Mapping[str, Any]) -> tuple[str, str]:
+        for key, shell in (("equals", "equals"), ("contains", "contains"), ("icontains", "contains")):
+            if key in spec:
+                return str(spec[key]), shell
+        raise SystemExit(f"check {check.get('name')}: the shell baseline handles equals/contains only")
+
+    if "file" in check:
+        spec = check["file"]
+        expect, match = matcher(spec)
+        return [spec["service"], "cat", spec["path"]], expect, match
+    if "sql" in check:
+        spec = check["sql"]
+        expect, match = matcher(spec)
+        user = str(spec.get("user") or binding.get("user") or "postgres")
+        db = str(spec.get("database") or binding.get("database") or user)
+        return [spec["service"], "psql", "-At", "-U", user, "-d", db, "-c", spec["query"]], expect, match
+    raise SystemExit(f"check {check.get('name')}: the shell baseline handles file and sql checks only")
+
+
+@dataclass
+class ShellRun:
+    rc: int
+    wall: float
+    steps: dict[str, float]  # step -> seconds, from the script's "time <step> <ms>" lines
+    stderr: str
+
+
+def run_shell(baseline: Baseline, timeout: float = 600.0) -> ShellRun:
+    project = f"benchsh-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            baseline.argv(1),
+            env=baseline.environ(project),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=REPO,
+        )
+    except subprocess.TimeoutExpired as e:
+        subprocess.run(
+            ["docker", "compose", "-p", f"{project}-1", "-f", str(baseline.compose_file), "down", "-v"],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        return ShellRun(124, time.monotonic() - start, {}, f"timeout: {e}")
+    wall = time.monotonic() - start
+    steps: dict[str, float] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "time":
+            steps[parts[1]] = int(parts[2]) / 1000
+    return ShellRun(proc.returncode, wall, steps, proc.stderr)
+
+
+# ------------------------------------------------------------------------------------------------- main
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.overhead_bench", description=__doc__)
+    p.add_argument("--pairs", type=int, default=env_int("FORGE_BENCH_OVERHEAD_PAIRS", 5))
+    p.add_argument("--warmup", type=int, default=env_int("FORGE_BENCH_OVERHEAD_WARMUP", 1))
+    p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
+    return p.parse_args(list(argv) if argv is not None else [])
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    config = (args.config or config_path()).resolve()
+    meta: dict[str, Any] = {"loadavg_start": loadavg(), "config": str(config), "pairs": args.pairs}
+    baseline = baseline_for(config)
+    meta["image_env"] = baseline.env
+    meta["shell_argv"] = baseline.argv(1)
+    notes: list[str] = []
+    forge_walls: list[float] = []
+    forge_trials: list[float] = []
+    forge_phases: dict[str, list[float]] = {}
+    shell_walls: list[float] = []
+    shell_steps: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="forge-bench-overhead-") as tmp:
+        for i in range(args.warmup + args.pairs):
+            measured = i >= args.warmup
+            work = Path(tmp) / f"forge-{i}"
+            work.mkdir()
+            run = run_forge(config, repeats=1, workdir=work, env=baseline.env)
+            trials = run.trials()
+            if run.rc != 0 or not trials:
+                notes.append(f"pair {i}: {run.describe_failure()}")
+            elif measured:
+                forge_walls.append(run.wall)
+                forge_trials.append(trial_total(trials[0]))
+                for phase, secs in trial_timings(trials[0]).items():
+                    forge_phases.setdefault(phase, []).append(secs)
+            if left := leftovers(run.run_id):
+                notes.append(f"LEFTOVERS after forge run {run.run_id}: {left}")
+            shell = run_shell(baseline)
+            if shell.rc != 0:
+                notes.append(f"pair {i}: shell baseline exited {shell.rc}: {shell.stderr.strip()[-800:]}")
+            elif measured:
+                shell_walls.append(shell.wall)
+                for step, secs in shell.steps.items():
+                    shell_steps.setdefault(step, []).append(secs)
+            print(
+                f"  {'pair' if measured else 'warm-up'} {i}: forge {run.wall:.2f}s (rc {run.rc}), "
+                f"shell {shell.wall:.2f}s (rc {shell.rc})",
+                file=sys.stderr,
+            )
+    f_med, s_med = median(forge_walls), median(shell_walls)
+    rows: list[dict[str, Any]] = [
+        {"measure": "per-trial wall, forge run --repeats 1", "n": len(forge_walls), "median_s": f_med},
+        {"measure": "per-trial wall, shell_baseline.sh", "n": len(shell_walls), "median_s": s_med},
+        {
+            "measure": "ratio forge / shell",
+            "n": min(len(forge_walls), len(shell_walls)),
+            "median_s": ratio(f_med, s_med),
+            "target": f"<= {TARGET}",
+        },
+        {
+            "measure": "forge: the trial itself (trial.yaml)",
+            "n": len(forge_trials),
+            "median_s": median(forge_trials),
+        },
+        {
+            "measure": "forge: process start + load + summary",
+            "n": len(forge_trials),
+            "median_s": median([w - t for w, t in zip(forge_walls, forge_trials, strict=False)]),
+        },
+    ]
+    rows += [
+        {"measure": f"forge phase {k}", "n": len(v), "median_s": median(v)} for k, v in forge_phases.items()
+    ]
+    rows += [
+        {"measure": f"shell step {k}", "n": len(v), "median_s": median(v)} for k, v in shell_steps.items()
+    ]
+    meta["ratio"] = ratio(f_med, s_med)
+    meta["forge_walls"] = forge_walls
+    meta["shell_walls"] = shell_walls
+    report(NAME, rows, meta=meta, notes=notes)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

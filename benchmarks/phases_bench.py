@@ -1,0 +1,569 @@
+"""Phases: median and p95 of each trial phase (compose up, each recipe, oracle, grading, teardown).
+
+Runs the postgres reference pack through ``forge run`` and reads every trial's ``trial.yaml`` timings (and the
+run's ``summary.json``), so a regression points at its phase. This module also holds the helpers the other
+forge benchmarks share: running ``forge run`` as a child (wall time, sampled peak RSS, machine CPU busy, its
+own debug log), reading a run's results, statistics and the table + JSON report.
+
+Size: ``FORGE_BENCH_PHASES_TRIALS`` (default 8) or ``--trials``; ``--workers`` (default 1);
+``FORGE_BENCH_CONFIG`` selects another run config. ``--run-dir DIR`` only analyses an existing run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME = "phases"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+PACK = REPO / "examples" / "multi_service_postgres_reset"
+DEFAULT_CONFIG = PACK / "run_configs" / "dev.yaml"
+FORGE_TIMEOUT_PER_TRIAL = 180.0  # generous: a trial is seconds; this only bounds a hung run
+
+
+# --------------------------------------------------------------------------------------------- settings
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("FORGE_BENCH_CONFIG") or DEFAULT_CONFIG).resolve()
+
+
+# ------------------------------------------------------------------------------------------------ stats
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100); NaN for no values."""
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+# ---------------------------------------------------------------------------------------------- machine
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user/nice
+    return total - idle, total
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    docker = "?"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        docker = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout.strip()
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "mem_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "docker": docker,
+    }
+
+
+# --------------------------------------------------------------------------------------------- forge run
+@dataclass
+class ForgeRun:
+    """One ``forge run`` child process and what it left on disk."""
+
+    argv: list[str]
+    rc: int
+    wall: float  # seconds, spawn to exit
+    output: Path
+    log: Path  # this run's own forge debug log (FORGE_LOG)
+    pid: int
+    stdout: str
+    stderr: str
+    cpu_busy: float  # machine-wide busy cores, averaged over the run
+    peak_rss_kb: int  # the forge process's own VmHWM (sampled), 0 when not sampled
+    tree_maxrss_kb: int  # wait4 ru_maxrss: the largest of forge and its waited-for children
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path | None:
+        dirs = [p for p in self.output.iterdir() if p.is_dir()] if self.output.is_dir() else []
+        return dirs[0] if len(dirs) == 1 else None
+
+    @property
+    def run_id(self) -> str:
+        rid = self.summary.get("run_id")
+        if isinstance(rid, str):
+            return rid
+        return self.run_dir.name if self.run_dir else "?"
+
+    def trials(self) -> list[dict[str, Any]]:
+        return read_trials(self.run_dir) if self.run_dir else []
+
+    def passed(self) -> int:
+        return sum(1 for t in self.trials() if trial_passed(t))
+
+    def describe_failure(self) -> str:
+        tail = "\n".join((self.stderr or self.stdout).strip().splitlines()[-15:])
+        return f"forge run exited {self.rc}; log {self.log}\n{tail}"
+
+
+def forge_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def run_forge(
+    config: Path,
+    *,
+    repeats: int,
+    workers: int | None = None,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    sample_every: float = 0.05,
+) -> ForgeRun:
+    """``python -m forgelib run --config CONFIG --repeats N [--workers W] --json --output DIR`` as a child.
+
+    Everything the run writes goes under ``workdir`` (results and its own debug log). The child gets its own
+    process group; on timeout it is sent SIGINT (forge tears its stacks down), then SIGKILL.
+    """
+    output = workdir / "out"
+    log = workdir / "forge.log"
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(config), "--repeats", str(repeats)]
+    if workers:
+        argv += ["--workers", str(workers)]
+    argv += ["--json", "--output", str(output)]
+    limit = timeout if timeout is not None else FORGE_TIMEOUT_PER_TRIAL * max(repeats, 1)
+    out_f = (workdir / "stdout.txt").open("w+b")
+    err_f = (workdir / "stderr.txt").open("w+b")
+    busy0, total0 = cpu_times()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=out_f,
+        stderr=err_f,
+        env=forge_env({**(env or {}), "FORGE_LOG": str(log)}),
+        cwd=REPO,
+        start_new_session=True,
+    )
+    peak, tree = 0, 0
+    deadline = start + limit
+    signalled = False
+    try:
+        while True:
+            # wait4 rather than poll(): its rusage gives the peak of forge *and* the children it waited for
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                tree = usage.ru_maxrss
+                break
+            peak = max(peak, _vm_hwm_kb(proc.pid))
+            now = time.monotonic()
+            if now > deadline and not signalled:
+                os.killpg(proc.pid, signal.SIGINT)
+                signalled, deadline = True, now + 120
+            elif now > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(sample_every)
+    except BaseException:
+        _stop(proc)
+        raise
+    wall = time.monotonic() - start
+    busy1, total1 = cpu_times()
+    out_f.seek(0)
+    err_f.seek(0)
+    stdout = out_f.read().decode(errors="replace")
+    stderr = err_f.read().decode(errors="replace")
+    out_f.close()
+    err_f.close()
+    cores = os.cpu_count() or 1
+    run = ForgeRun(
+        argv=argv,
+        rc=proc.returncode,
+        wall=wall,
+        output=output,
+        log=log,
+        pid=proc.pid,
+        stdout=stdout,
+        stderr=stderr,
+        cpu_busy=cores * ratio(busy1 - busy0, total1 - total0),
+        peak_rss_kb=peak,
+        tree_maxrss_kb=tree,
+    )
+    run.summary = _summary(run)
+    return run
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C during a benchmark: let forge tear its stacks down, then make sure it is gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _summary(run: ForgeRun) -> dict[str, Any]:
+    """The run's summary: summary.json on disk, else the --json document on stdout."""
+    if run.run_dir and (run.run_dir / "summary.json").is_file():
+        try:
+            data = json.loads((run.run_dir / "summary.json").read_text())
+            if isinstance(data, dict):
+                return data
+        except ValueError:
+            pass
+    start = run.stdout.find("{")
+    if start >= 0:
+        try:
+            data = json.loads(run.stdout[start:])
+            if isinstance(data, dict):
+                return data
+        except ValueError:
+            pass
+    return {}
+
+
+def read_trials(run_dir: Path) -> list[dict[str, Any]]:
+    """Every ``trials/<task>/<idx>/trial.yaml`` of a run, each with ``_task``/``_index``/``_grade`` added."""
+    trials: list[dict[str, Any]] = []
+    for path in sorted(run_dir.glob("trials/*/*/trial.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            continue
+        data["_task"], data["_index"] = path.parent.parent.name, path.parent.name
+        grade = path.parent / "grade.yaml"
+        if grade.is_file():
+            data["_grade"] = yaml.safe_load(grade.read_text()) or {}
+        trials.append(data)
+    return trials
+
+
+def trial_passed(trial: Mapping[str, Any]) -> bool:
+    grade = trial.get("_grade") or {}
+    if isinstance(grade, Mapping) and "binary_pass" in grade:
+        return bool(grade["binary_pass"])
+    return str(trial.get("status", "")).lower() in {"passed", "pass", "ok", "succeeded"}
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """``{"a": 1, "b": {"c": 2}}`` -> ``{"a": 1.0, "b.c": 2.0}`` (numbers only)."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int | float):
+            out[key] = float(v)
+        elif isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, list):  # e.g. recipes: [{service:..., seconds:...}]
+            for i, item in enumerate(v):
+                if isinstance(item, Mapping):
+                    label = item.get("service") or item.get("name") or item.get("seed") or str(i)
+                    out.update(flatten({k2: v2 for k2, v2 in item.items()}, f"{key}.{label}."))
+    return out
+
+
+def trial_timings(trial: Mapping[str, Any]) -> dict[str, float]:
+    for key in ("timings", "timing", "phases", "durations"):
+        value = trial.get(key)
+        if isinstance(value, Mapping):
+            return flatten(value)
+    return {}
+
+
+def trial_total(trial: Mapping[str, Any]) -> float:
+    """A trial's own duration: its ``seconds``/``duration`` if given, else the sum of its phases."""
+    for key in ("wall_seconds", "seconds", "duration", "duration_seconds", "elapsed"):
+        value = trial.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    timings = trial_timings(trial)
+    leaf = {k: v for k, v in timings.items() if k not in {"total", "trial"}}
+    return timings.get("total", sum(leaf.values()))
+
+
+def phase_rows(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per phase, in the order the phases first appear: n, median, p95, max, mean seconds."""
+    samples: dict[str, list[float]] = {}
+    for t in trials:
+        for phase, secs in trial_timings(t).items():
+            samples.setdefault(phase, []).append(secs)
+    rows = []
+    for phase, xs in samples.items():
+        rows.append(
+            {
+                "phase": phase,
+                "n": len(xs),
+                "median_s": round(median(xs), 3),
+                "p95_s": round(percentile(xs, 95), 3),
+                "max_s": round(max(xs), 3),
+                "mean_s": round(statistics.fmean(xs), 3),
+            }
+        )
+    return rows
+
+
+def leftovers(run_id: str) -> list[str]:
+    """Containers, networks and volumes still labelled with this run (should be none)."""
+    found: list[str] = []
+    label = f"label=io.forgelib.run={run_id}"
+    for kind, argv in (
+        ("container", ["docker", "ps", "-aq", "--filter", label]),
+        ("network", ["docker", "network", "ls", "-q", "--filter", label]),
+        ("volume", ["docker", "volume", "ls", "-q", "--filter", label]),
+    ):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        found += [f"{kind} {x}" for x in out.split()]
+    return found
+
+
+# ------------------------------------------------------------------------------------------- forge log
+LOG_LINE = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?P<pid>\d+) \S+ \w+ rc=(?P<rc>\S+) in "
+    r"(?P<secs>[\d.]+)s: (?P<cmd>.*)$"
+)
+_COMPOSE_OPTS_WITH_VALUE = {
+    "-p",
+    "--project-name",
+    "-f",
+    "--file",
+    "--env-file",
+    "--project-directory",
+    "--profile",
+    "--ansi",
+    "--progress",
+    "--parallel",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    end: float  # epoch seconds
+    seconds: float
+    rc: str
+    argv: tuple[str, ...]
+
+    @property
+    def start(self) -> float:
+        return self.end - self.seconds
+
+    @property
+    def kind(self) -> str:
+        return command_kind(self.argv)
+
+
+def read_commands(log: Path, pid: int | None = None) -> list[Command]:
+    """Every finished external command in a forge debug log (the runner logs ``rc=N in S.SSs: argv``)."""
+    commands = []
+    if not log.is_file():
+        return commands
+    for line in log.read_text(errors="replace").splitlines():
+        m = LOG_LINE.match(line)
+        if not m or (pid is not None and int(m["pid"]) != pid):
+            continue
+        ts = dt.datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        commands.append(Command(ts, float(m["secs"]), m["rc"], tuple(m["cmd"].split())))
+    return commands
+
+
+def command_kind(argv: Sequence[str]) -> str:
+    """``docker compose -p x -f y up -d --wait svc`` -> ``compose up``; ``... exec -T db psql`` ->
+    ``compose exec psql``; ``docker image inspect x`` -> ``docker image inspect``."""
+    if not argv:
+        return "?"
+    prog = Path(argv[0]).name
+    if prog != "docker":
+        return prog
+    rest = list(argv[1:])
+    if rest and rest[0] == "compose":
+        i = 1
+        while i < len(rest) and rest[i].startswith("-"):
+            i += 2 if rest[i] in _COMPOSE_OPTS_WITH_VALUE else 1
+        verb = rest[i] if i < len(rest) else "?"
+        if verb in {"exec", "run"}:
+            j = i + 1
+            while j < len(rest) and rest[j].startswith("-"):
+                j += 2 if rest[j] in {"-e", "--env", "-w", "--workdir", "-u", "--user"} else 1
+            tool = Path(rest[j + 1]).name if j + 1 < len(rest) else "?"
+            return f"compose {verb} {tool}"
+        return f"compose {verb}"
+    words = [w for w in rest if not w.startswith("-")][:2]
+    if words and words[0] in {"image", "volume", "network", "container", "system"}:
+        return "docker " + " ".join(words)
+    return "docker " + (words[0] if words else "?")
+
+
+# ----------------------------------------------------------------------------------------------- report
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return str(int(value)) if value.is_integer() and abs(value) >= 100 else f"{value:.3f}"
+    return str(value)
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def report(
+    name: str, rows: list[dict[str, Any]], *, meta: Mapping[str, Any], notes: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Print ``rows`` as a table (and ``notes`` under it) and write ``benchmarks/results/<name>.json``."""
+    doc = {
+        "benchmark": name,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "loadavg_end": loadavg(),
+        **meta,
+        "rows": rows,
+        "notes": list(notes),
+    }
+    print(f"\n== {name} ==  (loadavg at start {meta.get('loadavg_start', '?')}, end {doc['loadavg_end']})")
+    print(table(rows))
+    for note in notes:
+        print(f"  * {note}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.json"
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"  -> {out.relative_to(REPO)}")
+    return doc
+
+
+# ------------------------------------------------------------------------------------------------- main
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.phases_bench", description=__doc__)
+    p.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_PHASES_TRIALS", 8))
+    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_PHASES_WORKERS", 1))
+    p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
+    p.add_argument("--run-dir", type=Path, default=None, help="analyse this existing run instead")
+    return p.parse_args(list(argv) if argv is not None else [])
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    meta: dict[str, Any] = {"loadavg_start": loadavg()}
+    notes: list[str] = []
+    if args.run_dir:
+        trials = read_trials(args.run_dir)
+        meta["run_dir"] = str(args.run_dir)
+    else:
+        config = (args.config or config_path()).resolve()
+        with tempfile.TemporaryDirectory(prefix="forge-bench-phases-") as tmp:
+            run = run_forge(config, repeats=args.trials, workers=args.workers, workdir=Path(tmp))
+            trials = run.trials()
+            meta.update(
+                config=str(config),
+                trials=args.trials,
+                workers=args.workers,
+                wall_s=round(run.wall, 3),
+                rc=run.rc,
+                passed=run.passed(),
+                summary_phase_stats=run.summary.get("timings") or run.summary.get("phases"),
+            )
+            if run.rc != 0:
+                notes.append(run.describe_failure())
+            if left := leftovers(run.run_id):
+                notes.append(f"LEFTOVERS after run {run.run_id}: {left}")
+    rows = phase_rows(trials)
+    totals = [trial_total(t) for t in trials]
+    if totals:
+        rows.append(
+            {
+                "phase": "(trial total)",
+                "n": len(totals),
+                "median_s": round(median(totals), 3),
+                "p95_s": round(percentile(totals, 95), 3),
+                "max_s": round(max(totals), 3),
+                "mean_s": round(statistics.fmean(totals), 3),
+            }
+        )
+    report(NAME, rows, meta=meta, notes=notes)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

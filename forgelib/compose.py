@@ -1,0 +1,309 @@
+"""docker compose: pure argv builders, and a ``ComposeProject`` bound to one project name, its files and env.
+
+Builders follow python-on-whales: one function per verb, options as keywords, ``None``/``False`` skipped,
+so unit tests assert exact argv without an engine. ``ComposeProject`` runs them through the runner with
+a timeout from ``Timeouts`` on every call and an env where no ambient ``COMPOSE_*`` variable leaks in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forgelib.errors import ForgeError
+from forgelib.runner import Result, Runner
+from forgelib.spec.models import Timeouts
+
+MAX_NAME = 63
+_NAME_OK = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_PART = 12  # characters of the project and task names kept in a project name
+_WAIT_GRACE = 30.0  # runner timeout beyond --wait-timeout, so compose's own message explains a slow start
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+def is_valid_name(name: str) -> bool:
+    return len(name) <= MAX_NAME and bool(_NAME_OK.match(name))
+
+
+def sanitize_name(raw: str, *, key: str | None = None) -> str:
+    """A valid compose project name for ``raw``; unique per ``key`` (default ``raw``).
+
+    Whenever the mapping loses information (case folded, characters replaced, length cut, or ``raw`` is
+    already a shortened ``key``) an 8-hex hash of ``key`` is appended, so two different keys never collide
+    (``a.b`` vs ``a-b``, ``Read`` vs ``read``).
+    """
+    key = raw if key is None else key
+    name = re.sub(r"[^a-z0-9_-]+", "-", raw.lower())
+    name = re.sub(r"-{2,}", "-", name).lstrip("-_").rstrip("-")
+    if name == key and is_valid_name(name):
+        return name
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    head = name[: MAX_NAME - len(digest) - 1].rstrip("-_")
+    return f"{head}-{digest}" if head else f"f{digest}"
+
+
+def project_name(project: str, run_id: str, task: str, trial_index: int | None) -> str:
+    """The compose project name of one trial (``trial_index=None``: the run's shared stack for ``task``).
+
+    Long project and task names are shortened first, so the run id and trial index stay readable.
+    """
+    tail = "shared" if trial_index is None else str(trial_index)
+    full = f"{project}-{run_id}-{task}-{tail}"
+    return sanitize_name(f"{project[:_PART]}-{run_id}-{task[:_PART]}-{tail}", key=full)
+
+
+# ---------------------------------------------------------------------------------------- argv builders
+
+Opt = str | int | float | bool | None
+
+
+def flags(**options: Opt) -> list[str]:
+    """``foo_bar=True`` -> ``--foo-bar``; ``tail=5`` -> ``--tail 5``; ``None`` and ``False`` are skipped."""
+    argv: list[str] = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        else:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return argv
+
+
+def base_argv(name: str, files: Sequence[Path] = ()) -> list[str]:
+    argv = ["docker", "compose", "--ansi", "never", "--project-name", name]
+    for f in files:
+        argv += ["--file", str(f)]
+    return argv
+
+
+def config_argv() -> list[str]:
+    return ["config", "--format", "json"]
+
+
+def up_argv(
+    services: Sequence[str] = (), *, wait: bool = True, wait_timeout: float | None = None
+) -> list[str]:
+    return ["up", *flags(detach=True, wait=wait, wait_timeout=wait_timeout), *services]
+
+
+def down_argv(*, volumes: bool = True, remove_orphans: bool = True, timeout: int | None = None) -> list[str]:
+    return ["down", *flags(volumes=volumes, remove_orphans=remove_orphans, timeout=timeout)]
+
+
+def stop_argv(services: Sequence[str], *, timeout: int | None = None) -> list[str]:
+    return ["stop", *flags(timeout=timeout), *services]
+
+
+def start_argv(services: Sequence[str]) -> list[str]:
+    return ["start", *services]
+
+
+def exec_argv(
+    service: str,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    workdir: str | None = None,
+    user: str | None = None,
+) -> list[str]:
+    out = ["exec", "-T"]  # -T: no TTY, so stdin streams and output is plain
+    for k, v in (env or {}).items():
+        out += ["--env", f"{k}={v}"]
+    out += flags(workdir=workdir, user=user)
+    return [*out, service, *argv]
+
+
+def cp_argv(src: str, dst: str) -> list[str]:
+    return ["cp", src, dst]
+
+
+def port_argv(service: str, container_port: int, *, protocol: str | None = None) -> list[str]:
+    return ["port", *flags(protocol=protocol), service, str(container_port)]
+
+
+def ps_argv(services: Sequence[str] = (), *, all: bool = True) -> list[str]:
+    return ["ps", *flags(all=all, format="json"), *services]
+
+
+def logs_argv(services: Sequence[str], *, tail: int | None = None, timestamps: bool = False) -> list[str]:
+    return ["logs", *flags(no_color=True, timestamps=timestamps, tail=tail), *services]
+
+
+# ------------------------------------------------------------------------------------------ override
+
+
+def labels_override(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """A compose override putting ``labels`` on every service, the default network and every declared
+    network and volume the project creates (external ones belong to someone else and are left alone)."""
+    lab = dict(labels)
+    services = {name: {"labels": lab} for name in config.get("services") or {}}
+    networks: dict[str, Any] = {"default": {"labels": lab}}
+    for name, spec in (config.get("networks") or {}).items():
+        if not (spec or {}).get("external"):
+            networks[name] = {"labels": lab}
+    volumes = {
+        name: {"labels": lab}
+        for name, spec in (config.get("volumes") or {}).items()
+        if not (spec or {}).get("external")
+    }
+    out: dict[str, Any] = {"services": services, "networks": networks}
+    if volumes:
+        out["volumes"] = volumes
+    return out
+
+
+def write_override(path: Path, config: Mapping[str, Any], labels: Mapping[str, str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "# generated by forgelib: ownership labels for the reaper\n"
+    path.write_text(text + yaml.safe_dump(labels_override(config, labels), sort_keys=True))
+    return path
+
+
+# ------------------------------------------------------------------------------------------ project
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The env overlay for compose calls: every ambient ``COMPOSE_*`` removed (``COMPOSE_PROJECT_NAME``
+    or ``COMPOSE_FILE`` would silently retarget the call), then ``extra`` (the image env) merged."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("COMPOSE_")}
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class ComposeProject:
+    """One compose project: every method is one ``docker compose`` call through the runner."""
+
+    name: str
+    files: tuple[Path, ...]
+    runner: Runner
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # None: the first compose file's directory
+
+    def __post_init__(self) -> None:
+        if not is_valid_name(self.name):
+            raise ValueError(f"invalid compose project name {self.name!r}")
+
+    def with_files(self, *files: Path) -> ComposeProject:
+        return dataclasses.replace(self, files=tuple(files))
+
+    def run(
+        self, args: Sequence[str], *, timeout: float | None = None, check: bool = True, **kw: Any
+    ) -> Result:
+        cwd = self.cwd or (self.files[0].parent if self.files else None)
+        return self.runner.run(
+            [*base_argv(self.name, self.files), *args],
+            timeout=self.timeouts.command if timeout is None else timeout,
+            env=clean_env(self.image_env),
+            cwd=cwd,
+            check=check,
+            **kw,
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The resolved configuration (interpolated, normalised: ``environment`` a dict, ``depends_on`` a
+        dict of dicts)."""
+        out = self.run(config_argv()).stdout
+        data = json.loads(out)
+        if not isinstance(data, dict):
+            raise ForgeError(f"docker compose config printed {type(data).__name__}, not an object")
+        return data
+
+    def up(self, services: Sequence[str] = (), *, wait: bool = True, timeout: float | None = None) -> Result:
+        limit = self.timeouts.compose_up if timeout is None else timeout
+        return self.run(
+            up_argv(services, wait=wait, wait_timeout=int(limit) if wait else None),
+            timeout=limit + _WAIT_GRACE,
+        )
+
+    def down(self, *, volumes: bool = True, remove_orphans: bool = True, check: bool = True) -> Result:
+        return self.run(
+            down_argv(volumes=volumes, remove_orphans=remove_orphans),
+            timeout=self.timeouts.teardown,
+            check=check,
+        )
+
+    def stop(self, services: Sequence[str], *, timeout: float | None = None) -> Result:
+        return self.run(stop_argv(services), timeout=timeout)
+
+    def start(self, services: Sequence[str], *, timeout: float | None = None) -> Result:
+        return self.run(start_argv(services), timeout=timeout)
+
+    def exec(
+        self,
+        service: str,
+        argv: Sequence[str],
+        *,
+        stdin: Path | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        check: bool = True,
+        user: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Result:
+        return self.run(
+            exec_argv(service, argv, env=env, workdir=workdir, user=user),
+            timeout=timeout,
+            stdin=stdin,
+            input=input,
+            check=check,
+            secrets=secrets,
+        )
+
+    def cp(self, src: str | Path, dst: str, *, timeout: float | None = None) -> Result:
+        return self.run(cp_argv(str(src), dst), timeout=timeout)
+
+    def port(self, service: str, container_port: int, *, protocol: str | None = None) -> tuple[str, int]:
+        """Where the host reaches ``service:container_port``; a wildcard bind is reported as 127.0.0.1."""
+        out = self.run(port_argv(service, container_port, protocol=protocol)).stdout.strip()
+        line = out.splitlines()[0].strip() if out else ""
+        host, _, port = line.rpartition(":")
+        if not port.isdigit() or int(port) == 0:  # some compose versions print ":0" for "not published"
+            raise ForgeError(f"service {service!r} does not publish container port {container_port}")
+        host = host.strip("[]")
+        return ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host), int(port)
+
+    def ps(self, services: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
+        return parse_ps(self.run(ps_argv(services)).stdout)
+
+    def logs(self, service: str, dest: Path, *, tail: int | None = None) -> Result:
+        """The service's log tail into ``dest`` (streamed to the file, never held in memory)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return self.run(logs_argv([service], tail=tail), stdout_path=dest, check=False)
+
+    def log_tail(self, service: str, lines: int) -> str:
+        """The last ``lines`` log lines as text, for error messages (never raises: it explains a failure)."""
+        try:
+            r = self.run(logs_argv([service], tail=lines), check=False)
+        except ForgeError as e:
+            return f"(could not read the log: {e})"
+        return (r.stdout + r.stderr).rstrip()
+
+
+def parse_ps(out: str) -> list[dict[str, Any]]:
+    """``ps --format json``: a JSON array (compose < 2.21) or one object per line (later)."""
+    out = out.strip()
+    if not out:
+        return []
+    if out.startswith("["):
+        rows = json.loads(out)
+    else:
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [r for r in rows if isinstance(r, dict)]

@@ -1,0 +1,439 @@
+"""The reaper: remove forgelib's compose leftovers whose owning process is provably gone, keep the rest.
+
+Every container, network and volume a trial creates carries ownership labels (docs/design.md, Labels).
+The reaper groups what it finds by compose project and decides per project:
+
+* **remove** when the owner is provably gone: same host and same boot id, and the owning pid is not running
+  (or is a zombie) or runs with a different start time (the pid was reused);
+* **remove** when the owner is on this host but a *previous boot* — every process of that boot died with it —
+  unless a container of the project is running: a running container cannot belong to a previous boot of a
+  local engine without a restart policy, and a hostname is not unique (two machines called ``runner`` sharing
+  one remote engine), so a running container there is kept as unproven rather than removed on a guess;
+* **keep** when the owner is alive, on another host, or unproven (labels missing, malformed or disagreeing).
+
+Removal is by id, resource by resource (``docker rm -f -v``, ``network rm``, ``volume rm``), not
+``docker compose -p NAME down``: compose acts on everything carrying the project's compose label, including
+containers without our labels, while removal by id touches only what was inspected and decided on. A network
+or volume still used by a container that is not one of the project's labelled containers is kept, with a
+reason (Docker would refuse, or that container would break).
+
+The first half of this module is pure (decisions on plain data, unit-tested exhaustively); the second half
+does the Docker I/O through the runner seam.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from forgelib.errors import CommandError
+from forgelib.labels import (
+    COMPOSE_PROJECT,
+    MANAGED,
+    OWNER_BOOT_ID,
+    OWNER_HOST,
+    OWNER_PID,
+    OWNER_START_TIME,
+    RUN,
+    TRIAL,
+    UNKNOWN,
+    current_owner,
+)
+from forgelib.runner import Runner, SubprocessRunner
+
+DISCOVER_TIMEOUT = 30.0
+REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant
+
+Kind = Literal["container", "network", "volume"]
+
+
+# ---------------------------------------------------------------------------------------------- pure part
+
+
+@dataclass(frozen=True)
+class Owner:
+    host: str
+    pid: int
+    boot_id: str
+    start_time: str
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the decision needs to know about the machine the reaper runs on."""
+
+    hostname: str
+    boot_id: str | None  # None where the kernel does not say (non-Linux): nothing there is provable
+    pid_start_time: Callable[[int], str | None]  # None: no such process (or a zombie)
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: Kind
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    running: bool = False  # containers only
+    # networks and volumes: ids of every container (running or not) attached to / mounting it; None when
+    # not looked up (the plan then cannot prove it is unused)
+    users: tuple[str, ...] | None = None
+
+    @property
+    def display(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    resources: tuple[Resource, ...]
+
+    def of_kind(self, kind: Kind) -> list[Resource]:
+        return [r for r in self.resources if r.kind == kind]
+
+    def label(self, key: str) -> str:
+        """The label's value if every resource that has it agrees, else ``"?"`` (shown, never trusted)."""
+        values = {r.labels[key] for r in self.resources if key in r.labels}
+        return values.pop() if len(values) == 1 else "?"
+
+
+@dataclass(frozen=True)
+class Decision:
+    remove: bool
+    code: Literal["owner_gone", "owner_rebooted", "owner_alive", "other_host", "unproven"]
+    reason: str
+
+
+def parse_owner(labels: Mapping[str, str]) -> Owner | str:
+    """The owner the labels name, or a sentence saying what is missing or malformed."""
+    if labels.get(MANAGED) != "true":
+        return f"{MANAGED} is not 'true'"
+    keys = (OWNER_HOST, OWNER_PID, OWNER_BOOT_ID, OWNER_START_TIME)
+    missing = [k for k in keys if not labels.get(k)]
+    if missing:
+        return "missing " + ", ".join(missing)
+    # labels.UNKNOWN: the labelling process could not read it (no /proc) — nothing can be proven from it
+    unknown = [k for k in keys if labels[k] == UNKNOWN]
+    if unknown:
+        return "unknown " + ", ".join(unknown)
+    pid_text, start = labels[OWNER_PID], labels[OWNER_START_TIME]
+    if not pid_text.isdigit() or int(pid_text) <= 0:
+        return f"{OWNER_PID}={pid_text!r} is not a positive integer"
+    if not start.isdigit():
+        return f"{OWNER_START_TIME}={start!r} is not a clock-tick count"
+    return Owner(labels[OWNER_HOST], int(pid_text), labels[OWNER_BOOT_ID], start)
+
+
+def decide(project: Project, facts: HostFacts) -> Decision:
+    """Remove the project only when its owner is provably gone (see the module docstring)."""
+    owners: set[Owner] = set()
+    for r in project.resources:
+        parsed = parse_owner(r.labels)
+        if isinstance(parsed, str):
+            return Decision(False, "unproven", f"labels of {r.display} unusable: {parsed}")
+        owners.add(parsed)
+    if len(owners) != 1:
+        # zero: an empty project (nothing to do); several: the resources disagree, so none is proof
+        return Decision(False, "unproven", f"resources name {len(owners)} different owners")
+    owner = owners.pop()
+    who = f"pid {owner.pid} on {owner.host}"
+    if owner.host != facts.hostname:
+        return Decision(False, "other_host", f"owner {who} is on another host (this is {facts.hostname})")
+    if facts.boot_id is None:
+        return Decision(False, "unproven", "this host's boot id is unknown, so no owner can be proven gone")
+    if owner.boot_id != facts.boot_id:
+        running = [r.name for r in project.of_kind("container") if r.running]
+        if running:
+            return Decision(
+                False,
+                "unproven",
+                f"owner {who} is from another boot, but {', '.join(sorted(running))} running: "
+                "not removed on a guess (same hostname on another machine, or a restart policy)",
+            )
+        return Decision(True, "owner_rebooted", f"owner {who} is from a previous boot of this host")
+    now = facts.pid_start_time(owner.pid)
+    if now is None:
+        return Decision(True, "owner_gone", f"owner {who} is not running")
+    if now != owner.start_time:
+        return Decision(
+            True, "owner_gone", f"owner {who} exited; the pid was reused (start {now} != {owner.start_time})"
+        )
+    return Decision(False, "owner_alive", f"owner {who} is alive")
+
+
+@dataclass(frozen=True)
+class Plan:
+    remove: tuple[Resource, ...]  # in removal order: containers, networks, volumes
+    keep: tuple[tuple[Resource, str], ...]  # resources of a removable project that must stay, and why
+
+
+def plan_removal(project: Project) -> Plan:
+    """What to remove of a project whose owner is gone: all its containers; its networks and volumes unless
+    a container that is not one of ours still uses them (Docker would refuse, or that container break)."""
+    ours = {r.id for r in project.of_kind("container")}
+    remove: list[Resource] = list(project.of_kind("container"))
+    keep: list[tuple[Resource, str]] = []
+    for r in project.of_kind("network") + project.of_kind("volume"):
+        if r.users is None:
+            keep.append((r, "could not list the containers using it"))
+            continue
+        foreign = sorted(set(r.users) - ours)
+        if foreign:
+            verb = "attached" if r.kind == "network" else "mounting it"
+            keep.append((r, f"containers not ours still {verb}: {', '.join(c[:12] for c in foreign)}"))
+        else:
+            remove.append(r)
+    return Plan(tuple(remove), tuple(keep))
+
+
+def group_projects(resources: Iterable[Resource]) -> list[Project]:
+    """Group by compose project; a resource without the compose label is a project of its own."""
+    groups: dict[str, list[Resource]] = {}
+    for r in resources:
+        key = r.labels.get(COMPOSE_PROJECT) or f"({r.kind} {r.name})"
+        groups.setdefault(key, []).append(r)
+    return [Project(k, tuple(v)) for k, v in sorted(groups.items())]
+
+
+# ------------------------------------------------------------------------------------------ host facts
+
+
+def pid_start_time(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None when the process does
+    not exist or is a zombie: a zombie has exited and only waits for its parent to collect the status."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    # field 2 (comm) is in parentheses and may itself contain spaces and ')': split after the last ')'
+    rest = text.rpartition(")")[2].split()
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    return rest[19]  # rest[0] is field 3, so field 22 is rest[19]
+
+
+def local_facts() -> HostFacts:
+    """This host as ``labels.current_owner`` names it (same hostname and boot id sources)."""
+    me = current_owner()
+    boot = None if me.boot_id == UNKNOWN else me.boot_id
+    return HostFacts(me.host, boot, pid_start_time)
+
+
+# ---------------------------------------------------------------------------------------------- Docker I/O
+
+
+def _filters(run_id: str | None) -> list[str]:
+    f = ["--filter", f"label={MANAGED}=true"]
+    if run_id is not None:
+        f += ["--filter", f"label={RUN}={run_id}"]
+    return f
+
+
+def _ids(runner: Runner, argv: Sequence[str]) -> list[str]:
+    out = runner.run(argv, timeout=DISCOVER_TIMEOUT).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _inspect(runner: Runner, what: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+    """``docker <what> inspect`` of ``ids``; a resource removed meanwhile is skipped (rc 1, partial JSON)."""
+    if not ids:
+        return []
+    res = runner.run(["docker", what, "inspect", *ids], timeout=DISCOVER_TIMEOUT, check=False)
+    try:
+        data = json.loads(res.stdout or "[]")
+    except json.JSONDecodeError:
+        raise CommandError(res.argv, res.rc, res.stdout, res.stderr, reason="printed no JSON") from None
+    if not isinstance(data, list) or (res.rc != 0 and "No such" not in res.stderr):
+        raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    return [d for d in data if isinstance(d, dict)]
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    raw = obj.get("Labels") or {}
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def _users(runner: Runner, flt: str) -> tuple[str, ...]:
+    """Ids of every container (running or stopped) matching ``--filter flt``, e.g. ``network=ID``."""
+    return tuple(_ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt]))
+
+
+def discover(runner: Runner, run_id: str | None = None) -> list[Project]:
+    """Every container, network and volume labelled as forgelib's (optionally one run's), by project."""
+    found: list[Resource] = []
+    cids = _ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", *_filters(run_id)])
+    for c in _inspect(runner, "container", cids):
+        cfg = c.get("Config") or {}
+        state = c.get("State") or {}
+        found.append(
+            Resource(
+                "container",
+                str(c.get("Id", "")),
+                str(c.get("Name", "")).lstrip("/"),
+                _labels(cfg),
+                running=bool(state.get("Running")) or bool(state.get("Restarting")),
+            )
+        )
+    nids = _ids(runner, ["docker", "network", "ls", "-q", "--no-trunc", *_filters(run_id)])
+    for n in _inspect(runner, "network", nids):
+        nid = str(n.get("Id", ""))
+        # network inspect lists only *running* endpoints; ps --filter network= sees stopped containers too
+        users = _users(runner, f"network={nid}")
+        found.append(Resource("network", nid, str(n.get("Name", "")), _labels(n), users=users))
+    vnames = _ids(runner, ["docker", "volume", "ls", "-q", *_filters(run_id)])
+    for v in _inspect(runner, "volume", vnames):
+        name = str(v.get("Name", ""))
+        found.append(Resource("volume", name, name, _labels(v), users=_users(runner, f"volume={name}")))
+    return group_projects(found)
+
+
+def _remove(runner: Runner, r: Resource) -> str | None:
+    """Remove one resource by id; the error text on failure (already gone counts as removed)."""
+    argv = {
+        # -v: also the container's anonymous volumes (an image's VOLUME), which carry none of our labels
+        "container": ["docker", "rm", "-f", "-v", r.id],
+        "network": ["docker", "network", "rm", r.id],
+        "volume": ["docker", "volume", "rm", r.id],
+    }[r.kind]
+    try:
+        res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
+    except CommandError as e:  # a timeout: report it, go on with the rest
+        return str(e).splitlines()[0]
+    if res.rc == 0 or "No such" in res.stderr or "not found" in res.stderr:
+        return None
+    return (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
+
+
+# --------------------------------------------------------------------------------------------- reporting
+
+Action = Literal["removed", "would remove", "kept", "failed"]
+
+
+@dataclass
+class Outcome:
+    project: str
+    run: str
+    trial: str
+    action: Action
+    code: str
+    reason: str
+    removed: list[str] = field(default_factory=list)  # "container NAME", ...
+    kept: list[str] = field(default_factory=list)  # "network NAME: why"
+    errors: list[str] = field(default_factory=list)  # "volume NAME: docker's error"
+
+
+@dataclass
+class ReapReport:
+    dry_run: bool
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def removed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.action in ("removed", "would remove")]
+
+    @property
+    def kept(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.action == "kept"]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.action == "failed"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "removed": len(self.removed),
+            "kept": len(self.kept),
+            "failed": len(self.failed),
+            "projects": [asdict(o) for o in self.outcomes],
+        }
+
+    def table(self) -> str:
+        if not self.outcomes:
+            return "no forgelib-labelled containers, networks or volumes found"
+        rows = [("PROJECT", "RUN", "TRIAL", "ACTION", "REASON")]
+        for o in self.outcomes:
+            why = o.reason
+            if o.kept:
+                why += "; kept " + "; ".join(o.kept)
+            if o.errors:
+                why += "; errors: " + "; ".join(o.errors)
+            rows.append((o.project, o.run, o.trial, o.action, why))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)), r[4]]) for r in rows]
+        n_res = sum(len(o.removed) for o in self.removed)
+        verb = "would remove" if self.dry_run else "removed"
+        lines.append(
+            f"{verb} {len(self.removed)} project(s) ({n_res} resources); kept {len(self.kept)}; "
+            f"failed {len(self.failed)}"
+        )
+        return "\n".join(lines)
+
+
+def reap(
+    runner: Runner, *, run_id: str | None = None, dry_run: bool = False, facts: HostFacts | None = None
+) -> ReapReport:
+    """Discover, decide, and (unless ``dry_run``) remove. Discovery errors raise; removal errors are reported
+    per resource and the reaper goes on with the rest."""
+    facts = facts or local_facts()
+    report = ReapReport(dry_run)
+    for project in discover(runner, run_id):
+        d = decide(project, facts)
+        o = Outcome(project.name, project.label(RUN), project.label(TRIAL), "kept", d.code, d.reason)
+        report.outcomes.append(o)
+        if not d.remove:
+            continue
+        plan = plan_removal(project)
+        o.kept = [f"{r.display}: {why}" for r, why in plan.keep]
+        if dry_run:
+            o.action = "would remove"
+            o.removed = [r.display for r in plan.remove]
+            continue
+        o.action = "removed"
+        for r in plan.remove:
+            err = _remove(runner, r)
+            if err is None:
+                o.removed.append(r.display)
+            else:
+                o.errors.append(f"{r.display}: {err}")
+                o.action = "failed"
+    return report
+
+
+def reap_dead_owners(runner: Runner, run_id: str | None = None) -> ReapReport:
+    """What ``forge run`` calls at start so a crashed earlier run heals itself (same rules as ``forge reap``).
+
+    Its own stacks (if any) are kept: their owner, this process, is alive."""
+    return reap(runner, run_id=run_id)
+
+
+def main_reap(dry_run: bool, run_id: str | None, as_json: bool) -> int:
+    """``forge reap``: 0 when every removal succeeded (kept projects are not failures), 1 otherwise."""
+    report = reap(SubprocessRunner(), run_id=run_id, dry_run=dry_run)
+    if as_json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(report.table())
+    return 1 if report.failed else 0
+
+
+__all__ = [
+    "HostFacts",
+    "Owner",
+    "Project",
+    "ReapReport",
+    "Resource",
+    "decide",
+    "discover",
+    "local_facts",
+    "main_reap",
+    "pid_start_time",
+    "plan_removal",
+    "reap",
+    "reap_dead_owners",
+]

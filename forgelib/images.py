@@ -1,0 +1,370 @@
+"""Offline stand-ins for the official postgres and redis images (and our python service image), and the
+environment that makes every compose call use them.
+
+Compose files name images through variables whose defaults are the official images
+(``${FORGE_IMAGE_POSTGRES:-postgres:16}``). ``ensure_images`` builds ``images/<name>/Dockerfile`` on a Debian
+base; ``image_env`` maps each variable to its stand-in when the stand-in exists and the user has not set the
+variable, so a pack runs unchanged online (official images) and offline (stand-ins).
+
+A build is skipped when the image's ``io.forgelib.content-hash`` label equals the hash of its recipe
+directory plus the base image's id, so a no-op ``forge images`` costs a few ``docker image inspect`` calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from forgelib.errors import CommandError, ForgeError, ProgramNotFound
+from forgelib.resources import data_dir
+from forgelib.runner import Runner, SubprocessRunner
+
+HASH_LABEL = "io.forgelib.content-hash"
+OFFICIAL_BASE = "debian:bookworm-slim"
+BUILT_BASE = "forgelib/debian:bookworm"
+INSPECT_TIMEOUT = 30.0
+PULL_TIMEOUT = 300.0  # offline it fails at once ("no such host"); online, a slim image is ~30 MB
+BASE_BUILD_TIMEOUT = 900.0  # debootstrap minbase takes ~30 s on a good mirror
+BUILD_TIMEOUT = 900.0  # apt-get install postgresql-15 takes ~20 s on a good mirror
+RM_TIMEOUT = 60.0
+# Test sessions, CI and people share one engine: concurrent `ensure_images` calls take turns, so the second
+# one finds fresh labels and reuses instead of building the same images again.
+LOCK_PATH = Path(tempfile.gettempdir()) / "forgelib-images.lock"
+LOCK_TIMEOUT = BASE_BUILD_TIMEOUT + 3 * BUILD_TIMEOUT
+
+
+@dataclass(frozen=True)
+class StandIn:
+    tag: str
+    var: str  # the compose variable that selects it
+
+
+# name (= directory under images/) -> stand-in; the table in docs/design.md
+STAND_INS: dict[str, StandIn] = {
+    "postgres": StandIn("forgelib/postgres:15", "FORGE_IMAGE_POSTGRES"),
+    "redis": StandIn("forgelib/redis:7.0", "FORGE_IMAGE_REDIS"),
+    "python": StandIn("forgelib/python:3.11", "FORGE_IMAGE_PYTHON"),
+}
+
+
+class ImageError(ForgeError):
+    """A stand-in (or the base image) could not be built; the message carries the build's output tail."""
+
+
+@dataclass(frozen=True)
+class ImageReport:
+    name: str  # "base" or a STAND_INS key
+    tag: str
+    action: str  # "built", "reused", "pulled" or "present"
+    seconds: float
+    why: str
+
+    def line(self) -> str:
+        return f"{self.name:<9} {self.tag:<26} {self.action:<7} {self.seconds:6.1f}s  {self.why}"
+
+
+Say = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _stdout(line: str) -> None:
+    print(line, flush=True)  # flushed: a CI log shows each image as it finishes, not all at the end
+
+
+def ensure_images(
+    runner: Runner, force: bool = False, *, jobs: int = 3, say: Say = _stderr
+) -> list[ImageReport]:
+    """Build each stand-in whose recipe or base changed (all of them with ``force``); reuse the rest.
+
+    Prints one line per image (built/reused, how long, why) and returns the same rows.
+    """
+    started = time.monotonic()
+    with _host_lock(say):
+        rows = _ensure_images_locked(runner, force, jobs, say)
+    say(f"images: done in {time.monotonic() - started:.1f}s")
+    return rows
+
+
+def _ensure_images_locked(runner: Runner, force: bool, jobs: int, say: Say) -> list[ImageReport]:
+    global _present
+    base = ensure_base(runner, force=force)
+    say(f"images: {base.row.line()}")
+    recipes = data_dir("images")
+
+    def one(name: str) -> ImageReport:
+        row = _ensure_stand_in(runner, name, recipes / name, base, force)
+        say(f"images: {row.line()}")
+        return row
+
+    names = list(STAND_INS)
+    # Builds are mostly apt downloads and unpacking: running them side by side halves a cold `forge images`.
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one, n) for n in names]
+        rows = [base.row]
+        errors: list[BaseException] = []
+        for f in futures:
+            try:
+                rows.append(f.result())
+            except ImageError as e:
+                errors.append(e)
+    if errors:
+        raise ImageError("\n".join(str(e) for e in errors))
+    # only now: while stand-ins built on the old base still existed, Docker would refuse to remove it
+    _remove_replaced(runner, base.replaced, base.id)
+    if any(r.action == "built" for r in rows):
+        _remove_dangling(runner)
+    _present = frozenset(STAND_INS[n].tag for n in names)  # they exist now: image_env need not ask again
+    return rows
+
+
+@contextlib.contextmanager
+def _host_lock(say: Say) -> Iterator[None]:
+    try:
+        f = open(LOCK_PATH, "a+b")  # noqa: SIM115 - closed by the with-statement below
+    except OSError:  # another user's lock file: no way to take turns, but the builds are still correct
+        yield
+        return
+    with f:
+        if not _try_lock(f):
+            say(f"images: another `forge images` (or test session) is building; waiting for {LOCK_PATH}")
+            deadline = time.monotonic() + LOCK_TIMEOUT
+            while not _try_lock(f):
+                if time.monotonic() > deadline:
+                    raise ImageError(
+                        f"waited {LOCK_TIMEOUT:g}s for {LOCK_PATH}, held by another forge process building "
+                        "images: find it with `fuser -v` on that file, stop it, then re-run"
+                    )
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _try_lock(f: IO[bytes]) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Base:
+    ref: str  # what the Dockerfiles' BASE build arg is set to
+    id: str
+    row: ImageReport
+    replaced: str | None = None  # the id of our previous base, removed once nothing is built on it
+
+
+def ensure_base(runner: Runner, *, force: bool = False) -> Base:
+    """The image the stand-ins are built FROM.
+
+    debian:bookworm-slim when it is present; else our debootstrapped base when its recipe is unchanged; else
+    debian:bookworm-slim if it can be pulled; else debootstrap + ``docker import`` (scripts/build-base.sh).
+    """
+    start = time.monotonic()
+    official = _inspect(runner, OFFICIAL_BASE)
+    if official is not None:
+        return Base(
+            OFFICIAL_BASE, official.id, ImageReport("base", OFFICIAL_BASE, "present", 0.0, "found locally")
+        )
+    script = data_dir("scripts") / "build-base.sh"
+    want = base_hash(script)
+    ours = _inspect(runner, BUILT_BASE)
+    if ours is not None and ours.labels.get(HASH_LABEL) == want and not force:
+        row = ImageReport("base", BUILT_BASE, "reused", time.monotonic() - start, "recipe unchanged")
+        return Base(BUILT_BASE, ours.id, row)
+    if ours is None:
+        pulled = runner.run(["docker", "pull", "-q", OFFICIAL_BASE], timeout=PULL_TIMEOUT, check=False)
+        official = _inspect(runner, OFFICIAL_BASE) if pulled.rc == 0 else None
+        if official is not None:
+            row = ImageReport("base", OFFICIAL_BASE, "pulled", time.monotonic() - start, "from its registry")
+            return Base(OFFICIAL_BASE, official.id, row)
+        why = f"{OFFICIAL_BASE} is neither local nor pullable: debootstrap"
+    else:
+        why = "--force" if force else "recipe changed (scripts/build-base.sh)"
+    try:
+        runner.run(["bash", str(script), BUILT_BASE, f"{HASH_LABEL}={want}"], timeout=BASE_BUILD_TIMEOUT)
+    except CommandError as e:
+        raise ImageError(
+            f"building the base image {BUILT_BASE} with {script} failed: {e}\n"
+            f"fix: make {OFFICIAL_BASE} available (`docker pull` or `docker load`), or fix what the tail "
+            "above names (debootstrap needs root and Debian's mirror), then re-run `forge images`"
+        ) from None
+    built = _inspect(runner, BUILT_BASE)
+    if built is None:
+        raise ImageError(f"{script} succeeded but {BUILT_BASE} does not exist; see `docker image ls`")
+    row = ImageReport("base", BUILT_BASE, "built", time.monotonic() - start, why)
+    replaced = ours.id if ours is not None and ours.id != built.id else None
+    return Base(BUILT_BASE, built.id, row, replaced)
+
+
+def _ensure_stand_in(runner: Runner, name: str, recipe: Path, base: Base, force: bool) -> ImageReport:
+    start = time.monotonic()
+    tag = STAND_INS[name].tag
+    want = recipe_hash(recipe, base.id)
+    old = _inspect(runner, tag)
+    have = None if old is None else old.labels.get(HASH_LABEL)
+    if have == want and not force:
+        return ImageReport(name, tag, "reused", time.monotonic() - start, "recipe and base unchanged")
+    if force:
+        why = "--force"
+    elif old is None:
+        why = "not built yet"
+    elif have is None:
+        why = "no content-hash label (built by hand?)"
+    else:
+        why = "recipe or base changed"
+    argv = [
+        "docker", "build",
+        "--build-arg", f"BASE={base.ref}",
+        "--label", f"{HASH_LABEL}={want}",
+        "--tag", tag,
+        str(recipe),
+    ]  # fmt: skip
+    try:
+        runner.run(argv, timeout=BUILD_TIMEOUT)
+    except CommandError as e:
+        raise ImageError(f"building {tag} from {recipe} failed: {e}") from None
+    new = _inspect(runner, tag)
+    if old is not None and new is not None:
+        _remove_replaced(runner, old.id, new.id)
+    return ImageReport(name, tag, "built", time.monotonic() - start, why)
+
+
+def recipe_hash(recipe: Path, base_id: str) -> str:
+    """sha256 over the recipe directory (relative paths, executable bits, contents) and the base image id."""
+    if not (recipe / "Dockerfile").is_file():
+        raise ImageError(f"{recipe / 'Dockerfile'} is missing; reinstall forgelib or restore images/")
+    parts: list[tuple[str, bytes]] = [("base", base_id.encode())]
+    for path in sorted(p for p in recipe.rglob("*") if p.is_file()):
+        rel = path.relative_to(recipe).as_posix()
+        if "__pycache__" in rel:
+            continue
+        executable = b"x" if os.access(path, os.X_OK) else b"-"
+        parts.append((rel, executable + path.read_bytes()))
+    return _digest(parts)
+
+
+def base_hash(script: Path) -> str:
+    """The content hash of our debootstrapped base: its recipe is the script that builds it."""
+    return _digest([("build-base.sh", script.read_bytes())])
+
+
+def _digest(parts: list[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for name, data in parts:
+        # length-prefixed, so ("ab", "c") and ("a", "bc") hash differently
+        for chunk in (name.encode(), data):
+            h.update(len(chunk).to_bytes(8, "big"))
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class _Image:
+    id: str
+    labels: dict[str, str]
+
+
+def _inspect(runner: Runner, ref: str) -> _Image | None:
+    """The image's id and labels in one call, or None when there is no such image."""
+    result = runner.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", ref],
+        timeout=INSPECT_TIMEOUT,
+        check=False,
+    )
+    image_id, _, labels = result.stdout.strip().partition(" ")
+    if result.rc != 0 or not image_id:
+        return None
+    loaded = json.loads(labels or "null")
+    return _Image(image_id, {str(k): str(v) for k, v in (loaded or {}).items()})
+
+
+def _remove_dangling(runner: Runner) -> None:
+    # Untagged images that carry our content-hash label can only be stand-ins or bases a rebuild replaced
+    # (here or in an interrupted or racing run); nothing else on the engine has that label.
+    listed = runner.run(
+        ["docker", "image", "ls", "--quiet", "--filter", "dangling=true", "--filter", f"label={HASH_LABEL}"],
+        timeout=INSPECT_TIMEOUT,
+        check=False,
+    )
+    stale = sorted({line.strip() for line in listed.stdout.splitlines() if line.strip()})
+    if listed.rc == 0 and stale:
+        runner.run(["docker", "image", "rm", *stale], timeout=RM_TIMEOUT, check=False)
+
+
+def _remove_replaced(runner: Runner, old: str | None, new: str) -> None:
+    # A rebuild leaves the previous image untagged; remove it so rebuilds do not pile up. Without --force
+    # Docker refuses while a container still uses it, which is what we want (someone's live stack).
+    if old is not None and old != new:
+        runner.run(["docker", "image", "rm", old], timeout=RM_TIMEOUT, check=False)
+
+
+# --- the environment every compose call merges ----------------------------------------------------------
+
+_present: frozenset[str] | None = None  # stand-in tags that exist locally; asked once per process
+
+
+def image_env(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{VAR: tag}`` for each stand-in that exists locally and whose variable the user has not set.
+
+    Which stand-ins exist is asked of Docker once per process; the user's variables are read on every call
+    (``environ`` defaults to ``os.environ``), so an explicit ``FORGE_IMAGE_POSTGRES=postgres:16`` always wins.
+    """
+    global _present
+    if _present is None:
+        found = _local_stand_ins(runner)
+        if found is None:
+            return {}  # no engine answered: compose will fail on its own with a clearer message
+        _present = found
+    env = os.environ if environ is None else environ
+    return {s.var: s.tag for s in STAND_INS.values() if s.tag in _present and not env.get(s.var)}
+
+
+def forget_image_env() -> None:
+    """Drop the cached answer (after images were built or removed outside ``ensure_images``; tests)."""
+    global _present
+    _present = None
+
+
+def _local_stand_ins(runner: Runner) -> frozenset[str] | None:
+    argv = ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]
+    for s in STAND_INS.values():
+        argv += ["--filter", f"reference={s.tag}"]
+    try:
+        result = runner.run(argv, timeout=INSPECT_TIMEOUT, check=False)
+    except (ProgramNotFound, CommandError):
+        return None
+    if result.rc != 0:
+        return None
+    return frozenset(line.strip() for line in result.stdout.splitlines() if line.strip())
+
+
+def main_images(force: bool) -> int:
+    """``forge images``: make sure an engine answers, then build or reuse the stand-ins."""
+    from forgelib.engine import ensure_engine
+
+    runner = SubprocessRunner()
+    ensure_engine(runner)
+    ensure_images(runner, force=force, say=_stdout)
+    print(
+        "images: compose calls made by forge now use these (unless you set the variable yourself): "
+        + ", ".join(f"{s.var}={s.tag}" for s in STAND_INS.values())
+    )
+    return 0

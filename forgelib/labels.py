@@ -1,0 +1,136 @@
+"""Ownership labels on every container, network and volume a trial creates, and Docker queries by label.
+
+The owner is identified by host, pid, boot id and the process start time (``/proc/self/stat`` field 22):
+a pid alone is reused after a reboot or a wrap-around, so the reaper (``custody.py``) treats an owner as
+alive only when all four still match a live process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from forgelib.runner import Runner
+
+PREFIX = "io.forgelib."
+MANAGED = "io.forgelib.managed"
+RUN = "io.forgelib.run"
+TRIAL = "io.forgelib.trial"
+OWNER_HOST = "io.forgelib.owner.host"
+OWNER_PID = "io.forgelib.owner.pid"
+OWNER_BOOT_ID = "io.forgelib.owner.boot_id"
+OWNER_START_TIME = "io.forgelib.owner.start_time"
+# Set by compose itself on everything it creates; lets `forge teardown --name` find a project's leftovers.
+COMPOSE_PROJECT = "com.docker.compose.project"
+
+UNKNOWN = "unknown"  # a field this OS does not expose (no /proc): never matches a live process
+RESOURCE_KINDS = ("containers", "networks", "volumes")
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that owns a stack; all fields are label strings."""
+
+    host: str
+    pid: str
+    boot_id: str
+    start_time: str  # clock ticks since boot at which the process started
+
+    def labels(self) -> dict[str, str]:
+        return {
+            OWNER_HOST: self.host,
+            OWNER_PID: self.pid,
+            OWNER_BOOT_ID: self.boot_id,
+            OWNER_START_TIME: self.start_time,
+        }
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> Owner:
+        """The owner recorded on a resource (missing labels read as ``unknown``)."""
+        return cls(
+            host=labels.get(OWNER_HOST, UNKNOWN),
+            pid=labels.get(OWNER_PID, UNKNOWN),
+            boot_id=labels.get(OWNER_BOOT_ID, UNKNOWN),
+            start_time=labels.get(OWNER_START_TIME, UNKNOWN),
+        )
+
+
+def boot_id() -> str:
+    try:
+        return _BOOT_ID.read_text().strip() or UNKNOWN
+    except OSError:
+        return UNKNOWN
+
+
+def process_start_time(pid: int | str = "self") -> str:
+    """Field 22 of ``/proc/<pid>/stat`` (``unknown`` if unreadable).
+
+    The second field (comm) is in parentheses and may itself contain spaces and ')', so split after the
+    *last* ')'; the fields after it start at field 3.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return UNKNOWN
+    rest = stat[stat.rfind(")") + 2 :].split()
+    return rest[22 - 3] if len(rest) > 22 - 3 else UNKNOWN
+
+
+@cache
+def _owner_of(pid: int) -> Owner:
+    return Owner(socket.gethostname(), str(pid), boot_id(), process_start_time("self"))
+
+
+def current_owner() -> Owner:
+    """This process (keyed by pid, so a forked worker reports itself, not its parent)."""
+    return _owner_of(os.getpid())
+
+
+def trial_label(task: str, trial_index: int) -> str:
+    return f"{task}.{trial_index}"
+
+
+def run_labels(run_id: str, trial: str | None = None, owner: Owner | None = None) -> dict[str, str]:
+    """Every label a run's (or one trial's, when ``trial`` is given) resources carry."""
+    labels = {MANAGED: "true", RUN: run_id}
+    if trial is not None:
+        labels[TRIAL] = trial
+    labels.update((owner or current_owner()).labels())
+    return labels
+
+
+def _filters(labels: Mapping[str, str]) -> list[str]:
+    # Repeated --filter label=... flags are ANDed by Docker.
+    argv: list[str] = []
+    for k, v in sorted(labels.items()):
+        argv += ["--filter", f"label={k}={v}"]
+    return argv
+
+
+def resources_with_labels(
+    runner: Runner, labels: Mapping[str, str], *, timeout: float = 60.0
+) -> dict[str, list[str]]:
+    """Names of the containers (running or not), networks and volumes carrying all of ``labels``."""
+    if not labels:
+        raise ValueError("refusing to list resources without a label filter")
+    f = _filters(labels)
+    queries = {
+        "containers": ["docker", "ps", "--all", *f, "--format", "{{.Names}}"],
+        "networks": ["docker", "network", "ls", *f, "--format", "{{.Name}}"],
+        "volumes": ["docker", "volume", "ls", *f, "--format", "{{.Name}}"],
+    }
+    found: dict[str, list[str]] = {}
+    for kind, argv in queries.items():
+        out = runner.run(argv, timeout=timeout).stdout
+        found[kind] = sorted(line.strip() for line in out.splitlines() if line.strip())
+    return found
+
+
+def is_empty(resources: Mapping[str, list[str]]) -> bool:
+    return not any(resources.get(k) for k in RESOURCE_KINDS)

@@ -1,0 +1,463 @@
+"""Per-trial (and shared) compose stacks: guards → config → up the seeded services → seeds → up the rest.
+
+Seeds go in before their dependents start: the reset services and their ``depends_on`` closure come up
+first (``up --wait``), the recipes run, then everything else comes up. No dependent ever observes an
+unseeded database, so a seed may hold schema as well as data.
+
+Any failure — a ``ProvisionError``, a bug, Ctrl-C — first captures every declared service's log tail to
+``<trial_dir>/services/<svc>.log`` and runs ``down --volumes --remove-orphans``, then propagates: a failed
+provision leaves no container, network or volume behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forgelib import labels as lab
+from forgelib.compose import ComposeProject, is_valid_name, project_name, write_override
+from forgelib.errors import CommandTimeout, ForgeError, ProvisionError, RecipeError
+from forgelib.runner import Runner, SubprocessRunner
+from forgelib.seeds import REGISTRY, ApplyContext, Recipe, SeedTarget
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
+
+log = logging.getLogger("forgelib.provision")
+
+DEFAULT_TASK = "default"  # the trial label's task part when the project's own environment is provisioned
+DEFAULT_LOG_TAIL = 200
+OVERRIDE_FILE = "compose.forge.yaml"
+SERVICES_DIR = "services"
+
+PhaseCallback = Callable[[str, float], None]  # (phase name, seconds), called as each phase ends
+
+
+@dataclass(frozen=True)
+class ProvisionedTrial:
+    name: str  # the compose project name
+    environment: EnvironmentManifest
+    compose: ComposeProject
+    timings: dict[str, float]
+    bare_seeds: dict[str, Path]  # service -> absolute seed path, for services bound to a `bare` seed
+    trial_dir: Path
+    labels: Mapping[str, str] = field(default_factory=dict)
+    shared: bool = False  # the run's shared stack: teardown_trial leaves it to teardown_run
+    config: Mapping[str, Any] = field(default_factory=dict)  # `docker compose config`, resolved
+
+
+def image_env(runner: Runner) -> dict[str, str]:
+    """The env selecting offline stand-in images (a seam of its own so unit tests need no engine)."""
+    from forgelib.images import image_env as _image_env
+
+    return _image_env(runner)
+
+
+# ---------------------------------------------------------------------------------------- public API
+
+
+def provision_trial(
+    project: Project,
+    task: Task | None,
+    *,
+    run_id: str,
+    trial_index: int,
+    trial_dir: Path,
+    timeouts: Timeouts,
+    runner: Runner,
+    on_phase: PhaseCallback | None = None,
+    log_tail_lines: int = DEFAULT_LOG_TAIL,
+) -> ProvisionedTrial:
+    """Provision one trial of ``task`` (None: the project's default environment).
+
+    Raises ``ProvisionError(stage, reason)`` only after the logs were captured and the stack torn down.
+    """
+    env = task.environment if task is not None else project.environment
+    task_name = task.name if task is not None else DEFAULT_TASK
+    if not env.requires_per_trial:
+        return _shared_stack(project, env, run_id, trial_dir, timeouts, runner, on_phase, log_tail_lines)
+    p = _Provisioning(
+        project=project,
+        env=env,
+        name=project_name(project.name, run_id, task_name, trial_index),
+        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index)),
+        trial_dir=trial_dir,
+        timeouts=timeouts,
+        runner=runner,
+        on_phase=on_phase,
+        log_tail_lines=log_tail_lines,
+    )
+    return p.run()
+
+
+def capture_logs(trial: ProvisionedTrial, dest_dir: Path, tail_lines: int) -> None:
+    """``<dest_dir>/<svc>.log`` for every declared service (a service that never started: an empty file)."""
+    _capture(trial.compose, trial.environment, dest_dir, tail_lines)
+
+
+def teardown_trial(trial: ProvisionedTrial) -> float:
+    """``down --volumes --remove-orphans``; the seconds it took. The run's shared stack stays up (0.0):
+    ``teardown_run`` removes it once the run is over."""
+    if trial.shared:
+        return 0.0
+    t0 = time.monotonic()
+    trial.compose.down()
+    return time.monotonic() - t0
+
+
+# ------------------------------------------------------------------------------------- per-trial stack
+
+
+@dataclass
+class _Provisioning:
+    project: Project
+    env: EnvironmentManifest
+    name: str
+    labels: Mapping[str, str]
+    trial_dir: Path
+    timeouts: Timeouts
+    runner: Runner
+    on_phase: PhaseCallback | None = None
+    log_tail_lines: int = DEFAULT_LOG_TAIL
+    shared: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def run(self) -> ProvisionedTrial:
+        t0 = time.monotonic()
+        compose = ComposeProject(
+            self.name, (self.env.compose_file,), self.runner, self.timeouts, image_env(self.runner)
+        )
+        try:
+            bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
+            with self._phase("compose_config", "compose_config"):
+                config = compose.config()
+                override = write_override(self.trial_dir / OVERRIDE_FILE, config, self.labels)
+                compose = compose.with_files(self.env.compose_file, override)
+            services = config.get("services") or {}
+            first = _closure([b.service for b in bindings], services)
+            if first:
+                with self._phase("up_seeded", None):
+                    _up(compose, first)
+            for b in bindings:
+                with self._phase(f"recipe:{b.service}", None):
+                    _apply(b, compose, services.get(b.service) or {}, self.timeouts)
+            rest = [s for s in services if s not in first]
+            if rest or not first:
+                with self._phase("up_rest", None):
+                    _up(compose, ())
+        except BaseException as e:  # ProvisionError, a bug, Ctrl-C: never leave a stack behind
+            self._clean_up(compose, e)
+            raise
+        self.timings["provision"] = time.monotonic() - t0
+        return ProvisionedTrial(
+            name=self.name,
+            environment=self.env,
+            compose=compose,
+            timings=dict(self.timings),
+            bare_seeds={b.service: b.seed.path for b in bindings if b.seed.kind is SeedKind.BARE},
+            trial_dir=self.trial_dir,
+            labels=dict(self.labels),
+            shared=self.shared,
+            config=config,
+        )
+
+    @contextmanager
+    def _phase(self, phase: str, stage: str | None) -> Iterator[None]:
+        """Time ``phase``; with ``stage``, a ForgeError inside becomes ``ProvisionError(stage, ...)``."""
+        t0 = time.monotonic()
+        try:
+            yield
+        except ProvisionError:
+            raise
+        except ForgeError as e:
+            if stage is None:
+                raise
+            raise ProvisionError(stage, str(e)) from e
+        finally:
+            seconds = time.monotonic() - t0
+            self.timings[phase] = seconds
+            if self.on_phase is not None:
+                self.on_phase(phase, seconds)
+
+    def _bind(self) -> list[_Binding]:
+        """Resolve every reset service's binding and run its recipe's host-side checks."""
+        out = []
+        for svc in self.env.reset_services():
+            if svc.reset is None or not svc.reset.seed:
+                raise _recipe_error(svc.name, None, None, "isolation is reset but no reset.seed is bound")
+            seed = self.project.seeds.get(svc.reset.seed)
+            if seed is None:
+                known = ", ".join(sorted(self.project.seeds)) or "(none)"
+                raise _recipe_error(
+                    svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
+                )
+            recipe = REGISTRY.get(seed.kind)
+            if recipe is None:
+                raise _recipe_error(svc.name, seed.name, seed.kind, f"no recipe for kind {seed.kind!r}")
+            b = _Binding(svc.name, seed, recipe, dict(svc.reset.options))
+            unknown = sorted(set(b.options) - recipe.OPTIONS)
+            try:
+                if unknown:
+                    known = ", ".join(sorted(recipe.OPTIONS)) or "none"
+                    raise b.target.fail("guard", f"unknown reset option(s) {unknown} (known: {known})")
+                recipe.check(b.target)
+            except RecipeError as e:
+                raise _recipe_error(svc.name, seed.name, seed.kind, str(e)) from e
+            out.append(b)
+        return out
+
+    def _clean_up(self, compose: ComposeProject, cause: BaseException) -> None:
+        try:
+            _capture(compose, self.env, self.trial_dir / SERVICES_DIR, self.log_tail_lines)
+            compose.down(check=True)
+        except BaseException as e:  # a second Ctrl-C or a dead engine: report it, keep the first error
+            log.warning("clean-up of %s after %r failed: %s", self.name, cause, e)
+            cause.add_note(f"forge: tearing down {self.name} failed too: {e}")
+            if not isinstance(e, Exception):
+                raise
+
+
+@dataclass(frozen=True)
+class _Binding:
+    service: str
+    seed: Seed
+    recipe: Recipe
+    options: Mapping[str, Any]
+
+    @property
+    def target(self) -> SeedTarget:
+        return SeedTarget(self.service, self.seed, self.options)
+
+
+def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: str) -> ProvisionError:
+    what = []
+    if seed is not None:
+        what.append(f"seed '{seed}'")
+    if kind is not None:
+        what.append(f"kind '{kind.value}'")
+    about = f" ({', '.join(what)})" if what else ""
+    return ProvisionError("reset_recipe", f"reset recipe for service '{service}'{about} failed: {text}")
+
+
+def _apply(b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts) -> None:
+    ctx = ApplyContext(
+        b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t
+    )
+    try:
+        _verify_digest(ctx)  # right before applying: a seed edited since load fails loud
+        b.recipe.apply(ctx)
+    except RecipeError as e:
+        raise _recipe_error(b.service, b.seed.name, b.seed.kind, str(e)) from e
+
+
+def _verify_digest(target: SeedTarget) -> None:
+    seed = target.seed
+    try:
+        now = seed_digest(seed.path, seed.kind)
+    except ForgeError as e:
+        raise target.fail("digest", str(e)) from e
+    if now != seed.digest:
+        raise target.fail(
+            "digest",
+            f"seed {seed.name!r} changed since the project was loaded ({seed.path}: "
+            f"expected {seed.digest}, found {now}); re-run `forge stamp` if the change is intended",
+        )
+
+
+def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
+    """``roots`` and everything they transitively depend on, in the compose file's order."""
+    seen: set[str] = set()
+    todo = [r for r in roots if r in services]
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        todo.extend(d for d in (services[s].get("depends_on") or {}) if d in services)
+    return [s for s in services if s in seen]
+
+
+def _up(compose: ComposeProject, services: Sequence[str]) -> None:
+    try:
+        compose.up(services)
+    except ForgeError as e:
+        raise ProvisionError(_up_stage(e), str(e)) from e
+
+
+def _up_stage(e: ForgeError) -> str:
+    """``readiness`` when containers were created but did not become healthy/running in time,
+    ``compose_up`` when they could not be created or started at all."""
+    text = str(e).lower()
+    if isinstance(e, CommandTimeout) or any(w in text for w in ("unhealthy", "exited", "timeout")):
+        return "readiness"
+    return "compose_up"
+
+
+def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail_lines: int) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for svc in env.services:
+        path = dest / f"{svc}.log"
+        try:
+            compose.logs(svc, path, tail=tail_lines)
+        except ForgeError as e:  # one unreadable log must not hide the others (or the original error)
+            path.write_text(f"forge: could not capture this log: {e}\n")
+
+
+# ---------------------------------------------------------------------------------------- shared stack
+
+_shared_guard = threading.Lock()
+_shared_locks: dict[tuple[str, str], threading.Lock] = {}
+_shared: dict[tuple[str, str], ProvisionedTrial] = {}
+
+
+def _shared_stack(
+    project: Project,
+    env: EnvironmentManifest,
+    run_id: str,
+    trial_dir: Path,
+    timeouts: Timeouts,
+    runner: Runner,
+    on_phase: PhaseCallback | None,
+    log_tail_lines: int,
+) -> ProvisionedTrial:
+    """All services shared: one stack per (run, compose file), brought up by the first trial that needs
+    it (the others wait for it), no recipes (only reset services have seeds)."""
+    key = (run_id, str(env.compose_file))
+    with _shared_guard:
+        lock = _shared_locks.setdefault(key, threading.Lock())
+    with lock:
+        stack = _shared.get(key)
+        if stack is not None:
+            return dataclasses.replace(stack, trial_dir=trial_dir, timings={"shared_stack": 0.0})
+        tag = "env" + hashlib.sha256(key[1].encode()).hexdigest()[:6]
+        stack = _Provisioning(
+            project=project,
+            env=env,
+            name=project_name(project.name, run_id, tag, None),
+            labels=lab.run_labels(run_id, "shared"),
+            trial_dir=trial_dir,
+            timeouts=timeouts,
+            runner=runner,
+            on_phase=on_phase,
+            log_tail_lines=log_tail_lines,
+            shared=True,
+        ).run()
+        _shared[key] = stack
+        return stack
+
+
+def teardown_run(run_id: str) -> float:
+    """Tear down the shared stacks of ``run_id`` (per-trial stacks are torn down trial by trial)."""
+    t0 = time.monotonic()
+    with _shared_guard:
+        keys = [k for k in _shared if k[0] == run_id]
+    errors = []
+    for key in keys:
+        stack = _shared.pop(key)
+        try:
+            stack.compose.down()
+        except ForgeError as e:
+            errors.append(str(e))
+    if errors:
+        raise ForgeError("tearing down the shared stack failed:\n" + "\n".join(errors))
+    return time.monotonic() - t0
+
+
+# -------------------------------------------------------------------------------------------- commands
+
+
+def main_provision(project: str, task: str | None, keep: bool, as_json: bool) -> int:
+    """``forge provision``: one trial stack with its seeds; torn down again unless ``keep``."""
+    from forgelib.spec.loader import load_project_config
+
+    proj = load_project_config(Path(project))
+    chosen = proj.task(task) if task else None
+    timeouts = Timeouts()
+    runner = SubprocessRunner(default_timeout=timeouts.command)
+    run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
+    trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
+    try:
+        trial = provision_trial(
+            proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts, runner=runner
+        )
+    except ProvisionError:
+        print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
+        raise
+    report: dict[str, Any] = {
+        "name": trial.name,
+        "run_id": run_id,
+        "trial_dir": str(trial_dir),
+        "services": published_ports(trial.compose),
+        "timings": {k: round(v, 3) for k, v in trial.timings.items()},
+        "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
+        "kept": keep,
+    }
+    if keep:
+        report["teardown_command"] = f"forge teardown --name {trial.name}"
+    else:
+        report["timings"]["teardown"] = round(teardown_trial(trial), 3)
+    print(json.dumps(report, indent=2) if as_json else render_report(report))
+    return 0
+
+
+def published_ports(compose: ComposeProject) -> dict[str, list[str]]:
+    """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
+    out: dict[str, list[str]] = {}
+    for row in compose.ps():
+        ports = out.setdefault(str(row.get("Service", "?")), [])
+        for p in row.get("Publishers") or []:
+            if p.get("PublishedPort"):
+                host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
+                text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
+                if text not in ports:
+                    ports.append(text)
+    return out
+
+
+def render_report(report: Mapping[str, Any]) -> str:
+    lines = [f"compose project: {report['name']}", "services:"]
+    width = max((len(s) for s in report["services"]), default=0)
+    for svc, ports in sorted(report["services"].items()):
+        lines.append(f"  {svc:<{width}}  {', '.join(ports) or '(no published ports)'}")
+    for svc, path in sorted(report["bare_seeds"].items()):
+        lines.append(f"  {svc:<{width}}  bare seed: {path}")
+    lines.append("timings:")
+    for phase, seconds in report["timings"].items():
+        lines.append(f"  {phase:<24} {seconds:7.2f}s")
+    if report["kept"]:
+        lines.append(f"left up; tear it down with: {report['teardown_command']}")
+    else:
+        lines.append("torn down")
+    return "\n".join(lines)
+
+
+def main_teardown(name: str) -> int:
+    """``forge teardown --name``: remove a stack ``forge provision --keep`` left up."""
+    if not is_valid_name(name):
+        raise ForgeError(f"{name!r} is not a compose project name")
+    runner = SubprocessRunner()
+    mine = {lab.COMPOSE_PROJECT: name, lab.MANAGED: "true"}
+    if lab.is_empty(lab.resources_with_labels(runner, mine)):
+        raise ForgeError(f"no forge stack named {name!r} on this engine (nothing is labelled with it)")
+    t0 = time.monotonic()
+    # An empty working directory: no compose file anywhere near can retarget the call; compose finds the
+    # project's containers, networks and volumes by its own labels.
+    with tempfile.TemporaryDirectory(prefix="forge-teardown-") as empty:
+        ComposeProject(name, (), runner, cwd=Path(empty)).down()
+    left = lab.resources_with_labels(runner, mine)
+    if not lab.is_empty(left):
+        raise ForgeError(f"{name}: still present after down: {json.dumps(left)}")
+    print(f"removed {name} in {time.monotonic() - t0:.2f}s")
+    return 0

@@ -1,0 +1,188 @@
+"""Observing a trial's state for its checks: a file, a SQL result, a redis reply, an HTTP response.
+
+file/sql/redis go through ``docker compose exec`` (the runner seam, with the grading timeout); http goes
+from the host to the service's published port with urllib. An observation that fails (a missing file, a
+SQL error, a refused connection) is a failed check with the reason, not a crashed trial.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from forgelib.errors import CommandTimeout, ForgeError, tail
+from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
+from forgelib.runner import Result
+from forgelib.spec.models import Check, EnvironmentManifest
+
+HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
+
+
+class Stack(Protocol):
+    """What checks and the oracle need from a provisioned trial (``compose.ComposeProject`` has it)."""
+
+    def exec(
+        self,
+        service: str,
+        argv: Sequence[str],
+        *,
+        stdin: Path | None = None,
+        input: str | None = None,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        check: bool = True,
+    ) -> Result: ...
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]: ...
+
+
+class ObservationError(Exception):
+    """The check could not observe the state (its message becomes the check's reason)."""
+
+
+def evaluate(stack: Stack, check: Check, env: EnvironmentManifest, *, timeout: float) -> CheckOutcome:
+    """Observe ``check``'s state and match it; every observation failure becomes a failed outcome."""
+    spec = check.spec
+    try:
+        matcher = _matcher_for(check)
+    except ValueError as e:
+        return _outcome(check, passed=False, observed=None, expected="?", error=str(e))
+    expected = matcher.describe() if matcher else "success"
+    try:
+        if check.type == "http":
+            observed, status_error = _http(stack, spec, timeout=timeout)
+            if status_error is not None:
+                return _outcome(check, passed=False, observed=observed, expected=expected, error=status_error)
+        elif check.type in _EXEC_OBSERVERS:
+            observed = _EXEC_OBSERVERS[check.type](stack, spec, env, timeout)
+        else:
+            raise ObservationError(f"unknown check type {check.type!r}; known: file, sql, redis, http")
+    except ObservationError as e:
+        return _outcome(check, passed=False, observed=None, expected=expected, error=str(e))
+    if matcher is None:
+        return _outcome(check, passed=True, observed=observed, expected=expected)
+    try:
+        ok = matches(matcher, observed)
+    except ValueError as e:  # e.g. an invalid regex
+        return _outcome(check, passed=False, observed=observed, expected=expected, error=str(e))
+    return _outcome(check, passed=ok, observed=observed, expected=expected)
+
+
+def _outcome(
+    check: Check, *, passed: bool, observed: str | None, expected: str, error: str | None = None
+) -> CheckOutcome:
+    return CheckOutcome(check.name, check.type, check.weight, check.gate, passed, observed, expected, error)
+
+
+def _matcher_for(check: Check) -> Matcher | None:
+    if check.type == "http" and isinstance(check.spec.get("json"), Mapping):
+        return matcher_of(check.spec["json"])
+    return matcher_of(check.spec)
+
+
+def _exec(stack: Stack, service: str, argv: Sequence[str], timeout: float) -> str:
+    try:
+        r = stack.exec(service, argv, timeout=timeout, check=False)
+    except CommandTimeout as e:
+        raise ObservationError(
+            f"`{' '.join(argv)}` in service {service!r} timed out after {e.timeout:g}s"
+        ) from None
+    except ForgeError as e:  # a missing program, docker failing to exec
+        raise ObservationError(f"`{' '.join(argv)}` in service {service!r} could not run: {e}") from None
+    if r.rc != 0:
+        detail = tail(r.stderr or r.stdout, 5) or "(no output)"
+        raise ObservationError(f"`{' '.join(argv)}` in service {service!r} exited {r.rc}: {detail}")
+    return r.stdout
+
+
+def _file(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+    return _exec(stack, spec["service"], ["cat", "--", str(spec["path"])], timeout)
+
+
+def _sql(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+    svc = spec["service"]
+    compose_env = service_environment(env.compose, svc)
+    user = str(spec.get("user") or compose_env.get("POSTGRES_USER") or "postgres")
+    db = str(spec.get("database") or compose_env.get("POSTGRES_DB") or user)
+    argv = ["psql", "-At", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db, "-c", str(spec["query"])]
+    return _exec(stack, svc, argv, timeout)
+
+
+def _redis(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+    command = spec["command"]
+    argv = ["redis-cli", "--raw", *([command] if isinstance(command, str) else [str(c) for c in command])]
+    out = _exec(stack, spec["service"], argv, timeout)
+    # redis-cli exits 0 on a server error reply; "ERR ..." as the whole answer is an observation failure.
+    if out.startswith(("ERR ", "WRONGTYPE ", "NOAUTH ")):
+        raise ObservationError(f"redis {' '.join(argv[2:])!s} in service {spec['service']!r}: {out.strip()}")
+    return out
+
+
+_EXEC_OBSERVERS = {"file": _file, "sql": _sql, "redis": _redis}
+
+
+def _http(stack: Stack, spec: Mapping[str, Any], *, timeout: float) -> tuple[str, str | None]:
+    """(observed text, status mismatch) — the text is the JSON field when ``json`` is given, else the body."""
+    try:
+        host, port = stack.port(spec["service"], int(spec["port"]))
+    except ForgeError as e:
+        raise ObservationError(
+            f"no published port {spec['port']} for service {spec['service']!r}: {e}"
+        ) from None
+    path = str(spec.get("path", "/"))
+    url = f"http://{host}:{port}{path if path.startswith('/') else '/' + path}"
+    data = None
+    headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+    if "body" in spec:
+        body = spec["body"]
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        headers.setdefault("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+    method = str(spec.get("method", "GET")).upper()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, text = resp.status, resp.read(HTTP_BODY_LIMIT).decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:  # 4xx/5xx still carry a status and body the check may expect
+        status, text = e.code, e.read(HTTP_BODY_LIMIT).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as e:
+        raise ObservationError(f"{method} {url} failed: {getattr(e, 'reason', e)}") from None
+    want = spec.get("status")
+    status_error = None
+    if want is not None and int(want) != status:
+        status_error = f"{method} {url} returned status {status}, expected {want}"
+    if isinstance(spec.get("json"), Mapping):
+        return _json_field(text, str(spec["json"]["field"]), url), status_error
+    return text, status_error
+
+
+def _json_field(text: str, dotted: str, url: str) -> str:
+    """The field at ``dotted`` (``a.b.0.c``) in the JSON body, rendered for the matcher."""
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        raise ObservationError(f"{url} did not return JSON: {text[:200]!r}") from None
+    for part in dotted.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise ObservationError(f"{url}: the JSON response has no field {dotted!r}")
+    return render(value)
+
+
+def service_environment(compose: Mapping[str, Any], service: str) -> dict[str, str]:
+    """A compose service's ``environment`` (mapping or ``KEY=VALUE`` list form) as a dict."""
+    raw = ((compose.get("services") or {}).get(service) or {}).get("environment") or {}
+    if isinstance(raw, Mapping):
+        return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    out: dict[str, str] = {}
+    for item in raw:
+        k, _, v = str(item).partition("=")
+        out[k] = v
+    return out

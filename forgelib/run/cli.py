@@ -1,0 +1,167 @@
+"""``forge run``: load the run config, let command-line options override it, run, report.
+
+Progress goes to stderr; the final table to stdout, or with ``--json`` the summary as JSON on stdout.
+Exit 0 when every trial passed, 1 when any did not (2 for usage errors, raised as ``UsageError``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from forgelib.custody import reap_dead_owners
+from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
+from forgelib.provision import ProvisionedTrial, capture_logs, provision_trial, teardown_run, teardown_trial
+from forgelib.run.events import summarize
+from forgelib.run.execute import RunPlan, TrialHandle, run_project
+from forgelib.runner import Runner, SubprocessRunner
+from forgelib.signals import LiveStacks, interruptible
+from forgelib.spec.loader import load_project_config, load_run_config
+from forgelib.spec.models import Project, RunConfig, Task, Timeouts
+
+
+def main_run(
+    config: str,
+    repeats: int | None = None,
+    workers: int | None = None,
+    output: str | None = None,
+    resume: str | None = None,
+    as_json: bool = False,
+    junit: str | None = None,
+) -> int:
+    if repeats is not None and repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if resume and repeats is not None:
+        raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
+    cfg = load_run_config(Path(config))
+    project = load_project_config(cfg.project)
+    plan = build_plan(
+        cfg, project, repeats=repeats, workers=workers, output=output, resume=resume, junit=junit
+    )
+    runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
+    stacks = LiveStacks()
+    # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
+    with interruptible(stacks) as stop:
+        backend = DockerBackend(project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines)
+        _, state = run_project(plan, backend, progress, stacks=stacks, stop=stop)
+    summary = summarize(state)
+    if state.unknown_kinds or state.unreadable_lines:
+        skipped = sum(state.unknown_kinds.values()) + state.unreadable_lines
+        progress(f"note: skipped {skipped} event(s) this version cannot read (see summary.json)")
+    if as_json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(summary))
+    return EXIT_OK if summary["all_passed"] else EXIT_USER
+
+
+def build_plan(
+    cfg: RunConfig,
+    project: Project,
+    *,
+    repeats: int | None = None,
+    workers: int | None = None,
+    output: str | None = None,
+    resume: str | None = None,
+    junit: str | None = None,
+) -> RunPlan:
+    """The run config with the command line's options on top."""
+    tasks: tuple[Task, ...] = (
+        tuple(project.task(n) for n in cfg.tasks) if cfg.tasks else project.tasks
+    )  # project.task() names the known tasks when one is misspelt
+    if not tasks and not resume:
+        raise UsageError(f"{project.path}: the project has no tasks to run")
+    out = Path(output).resolve() if output else (cfg.output or project.root / "runs")
+    return RunPlan(
+        tasks=project.tasks if resume else tasks,
+        repeats=repeats or cfg.repeats,
+        output=out,
+        workers=workers or cfg.workers,
+        resume=resume,
+        timeouts=cfg.timeouts,
+        capture_logs_on_success=cfg.capture_logs_on_success,
+        log_tail_lines=cfg.log_tail_lines,
+        project=str(project.root),
+        config=str(cfg.path),
+        junit=Path(junit).resolve() if junit else None,
+    )
+
+
+def progress(line: str) -> None:
+    print(f"forge: {line}", file=sys.stderr, flush=True)
+
+
+def render_table(summary: Mapping[str, Any]) -> str:
+    rows = [("TASK", "IDX", "STATUS", "SCORE", "TERMINATION", "REASON")]
+    for t in summary["trials"]:
+        score = "-" if t["score"] is None else f"{t['score']:.2f}"
+        reason = (t["reasons"] or [""])[0]
+        reason = reason if len(reason) <= 80 else reason[:77] + "..."
+        rows.append((t["task"], str(t["index"]), t["status"], score, t["termination_reason"] or "-", reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+    tot = summary["totals"]
+    errors = ", ".join(f"{k}: {v}" for k, v in tot["errors_by_stage"].items()) or "none"
+    lines.append(
+        f"run {summary['run_id']}: {tot['passed']}/{tot['trials']} passed, {tot['failed']} failed "
+        f"({tot['failed_attempts']} failed attempts; errors by stage: {errors})"
+        + (f", {tot['not_finished']} not finished" if tot["not_finished"] else "")
+    )
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@dataclass(frozen=True)
+class DockerBackend:
+    """The orchestrator's ``Backend`` on forgelib.provision (real compose stacks)."""
+
+    project: Project
+    timeouts: Timeouts
+    runner: Runner
+    log_tail_lines: int = 200
+
+    def provision(
+        self,
+        task: Task,
+        *,
+        run_id: str,
+        trial_index: int,
+        trial_dir: Path,
+        on_phase: Callable[[str, float], None] | None = None,
+    ) -> TrialHandle:
+        return provision_trial(
+            self.project,
+            task,
+            run_id=run_id,
+            trial_index=trial_index,
+            trial_dir=trial_dir,
+            timeouts=self.timeouts,
+            runner=self.runner,
+            on_phase=on_phase,
+            log_tail_lines=self.log_tail_lines,
+        )
+
+    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
+        capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
+
+    def teardown(self, trial: TrialHandle) -> float:
+        return teardown_trial(cast(ProvisionedTrial, trial))
+
+    def discard_leftovers(self, run_id: str) -> None:
+        report = reap_dead_owners(self.runner, run_id)
+        if report.failed:
+            raise ForgeError(
+                f"cannot resume {run_id}: leftovers of the killed session remain:\n{report.table()}"
+            )
+
+    def finish_run(self, run_id: str) -> None:
+        teardown_run(run_id)
+
+
+__all__ = ["DockerBackend", "build_plan", "main_run", "render_table"]

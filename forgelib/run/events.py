@@ -1,0 +1,257 @@
+"""``events.jsonl``: the append-only record of a run, and the one fold over it.
+
+Every trial state change is one JSON line, flushed and fsync'd before the writer moves on, so a run killed
+with SIGKILL loses at most the line being written. ``fold`` turns the lines into ``RunState``; the summary,
+the CLI report and ``--resume`` all read that one value. A last line cut mid-write and event kinds from a
+newer writer are skipped (counted), never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from forgelib.run.lifecycle import Phase, Termination, is_failed_attempt, is_finished, status_of
+
+SCHEMA_VERSION = 1
+EVENTS_FILE = "events.jsonl"
+
+RUN_STARTED = "run_started"  # run_id, project, config, plan: [{task, index}], settings
+RUN_RESUMED = "run_resumed"  # pending: [{task, index}]
+TRIAL_STATE = "trial_state"  # task, index, phase, seconds (time spent in the phase just left)
+TRIAL_FINISHED = "trial_finished"  # task, index, termination_reason, retryable, binary_pass, score, ...
+RUN_INTERRUPTED = "run_interrupted"
+RUN_FINISHED = "run_finished"
+
+TrialKey = tuple[str, int]  # (task name, trial index)
+
+
+class EventLog:
+    """Appends events to ``path``; thread-safe (workers share one log)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a+b")  # noqa: SIM115 - closed by close()/__exit__
+        # A previous writer killed mid-line left a fragment without a newline: end it, so our first
+        # event starts on its own line (the fold skips the fragment).
+        self._f.seek(0, os.SEEK_END)
+        if self._f.tell() > 0:
+            self._f.seek(-1, os.SEEK_END)
+            if self._f.read(1) != b"\n":
+                self._f.write(b"\n")
+                self._sync()
+
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"v": SCHEMA_VERSION, "kind": kind, "ts": round(time.time(), 3), **fields}
+        line = (json.dumps(event, sort_keys=False, default=str) + "\n").encode()
+        with self._lock:
+            self._f.write(line)
+            self._sync()
+        return event
+
+    def _sync(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The events in ``path``; a line that is not a JSON object (a write cut short) is skipped."""
+    with open(path, "rb") as f:
+        for raw in f:
+            yield from parse_line(raw)
+
+
+def parse_line(raw: bytes | str) -> list[dict[str, Any]]:
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return [{"kind": "_unreadable"}]
+    return [obj] if isinstance(obj, dict) else [{"kind": "_unreadable"}]
+
+
+@dataclass
+class TrialRecord:
+    task: str
+    index: int
+    phase: str = Phase.PENDING.value
+    termination: Termination | None = None
+    retryable: bool | None = None
+    binary_pass: bool | None = None
+    score: float | None = None
+    error_stage: str | None = None
+    reasons: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    attempts: int = 0  # how many times it was started (a resumed trial: 2)
+
+    @property
+    def finished(self) -> bool:
+        return is_finished(self.termination)
+
+    @property
+    def status(self) -> str:
+        return status_of(self.termination, self.binary_pass)
+
+    @property
+    def failed_attempt(self) -> bool:
+        return is_failed_attempt(self.termination)
+
+
+@dataclass
+class RunState:
+    run_id: str | None = None
+    started: Mapping[str, Any] = field(default_factory=dict)  # the run_started event
+    plan: list[TrialKey] = field(default_factory=list)
+    trials: dict[TrialKey, TrialRecord] = field(default_factory=dict)
+    interrupted: bool = False  # the last session ended with Ctrl-C (cleared by a resume)
+    completed: bool = False  # a session reached run_finished with nothing left pending
+    resumes: int = 0
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
+    unreadable_lines: int = 0
+
+    def pending(self) -> list[TrialKey]:
+        """Trials in plan order that did not finish: never started, cut off by a kill, interrupted."""
+        return [k for k in self.plan if not self.trials[k].finished]
+
+    def records(self) -> list[TrialRecord]:
+        return [self.trials[k] for k in self.plan]
+
+
+def fold(events: Iterable[Mapping[str, Any]]) -> RunState:
+    s = RunState()
+    for e in events:
+        _apply(s, e)
+    return s
+
+
+def _key(e: Mapping[str, Any]) -> TrialKey:
+    return (str(e["task"]), int(e["index"]))
+
+
+def _trial(s: RunState, e: Mapping[str, Any]) -> TrialRecord:
+    k = _key(e)
+    if k not in s.trials:  # an event for a trial outside the plan: track it rather than crash
+        s.plan.append(k)
+        s.trials[k] = TrialRecord(*k)
+    return s.trials[k]
+
+
+def _apply(s: RunState, e: Mapping[str, Any]) -> None:
+    kind = e.get("kind")
+    try:
+        if kind == RUN_STARTED:
+            s.run_id = str(e["run_id"])
+            s.started = dict(e)
+            s.plan = [_key(t) for t in e.get("plan", [])]
+            s.trials = {k: TrialRecord(*k) for k in s.plan}
+        elif kind == RUN_RESUMED:
+            s.resumes += 1
+            s.interrupted = False
+            s.completed = False
+        elif kind == TRIAL_STATE:
+            t = _trial(s, e)
+            if e["phase"] == Phase.PROVISIONING:
+                t.attempts += 1
+                t.termination, t.binary_pass, t.score, t.reasons = None, None, None, ()
+            t.phase = str(e["phase"])
+        elif kind == TRIAL_FINISHED:
+            t = _trial(s, e)
+            t.phase = Phase.DONE.value
+            t.termination = Termination(e["termination_reason"])
+            t.retryable = bool(e.get("retryable"))
+            t.binary_pass = e.get("binary_pass")
+            t.score = e.get("score")
+            t.error_stage = e.get("error_stage")
+            t.reasons = tuple(e.get("reasons") or ())
+            t.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+        elif kind == RUN_INTERRUPTED:
+            s.interrupted = True
+        elif kind == RUN_FINISHED:
+            s.completed = not s.pending()
+        elif kind == "_unreadable":
+            s.unreadable_lines += 1
+        else:
+            s.unknown_kinds[str(kind)] = s.unknown_kinds.get(str(kind), 0) + 1
+    except (KeyError, TypeError, ValueError):
+        # A known kind with fields we cannot read (a newer writer changed it): skip, like an unknown kind.
+        s.unknown_kinds[f"{kind} (malformed)"] = s.unknown_kinds.get(f"{kind} (malformed)", 0) + 1
+
+
+def summarize(s: RunState) -> dict[str, Any]:
+    """summary.json: totals and per-phase timing statistics, from the fold alone."""
+    recs = s.records()
+    errors: dict[str, int] = {}
+    for r in recs:
+        if r.failed_attempt:
+            stage = r.error_stage or "unknown"
+            errors[stage] = errors.get(stage, 0) + 1
+    phases: dict[str, list[float]] = {}
+    for r in recs:
+        for name, secs in r.timings.items():
+            phases.setdefault(name, []).append(secs)
+    return {
+        "run_id": s.run_id,
+        "project": s.started.get("project"),
+        "config": s.started.get("config"),
+        "totals": {
+            "trials": len(recs),
+            "passed": sum(r.status == "passed" for r in recs),
+            "failed": sum(r.finished and r.status != "passed" for r in recs),
+            "failed_attempts": sum(r.failed_attempt for r in recs),
+            "not_finished": sum(not r.finished for r in recs),
+            "errors_by_stage": dict(sorted(errors.items())),
+        },
+        "all_passed": bool(recs) and all(r.status == "passed" for r in recs),
+        "interrupted": s.interrupted,
+        "resumes": s.resumes,
+        "timings": {name: timing_stats(v) for name, v in sorted(phases.items())},
+        "trials": [
+            {
+                "task": r.task,
+                "index": r.index,
+                "status": r.status,
+                "termination_reason": r.termination.value if r.termination else None,
+                "retryable": r.retryable,
+                "binary_pass": r.binary_pass,
+                "score": r.score,
+                "attempts": r.attempts,
+                "reasons": list(r.reasons),
+            }
+            for r in recs
+        ],
+        "skipped_events": {"unknown_kinds": dict(s.unknown_kinds), "unreadable_lines": s.unreadable_lines},
+    }
+
+
+def timing_stats(values: list[float]) -> dict[str, float | int]:
+    v = sorted(values)
+    n = len(v)
+    mid = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return {
+        "count": n,
+        "total": round(sum(v), 3),
+        "mean": round(sum(v) / n, 3),
+        "median": round(mid, 3),
+        "min": round(v[0], 3),
+        "max": round(v[-1], 3),
+    }

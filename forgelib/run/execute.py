@@ -1,0 +1,453 @@
+"""The orchestrator: trials on a thread pool, each walked through ``lifecycle`` one phase at a time.
+
+Each trial is fully isolated (its own compose project, its own directory); the only shared things are the
+event log (thread-safe) and the progress stream. The Docker work sits behind ``Backend`` so the whole
+orchestrator runs in unit tests with a fake. On Ctrl-C: stop launching, tear down every live stack, let
+the in-flight workers wind down, record ``run_interrupted``, re-raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.run import events as ev
+from forgelib.run.checks import Stack, evaluate
+from forgelib.run.grading import Grade, failed_grade, grade
+from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
+from forgelib.run.oracle import effective_timeout, run_oracle
+from forgelib.run.results import TrialResult, trial_dir, write_junit, write_summary, write_trial
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.models import Task, Timeouts
+
+log = logging.getLogger("forgelib.run")
+
+Progressor = Callable[[str], None]
+
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable (UTC timestamp first) and unique (6 random hex): ``20260129T112351Z-4f0c2a``."""
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+class TrialHandle(Protocol):
+    """A provisioned trial (``provision.ProvisionedTrial`` satisfies it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def compose(self) -> Stack: ...
+    @property
+    def timings(self) -> Mapping[str, float]: ...
+
+
+class Backend(Protocol):
+    """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
+
+    def provision(
+        self,
+        task: Task,
+        *,
+        run_id: str,
+        trial_index: int,
+        trial_dir: Path,
+        on_phase: Callable[[str, float], None] | None = None,
+    ) -> TrialHandle:
+        """A provisioned stack; raises ProvisionError only after capturing logs and tearing down."""
+        ...
+
+    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None: ...
+    def teardown(self, trial: TrialHandle) -> float: ...
+    def discard_leftovers(self, run_id: str) -> None:
+        """Remove stacks of ``run_id`` whose owner died (a killed run being resumed)."""
+        ...
+
+    def finish_run(self, run_id: str) -> None:
+        """Release what the run shared between trials (a shared stack); called once, however it ended."""
+        ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    run_id: str
+    run_dir: Path
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    capture_logs_on_success: bool = False
+    log_tail_lines: int = 200
+    workers: int = 1
+
+
+@dataclass
+class _Trial:
+    """The mutable facts one worker gathers about its trial while the lifecycle walks it."""
+
+    task: Task
+    index: int
+    dir: Path
+    started: float = field(default_factory=time.time)
+    timings: dict[str, float] = field(default_factory=dict)
+    handle: TrialHandle | None = None
+    grade: Grade | None = None
+    provision_stage: str | None = None
+    error: str | None = None
+    oracle: dict[str, Any] | None = None
+    teardown_error: str | None = None
+    log_capture_error: str | None = None
+
+
+class Executor:
+    def __init__(
+        self,
+        backend: Backend,
+        events: ev.EventLog,
+        settings: Settings,
+        progress: Progressor,
+        *,
+        stacks: LiveStacks | None = None,
+        stop: StopState | None = None,
+    ) -> None:
+        self.backend = backend
+        self.events = events
+        self.s = settings
+        self._progress = progress
+        # From signals.interruptible (the CLI): SIGTERM acts like Ctrl-C, a second signal hurries the
+        # teardown, and live stacks are registered there too so nothing escapes the main thread's sweep.
+        self._stacks = stacks
+        self._signal_stop = stop
+        self._print_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._live_lock = threading.Lock()
+        self._live: dict[ev.TrialKey, TrialHandle] = {}  # provisioned, not yet torn down
+
+    # -------------------------------------------------------------------------------------- the pool
+
+    def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]:
+        """Run ``trials`` (task, index) on ``workers`` threads; results in completion order."""
+        results: list[TrialResult] = []
+        pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
+        futures: list[Future[TrialResult]] = []
+        try:
+            futures = [pool.submit(self.run_trial, task, idx) for task, idx in trials]
+            pending: set[Future[TrialResult]] = set(futures)
+            while pending:
+                # Wake up regularly: a SIGINT delivered to a worker thread only runs its Python handler
+                # (KeyboardInterrupt) when the main thread next executes bytecode.
+                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                results.extend(f.result() for f in done)
+        except KeyboardInterrupt:
+            self._interrupt(pool, futures)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return results
+
+    def _interrupt(self, pool: ThreadPoolExecutor, futures: Sequence[Future[TrialResult]]) -> None:
+        self._stop.set()
+        for f in futures:
+            f.cancel()  # trials not started yet stay pending for --resume
+        self.say("interrupted: tearing down live trials (Ctrl-C again to abandon them)")
+        self.events.append(ev.RUN_INTERRUPTED)
+        # Tearing the stacks down now also ends whatever the workers are exec'ing in them.
+        with self._live_lock:
+            live = list(self._live.items())
+        for key, handle in live:
+            self._teardown_once(key, handle)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    def stopping(self) -> bool:
+        return self._stop.is_set() or (self._signal_stop is not None and self._signal_stop.requested)
+
+    def say(self, line: str) -> None:
+        with self._print_lock:
+            self._progress(line)
+
+    # -------------------------------------------------------------------------------------- a trial
+
+    def run_trial(self, task: Task, index: int) -> TrialResult:
+        t = _Trial(task, index, trial_dir(self.s.run_dir, task.name, index))
+        if t.dir.exists():  # a previous attempt (killed or interrupted) left partial files
+            shutil.rmtree(t.dir)
+        t.dir.mkdir(parents=True)
+        flow = Flow(task.oracle is not None, self.s.capture_logs_on_success)
+        p = start()
+        entered = time.monotonic()
+        while p.phase is not Phase.DONE:
+            if self.stopping() and p.phase is not Phase.TEARDOWN:
+                outcome, passed = Outcome.INTERRUPTED, None
+            else:
+                outcome, passed = self._step(p, t)
+                if outcome is not Outcome.OK and self.stopping():
+                    # The phase failed because the stop refused its commands or removed its stack.
+                    outcome = Outcome.INTERRUPTED
+            nxt = advance(flow, p, outcome, passed=passed)
+            now = time.monotonic()
+            if nxt.phase is not Phase.DONE:
+                self.events.append(
+                    ev.TRIAL_STATE, task=task.name, index=index, phase=nxt.phase.value,
+                    seconds=round(now - entered, 3),
+                )  # fmt: skip
+                self.say(f"{task.name}[{index}] {nxt.phase.value:<13} {time.time() - t.started:7.1f}s")
+            p, entered = nxt, now
+        return self._finish(t, p)
+
+    def _step(self, p: Progress, t: _Trial) -> tuple[Outcome, bool | None]:
+        """Run the current phase; every exception becomes an outcome (a trial never kills the run)."""
+        try:
+            return self._PHASES[p.phase](self, t)
+        except Exception as e:  # a bug (ours or a backend's): record it on this trial, go on with the rest
+            log.exception("trial %s[%d] crashed in %s", t.task.name, t.index, p.phase)
+            t.error = t.error or f"internal error in {p.phase.value}: {type(e).__name__}: {e}"
+            return Outcome.CRASHED, None
+
+    def _pending(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        return Outcome.OK, None
+
+    def _provision(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        t0 = time.monotonic()
+        try:
+            handle = self.backend.provision(
+                t.task,
+                run_id=self.s.run_id,
+                trial_index=t.index,
+                trial_dir=t.dir,
+                on_phase=lambda phase, secs: self.say(
+                    f"{t.task.name}[{t.index}] {'provisioning':<13} {time.time() - t.started:7.1f}s "
+                    f"({phase}: {secs:.1f}s)"
+                ),
+            )
+        except ProvisionError as e:
+            return self._provision_failed(t, e.stage, e.reason, t0)
+        except ForgeError as e:  # e.g. docker missing: provisioning could not even start
+            return self._provision_failed(t, "provision", str(e), t0)
+        t.handle = handle
+        key = (t.task.name, t.index)
+        with self._live_lock:
+            self._live[key] = handle
+        if self._stacks is not None:
+            # A stop that came first refuses the registration: the lifecycle sends it straight to teardown.
+            with contextlib.suppress(Interrupted):
+                self._stacks.add(handle.name, lambda graceful: self._teardown_once(key, handle))
+        t.timings.update({k: float(v) for k, v in handle.timings.items()})
+        t.timings["provision"] = time.monotonic() - t0
+        return Outcome.OK, None
+
+    def _provision_failed(self, t: _Trial, stage: str, reason: str, t0: float) -> tuple[Outcome, bool | None]:
+        t.timings["provision"] = time.monotonic() - t0
+        t.provision_stage = stage
+        t.error = reason
+        t.grade = failed_grade([f"Provisioning failed at {stage}: {reason}"], _threshold(t.task))
+        return Outcome.FAILED, None
+
+    def _oracle(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        assert t.task.oracle is not None and t.handle is not None
+        oracle = t.task.oracle
+        timeout = effective_timeout(oracle, self.s.timeouts.oracle)
+        r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir)
+        t.timings["oracle"] = r.seconds
+        t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
+        if r.ok:
+            return Outcome.OK, None
+        t.error = r.error
+        t.grade = failed_grade([r.reason()], _threshold(t.task))
+        return (Outcome.TIMED_OUT if r.timed_out else Outcome.FAILED), None
+
+    def _grading(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        assert t.handle is not None
+        t0 = time.monotonic()
+        deadline = t0 + self.s.timeouts.grading  # one budget for all checks of the trial
+        outcomes = []
+        checks = t.task.grading.checks if t.task.grading else ()
+        for check in checks:
+            budget = max(1.0, deadline - time.monotonic())
+            outcomes.append(evaluate(t.handle.compose, check, t.task.environment, timeout=budget))
+        t.grade = grade(outcomes, _threshold(t.task))
+        t.timings["grading"] = time.monotonic() - t0
+        return Outcome.OK, t.grade.binary_pass
+
+    def _capture_logs(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        if t.handle is None:
+            return Outcome.OK, None
+        t0 = time.monotonic()
+        try:
+            self.backend.capture_logs(t.handle, t.dir / "services", self.s.log_tail_lines)
+        except ForgeError as e:  # lost diagnostics, not a lost trial
+            t.log_capture_error = str(e)
+        t.timings["capture_logs"] = time.monotonic() - t0
+        return Outcome.OK, None
+
+    def _teardown(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        if t.handle is not None:
+            t0 = time.monotonic()
+            t.teardown_error = self._teardown_once((t.task.name, t.index), t.handle)
+            t.timings["teardown"] = time.monotonic() - t0
+        return Outcome.OK, None
+
+    _PHASES: Mapping[Phase, Callable[[Executor, _Trial], tuple[Outcome, bool | None]]] = {
+        Phase.PENDING: _pending,
+        Phase.PROVISIONING: _provision,
+        Phase.ORACLE: _oracle,
+        Phase.GRADING: _grading,
+        Phase.CAPTURE_LOGS: _capture_logs,
+        Phase.TEARDOWN: _teardown,
+    }
+
+    def _teardown_once(self, key: ev.TrialKey, handle: TrialHandle) -> str | None:
+        """Tear ``handle`` down unless someone (the Ctrl-C path or the worker) already did."""
+        with self._live_lock:
+            if self._live.pop(key, None) is None:
+                return None
+        try:
+            self.backend.teardown(handle)
+        except ForgeError as e:
+            log.warning("teardown of %s failed: %s", handle.name, e)
+            return str(e)
+        finally:
+            if self._stacks is not None:
+                self._stacks.discard(handle.name)
+        return None
+
+    def _finish(self, t: _Trial, p: Progress) -> TrialResult:
+        term = p.termination or Termination.INTERNAL_ERROR
+        if term is Termination.INTERRUPTED:
+            # Whatever a phase reported while its stack was being torn down is noise: the cause is Ctrl-C.
+            t.error = "interrupted before the trial finished"
+            t.grade = None
+        g = t.grade
+        if g is None or (term is not Termination.COMPLETED and g.binary_pass):
+            g = failed_grade([t.error or term.value], _threshold(t.task))
+        r = TrialResult(
+            run_id=self.s.run_id,
+            task=t.task.name,
+            index=t.index,
+            termination=term,
+            grade=g,
+            started_at=t.started,
+            finished_at=time.time(),
+            timings={k: round(v, 3) for k, v in t.timings.items()},
+            compose_project=t.handle.name if t.handle is not None else None,
+            provision_stage=t.provision_stage,
+            error=t.error,
+            oracle=t.oracle,
+            teardown_error=t.teardown_error,
+            log_capture_error=t.log_capture_error,
+        )
+        write_trial(self.s.run_dir, r)
+        self.events.append(ev.TRIAL_FINISHED, **r.event_fields())
+        extra = f" score={g.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
+        self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
+        return r
+
+
+def _threshold(task: Task) -> float:
+    return task.grading.threshold if task.grading else 1.0
+
+
+# ------------------------------------------------------------------------------------------ a whole run
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What to run: a new run (``resume=None``) or the unfinished trials of ``resume``."""
+
+    tasks: Sequence[Task]  # the tasks a new run covers (in order); for a resume, where names are looked up
+    repeats: int
+    output: Path
+    workers: int = 1
+    resume: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    capture_logs_on_success: bool = False
+    log_tail_lines: int = 200
+    project: str = ""  # recorded in run_started (where it came from), informational
+    config: str = ""
+    junit: Path | None = None
+
+
+def run_project(
+    plan: RunPlan,
+    backend: Backend,
+    progress: Progressor,
+    *,
+    stacks: LiveStacks | None = None,
+    stop: StopState | None = None,
+) -> tuple[Path, ev.RunState]:
+    """Start (or resume) a run, execute what it needs, write summary.json (and JUnit), and return the
+    run's directory and final folded state.
+
+    Ctrl-C propagates after the live stacks are torn down and the interruption is on record.
+    """
+    by_name = {t.name: t for t in plan.tasks}
+    if plan.resume is None:
+        run_id = new_run_id()
+        run_dir = plan.output / run_id
+        todo = [(t, i) for t in plan.tasks for i in range(plan.repeats)]
+        log = ev.EventLog(run_dir / ev.EVENTS_FILE)
+        log.append(
+            ev.RUN_STARTED,
+            run_id=run_id,
+            project=plan.project,
+            config=plan.config,
+            plan=[{"task": t.name, "index": i} for t, i in todo],
+            settings={"repeats": plan.repeats, "workers": plan.workers},
+        )
+    else:
+        run_id = plan.resume
+        run_dir = plan.output / run_id
+        state = load_state(run_dir)
+        missing = sorted({k[0] for k in state.pending()} - by_name.keys())
+        if missing:
+            raise ForgeError(
+                f"cannot resume {run_id}: task(s) {', '.join(missing)} are no longer in the project"
+            )
+        todo = [(by_name[name], i) for name, i in state.pending()]
+        log = ev.EventLog(run_dir / ev.EVENTS_FILE)
+        log.append(ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo])
+        if todo:
+            # A killed session may have left stacks behind; their owner is dead, so this is safe.
+            backend.discard_leftovers(run_id)
+        progress(f"resuming {run_id}: {len(todo)} of {len(state.plan)} trial(s) left to run")
+    settings = Settings(
+        run_id=run_id,
+        run_dir=run_dir,
+        timeouts=plan.timeouts,
+        capture_logs_on_success=plan.capture_logs_on_success,
+        log_tail_lines=plan.log_tail_lines,
+        workers=plan.workers,
+    )
+    try:
+        with log:
+            progress(f"run {run_id}: {len(todo)} trial(s), {plan.workers} worker(s) -> {run_dir}")
+            Executor(backend, log, settings, progress, stacks=stacks, stop=stop).run(todo)
+            log.append(ev.RUN_FINISHED)
+    finally:
+        try:
+            backend.finish_run(run_id)
+        except ForgeError as e:  # reported, never masking how the run itself ended
+            progress(f"warning: releasing the run's shared resources failed: {e}")
+        # Interrupted or not, summary.json (and the JUnit file) describe what the log says so far.
+        state = load_state(run_dir)
+        write_summary(run_dir, ev.summarize(state))
+        if plan.junit is not None:
+            write_junit(plan.junit, state)
+    return run_dir, state
+
+
+def load_state(run_dir: Path) -> ev.RunState:
+    path = run_dir / ev.EVENTS_FILE
+    if not path.is_file():
+        raise ForgeError(f"no run at {run_dir} ({ev.EVENTS_FILE} is missing)")
+    state = ev.fold(ev.read_events(path))
+    if state.run_id is None:
+        raise ForgeError(f"{path} does not start with a run_started event; it is not a forge run log")
+    return state

@@ -1,0 +1,135 @@
+"""Grading arithmetic: matchers, weighted score, threshold -> ``binary_pass``, gates. Pure, no I/O.
+
+score = sum(weights of passed checks) / sum(all weights); ``components`` holds each check's share of it
+(so the components sum to the score). A failed gate fails the trial whatever the score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
+_EPS = 1e-9  # 0.1 + 0.2 weights must still reach a 0.3 threshold
+
+
+@dataclass(frozen=True)
+class Matcher:
+    kind: str  # one of MATCHERS
+    expected: str
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.expected!r}"
+
+
+def render(value: Any) -> str:
+    """A value as the text a matcher compares: strings as-is, everything else as JSON (true, 3, null)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def matcher_of(spec: Mapping[str, Any]) -> Matcher | None:
+    """The one matcher key in a check's spec, if any (an http check may only assert its status)."""
+    found = [k for k in MATCHERS if k in spec]
+    if len(found) > 1:
+        raise ValueError(f"a check takes one matcher, got {', '.join(found)}")
+    if not found:
+        return None
+    return Matcher(found[0], render(spec[found[0]]))
+
+
+def matches(m: Matcher, observed: str) -> bool:
+    """Does ``observed`` satisfy ``m``? Trailing newlines are ignored (``cat`` and ``psql`` print them)."""
+    got = observed.rstrip("\r\n")
+    want = m.expected.rstrip("\r\n")
+    if m.kind == "equals":
+        return got == want
+    if m.kind == "contains":
+        return want in got
+    if m.kind == "icontains":
+        return want.casefold() in got.casefold()
+    if m.kind == "not_contains":
+        return want not in got
+    if m.kind == "regex":
+        try:
+            return re.search(m.expected, observed, re.MULTILINE) is not None
+        except re.error as e:  # a spec problem, reported on the check rather than crashing the trial
+            raise ValueError(f"invalid regex {m.expected!r}: {e}") from None
+    raise ValueError(f"unknown matcher {m.kind!r}; known: {', '.join(MATCHERS)}")
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    type: str
+    weight: float
+    gate: bool
+    passed: bool
+    observed: str | None  # what the check saw (None when it could not observe)
+    expected: str  # human description, e.g. "equals 'baseline'"
+    error: str | None = None  # why it could not observe, or why it failed beyond the matcher
+
+    def reason(self) -> str:
+        kind = "gate" if self.gate else "check"
+        if self.error is not None:
+            return f"{kind} {self.name!r} failed: {self.error}"
+        return f"{kind} {self.name!r} failed: expected {self.expected}, observed {_short(self.observed)}"
+
+
+@dataclass(frozen=True)
+class Grade:
+    binary_pass: bool
+    score: float
+    threshold: float
+    components: Mapping[str, float] = field(default_factory=dict)
+    checks: tuple[CheckOutcome, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
+    if not outcomes:
+        # A trial with nothing to check proves nothing: red, with the reason, rather than a vacuous pass.
+        return failed_grade(["the task has no state checks to grade"], threshold)
+    total = sum(o.weight for o in outcomes)
+    if total <= 0:
+        return failed_grade(["the state checks' weights sum to 0"], threshold, outcomes)
+    components = {o.name: (o.weight / total if o.passed else 0.0) for o in outcomes}
+    score = sum(components.values())
+    reasons = [o.reason() for o in outcomes if not o.passed]
+    gates_ok = all(o.passed for o in outcomes if o.gate)
+    above = score + _EPS >= threshold
+    if not above:
+        reasons.append(f"score {score:.3f} is below the threshold {threshold:g}")
+    return Grade(
+        binary_pass=above and gates_ok,
+        score=round(score, 6),
+        threshold=threshold,
+        components={k: round(v, 6) for k, v in components.items()},
+        checks=tuple(outcomes),
+        reasons=tuple(reasons),
+    )
+
+
+def failed_grade(
+    reasons: Sequence[str], threshold: float = 1.0, outcomes: Sequence[CheckOutcome] = ()
+) -> Grade:
+    """The grade of a trial that could not be graded (provisioning or oracle failed): red, score 0."""
+    return Grade(
+        binary_pass=False,
+        score=0.0,
+        threshold=threshold,
+        components={o.name: 0.0 for o in outcomes},
+        checks=tuple(outcomes),
+        reasons=tuple(reasons),
+    )
+
+
+def _short(value: str | None, limit: int = 200) -> str:
+    if value is None:
+        return "nothing"
+    v = value.rstrip("\r\n")
+    return repr(v if len(v) <= limit else v[:limit] + "...")

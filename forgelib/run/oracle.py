@@ -1,0 +1,69 @@
+"""Running a task's oracle (the reference solution standing in for an agent) in its service.
+
+``command`` is exec'd as argv; ``script`` is a host file streamed on stdin to ``interpreter`` (never read
+into memory, never quoted into a shell string). The timeout is the task's, capped by the run config's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from forgelib.errors import CommandTimeout, ForgeError, tail
+from forgelib.run.checks import Stack
+from forgelib.spec.models import Oracle
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    ok: bool
+    timed_out: bool
+    rc: int | None
+    seconds: float
+    stdout: str
+    stderr: str
+    error: str | None = None  # the one-line reason when not ok
+
+    def reason(self) -> str:
+        return f"Oracle failed: {self.error}"
+
+
+def effective_timeout(oracle: Oracle, cap: float) -> float:
+    return min(oracle.timeout, cap)
+
+
+def run_oracle(stack: Stack, oracle: Oracle, *, timeout: float, out_dir: Path | None = None) -> OracleResult:
+    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given."""
+    argv = list(oracle.command) if oracle.command is not None else list(oracle.interpreter)
+    stdin = oracle.script if oracle.command is None else None
+    shown = " ".join(argv) + (f" < {stdin}" if stdin else "")
+    try:
+        r = stack.exec(
+            oracle.service,
+            argv,
+            stdin=stdin,
+            timeout=timeout,
+            env=dict(oracle.env) or None,
+            workdir=oracle.workdir,
+            check=False,
+        )
+    except CommandTimeout as e:
+        res = OracleResult(
+            False, True, None, timeout, e.stdout_tail, e.stderr_tail,
+            f"`{shown}` in service {oracle.service!r} timed out after {timeout:g}s",
+        )  # fmt: skip
+    except ForgeError as e:  # docker could not exec (service gone, program missing)
+        res = OracleResult(
+            False, False, None, 0.0, "", str(e), f"`{shown}` in service {oracle.service!r} could not run: {e}"
+        )
+    else:
+        err = None
+        if r.rc != 0:
+            detail = tail(r.stderr or r.stdout, 5) or "(no output)"
+            err = f"`{shown}` in service {oracle.service!r} exited {r.rc}: {detail}"
+        res = OracleResult(r.rc == 0, False, r.rc, r.seconds, r.stdout, r.stderr, err)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "oracle.stdout").write_text(res.stdout)
+        (out_dir / "oracle.stderr").write_text(res.stderr)
+    return res

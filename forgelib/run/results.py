@@ -1,0 +1,193 @@
+"""Result files: per trial ``trial.yaml``, ``grade.yaml``, ``metrics.yaml``; per run ``summary.json`` and
+JUnit XML. Each file is written to a temporary name and renamed, so a killed run never leaves half a file.
+
+    <output>/<run_id>/events.jsonl
+    <output>/<run_id>/summary.json
+    <output>/<run_id>/trials/<task>/<idx>/{trial,grade,metrics}.yaml, services/<svc>.log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forgelib.run.events import RunState, TrialRecord
+from forgelib.run.grading import Grade
+from forgelib.run.lifecycle import Termination, error_stage, is_retryable, status_of
+
+
+@dataclass
+class TrialResult:
+    """Everything the orchestrator learned about one trial; the files and the trial_finished event."""
+
+    run_id: str
+    task: str
+    index: int
+    termination: Termination
+    grade: Grade
+    started_at: float
+    finished_at: float
+    timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    compose_project: str | None = None
+    provision_stage: str | None = None  # ProvisionError.stage
+    error: str | None = None  # the one-line reason the attempt broke
+    oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
+    teardown_error: str | None = None
+    log_capture_error: str | None = None
+
+    @property
+    def status(self) -> str:
+        return status_of(self.termination, self.grade.binary_pass)
+
+    @property
+    def retryable(self) -> bool:
+        return is_retryable(self.termination)
+
+    @property
+    def error_stage(self) -> str | None:
+        return error_stage(self.termination, self.provision_stage)
+
+    @property
+    def wall_seconds(self) -> float:
+        return round(self.finished_at - self.started_at, 3)
+
+    def event_fields(self) -> dict[str, Any]:
+        """The ``trial_finished`` event's fields (what the fold needs, no more)."""
+        return {
+            "task": self.task,
+            "index": self.index,
+            "status": self.status,
+            "termination_reason": self.termination.value,
+            "retryable": self.retryable,
+            "binary_pass": self.grade.binary_pass,
+            "score": self.grade.score,
+            "error_stage": self.error_stage,
+            "reasons": list(self.grade.reasons),
+            "timings": {**self.timings, "total": self.wall_seconds},
+        }
+
+
+def trial_dir(run_dir: Path, task: str, index: int) -> Path:
+    return run_dir / "trials" / task / str(index)
+
+
+def trial_doc(r: TrialResult) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "task": r.task,
+        "index": r.index,
+        "compose_project": r.compose_project,
+        "status": r.status,
+        "termination_reason": r.termination.value,
+        "retryable": r.retryable,
+        "error": {"stage": r.error_stage, "reason": r.error} if r.error else None,
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "wall_seconds": r.wall_seconds,
+        "timings": {k: round(v, 3) for k, v in r.timings.items()},
+        "oracle": r.oracle,
+        "log_capture_error": r.log_capture_error,
+        "teardown_error": r.teardown_error,
+    }
+
+
+def grade_doc(g: Grade) -> dict[str, Any]:
+    return {
+        "binary_pass": g.binary_pass,
+        "score": g.score,
+        "threshold": g.threshold,
+        "components": dict(g.components),
+        "checks": [asdict(c) for c in g.checks],
+        "reasons": list(g.reasons),
+    }
+
+
+def metrics_doc(r: TrialResult) -> dict[str, Any]:
+    checks = r.grade.checks
+    return {
+        "wall_seconds": r.wall_seconds,
+        "phase_seconds": {k: round(v, 3) for k, v in r.timings.items()},
+        "checks_total": len(checks),
+        "checks_passed": sum(c.passed for c in checks),
+        "gates_failed": sum(c.gate and not c.passed for c in checks),
+        "weight_total": sum(c.weight for c in checks),
+        "weight_passed": sum(c.weight for c in checks if c.passed),
+        "score": r.grade.score,
+        "oracle_rc": (r.oracle or {}).get("rc"),
+        "oracle_seconds": (r.oracle or {}).get("seconds"),
+    }
+
+
+def write_trial(run_dir: Path, r: TrialResult) -> Path:
+    d = trial_dir(run_dir, r.task, r.index)
+    d.mkdir(parents=True, exist_ok=True)
+    write_yaml(d / "trial.yaml", trial_doc(r))
+    write_yaml(d / "grade.yaml", grade_doc(r.grade))
+    write_yaml(d / "metrics.yaml", metrics_doc(r))
+    return d
+
+
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
+    path = run_dir / "summary.json"
+    _atomic(path, json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def write_junit(path: Path, state: RunState) -> Path:
+    """One testcase per trial: failure (graded red), error (no grade), skipped (not finished)."""
+    recs = state.records()
+    suite = ET.Element(
+        "testsuite",
+        name=f"forge run {state.run_id}",
+        tests=str(len(recs)),
+        failures=str(sum(r.status == "failed" for r in recs)),
+        errors=str(sum(r.status == "error" for r in recs)),
+        skipped=str(sum(not r.finished for r in recs)),
+        time=f"{sum(r.timings.get('total', 0.0) for r in recs):.3f}",
+    )
+    for r in recs:
+        case = ET.SubElement(
+            suite, "testcase", classname=r.task, name=f"{r.task}[{r.index}]", time=_case_time(r)
+        )
+        text = "\n".join(r.reasons)
+        first = r.reasons[0] if r.reasons else r.status
+        if r.status == "failed":
+            ET.SubElement(case, "failure", message=first, type="grade").text = text
+        elif r.status == "error":
+            kind = r.termination.value if r.termination else "error"
+            ET.SubElement(case, "error", message=first, type=kind).text = text
+        elif not r.finished:
+            ET.SubElement(case, "skipped", message=f"trial did not finish ({r.status})")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+    return path
+
+
+def write_yaml(path: Path, doc: Mapping[str, Any]) -> None:
+    _atomic(path, yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True, width=1000))
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _case_time(r: TrialRecord) -> str:
+    return f"{r.timings.get('total', 0.0):.3f}"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

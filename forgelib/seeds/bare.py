@@ -1,0 +1,20 @@
+"""``bare``: no container action. Provisioning exposes the seed's absolute path to the trial body
+(``ProvisionedTrial.bare_seeds[service]``); the trial reads or mounts it itself."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forgelib.seeds import ApplyContext, SeedTarget
+
+OPTIONS: frozenset[str] = frozenset()
+
+
+def check(target: SeedTarget) -> None:
+    if not target.seed.path.exists():
+        raise target.fail("guard", f"seed {target.seed.name!r} does not exist: {target.seed.path}")
+
+
+def apply(ctx: ApplyContext) -> None:
+    """Nothing to do in the container: the path is the seed."""

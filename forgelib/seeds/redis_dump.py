@@ -1,0 +1,179 @@
+"""``redis_dump``: replace the service's RDB file with the seed while Redis is stopped, then start it.
+
+Order matters. The RDB header is checked against the running server's version first (an older server
+refuses newer RDB versions: better a clear message than a crash loop). Then **stop → cp → start**, never
+``restart``: with the default save points Redis saves its memory on SIGTERM, over a dump copied in while
+it ran, and the seed is silently lost. A server with ``appendonly yes`` loads the AOF and ignores the RDB,
+so that is refused too. Finally PING is polled (bounded); a server that dies on the seed (a corrupt RDB)
+is reported with its log tail.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forgelib.errors import CommandError
+
+if TYPE_CHECKING:
+    from forgelib.seeds import ApplyContext, SeedTarget
+
+OPTIONS: frozenset[str] = frozenset()
+MAGIC = b"REDIS"
+POLL_INTERVAL = 0.2
+LOG_TAIL = 30
+
+# The newest RDB version each Redis release line can load (from librdb's redis-to-RDB table).
+# Every server loads all older versions ("RDB is forward compatible").
+RDB_BY_SERVER: tuple[tuple[tuple[int, int], int], ...] = (
+    ((8, 6), 13),
+    ((7, 4), 12),  # also 8.0, 8.2, 8.4
+    ((7, 2), 11),
+    ((7, 0), 10),
+    ((5, 0), 9),  # also 6.0, 6.2
+    ((4, 0), 8),
+    ((3, 2), 7),
+    ((2, 6), 6),  # also 2.8
+    ((2, 4), 5),
+)
+_DEAD_STATES = frozenset({"exited", "dead", "restarting"})
+
+# Injectable for unit tests (no real sleeping there).
+sleep: Callable[[float], None] = time.sleep
+clock: Callable[[], float] = time.monotonic
+
+
+def rdb_version(path: Path) -> int | None:
+    """The RDB version in the file header (``REDIS0010`` -> 10), or None when it is not an RDB file."""
+    with path.open("rb") as f:
+        head = f.read(9)
+    if len(head) < 9 or not head.startswith(MAGIC) or not head[5:].isdigit():
+        return None
+    return int(head[5:])
+
+
+def max_rdb_for(server: str) -> int | None:
+    """The newest RDB version a server of this version loads; None when the server is newer than we know."""
+    m = re.match(r"(\d+)\.(\d+)", server)
+    if not m:
+        return None
+    v = (int(m[1]), int(m[2]))
+    if v[0] > RDB_BY_SERVER[0][0][0]:
+        return None  # a major release we do not know: it can load everything we know of
+    for since, rdb in RDB_BY_SERVER:
+        if v >= since:
+            return rdb
+    return 0
+
+
+def check(target: SeedTarget) -> None:
+    seed = target.seed
+    if not seed.path.is_file():
+        raise target.fail("preflight", f"seed {seed.name!r} is not a file: {seed.path}")
+    if rdb_version(seed.path) is None:
+        raise target.fail(
+            "preflight", f"seed {seed.name!r} is not an RDB file (no REDIS<4 digits> header): {seed.path}"
+        )
+
+
+def apply(ctx: ApplyContext) -> None:
+    svc, t = ctx.service, ctx.timeouts.recipe
+    _preflight_server(ctx)
+    config = _config(ctx)
+    if config.get("appendonly") == "yes":
+        raise ctx.fail(
+            "preflight",
+            "the server runs with appendonly yes, so it loads its AOF and ignores dump.rdb; "
+            "start this service with --appendonly no to seed it from an RDB",
+        )
+    directory, filename = config.get("dir"), config.get("dbfilename")
+    if not directory or not filename:
+        raise ctx.fail("preflight", "CONFIG GET did not report both dir and dbfilename")
+    dest = f"{directory.rstrip('/')}/{filename}"
+    # compose cp works on a stopped container; the copy lands after Redis's shutdown save.
+    step = "stop"
+    try:
+        ctx.compose.stop([svc], timeout=t)
+        step = "copy"
+        ctx.compose.cp(ctx.seed.path, f"{svc}:{dest}", timeout=t)
+        step = "start"
+        ctx.compose.start([svc], timeout=t)
+    except CommandError as e:
+        raise ctx.fail(step, str(e)) from e
+    _wait_for_ping(ctx)
+
+
+def _redis_cli(ctx: ApplyContext, *args: str) -> str:
+    return ctx.compose.exec(ctx.service, ["redis-cli", "--raw", *args], timeout=ctx.timeouts.command).stdout
+
+
+def _preflight_server(ctx: ApplyContext) -> None:
+    version = rdb_version(ctx.seed.path)
+    try:
+        info = _redis_cli(ctx, "INFO", "server")
+    except CommandError as e:
+        raise ctx.fail("preflight", f"could not ask the server its version: {e}") from e
+    m = re.search(r"^redis_version:(\S+)", info, re.MULTILINE)
+    server = m[1] if m else ""
+    limit = max_rdb_for(server)
+    if version is not None and limit is not None and version > limit:
+        raise ctx.fail(
+            "preflight",
+            f"seed {ctx.seed.name!r} is RDB version {version}, but the service runs Redis {server}, "
+            f"which loads RDB versions up to {limit}: re-save the seed with that Redis version "
+            "(or older), or use a newer Redis image",
+        )
+
+
+def _config(ctx: ApplyContext) -> dict[str, str]:
+    """The server's whole configuration in one call (``CONFIG GET`` takes a single pattern before
+    Redis 7; ``--raw`` prints name and value on alternate lines, an empty value as an empty line)."""
+    try:
+        lines = _redis_cli(ctx, "CONFIG", "GET", "*").split("\n")
+    except CommandError as e:
+        raise ctx.fail("preflight", f"could not read the server's configuration: {e}") from e
+    return dict(zip(lines[0::2], lines[1::2], strict=False))
+
+
+def _wait_for_ping(ctx: ApplyContext) -> None:
+    """Poll PING until PONG; stop early when the container has died (corrupt RDB), else give up at the
+    recipe timeout."""
+    svc = ctx.service
+    deadline = clock() + ctx.timeouts.recipe
+    last = ""
+    while True:
+        r = ctx.compose.exec(svc, ["redis-cli", "PING"], timeout=ctx.timeouts.command, check=False)
+        if r.rc == 0 and r.stdout.strip() == "PONG":
+            return
+        answer = (r.stdout.strip() or r.stderr.strip()).splitlines()
+        last = answer[-1] if answer else last
+        state = _state(ctx)
+        if state in _DEAD_STATES:
+            raise ctx.fail(
+                "ping",
+                f"Redis {state} after the seed was copied in (is {ctx.seed.name!r} a valid RDB file?)"
+                f"\ncontainer log (tail):\n{_log_tail(ctx)}",
+            )
+        if clock() >= deadline:
+            raise ctx.fail(
+                "ping",
+                f"no PONG within {ctx.timeouts.recipe:g}s after start (last answer: {last or 'none'})"
+                f"\ncontainer log (tail):\n{_log_tail(ctx)}",
+            )
+        sleep(POLL_INTERVAL)
+
+
+def _state(ctx: ApplyContext) -> str:
+    try:
+        rows = ctx.compose.ps([ctx.service])
+    except CommandError:
+        return ""
+    return str(rows[0].get("State", "")) if rows else "exited"
+
+
+def _log_tail(ctx: ApplyContext) -> str:
+    text = ctx.compose.log_tail(ctx.service, LOG_TAIL)
+    return "\n".join(f"  {ln}" for ln in text.splitlines()) or "  (empty)"

@@ -1,0 +1,45 @@
+"""``sql_dump``: stream the dump into ``psql`` inside the service, stopping at the first SQL error.
+
+``ON_ERROR_STOP=1`` turns any SQL error into a non-zero exit (psql's default is to carry on and exit 0),
+and the dump goes to stdin straight from the file, so its size never matters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from forgelib.errors import CommandError
+
+if TYPE_CHECKING:
+    from forgelib.seeds import ApplyContext, SeedTarget
+
+OPTIONS = frozenset({"user", "database"})
+DEFAULT_USER = "postgres"
+
+
+def check(target: SeedTarget) -> None:
+    if not target.seed.path.is_file():
+        raise target.fail("guard", f"seed {target.seed.name!r} is not a file: {target.seed.path}")
+
+
+def credentials(ctx: ApplyContext) -> tuple[str, str]:
+    """(user, database): the binding's options, else the service's POSTGRES_USER / POSTGRES_DB.
+
+    Like the official image, the database defaults to the user's name (``postgres`` when neither is set).
+    """
+    env = ctx.environment()
+    user = str(ctx.options.get("user") or env.get("POSTGRES_USER") or DEFAULT_USER)
+    database = str(ctx.options.get("database") or env.get("POSTGRES_DB") or user)
+    return user, database
+
+
+def argv(user: str, database: str) -> list[str]:
+    return ["psql", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", database]
+
+
+def apply(ctx: ApplyContext) -> None:
+    user, database = credentials(ctx)
+    try:
+        ctx.compose.exec(ctx.service, argv(user, database), stdin=ctx.seed.path, timeout=ctx.timeouts.recipe)
+    except CommandError as e:
+        raise ctx.fail("psql", str(e)) from e

@@ -1,0 +1,399 @@
+"""The checks a JSON Schema cannot express: cross-references, files on disk, and combinations of fields.
+
+Each runs on data that already passed its schema, and returns located ``SpecIssue``s whose message names the
+fix. Nothing here raises for a user error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgelib.errors import SpecIssue
+from forgelib.spec.models import Isolation, SeedKind
+from forgelib.spec.schema import did_you_mean
+from forgelib.spec.yamlpos import JsonPath, YamlDoc
+
+SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
+# Recipe options per kind, as documented on models.ResetBinding; the schema lists their union.
+RESET_OPTIONS: Mapping[SeedKind, frozenset[str]] = {
+    SeedKind.SQL_DUMP: frozenset({"user", "database"}),
+    SeedKind.FILESYSTEM_DIR: frozenset({"target"}),
+    SeedKind.REDIS_DUMP: frozenset(),
+    SeedKind.BARE: frozenset(),
+}
+CHECK_TYPES = ("file", "sql", "redis", "http")
+MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
+_APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
+
+
+def inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def check_project_path(raw: str, base: Path, root: Path, what: str) -> tuple[Path | None, str | None]:
+    """Resolve ``raw`` (relative to ``base``) and make sure it stays inside ``root`` (already resolved).
+
+    Returns (resolved path, None) or (None, message). Existence is the caller's business.
+    """
+    candidate = base / raw  # an absolute raw replaces base
+    lexical = Path(os.path.normpath(candidate))
+    if not inside(lexical, root):
+        return None, f"{what} {raw!r} is outside the project directory {root}; keep it inside the project"
+    resolved = candidate.resolve()
+    if not inside(resolved, root):
+        return None, (
+            f"{what} {raw!r} leads outside the project through a symlink (to {resolved}); "
+            "copy the file into the project instead"
+        )
+    return resolved, None
+
+
+@dataclass(frozen=True)
+class SeedSpec:
+    """A seed entry as written, after its own checks; ``path``/``kind`` are None when they failed."""
+
+    name: str
+    json_path: JsonPath
+    raw_path: str
+    kind: SeedKind | None
+    path: Path | None
+    declared: str | None
+    shorthand: bool
+
+
+def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[SpecIssue]]:
+    """Shorthand legality, path containment and type, for every entry of ``assets.seeds``."""
+    issues: list[SpecIssue] = []
+    seeds: dict[str, SeedSpec] = {}
+    for name, entry in (doc.get(("assets", "seeds")) or {}).items():
+        at: JsonPath = ("assets", "seeds", name)
+        kind: SeedKind | None
+        if isinstance(entry, str):
+            raw, declared, path_at, shorthand = entry, None, at, True
+            kind = SHORTHAND_KINDS.get(Path(entry).suffix.lower())
+            if kind is None:
+                issues.append(
+                    doc.issue(
+                        at,
+                        f"the shorthand form is only for .sql and .rdb files; write the full form "
+                        f"{{path: {entry}, kind: {'|'.join(SeedKind)}}}",
+                    )
+                )
+        else:
+            raw, declared, path_at, shorthand = entry["path"], entry.get("digest"), (*at, "path"), False
+            kind = SeedKind(entry["kind"])
+        resolved, problem = check_project_path(raw, root, root, f"seed {name!r} path")
+        if problem is None and resolved is not None:
+            problem = _seed_type_problem(name, raw, resolved, kind)
+        if problem:
+            issues.append(doc.issue(path_at, problem))
+            resolved = None
+        seeds[name] = SeedSpec(name, at, raw, kind, resolved, declared, shorthand)
+    return seeds, issues
+
+
+def _seed_type_problem(name: str, raw: str, path: Path, kind: SeedKind | None) -> str | None:
+    if not path.exists():
+        return f"seed {name!r}: {raw} does not exist; fix the path or add the file"
+    if kind is SeedKind.FILESYSTEM_DIR and not path.is_dir():
+        return f"seed {name!r} is kind filesystem_dir but {raw} is not a directory; point it at a directory"
+    if kind is not SeedKind.FILESYSTEM_DIR and not path.is_file():
+        shown = kind.value if kind else "file"
+        return (
+            f"seed {name!r} is kind {shown} but {raw} is not a regular file; "
+            "use kind: filesystem_dir for a directory"
+        )
+    return None
+
+
+@dataclass
+class RawEnvironment:
+    """An environment manifest after merging, still as written, remembering which file said what."""
+
+    compose_file: Path
+    compose_at: tuple[YamlDoc, JsonPath]
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origins: dict[str, list[tuple[YamlDoc, JsonPath]]] = field(default_factory=dict)
+
+    def where(self, name: str, *sub: str) -> tuple[YamlDoc, JsonPath]:
+        """The last file that wrote ``services.<name>.<sub...>`` (or, failing that, mentioned the service)."""
+        origins = self.origins[name]
+        for doc, at in reversed(origins):
+            if doc.get((*at, *sub)) is not None:
+                return doc, (*at, *sub)
+        doc, at = origins[-1]
+        return doc, at
+
+    def issue(self, name: str, sub: Sequence[str], message: str, *, key: bool = False) -> SpecIssue:
+        doc, at = self.where(name, *sub)
+        return doc.issue(at, message, key=key)
+
+
+def merge_environment(base: RawEnvironment | None, doc: YamlDoc, at: JsonPath) -> RawEnvironment | None:
+    """The manifest at ``doc[at]`` over ``base``: its own compose_file replaces the stack (and every label);
+    otherwise its services deep-merge into base's. A service the override takes out of ``reset`` isolation
+    drops the inherited ``reset`` block (it would only be an error)."""
+    manifest = doc.get(at) or {}
+    services = manifest.get("services") or {}
+    if base is None or "compose_file" in manifest:
+        if "compose_file" not in manifest:
+            return None
+        env = RawEnvironment(
+            (doc.file.parent / manifest["compose_file"]).resolve(), (doc, (*at, "compose_file"))
+        )
+    else:
+        env = RawEnvironment(
+            base.compose_file,
+            base.compose_at,
+            {k: dict(v) for k, v in base.services.items()},
+            {k: list(v) for k, v in base.origins.items()},
+        )
+    for name, labels in services.items():
+        merged = dict(env.services.get(name, {}))
+        for key, value in labels.items():
+            if key == "reset" and isinstance(merged.get("reset"), dict):
+                merged["reset"] = {**merged["reset"], **value}
+            else:
+                merged[key] = value
+        if merged.get("isolation") not in (None, Isolation.RESET.value) and "reset" not in labels:
+            merged.pop("reset", None)
+        env.services[name] = merged
+        env.origins.setdefault(name, []).append((doc, (*at, "services", name)))
+    return env
+
+
+def compose_services(compose: YamlDoc) -> tuple[dict[str, Any] | None, list[SpecIssue]]:
+    """The compose file's ``services`` mapping, or an issue saying why there is none."""
+    data = compose.data
+    if not isinstance(data, dict):
+        return None, [compose.issue((), "a compose file must be a mapping with a services: key")]
+    services = data.get("services")
+    if not isinstance(services, dict) or not services:
+        return None, [compose.issue(("services",), "the compose file defines no services; add services:")]
+    bad = [
+        compose.issue(("services", n), f"service {n!r} must be a mapping")
+        for n, s in services.items()
+        if not isinstance(s, dict)
+    ]
+    return (None, bad) if bad else (services, [])
+
+
+def check_environment(
+    env: RawEnvironment,
+    compose: YamlDoc,
+    services: Mapping[str, Any],
+    seeds: Mapping[str, SeedSpec],
+) -> list[SpecIssue]:
+    """Every labelled service exists in the compose file and has a consistent isolation/reset pair."""
+    issues: list[SpecIssue] = []
+    for name, labels in env.services.items():
+        if name not in services:
+            issues.append(
+                env.issue(
+                    name,
+                    (),
+                    f"service {name!r} is not in {compose.display}{did_you_mean(name, services)}; "
+                    f"its services: {', '.join(services)}",
+                    key=True,
+                )
+            )
+        isolation = labels.get("isolation")
+        reset = labels.get("reset")
+        if isolation is None:
+            issues.append(env.issue(name, (), "no isolation; add isolation: reset, ephemeral or shared"))
+        elif isolation == Isolation.RESET.value:
+            if reset is None:
+                issues.append(
+                    env.issue(
+                        name,
+                        ("isolation",),
+                        "isolation: reset needs the seed to reset from; add reset: {seed: NAME} "
+                        f"(seeds: {', '.join(seeds) or 'none declared in assets.seeds'})",
+                    )
+                )
+        elif reset is not None:
+            issues.append(
+                env.issue(
+                    name,
+                    ("reset",),
+                    f"only isolation: reset services take a reset block, this one is {isolation}; "
+                    "remove reset or set isolation: reset",
+                    key=True,
+                )
+            )
+        if isolation == Isolation.RESET.value and isinstance(reset, dict):
+            issues.extend(_check_reset(env, name, reset, seeds, compose, services))
+    return issues
+
+
+def _check_reset(
+    env: RawEnvironment,
+    name: str,
+    reset: Mapping[str, Any],
+    seeds: Mapping[str, SeedSpec],
+    compose: YamlDoc,
+    services: Mapping[str, Any],
+) -> list[SpecIssue]:
+    seed = seeds.get(reset["seed"])
+    if seed is None:
+        known = ", ".join(seeds) or "none declared"
+        return [
+            env.issue(
+                name,
+                ("reset", "seed"),
+                f"reset.seed {reset['seed']!r} is not a seed in assets.seeds"
+                f"{did_you_mean(reset['seed'], seeds)} (seeds: {known})",
+            )
+        ]
+    if seed.kind is None:
+        return []
+    issues = []
+    allowed = RESET_OPTIONS[seed.kind]
+    for option in reset:
+        if option != "seed" and option not in allowed:
+            can = (
+                f"options for {seed.kind.value}: {', '.join(sorted(allowed))}" if allowed else "it takes none"
+            )
+            issues.append(
+                env.issue(
+                    name,
+                    ("reset", option),
+                    f"option {option!r} does not apply to seed {seed.name!r} of kind {seed.kind.value} "
+                    f"({can}); remove it",
+                    key=True,
+                )
+            )
+    if seed.kind is SeedKind.REDIS_DUMP and isinstance(services.get(name), dict):
+        for key in ("command", "entrypoint"):
+            if _turns_on_appendonly(services[name].get(key)):
+                issues.append(
+                    compose.issue(
+                        ("services", name, key),
+                        f"service {name!r} resets from redis dump {seed.name!r} but its {key} turns on "
+                        "appendonly; with AOF on Redis ignores dump.rdb at startup, so remove "
+                        "'--appendonly yes' (or use isolation: ephemeral)",
+                    )
+                )
+    return issues
+
+
+def _turns_on_appendonly(command: Any) -> bool:
+    if isinstance(command, list):
+        text = " ".join(str(part) for part in command)
+    elif isinstance(command, str):
+        try:
+            text = " ".join(shlex.split(command))
+        except ValueError:
+            text = command
+    else:
+        return False
+    return bool(_APPENDONLY.search(text))
+
+
+def check_oracle(
+    doc: YamlDoc, services: Mapping[str, Any] | None, root: Path
+) -> tuple[Path | None, list[SpecIssue]]:
+    """``oracle``: exactly one of command/script, a script inside the project, a service that exists."""
+    oracle = doc.get(("oracle",))
+    if not isinstance(oracle, dict):
+        return None, []
+    issues = []
+    script: Path | None = None
+    has = [k for k in ("command", "script") if k in oracle]
+    if len(has) != 1:
+        issues.append(
+            doc.issue(
+                ("oracle",),
+                "an oracle needs exactly one of command (argv run in the service) or script "
+                f"(a host file streamed to interpreter); found {' and '.join(has) or 'neither'}",
+            )
+        )
+    if "interpreter" in oracle and "script" not in oracle:
+        issues.append(doc.issue(("oracle", "interpreter"), "interpreter only applies to script; remove it"))
+    if "script" in oracle:
+        resolved, problem = check_project_path(oracle["script"], doc.file.parent, root, "oracle script")
+        if problem is None and resolved is not None and not resolved.is_file():
+            problem = f"oracle script {oracle['script']!r} is not a file (paths are relative to task.yaml)"
+        if problem:
+            issues.append(doc.issue(("oracle", "script"), problem))
+        else:
+            script = resolved
+    if services is not None:
+        issues.extend(_service_exists(doc, ("oracle", "service"), oracle["service"], services))
+    return script, issues
+
+
+def _service_exists(doc: YamlDoc, at: JsonPath, name: str, services: Mapping[str, Any]) -> list[SpecIssue]:
+    if name in services:
+        return []
+    return [
+        doc.issue(
+            at,
+            f"service {name!r} is not in the task's compose file{did_you_mean(name, services)}; "
+            f"its services: {', '.join(services)}",
+        )
+    ]
+
+
+def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[SpecIssue]:
+    """Each check: exactly one type, exactly one matcher, a valid regex, a unique name, a known service."""
+    issues: list[SpecIssue] = []
+    seen: dict[str, int] = {}
+    for i, check in enumerate(doc.get(("checks",)) or []):
+        at: JsonPath = ("checks", i)
+        name = check["name"]
+        if name in seen:
+            issues.append(
+                doc.issue(
+                    (*at, "name"), f"duplicate check name {name!r} (also checks[{seen[name]}]); rename one"
+                )
+            )
+        seen.setdefault(name, i)
+        types = [t for t in CHECK_TYPES if t in check]
+        if len(types) != 1:
+            issues.append(
+                doc.issue(
+                    at,
+                    f"a check needs exactly one of {', '.join(CHECK_TYPES)}; "
+                    f"found {', '.join(types) or 'none'}",
+                )
+            )
+            continue
+        kind = types[0]
+        spec = check[kind]
+        issues.extend(_check_matchers(doc, (*at, kind), spec, optional=kind == "http"))
+        if kind == "http":
+            if "json" in spec:
+                issues.extend(_check_matchers(doc, (*at, kind, "json"), spec["json"], optional=False))
+            if not any(k in spec for k in ("status", "json", *MATCHERS)):
+                issues.append(
+                    doc.issue((*at, kind), "an http check needs status, json or a body matcher to compare")
+                )
+        if services is not None:
+            issues.extend(_service_exists(doc, (*at, kind, "service"), spec["service"], services))
+    return issues
+
+
+def _check_matchers(
+    doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any], *, optional: bool
+) -> list[SpecIssue]:
+    found = [m for m in MATCHERS if m in spec]
+    if len(found) > 1 or (not found and not optional):
+        return [
+            doc.issue(
+                at,
+                f"needs exactly one matcher of {', '.join(MATCHERS)}; found {', '.join(found) or 'none'}",
+            )
+        ]
+    if "regex" in spec:
+        try:
+            re.compile(spec["regex"])
+        except re.error as e:
+            return [doc.issue((*at, "regex"), f"invalid regular expression: {e}")]
+    return []

@@ -1,0 +1,167 @@
+"""JSON Schema validation of spec files: every error becomes a located ``SpecIssue`` that names the fix.
+
+The schemas in ``schemas/`` are checked themselves before anything is validated against them, so a broken
+schema surfaces as ``SchemaBug`` (a forgelib bug, exit 3) rather than as a confusing error in the user's spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from forgelib.errors import SpecIssue
+from forgelib.resources import data_dir
+from forgelib.spec.yamlpos import JsonPath, YamlDoc
+
+SCHEMAS = ("project", "task", "grading", "run_config")
+
+
+class SchemaBug(Exception):
+    """One of forgelib's own schema files is broken. Deliberately not a ForgeError: it is not the user's."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'digest'?"`` when a choice is close to ``word``, else ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+@functools.cache
+def _load() -> tuple[dict[str, dict[str, Any]], Registry[Any]]:
+    try:
+        folder = data_dir("schemas")
+    except FileNotFoundError as e:
+        raise SchemaBug(str(e)) from None
+    schemas: dict[str, dict[str, Any]] = {}
+    for name in SCHEMAS:
+        path = folder / f"{name}.schema.json"
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise SchemaBug(f"forgelib's schema {path} cannot be read: {e}; reinstall forgelib") from None
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as e:
+            where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+            raise SchemaBug(
+                f"forgelib's schema {path} is itself invalid at {where}: {e.message} "
+                "(a bug in forgelib, not in your spec)"
+            ) from None
+        if not isinstance(schema.get("$id"), str):
+            raise SchemaBug(f"forgelib's schema {path} has no $id (a bug in forgelib, not in your spec)")
+        schemas[name] = schema
+    registry: Registry[Any] = Registry().with_resources(
+        (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012)) for s in schemas.values()
+    )
+    return schemas, registry
+
+
+def schema(name: str) -> dict[str, Any]:
+    """The parsed (and checked) schema ``name`` (one of ``SCHEMAS``)."""
+    return _load()[0][name]
+
+
+@functools.cache
+def _validator(name: str) -> Draft202012Validator:
+    schemas, registry = _load()
+    return Draft202012Validator(schemas[name], registry=registry)
+
+
+def validate(doc: YamlDoc, name: str) -> list[SpecIssue]:
+    """Every schema violation in ``doc`` against schema ``name``, in file order."""
+    try:
+        errors = list(_validator(name).iter_errors(doc.data))
+    except Unresolvable as e:
+        raise SchemaBug(f"forgelib's schema {name!r} has a $ref that does not resolve: {e}") from None
+    issues: dict[SpecIssue, None] = {}
+    for error in errors:
+        for issue in _issues(doc, error):
+            issues[issue] = None
+    return sorted(issues, key=lambda i: (i.line or 0, i.col or 0, i.json_path))
+
+
+_JSON_TYPES = {
+    dict: "a mapping",
+    list: "a list",
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    type(None): "empty (null)",
+}
+_TYPE_WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "empty",
+}
+
+
+def _describe(value: Any) -> str:
+    what = _JSON_TYPES.get(type(value), type(value).__name__)
+    if isinstance(value, dict | list) or value is None:
+        return what
+    shown = repr(value)
+    return f"{what} ({shown[:40] + '...' if len(shown) > 40 else shown})"
+
+
+def _issues(doc: YamlDoc, error: ValidationError) -> list[SpecIssue]:
+    path: JsonPath = tuple(error.absolute_path)
+    v = error.validator
+    # The stubs widen these to include "unset"; on a raised error they are the schema's own values.
+    value: Any = error.validator_value
+    sch: Any = error.schema
+    if v in ("oneOf", "anyOf") and error.context:
+        return _issues(doc, best_match(error.context))
+    if v == "additionalProperties" and isinstance(error.instance, dict):
+        return _unknown_keys(doc, path, error.instance, sch)
+    if v == "required" and isinstance(error.instance, dict):
+        missing = [k for k in value if k not in error.instance]
+        return [doc.issue(path, f"missing required key {k!r}") for k in missing]
+    if v == "type":
+        types: list[str] = value if isinstance(value, list) else [value]
+        want = " or ".join(_TYPE_WORDS.get(t) or t for t in types)
+        return [doc.issue(path, f"expected {want}, got {_describe(error.instance)}")]
+    if v == "enum":
+        allowed = [str(x) for x in value]
+        hint = did_you_mean(str(error.instance), allowed)
+        return [doc.issue(path, f"{error.instance!r} is not one of: {', '.join(allowed)}{hint}")]
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        # jsonschema reports a bad key at its parent's path; point at the key itself.
+        rule = (
+            f"use letters, digits, '_', '.', '-' (must match {value!r})" if v == "pattern" else error.message
+        )
+        return [
+            doc.issue((*path, error.instance), f"{error.instance!r} is not a valid name: {rule}", key=True)
+        ]
+    if v == "pattern":
+        return [doc.issue(path, f"{error.instance!r} does not match {value!r}")]
+    return [doc.issue(path, error.message)]
+
+
+def _unknown_keys(
+    doc: YamlDoc, path: JsonPath, instance: dict[str, Any], sch: dict[str, Any]
+) -> list[SpecIssue]:
+    allowed: Sequence[str] = list(sch.get("properties", {}))
+    patterns = [re.compile(p) for p in sch.get("patternProperties", {})]
+    out = []
+    for key in instance:
+        if key in allowed or any(p.search(key) for p in patterns):
+            continue
+        hint = did_you_mean(key, allowed)
+        known = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+        out.append(doc.issue((*path, key), f"unknown key {key!r}{hint or known}", key=True))
+    return out

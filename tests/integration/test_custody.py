@@ -1,0 +1,240 @@
+"""The reaper on a real engine: labelled leftovers of a dead owner go, an alive / foreign-host owner's stay.
+
+Every stack here carries a run id unique to this test (``custody-it-<hex>``) and every reap is scoped to it
+with ``run_id=``, so nothing another engineer (or test) has running on this engine is ever looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forgelib import custody
+from forgelib.compose import clean_env, write_override
+from forgelib.labels import RUN, Owner, current_owner, is_empty, resources_with_labels, run_labels
+from forgelib.runner import SubprocessRunner
+
+pytestmark = pytest.mark.integration
+
+COMPOSE = {
+    "services": {
+        "cache": {
+            "image": "forgelib/redis:7.0",
+            "command": ["redis-server", "--save", ""],
+            "volumes": ["data:/data"],
+            "healthcheck": {"test": ["CMD", "redis-cli", "ping"], "interval": "1s", "retries": 30},
+        }
+    },
+    "volumes": {"data": {}},
+}
+
+Up = Callable[..., str]
+
+
+def _run_id() -> str:
+    return f"custody-it-{uuid.uuid4().hex[:10]}"
+
+
+def _purge(runner: SubprocessRunner, run_id: str) -> None:
+    """Remove whatever is left with this test's run id (only ever this test's own resources)."""
+    flt = ["--filter", f"label={RUN}={run_id}"]
+    ids = runner.run(["docker", "ps", "-aq", *flt], timeout=60).stdout.split()
+    if ids:
+        runner.run(["docker", "rm", "-f", "-v", *ids], timeout=120, check=False)
+    for kind in ("network", "volume"):
+        names = runner.run(["docker", kind, "ls", "-q", *flt], timeout=60).stdout.split()
+        if names:
+            runner.run(["docker", kind, "rm", *names], timeout=60, check=False)
+
+
+def _dead_pid() -> tuple[str, str]:
+    """(pid, start time) of a process that existed and is now gone (killed and collected)."""
+    proc = subprocess.Popen(["sleep", "600"])
+    start = custody.pid_start_time(proc.pid)
+    assert start is not None
+    proc.kill()
+    proc.wait()
+    assert custody.pid_start_time(proc.pid) is None
+    return str(proc.pid), start
+
+
+@pytest.fixture
+def leftovers(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> Iterator[tuple[str, Up]]:
+    """(run id, up) where ``up(name, owner)`` brings up a labelled one-service stack and returns its name."""
+    run_id = _run_id()
+
+    def up(suffix: str, owner: Owner, trial: str = "t.0") -> str:
+        name = f"{run_id}-{suffix}"
+        d = tmp_path / name
+        d.mkdir()
+        compose = d / "compose.yaml"
+        compose.write_text(yaml.safe_dump(COMPOSE))
+        override = write_override(d / "override.yaml", COMPOSE, run_labels(run_id, trial, owner))
+        files = ["-f", str(compose), "-f", str(override)]
+        runner.run(
+            ["docker", "compose", "--ansi", "never", "-p", name, *files, "up", "--detach", "--wait"],
+            timeout=120,
+            env=clean_env(),
+            cwd=d,
+        )
+        return name
+
+    yield run_id, up
+    _purge(runner, run_id)
+
+
+def _left(runner: SubprocessRunner, run_id: str) -> dict[str, list[str]]:
+    return resources_with_labels(runner, {RUN: run_id})
+
+
+def test_dead_owner_is_reaped_alive_and_foreign_host_are_kept(
+    leftovers: tuple[str, Up], runner: SubprocessRunner
+) -> None:
+    run_id, up = leftovers
+    me = current_owner()
+    pid, start = _dead_pid()
+    dead = up("dead", Owner(me.host, pid, me.boot_id, start), "t.0")
+    alive = up("alive", me, "t.1")
+    other = up("other", Owner("some-other-host", pid, me.boot_id, start), "t.2")
+    before = _left(runner, run_id)
+    assert len(before["containers"]) == 3 and len(before["volumes"]) == 3 and len(before["networks"]) == 3
+
+    dry = custody.reap(runner, run_id=run_id, dry_run=True)
+    assert {o.project: o.action for o in dry.outcomes} == {dead: "would remove", alive: "kept", other: "kept"}
+    assert _left(runner, run_id) == before
+
+    report = custody.reap(runner, run_id=run_id)
+    by = {o.project: o for o in report.outcomes}
+    assert by[dead].action == "removed" and by[dead].code == "owner_gone", by[dead]
+    assert sorted(r.split()[0] for r in by[dead].removed) == ["container", "network", "volume"]
+    assert by[alive].action == "kept" and by[alive].code == "owner_alive"
+    assert by[other].action == "kept" and by[other].code == "other_host"
+
+    left = _left(runner, run_id)
+    assert not any(dead in n for names in left.values() for n in names)
+    assert len(left["containers"]) == 2 and len(left["volumes"]) == 2 and len(left["networks"]) == 2
+    # the kept stacks are untouched: still running
+    running = runner.run(["docker", "ps", "-q", "--filter", f"label={RUN}={run_id}"], timeout=30).stdout
+    assert len(running.split()) == 2
+
+
+def test_reused_pid_counts_as_gone(leftovers: tuple[str, Up], runner: SubprocessRunner) -> None:
+    run_id, up = leftovers
+    me = current_owner()
+    # this very pid, but a start time it never had: the labelled owner exited and the pid was reused
+    up("reused", Owner(me.host, me.pid, me.boot_id, str(int(me.start_time) - 1)))
+    (o,) = custody.reap(runner, run_id=run_id).outcomes
+    assert o.action == "removed" and "reused" in o.reason
+    assert is_empty(_left(runner, run_id))
+
+
+def test_foreign_container_on_our_network_keeps_the_network(
+    leftovers: tuple[str, Up], runner: SubprocessRunner
+) -> None:
+    run_id, up = leftovers
+    me = current_owner()
+    pid, start = _dead_pid()
+    name = up("shared-net", Owner(me.host, pid, me.boot_id, start))
+    network = f"{name}_default"
+    # someone else's container on our network: carries our run id only so this test can clean it up
+    foreign = runner.run(
+        ["docker", "run", "-d", "--network", network, "--label", f"{RUN}={run_id}", "forgelib/redis:7.0"],
+        timeout=60,
+    ).stdout.strip()
+
+    (o,) = custody.reap(runner, run_id=run_id).outcomes
+    assert o.code == "owner_gone"
+    assert o.removed == [f"container {name}-cache-1", f"volume {name}_data"]
+    assert len(o.kept) == 1 and o.kept[0].startswith(f"network {network}: containers not ours")
+    left = _left(runner, run_id)
+    assert left["networks"] == [network] and left["volumes"] == []
+    state = runner.run(["docker", "inspect", "-f", "{{.State.Running}}", foreign], timeout=30).stdout
+    assert state.strip() == "true"  # never touched
+
+
+def test_forge_reap_cli_json(leftovers: tuple[str, Up], runner: SubprocessRunner) -> None:
+    run_id, up = leftovers
+    me = current_owner()
+    pid, start = _dead_pid()
+    dead = up("cli", Owner(me.host, pid, me.boot_id, start))
+    out = subprocess.run(
+        [sys.executable, "-m", "forgelib", "reap", "--run", run_id, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["removed"] == 1 and data["projects"][0]["project"] == dead
+    assert is_empty(_left(runner, run_id))
+    table = subprocess.run(
+        [sys.executable, "-m", "forgelib", "reap", "--run", run_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert table.returncode == 0 and "no forgelib-labelled" in table.stdout
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time, yaml
+    from pathlib import Path
+    from forgelib.compose import clean_env, write_override
+    from forgelib.labels import run_labels
+    from forgelib.runner import SubprocessRunner
+
+    run_id, name, d = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    compose = yaml.safe_load((d / "compose.yaml").read_text())
+    override = write_override(d / "override.yaml", compose, run_labels(run_id, "t.0"))  # owner: this process
+    files = ["-f", str(d / "compose.yaml"), "-f", str(override)]
+    SubprocessRunner().run(
+        ["docker", "compose", "--ansi", "never", "-p", name, *files, "up", "--detach", "--wait"],
+        timeout=120, env=clean_env(), cwd=d,
+    )
+    print("up", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_sigkilled_owner_leftovers_are_reaped(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    run_id = _run_id()
+    name = f"{run_id}-killed"
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(COMPOSE))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, run_id, name, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "up"
+        before = _left(runner, run_id)
+        assert len(before["containers"]) == 1 and before["volumes"] and before["networks"]
+        kept = custody.reap(runner, run_id=run_id)  # the owner is alive: kept
+        assert [o.code for o in kept.outcomes] == ["owner_alive"]
+
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        assert _left(runner, run_id) == before  # SIGKILL leaves labelled leftovers...
+
+        report = custody.reap(runner, run_id=run_id)  # ...that the reaper removes
+        assert [(o.project, o.action) for o in report.outcomes] == [(name, "removed")]
+        assert is_empty(_left(runner, run_id))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+        _purge(runner, run_id)

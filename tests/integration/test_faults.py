@@ -1,0 +1,369 @@
+"""Fault injection on a real engine: each fault gives the named stage and error, the right trial accounting,
+and leaves **zero** containers, networks and volumes carrying the run's labels.
+
+Provisioning faults run in-process through ``run_project`` with the real ``DockerBackend`` (so a fault can be
+injected between loading the project and provisioning it); the signal faults run ``forge run`` as a child
+process and deliver SIGINT at the named moment.
+
+Not here: the Docker daemon stopped mid-run — stopping the shared engine would break every other test and
+engineer using it; it needs a dedicated engine (a CI job of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib.labels import RUN, is_empty, resources_with_labels
+from forgelib.run.cli import DockerBackend, build_plan
+from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
+from forgelib.run.execute import run_project
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.loader import load_project_config, load_run_config
+from forgelib.spec.models import Project, SeedKind
+
+pytestmark = pytest.mark.integration
+
+PG: dict[str, Any] = {
+    "image": "forgelib/postgres:15",
+    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
+    "stop_signal": "SIGINT",
+    "healthcheck": {
+        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
+        "interval": "1s",
+        "retries": 60,
+    },
+}
+REDIS: dict[str, Any] = {
+    "image": "forgelib/redis:7.0",
+    "healthcheck": {"test": ["CMD", "redis-cli", "PING"], "interval": "1s", "retries": 30},
+}
+RUNNER: dict[str, Any] = {  # the oracle's workstation; ends at once on SIGTERM
+    "image": "forgelib/python:3.11",
+    "command": ["sh", "-c", "mkdir -p /work && trap 'exit 0' TERM INT; sleep infinity & wait"],
+}
+TIMEOUTS = {"compose_up": 90, "recipe": 60, "oracle": 60, "grading": 30, "teardown": 60, "command": 30}
+ORACLE_OK = ["sh", "-c", "echo done > /work/out.txt"]
+
+
+def make_pack(
+    root: Path,
+    services: Mapping[str, Any],
+    *,
+    seeds: Mapping[str, tuple[str, SeedKind, bytes | Mapping[str, str]]] = {},  # noqa: B006 - read only
+    resets: Mapping[str, str] = {},  # noqa: B006 - read only; service -> seed
+    oracle: list[str] | None = None,
+    timeouts: Mapping[str, float] = TIMEOUTS,
+) -> Path:
+    """A one-task pack on disk; returns its run config. ``seeds``: name -> (path, kind, bytes or {file: text})."""
+    root.mkdir(parents=True)
+    seed_specs = {}
+    for name, (rel, kind, content) in seeds.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.mkdir()
+            for f, text in content.items():
+                (path / f).write_text(text)
+        seed_specs[name] = {"path": rel, "kind": kind.value, "digest": seed_digest(path, kind)}
+    all_services = {**services, "runner": RUNNER}
+    (root / "compose.yaml").write_text(yaml.safe_dump({"services": all_services}))
+    project = {
+        "name": "faults",
+        "assets": {"seeds": seed_specs},
+        "default_environment": {
+            "compose_file": "compose.yaml",
+            "services": {svc: {"isolation": "reset", "reset": {"seed": s}} for svc, s in resets.items()},
+        },
+    }
+    (root / "project.yaml").write_text(yaml.safe_dump(project))
+    task = root / "tasks" / "t"
+    task.mkdir(parents=True)
+    (task / "task.yaml").write_text(
+        yaml.safe_dump({"name": "t", "oracle": {"service": "runner", "command": oracle or ORACLE_OK}})
+    )
+    check = {"name": "out", "file": {"service": "runner", "path": "/work/out.txt", "contains": "done"}}
+    (task / "grading.yaml").write_text(yaml.safe_dump({"threshold": 1.0, "checks": [check]}))
+    cfg = root / "run_configs" / "dev.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(yaml.safe_dump({"project": "..", "repeats": 1, "output": "../runs", "timeouts": dict(timeouts)}))
+    return cfg
+
+
+def run_in_process(cfg: Path, mutate: Callable[[Project], Project] | None = None) -> tuple[Path, RunState]:
+    config = load_run_config(cfg)
+    project = load_project_config(config.project)
+    if mutate is not None:
+        project = mutate(project)
+    plan = build_plan(config, project)
+    backend = DockerBackend(project, config.timeouts, SubprocessRunner(default_timeout=config.timeouts.command))
+    return run_project(plan, backend, lambda line: None)
+
+
+def assert_provision_failure(
+    runner: SubprocessRunner, run_dir: Path, state: RunState, stage: str, *reason_parts: str
+) -> str:
+    """The accounting of a provisioning failure, zero leftovers; returns the trial's reason."""
+    summary = summarize(state)
+    tot = summary["totals"]
+    assert (tot["trials"], tot["passed"], tot["failed"], tot["failed_attempts"]) == (1, 0, 1, 1), summary
+    assert tot["errors_by_stage"] == {stage: 1}
+    (trial,) = summary["trials"]
+    assert trial["termination_reason"] == "PROVISION_ERROR" and trial["retryable"] is False
+    assert trial["binary_pass"] is False and trial["score"] == 0.0
+    (reason,) = trial["reasons"]
+    assert reason.startswith(f"Provisioning failed at {stage}: "), reason
+    for part in reason_parts:
+        assert part in reason, reason
+    kinds = [e.get("kind") for e in read_events(run_dir / EVENTS_FILE)]
+    assert "oracle" not in json.dumps([e for e in read_events(run_dir / EVENTS_FILE) if e.get("phase")]), kinds
+    assert_no_leftovers(runner, str(state.run_id))
+    return reason
+
+
+def assert_no_leftovers(runner: SubprocessRunner, run_id: str) -> None:
+    left = resources_with_labels(runner, {RUN: run_id})
+    assert is_empty(left), f"run {run_id} left {left}"
+
+
+RECIPE = "reset recipe for service '{svc}' (seed '{seed}', kind '{kind}') failed: "
+
+
+# ------------------------------------------------------------------------------------ provisioning faults
+
+
+def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = make_pack(
+        tmp_path / "p",
+        {"db": PG},
+        seeds={"broken": ("seeds/broken.sql", SeedKind.SQL_DUMP, b"CREATE TABLE widgets (id int,;\n")},
+        resets={"db": "broken"},
+    )
+    run_dir, state = run_in_process(cfg)
+    reason = assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="db", seed="broken", kind="sql_dump")
+    )
+    assert "syntax error" in reason
+    assert (run_dir / "trials" / "t" / "0" / "services" / "db.log").is_file()
+
+
+def test_corrupt_rdb(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = make_pack(
+        tmp_path / "p",
+        {"cache": REDIS},
+        seeds={"bad": ("seeds/bad.rdb", SeedKind.REDIS_DUMP, b"REDIS0009" + b"\x00garbage-not-an-rdb" * 20)},
+        resets={"cache": "bad"},
+    )
+    run_dir, state = run_in_process(cfg)
+    assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="cache", seed="bad", kind="redis_dump")
+    )
+
+
+def test_rdb_from_a_newer_redis(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = make_pack(
+        tmp_path / "p",
+        {"cache": REDIS},
+        seeds={"future": ("seeds/future.rdb", SeedKind.REDIS_DUMP, b"REDIS0099" + b"\xff" * 8)},
+        resets={"cache": "future"},
+    )
+    run_dir, state = run_in_process(cfg)
+    reason = assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="cache", seed="future", kind="redis_dump")
+    )
+    assert "RDB version 99" in reason
+
+
+def _fs_pack(root: Path) -> Path:
+    return make_pack(
+        root,
+        {"files": RUNNER},
+        seeds={"tree": ("seeds/tree", SeedKind.FILESYSTEM_DIR, {"a.txt": "a\n", ".hidden": "h\n"})},
+        resets={"files": "tree"},
+    )
+
+
+def test_filesystem_seed_replaced_by_a_file(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = _fs_pack(tmp_path / "p")
+    tree = tmp_path / "p" / "seeds" / "tree"
+
+    def replace(project: Project) -> Project:  # after the load verified it: swapped under our feet
+        shutil.rmtree(tree)
+        tree.write_text("not a directory\n")
+        return project
+
+    run_dir, state = run_in_process(cfg, replace)
+    assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="files", seed="tree", kind="filesystem_dir")
+    )
+
+
+def test_unknown_seed_name(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = _fs_pack(tmp_path / "p")  # the loader rejects unknown names; models built otherwise must too
+    run_dir, state = run_in_process(cfg, lambda p: dataclasses.replace(p, seeds={}))
+    reason = assert_provision_failure(runner, run_dir, state, "reset_recipe", "service 'files'", "'tree'")
+    assert "no seed named 'tree'" in reason
+
+
+def test_seed_edited_after_load(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = make_pack(
+        tmp_path / "p",
+        {"db": PG},
+        seeds={"ok": ("seeds/ok.sql", SeedKind.SQL_DUMP, b"CREATE TABLE w (id int);\n")},
+        resets={"db": "ok"},
+    )
+
+    def edit(project: Project) -> Project:
+        (tmp_path / "p" / "seeds" / "ok.sql").write_text("DROP TABLE IF EXISTS w;\n")
+        return project
+
+    run_dir, state = run_in_process(cfg, edit)
+    reason = assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="db", seed="ok", kind="sql_dump")
+    )
+    assert "changed since the project was loaded" in reason
+
+
+def test_image_that_does_not_exist(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    ghost = {"image": "forgelib/no-such-image:0", "pull_policy": "missing"}
+    cfg = make_pack(tmp_path / "p", {"ghost": ghost})
+    run_dir, state = run_in_process(cfg)
+    reason = assert_provision_failure(runner, run_dir, state, "compose_up")
+    assert "no-such-image" in reason
+
+
+def test_healthcheck_never_passes(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    sick = {**REDIS, "healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": 2}}
+    cfg = make_pack(tmp_path / "p", {"sick": sick})
+    run_dir, state = run_in_process(cfg)
+    reason = assert_provision_failure(runner, run_dir, state, "readiness")
+    assert "sick" in reason
+
+
+def test_hanging_recipe_times_out(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    cfg = make_pack(
+        tmp_path / "p",
+        {"db": PG},
+        seeds={"slow": ("seeds/slow.sql", SeedKind.SQL_DUMP, b"SELECT pg_sleep(600);\n")},
+        resets={"db": "slow"},
+        timeouts={**TIMEOUTS, "recipe": 5},
+    )
+    t0 = time.monotonic()
+    run_dir, state = run_in_process(cfg)
+    reason = assert_provision_failure(
+        runner, run_dir, state, "reset_recipe", RECIPE.format(svc="db", seed="slow", kind="sql_dump")
+    )
+    assert "timed out after 5s" in reason
+    assert time.monotonic() - t0 < 120
+
+
+# ---------------------------------------------------------------------------------------- SIGINT faults
+
+
+def _forge_run(cfg: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) -> tuple[str, list[str]]:
+    """Read progress lines until one contains ``pattern``; (run id, lines so far)."""
+    assert proc.stderr is not None
+    lines: list[str] = []
+    run_id = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("forge: run ") and not run_id:
+            run_id = line.split()[2].rstrip(":")
+        if pattern in line:
+            return run_id, lines
+    raise AssertionError(f"never saw {pattern!r}:\n{''.join(lines)}")
+
+
+def _interrupt(runner: SubprocessRunner, proc: subprocess.Popen[str], run_id: str, run_dir: Path) -> None:
+    """SIGINT; then exit 130, the interruption on record, and nothing left with the run's labels."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    kinds = [e.get("kind") for e in read_events(run_dir / run_id / EVENTS_FILE)]
+    assert "run_interrupted" in kinds, kinds
+    assert_no_leftovers(runner, run_id)
+
+
+@pytest.mark.parametrize("moment", ["compose_up", "recipe", "oracle"])
+def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    slow_sql = b"SELECT pg_sleep(600);\n" if moment == "recipe" else b"CREATE TABLE w (id int);\n"
+    oracle = ["sh", "-c", "echo started; sleep 600"] if moment == "oracle" else None
+    services: dict[str, Any] = {"db": PG}
+    if moment == "compose_up":  # a service that takes its time to become healthy, after db is seeded
+        services["slow"] = {
+            **RUNNER,
+            "healthcheck": {"test": ["CMD", "false"], "interval": "2s", "retries": 300},
+        }
+    cfg = make_pack(
+        tmp_path / "p",
+        services,
+        seeds={"s": ("seeds/s.sql", SeedKind.SQL_DUMP, slow_sql)},
+        resets={"db": "s"},
+        oracle=oracle,
+        timeouts={**TIMEOUTS, "compose_up": 600, "recipe": 600, "oracle": 600},
+    )
+    proc = _forge_run(cfg)
+    marker = {"compose_up": "(recipe:db", "recipe": "(up_seeded", "oracle": "] oracle"}[moment]
+    run_id, _ = _wait_for(proc, marker)
+    time.sleep(3)  # well inside the slow phase: `up` waiting on health / psql sleeping / oracle sleeping
+    live = resources_with_labels(runner, {RUN: run_id})
+    assert live["containers"], f"nothing was up at {moment}"
+    _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+
+
+def test_second_sigint_still_removes_everything(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    cfg = make_pack(tmp_path / "p", {"db": PG}, oracle=["sh", "-c", "sleep 600"])
+    proc = _forge_run(cfg)
+    run_id, _ = _wait_for(proc, "] oracle")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # inside the graceful teardown
+    _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+
+
+def test_no_leftovers_from_this_module_on_the_engine(runner: SubprocessRunner) -> None:
+    """A last sweep: every run of this module wrote under tmp_path; none of their labels may remain."""
+    out = runner.run(
+        ["docker", "ps", "-a", "--filter", "label=com.docker.compose.project", "--format", "{{.Names}}"],
+        timeout=30,
+    ).stdout
+    assert not [n for n in out.split() if n.startswith("faults-")], out
+
+
+_ = os

@@ -1,0 +1,351 @@
+"""Each seed kind applied for real on the engine, observed from inside the container, and each recipe
+failure giving the right stage and text while leaving nothing behind (checked by the run's labels)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib import labels as lab
+from forgelib.compose import ComposeProject
+from forgelib.errors import ProvisionError
+from forgelib.provision import ProvisionedTrial, provision_trial, teardown_trial
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import (
+    EnvironmentManifest,
+    Isolation,
+    Project,
+    ResetBinding,
+    Seed,
+    SeedKind,
+    Service,
+    Timeouts,
+)
+
+pytestmark = pytest.mark.integration
+
+TIMEOUTS = Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
+PG = {
+    "image": "forgelib/postgres:15",
+    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
+    "stop_signal": "SIGINT",
+    "healthcheck": {
+        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
+        "interval": "1s",
+        "retries": 60,
+    },
+}
+REDIS = {
+    "image": "forgelib/redis:7.0",
+    "healthcheck": {"test": ["CMD", "redis-cli", "PING"], "interval": "1s", "retries": 30},
+}
+IDLE = {  # a container that only waits, ending at once on SIGTERM
+    "image": "forgelib/python:3.11",
+    "command": ["sh", "-c", "trap 'exit 0' TERM INT; sleep infinity & wait"],
+}
+
+
+def make_project(
+    root: Path,
+    compose: Mapping[str, Any],
+    seeds: Mapping[str, tuple[Path, SeedKind]],
+    reset: Mapping[str, tuple[str, Mapping[str, Any]]],
+) -> Project:
+    """A project built straight from models: ``reset`` maps service -> (seed, options)."""
+    root.mkdir(parents=True, exist_ok=True)
+    compose_file = root / "compose.yaml"
+    compose_file.write_text(yaml.safe_dump(dict(compose)))
+    services = {
+        name: Service(name, Isolation.RESET, ResetBinding(*reset[name]))
+        if name in reset
+        else Service(name, Isolation.EPHEMERAL)
+        for name in compose["services"]
+    }
+    seed_models = {n: Seed(n, p.resolve(), k, seed_digest(p.resolve(), k)) for n, (p, k) in seeds.items()}
+    env = EnvironmentManifest(compose_file, services, compose)
+    return Project("itest", root, root / "project.yaml", "", seed_models, env, ())
+
+
+@pytest.fixture
+def run_id(runner: SubprocessRunner) -> Iterator[str]:
+    """A fresh run id; afterwards, nothing labelled with it may remain on the engine."""
+    rid = f"it-{secrets.token_hex(4)}"
+    yield rid
+    left = lab.resources_with_labels(runner, {lab.RUN: rid})
+    assert lab.is_empty(left), f"leaked: {left}"
+
+
+def provision(
+    project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int = 0
+) -> ProvisionedTrial:
+    return provision_trial(
+        project,
+        None,
+        run_id=run_id,
+        trial_index=idx,
+        trial_dir=tmp_path / f"trial-{idx}",
+        timeouts=TIMEOUTS,
+        runner=runner,
+    )
+
+
+def sh(trial: ProvisionedTrial, service: str, *argv: str) -> str:
+    return trial.compose.exec(service, list(argv), timeout=30).stdout
+
+
+def assert_gone(runner: SubprocessRunner, run_id: str) -> None:
+    left = lab.resources_with_labels(runner, {lab.RUN: run_id})
+    assert lab.is_empty(left), f"leaked: {left}"
+
+
+# --------------------------------------------------------------------------------------------- sql_dump
+
+SQL_SEED = (
+    "create table widgets (id int primary key, name text);\ninsert into widgets values (1, 'baseline');\n"
+)
+
+
+def test_sql_dump_is_applied_before_dependents_start(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    seed = tmp_path / "seed.sql"
+    seed.write_text(SQL_SEED)
+    # `reader` queries the table once, as it starts: it can only see 'baseline' if the seed went in first.
+    reader = {
+        "image": "forgelib/postgres:15",
+        "entrypoint": [],
+        "command": [
+            "sh",
+            "-c",
+            "psql -h app-db -U postgres -Atc 'select name from widgets' > /tmp/seen 2>&1;"
+            " trap 'exit 0' TERM INT; sleep infinity & wait",
+        ],
+        "depends_on": {"app-db": {"condition": "service_healthy"}},
+    }
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"app-db": PG, "reader": reader}},
+        {"baseline": (seed, SeedKind.SQL_DUMP)},
+        {"app-db": ("baseline", {})},
+    )
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        assert (
+            sh(trial, "app-db", "psql", "-U", "postgres", "-Atc", "select name from widgets").strip()
+            == "baseline"
+        )
+        assert sh(trial, "reader", "cat", "/tmp/seen").strip() == "baseline"
+        assert set(trial.timings) >= {"compose_config", "up_seeded", "recipe:app-db", "up_rest", "provision"}
+        live = lab.resources_with_labels(runner, {lab.RUN: run_id, lab.TRIAL: "default.0"})
+        assert len(live["containers"]) == 2 and live["networks"] == [f"{trial.name}_default"]
+    finally:
+        teardown_trial(trial)
+    assert_gone(runner, run_id)
+
+
+def test_repeats_apply_the_seed_onto_fresh_containers(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    seed = tmp_path / "seed.sql"
+    seed.write_text(SQL_SEED)  # `create table` without `if not exists`: a second apply would fail
+    project = make_project(
+        tmp_path / "p", {"services": {"app-db": PG}}, {"s": (seed, SeedKind.SQL_DUMP)}, {"app-db": ("s", {})}
+    )
+    ids = set()
+    for k in range(3):
+        trial = provision(project, run_id, tmp_path, runner, idx=k)
+        try:
+            rows = sh(trial, "app-db", "psql", "-U", "postgres", "-Atc", "select count(*) from widgets")
+            assert rows.strip() == "1"
+            ids |= {r["ID"] for r in trial.compose.ps()}
+        finally:
+            teardown_trial(trial)
+    assert len(ids) == 3
+
+
+def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path) -> None:
+    seed = tmp_path / "bad.sql"
+    seed.write_text("create table ok (id int);\nselec 1;\n")
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"app-db": PG, "idle": IDLE}},
+        {"postgres_baseline": (seed, SeedKind.SQL_DUMP)},
+        {"app-db": ("postgres_baseline", {})},
+    )
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.stage == "reset_recipe"
+    assert err.value.reason.startswith(
+        "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
+        "psql step on service 'app-db': command docker compose "
+    )
+    assert 'syntax error at or near "selec"' in err.value.reason
+    logs = tmp_path / "trial-0" / "services"
+    assert sorted(p.name for p in logs.iterdir()) == ["app-db.log", "idle.log"]
+    assert "database system is ready to accept connections" in (logs / "app-db.log").read_text()
+    assert_gone(runner, run_id)
+
+
+# --------------------------------------------------------------------------------------- filesystem_dir
+
+
+def _seed_tree(root: Path) -> Path:
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / ".hidden").write_text("dot\n")
+    (root / "sub" / "data.bin").write_bytes(bytes(range(256)) * 40)
+    (root / "sub" / "deeper" / "name with spaces.txt").write_text("x y\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "link").symlink_to("run.sh")
+    return root
+
+
+def _tree(root: Path) -> dict[str, bytes | str | None]:
+    out: dict[str, bytes | str | None] = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        out[rel] = f"-> {p.readlink()}" if p.is_symlink() else (p.read_bytes() if p.is_file() else None)
+    return out
+
+
+def test_filesystem_dir_result_matches_the_seed(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    seed = _seed_tree(tmp_path / "tree")
+    box = dict(IDLE)
+    box["command"] = [
+        "sh",
+        "-c",
+        "mkdir -p /work/old && echo stale > /work/.stale && echo junk > /work/old/x;"
+        " trap 'exit 0' TERM INT; sleep infinity & wait",
+    ]
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"box": box}},
+        {"ws": (seed, SeedKind.FILESYSTEM_DIR)},
+        {"box": ("ws", {"target": "/work"})},
+    )
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        back = tmp_path / "back"
+        back.mkdir()
+        trial.compose.cp("box:/work/.", str(back))
+        assert _tree(back) == _tree(seed)  # same entries, same bytes; .stale and old/ are gone
+    finally:
+        teardown_trial(trial)
+
+
+def test_seed_not_a_directory(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    seed = tmp_path / "tree"
+    seed.mkdir()
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"box": IDLE}},
+        {"ws": (seed, SeedKind.FILESYSTEM_DIR)},
+        {"box": ("ws", {})},
+    )
+    seed.rmdir()
+    seed.write_text("not a directory\n")  # replaced after load
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.stage == "reset_recipe"
+    assert err.value.reason == (
+        "reset recipe for service 'box' (seed 'ws', kind 'filesystem_dir') failed: "
+        f"guard step on service 'box': seed 'ws' is not a directory: {seed.resolve()}"
+    )
+    assert (tmp_path / "trial-0" / "services" / "box.log").exists()
+    assert_gone(runner, run_id)
+
+
+# ------------------------------------------------------------------------------------------- redis_dump
+
+
+@pytest.fixture(scope="session")
+def rdb_seed(docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real dump.rdb holding order:4021=processing, written by the stand-in Redis itself."""
+    root = tmp_path_factory.mktemp("rdb")
+    (root / "compose.yaml").write_text(yaml.safe_dump({"services": {"cache": REDIS}}))
+    c = ComposeProject(f"it-rdb-{secrets.token_hex(4)}", (root / "compose.yaml",), runner, TIMEOUTS)
+    try:
+        c.up(["cache"])
+        c.exec("cache", ["redis-cli", "SET", "order:4021", "processing"], timeout=30)
+        c.exec("cache", ["redis-cli", "SAVE"], timeout=30)
+        c.cp("cache:/data/dump.rdb", str(root / "seed.rdb"))
+    finally:
+        c.down()
+    return root / "seed.rdb"
+
+
+def test_redis_dump_survives_default_save_points(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path, rdb_seed: Path
+) -> None:
+    assert rdb_seed.read_bytes().startswith(b"REDIS0010")
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"cache": REDIS}},
+        {"cache_seed": (rdb_seed, SeedKind.REDIS_DUMP)},
+        {"cache": ("cache_seed", {})},
+    )
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        # the image runs with Redis's default save points: a `restart` here would have lost the seed
+        assert sh(trial, "cache", "redis-cli", "--raw", "CONFIG", "GET", "save").split()[1:] != []
+        assert sh(trial, "cache", "redis-cli", "--raw", "GET", "order:4021").strip() == "processing"
+    finally:
+        teardown_trial(trial)
+
+
+def test_corrupt_rdb_is_a_ping_stage_error(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.rdb"
+    bad.write_bytes(b"REDIS0010" + b"\xfa\x09garbage!" * 64)
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"cache": REDIS}},
+        {"cache_seed": (bad, SeedKind.REDIS_DUMP)},
+        {"cache": ("cache_seed", {})},
+    )
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.stage == "reset_recipe"
+    assert err.value.reason.startswith(
+        "reset recipe for service 'cache' (seed 'cache_seed', kind 'redis_dump') failed: "
+        "ping step on service 'cache': Redis exited after the seed was copied in"
+    )
+    assert "container log (tail):" in err.value.reason
+    assert "Short read or OOM loading DB" in err.value.reason or "Bad file format" in err.value.reason
+    assert_gone(runner, run_id)
+
+
+def test_newer_rdb_version_is_refused_before_the_container_is_touched(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path, rdb_seed: Path
+) -> None:
+    newer = tmp_path / "newer.rdb"
+    newer.write_bytes(b"REDIS0012" + rdb_seed.read_bytes()[9:])
+    project = make_project(
+        tmp_path / "p",
+        {"services": {"cache": REDIS}},
+        {"cache_seed": (newer, SeedKind.REDIS_DUMP)},
+        {"cache": ("cache_seed", {})},
+    )
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.reason == (
+        "reset recipe for service 'cache' (seed 'cache_seed', kind 'redis_dump') failed: "
+        "preflight step on service 'cache': seed 'cache_seed' is RDB version 12, but the service runs "
+        "Redis 7.0.15, which loads RDB versions up to 10: re-save the seed with that Redis version "
+        "(or older), or use a newer Redis image"
+    )
+    # the log shows one clean start: no stop/start happened
+    log = (tmp_path / "trial-0" / "services" / "cache.log").read_text()
+    assert log.count("Ready to accept connections") == 1

@@ -1,0 +1,151 @@
+"""Fakes for the run orchestrator: a stack answering exec/port from a Python function, a backend that
+provisions such stacks (or raises ProvisionError on cue), and builders for tasks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgelib.errors import ProvisionError
+from forgelib.runner import Result
+from forgelib.spec.models import Check, EnvironmentManifest, Grading, Oracle, Task
+
+Answer = Callable[[str, tuple[str, ...], Mapping[str, Any]], Result]
+
+
+def ok(stdout: str = "", rc: int = 0, stderr: str = "") -> Result:
+    return Result(("fake",), rc, stdout, stderr, 0.01)
+
+
+@dataclass
+class FakeStack:
+    """exec/port answered by ``answer(service, argv, kwargs)``; every call recorded."""
+
+    answer: Answer
+    ports: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
+
+    def exec(
+        self,
+        service: str,
+        argv: Sequence[str],
+        *,
+        stdin: Path | None = None,
+        input: str | None = None,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        check: bool = True,
+    ) -> Result:
+        kw = {"stdin": stdin, "timeout": timeout, "env": env, "workdir": workdir}
+        self.calls.append((service, tuple(argv), kw))
+        return self.answer(service, tuple(argv), kw)
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]:
+        return self.ports[(service, container_port)]
+
+
+@dataclass
+class FakeHandle:
+    name: str
+    compose: FakeStack
+    timings: dict[str, float] = field(default_factory=lambda: {"compose_up": 1.0, "seed:app-db": 0.5})
+
+
+@dataclass
+class FakeBackend:
+    """Provisions FakeStacks; ``fail`` maps (task, index) to a ProvisionError to raise instead."""
+
+    answer: Answer
+    fail: dict[tuple[str, int], ProvisionError] = field(default_factory=dict)
+    on_provision: Callable[[str, int], None] | None = None
+    provisioned: list[tuple[str, int]] = field(default_factory=list)
+    torn_down: list[str] = field(default_factory=list)
+    logs_captured: list[str] = field(default_factory=list)
+    leftovers_discarded: list[str] = field(default_factory=list)
+    finished_runs: list[str] = field(default_factory=list)
+    stacks: dict[tuple[str, int], FakeStack] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def provision(
+        self,
+        task: Task,
+        *,
+        run_id: str,
+        trial_index: int,
+        trial_dir: Path,
+        on_phase: Callable[[str, float], None] | None = None,
+    ) -> FakeHandle:
+        key = (task.name, trial_index)
+        with self.lock:
+            self.provisioned.append(key)
+        if self.on_provision is not None:
+            self.on_provision(*key)
+        if key in self.fail:
+            (trial_dir / "services").mkdir(parents=True, exist_ok=True)
+            (trial_dir / "services" / "app-db.log").write_text("psql: ERROR\n")
+            raise self.fail[key]
+        if on_phase is not None:
+            on_phase("compose_up", 1.0)
+        stack = FakeStack(self.answer)
+        with self.lock:
+            self.stacks[key] = stack
+        return FakeHandle(f"proj-{run_id}-{task.name}-{trial_index}".lower(), stack)
+
+    def capture_logs(self, trial: Any, dest_dir: Path, tail_lines: int) -> None:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        (dest_dir / "app-db.log").write_text(f"log of {trial.name}\n")
+        with self.lock:
+            self.logs_captured.append(trial.name)
+
+    def teardown(self, trial: Any) -> float:
+        with self.lock:
+            self.torn_down.append(trial.name)
+        return 0.1
+
+    def discard_leftovers(self, run_id: str) -> None:
+        self.leftovers_discarded.append(run_id)
+
+    def finish_run(self, run_id: str) -> None:
+        self.finished_runs.append(run_id)
+
+
+def make_task(
+    name: str = "read_widget",
+    *,
+    oracle: Oracle | None = None,
+    checks: Sequence[Check] = (),
+    threshold: float = 1.0,
+    compose: Mapping[str, Any] | None = None,
+) -> Task:
+    env = EnvironmentManifest(
+        compose_file=Path("/p/compose.yaml"),
+        services={},
+        compose=compose
+        or {"services": {"app-db": {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "shop"}}}},
+    )
+    grading = Grading(Path(f"/p/tasks/{name}/grading.yaml"), tuple(checks), threshold) if checks else None
+    return Task(name, Path(f"/p/tasks/{name}/task.yaml"), "", env, oracle, grading)
+
+
+def widget_task(name: str = "read_widget") -> Task:
+    """An oracle writing /work/out.txt, a file check on it and a sql check on app-db."""
+    return make_task(
+        name,
+        oracle=Oracle(service="runner", command=("python3", "/pack/oracle.py"), timeout=30),
+        checks=[
+            Check("out_file", "file", {"service": "runner", "path": "/work/out.txt", "equals": "baseline"}),
+            Check("db_row", "sql", {"service": "app-db", "query": "select 1", "equals": "1"}, weight=2),
+        ],
+    )
+
+
+def good_answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+    if argv[0] == "cat":
+        return ok("baseline\n")
+    if argv[0] == "psql":
+        return ok("1\n")
+    return ok()

@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgelib.errors import CommandError, CommandTimeout
+from forgelib.run.checks import evaluate, service_environment
+from forgelib.run.oracle import effective_timeout, run_oracle
+from forgelib.runner import Result
+from forgelib.spec.models import Check, Oracle
+
+from .fakes import FakeStack, make_task, ok
+
+
+def stack_answering(
+    out: str = "", rc: int = 0, stderr: str = "", raises: Exception | None = None
+) -> FakeStack:
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if raises is not None:
+            raise raises
+        return ok(out, rc, stderr)
+
+    return FakeStack(answer)
+
+
+ENV = make_task().environment
+
+
+def test_file_check_cats_the_file() -> None:
+    st = stack_answering("baseline\n")
+    c = Check("f", "file", {"service": "runner", "path": "/work/out.txt", "equals": "baseline"})
+    o = evaluate(st, c, ENV, timeout=7)
+    assert o.passed and o.observed == "baseline\n" and o.expected == "equals 'baseline'"
+    assert st.calls == [("runner", ("cat", "--", "/work/out.txt"), st.calls[0][2])]
+    assert st.calls[0][2]["timeout"] == 7
+
+
+def test_sql_check_argv_takes_user_and_db_from_compose_env() -> None:
+    st = stack_answering("baseline\n")
+    c = Check("q", "sql", {"service": "app-db", "query": "select name from w", "equals": "baseline"})
+    assert evaluate(st, c, ENV, timeout=5).passed
+    argv = st.calls[0][1]
+    assert argv == (
+        "psql", "-At", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "shop", "-c", "select name from w",
+    )  # fmt: skip
+
+
+def test_sql_check_options_override_and_default_to_postgres() -> None:
+    st = stack_answering("1")
+    bare = make_task(compose={"services": {"db": {"environment": ["OTHER=1"]}}}).environment
+    evaluate(st, Check("q", "sql", {"service": "db", "query": "select 1"}), bare, timeout=5)
+    assert st.calls[-1][1][4:8] == ("-U", "postgres", "-d", "postgres")
+    evaluate(
+        st, Check("q", "sql", {"service": "db", "query": "q", "user": "u", "database": "d"}), bare, timeout=5
+    )
+    assert st.calls[-1][1][4:8] == ("-U", "u", "-d", "d")
+
+
+def test_sql_error_is_a_failed_check_with_psql_stderr() -> None:
+    st = stack_answering(rc=1, stderr='ERROR:  relation "w" does not exist')
+    o = evaluate(st, Check("q", "sql", {"service": "app-db", "query": "x", "equals": "1"}), ENV, timeout=5)
+    assert not o.passed and o.observed is None
+    assert o.error is not None and 'relation "w" does not exist' in o.error and "exited 1" in o.error
+
+
+def test_redis_check_argv_and_error_reply() -> None:
+    st = stack_answering("processing\n")
+    c = Check("r", "redis", {"service": "cache", "command": ["GET", "order:1"], "contains": "proc"})
+    assert evaluate(st, c, ENV, timeout=5).passed
+    assert st.calls[0][1] == ("redis-cli", "--raw", "GET", "order:1")
+    bad = evaluate(stack_answering("ERR unknown command 'GTE'\n"), c, ENV, timeout=5)
+    assert not bad.passed and bad.error is not None and "ERR unknown command" in bad.error
+
+
+def test_exec_timeout_and_docker_failure_are_failed_checks() -> None:
+    c = Check("f", "file", {"service": "runner", "path": "/x", "equals": "y"})
+    o = evaluate(stack_answering(raises=CommandTimeout(["docker"], 5)), c, ENV, timeout=5)
+    assert not o.passed and o.error is not None and "timed out after 5s" in o.error
+    o = evaluate(
+        stack_answering(raises=CommandError(["docker"], 1, "", "no such service")), c, ENV, timeout=5
+    )
+    assert not o.passed and o.error is not None and "could not run" in o.error
+
+
+def test_unknown_type_and_bad_regex_do_not_crash() -> None:
+    assert not evaluate(stack_answering(), Check("x", "ldap", {"service": "s"}), ENV, timeout=1).passed
+    c = Check("f", "file", {"service": "s", "path": "/x", "regex": "("})
+    o = evaluate(stack_answering("x"), c, ENV, timeout=1)
+    assert not o.passed and o.observed == "x"
+
+
+def test_service_environment_forms() -> None:
+    assert service_environment({"services": {"s": {"environment": ["A=1", "B=x=y"]}}}, "s") == {
+        "A": "1",
+        "B": "x=y",
+    }
+    assert service_environment({}, "s") == {}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/orders/1":
+            body, status = json.dumps({"status": "shipped", "items": [{"n": 2}]}).encode(), 200
+        else:
+            body, status = b'{"error": "nope"}', 404
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_http_check_status_and_json_field(http_port: int) -> None:
+    st = stack_answering()
+    st.ports[("api", 8000)] = ("127.0.0.1", http_port)
+    spec = {"service": "api", "port": 8000, "path": "/orders/1", "status": 200}
+    c = Check("h", "http", {**spec, "json": {"field": "status", "equals": "shipped"}})
+    o = evaluate(st, c, ENV, timeout=5)
+    assert o.passed and o.observed == "shipped"
+    nested = Check("h", "http", {**spec, "json": {"field": "items.0.n", "equals": 2}})
+    assert evaluate(st, nested, ENV, timeout=5).passed
+    missing = evaluate(
+        st, Check("h", "http", {**spec, "json": {"field": "nope", "equals": 1}}), ENV, timeout=5
+    )
+    assert not missing.passed and missing.error is not None and "no field 'nope'" in missing.error
+    wrong = evaluate(st, Check("h", "http", {**spec, "path": "/other"}), ENV, timeout=5)
+    assert not wrong.passed and wrong.error is not None and "returned status 404, expected 200" in wrong.error
+    expect_404 = Check("h", "http", {**spec, "path": "/other", "status": 404, "contains": "nope"})
+    assert evaluate(st, expect_404, ENV, timeout=5).passed
+
+
+def test_http_refused_is_a_failed_check(http_port: int) -> None:
+    st = stack_answering()
+    st.ports[("api", 8000)] = ("127.0.0.1", 1)
+    o = evaluate(st, Check("h", "http", {"service": "api", "port": 8000, "status": 200}), ENV, timeout=2)
+    assert not o.passed and o.error is not None and "failed" in o.error
+
+
+# ----------------------------------------------------------------------------------------------- oracle
+
+
+def test_oracle_command_is_execd_with_env_and_workdir(tmp_path: Path) -> None:
+    st = stack_answering("done\n")
+    o = Oracle(service="runner", command=("python3", "/pack/o.py"), env={"K": "v"}, workdir="/work")
+    r = run_oracle(st, o, timeout=12, out_dir=tmp_path)
+    assert r.ok and r.rc == 0
+    service, argv, kw = st.calls[0]
+    assert (service, argv) == ("runner", ("python3", "/pack/o.py"))
+    assert kw == {"stdin": None, "timeout": 12, "env": {"K": "v"}, "workdir": "/work"}
+    assert (tmp_path / "oracle.stdout").read_text() == "done\n"
+
+
+def test_oracle_script_streams_on_stdin(tmp_path: Path) -> None:
+    script = tmp_path / "solve.py"
+    script.write_text("print(1)\n")
+    st = stack_answering()
+    r = run_oracle(st, Oracle(service="runner", script=script, interpreter=("python3", "-")), timeout=5)
+    assert r.ok
+    assert st.calls[0][1] == ("python3", "-") and st.calls[0][2]["stdin"] == script
+
+
+def test_oracle_failure_and_timeout() -> None:
+    o = Oracle(service="runner", command=("false",))
+    r = run_oracle(stack_answering(rc=3, stderr="Traceback\nValueError: x"), o, timeout=5)
+    assert not r.ok and not r.timed_out and r.rc == 3
+    assert r.reason() == "Oracle failed: `false` in service 'runner' exited 3: Traceback\nValueError: x"
+    t = run_oracle(stack_answering(raises=CommandTimeout(["docker"], 5, "partial")), o, timeout=5)
+    assert t.timed_out and not t.ok and t.error == "`false` in service 'runner' timed out after 5s"
+
+
+def test_oracle_timeout_is_capped_by_the_run_config() -> None:
+    assert effective_timeout(Oracle(service="s", timeout=120), 300) == 120
+    assert effective_timeout(Oracle(service="s", timeout=900), 300) == 300

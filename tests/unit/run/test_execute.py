@@ -1,0 +1,254 @@
+"""The orchestrator on a fake backend: results on disk, PROVISION_ERROR, workers, Ctrl-C, resume."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib.errors import ProvisionError
+from forgelib.run import events as ev
+from forgelib.run.execute import RunPlan, new_run_id, run_project
+from forgelib.runner import Result
+from forgelib.spec.models import Oracle, Task
+
+from .fakes import FakeBackend, good_answer, make_task, ok, widget_task
+
+RECIPE_REASON = (
+    "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
+    'psql: ERROR:  syntax error at or near "SELEC"'
+)
+
+
+def plan(tmp_path: Path, tasks: list[Task], **kw: Any) -> RunPlan:
+    return RunPlan(tasks=tasks, repeats=kw.pop("repeats", 2), output=tmp_path / "runs", **kw)
+
+
+def run(p: RunPlan, backend: FakeBackend) -> tuple[Path, ev.RunState, list[str]]:
+    out: list[str] = []
+    run_dir, state = run_project(p, backend, out.append)
+    return run_dir, state, out
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def test_new_run_ids_sort_by_time_and_are_unique() -> None:
+    a, b = new_run_id(1_700_000_000), new_run_id(1_700_000_001)
+    assert a < b and len({new_run_id(5) for _ in range(50)}) == 50
+    assert a.startswith("20231114T221320Z-")
+
+
+def test_passing_run_writes_every_file(tmp_path: Path, fake_backend: Any) -> None:
+    backend = fake_backend()
+    run_dir, state, out = run(plan(tmp_path, [widget_task()], junit=tmp_path / "junit.xml"), backend)
+    assert [r.status for r in state.records()] == ["passed", "passed"]
+    d = run_dir / "trials" / "read_widget" / "1"
+    trial = load(d / "trial.yaml")
+    assert trial["status"] == "passed" and trial["termination_reason"] == "COMPLETED"
+    assert trial["retryable"] is False and trial["error"] is None
+    assert set(trial["timings"]) == {
+        "compose_up",
+        "seed:app-db",
+        "provision",
+        "oracle",
+        "grading",
+        "teardown",
+    }
+    assert trial["compose_project"].endswith("read_widget-1")
+    grade = load(d / "grade.yaml")
+    assert list(grade) == ["binary_pass", "score", "threshold", "components", "checks", "reasons"]
+    assert grade["binary_pass"] is True and grade["score"] == 1.0 and grade["reasons"] == []
+    assert grade["components"] == {
+        "out_file": pytest.approx(1 / 3, abs=1e-6),
+        "db_row": pytest.approx(2 / 3, abs=1e-6),
+    }
+    assert grade["checks"][0] == {
+        "name": "out_file", "type": "file", "weight": 1.0, "gate": False, "passed": True,
+        "observed": "baseline\n", "expected": "equals 'baseline'", "error": None,
+    }  # fmt: skip
+    metrics = load(d / "metrics.yaml")
+    assert metrics["checks_total"] == 2 and metrics["checks_passed"] == 2 and metrics["oracle_rc"] == 0
+    assert (d / "oracle.stdout").exists()
+    assert not (d / "services").exists()  # green and capture_logs_on_success is off
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"]["passed"] == 2 and summary["all_passed"] is True
+    assert summary["timings"]["oracle"]["count"] == 2
+    assert len(backend.torn_down) == 2 and backend.logs_captured == []
+    cases = ET.parse(tmp_path / "junit.xml").getroot().findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["read_widget[0]", "read_widget[1]"]
+    assert any("read_widget[0] oracle" in line for line in out)  # a progress line per state change
+    phases = [e["phase"] for e in ev.read_events(run_dir / ev.EVENTS_FILE) if e["kind"] == ev.TRIAL_STATE]
+    assert phases.count("provisioning") == 2 and phases.count("teardown") == 2
+
+
+def test_provision_error_accounting(tmp_path: Path, fake_backend: Any) -> None:
+    backend = fake_backend(fail={("read_widget", 0): ProvisionError("reset_recipe", RECIPE_REASON)})
+    run_dir, _, _ = run(plan(tmp_path, [widget_task()], junit=tmp_path / "j.xml"), backend)
+    d = run_dir / "trials" / "read_widget" / "0"
+    trial = load(d / "trial.yaml")
+    assert trial["status"] == "error"
+    assert trial["termination_reason"] == "PROVISION_ERROR" and trial["retryable"] is False
+    assert trial["error"] == {"stage": "reset_recipe", "reason": RECIPE_REASON}
+    assert trial["oracle"] is None and "oracle" not in trial["timings"]
+    grade = load(d / "grade.yaml")
+    assert grade["binary_pass"] is False and grade["score"] == 0.0
+    assert grade["reasons"] == [f"Provisioning failed at reset_recipe: {RECIPE_REASON}"]
+    assert (d / "services" / "app-db.log").exists()  # provisioning's own capture is kept
+    assert ("read_widget", 0) not in backend.stacks  # the oracle never ran: there was no stack to run in
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"] == {
+        "trials": 2,
+        "passed": 1,
+        "failed": 1,
+        "failed_attempts": 1,
+        "not_finished": 0,
+        "errors_by_stage": {"reset_recipe": 1},
+    }
+    error = ET.parse(tmp_path / "j.xml").getroot().find("./testsuite/testcase/error")
+    assert error is not None and error.get("type") == "PROVISION_ERROR"
+
+
+def test_red_grade_captures_logs_and_oracle_failure_skips_grading(tmp_path: Path, fake_backend: Any) -> None:
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == "python3":
+            return ok(rc=2, stderr="boom")
+        return good_answer(service, argv, kw)
+
+    red = make_task("red", oracle=None, checks=widget_task().grading.checks[:1], threshold=1.0)  # type: ignore[union-attr]
+    broken = make_task(
+        "broken",
+        oracle=Oracle(service="runner", command=("python3", "x")),
+        checks=widget_task().grading.checks,  # type: ignore[union-attr]
+    )
+    backend = fake_backend(answer)
+    backend.answer = lambda s, a, k: ok("nope") if a[0] == "cat" else answer(s, a, k)
+    run_dir, state, _ = run(plan(tmp_path, [red, broken], repeats=1), backend)
+    by = {r.task: r for r in state.records()}
+    assert by["red"].status == "failed" and by["red"].termination.value == "COMPLETED"  # type: ignore[union-attr]
+    assert (run_dir / "trials" / "red" / "0" / "services" / "app-db.log").exists()
+    assert by["broken"].status == "error" and by["broken"].termination.value == "ORACLE_ERROR"  # type: ignore[union-attr]
+    g = load(run_dir / "trials" / "broken" / "0" / "grade.yaml")
+    assert (
+        g["reasons"] == ["Oracle failed: `python3 x` in service 'runner' exited 2: boom"]
+        and g["checks"] == []
+    )
+    calls = backend.stacks[("broken", 0)].calls
+    assert [c[1][0] for c in calls] == ["python3"]  # no check ran after the oracle failed
+    assert len(backend.torn_down) == 2 and sorted(backend.logs_captured) == sorted(backend.torn_down)
+
+
+def test_workers_2_gives_the_same_results_as_workers_1(tmp_path: Path, fake_backend: Any) -> None:
+    fail = {("b", 1): ProvisionError("reset_recipe", RECIPE_REASON)}
+    tasks = [widget_task("a"), widget_task("b")]
+
+    def slow(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        time.sleep(0.02)
+        return good_answer(service, argv, kw)
+
+    def outcome(workers: int) -> list[tuple[Any, ...]]:
+        _, state, _ = run(
+            plan(tmp_path / str(workers), tasks, repeats=3, workers=workers),
+            fake_backend(slow, fail=dict(fail)),
+        )
+        sm = ev.summarize(state)
+        return [(t["task"], t["index"], t["status"], t["score"], t["reasons"]) for t in sm["trials"]] + [
+            tuple(sorted(sm["totals"].items(), key=str))
+        ]
+
+    assert outcome(1) == outcome(2)
+
+
+def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
+    tmp_path: Path, fake_backend: Any
+) -> None:
+    tasks = [widget_task("a")]
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == "python3" and not interrupted:
+            interrupted.append(True)
+            _thread.interrupt_main()  # Ctrl-C arrives while trial a[0]'s oracle runs
+            time.sleep(1.0)  # longer than the main thread's 0.25 s poll
+        return good_answer(service, argv, kw)
+
+    interrupted: list[bool] = []
+    backend = fake_backend(answer)
+    p = plan(tmp_path, tasks, repeats=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_project(p, backend, lambda line: None)
+    assert backend.provisioned == [("a", 0)]  # stopped launching
+    assert len(backend.torn_down) == 1  # torn down exactly once (main thread or worker, not both)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
+    assert state.interrupted
+    assert state.trials[("a", 0)].status == "interrupted"
+    assert state.pending() == [("a", 0), ("a", 1), ("a", 2)]
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
+
+    backend2 = fake_backend()
+    resume = plan(tmp_path, tasks, repeats=3, resume=run_dir.name)
+    _, state2, out = run(resume, backend2)
+    assert backend2.leftovers_discarded == [run_dir.name]
+    assert sorted(backend2.provisioned) == [("a", 0), ("a", 1), ("a", 2)]
+    assert [r.status for r in state2.records()] == ["passed"] * 3
+    assert state2.trials[("a", 0)].attempts == 2 and not state2.interrupted
+    assert out[0] == f"resuming {run_dir.name}: 3 of 3 trial(s) left to run"
+
+
+def test_resume_after_a_kill_runs_only_what_was_missing(tmp_path: Path, fake_backend: Any) -> None:
+    tasks = [widget_task("a"), widget_task("b")]
+    run_dir, _, _ = run(plan(tmp_path, tasks, repeats=2), fake_backend())
+    log = run_dir / ev.EVENTS_FILE
+    # Simulate SIGKILL: keep the log up to b[0]'s finish, then b[1] mid-oracle, then a line cut short.
+    kept: list[str] = []
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        if e["kind"] == ev.TRIAL_STATE and (e["task"], e["index"]) == ("b", 1) and e["phase"] == "grading":
+            break
+        kept.append(line)
+    log.write_text("\n".join(kept) + '\n{"v": 1, "kind": "trial_st')
+    (run_dir / "trials" / "b" / "1" / "stale.txt").write_text("from the killed attempt")
+    assert ev.fold(ev.read_events(log)).pending() == [("b", 1)]
+
+    backend = fake_backend()
+    _, state2, _ = run(plan(tmp_path, tasks, resume=run_dir.name), backend)
+    assert backend.provisioned == [("b", 1)]
+    assert state2.pending() == [] and all(r.status == "passed" for r in state2.records())
+    assert state2.unreadable_lines == 1
+    assert not (run_dir / "trials" / "b" / "1" / "stale.txt").exists()  # a fresh trial directory
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"]["passed"] == 4 and summary["resumes"] == 1
+
+
+def test_resume_of_a_finished_run_runs_nothing(tmp_path: Path, fake_backend: Any) -> None:
+    run_dir, _, _ = run(plan(tmp_path, [widget_task()], repeats=1), fake_backend())
+    backend = fake_backend()
+    _, state, _ = run(plan(tmp_path, [widget_task()], resume=run_dir.name), backend)
+    assert backend.provisioned == [] and backend.leftovers_discarded == [] and state.completed
+
+
+def test_resume_of_a_missing_run_is_a_user_error(tmp_path: Path, fake_backend: Any) -> None:
+    from forgelib.errors import ForgeError
+
+    with pytest.raises(ForgeError, match="no run at"):
+        run(plan(tmp_path, [widget_task()], resume="nope"), fake_backend())
+
+
+def test_a_crashing_backend_is_an_internal_error_not_a_dead_run(tmp_path: Path, fake_backend: Any) -> None:
+    def explode(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        raise RuntimeError("bug")
+
+    backend = fake_backend(explode)
+    _, state, _ = run(plan(tmp_path, [widget_task()], repeats=1), backend)
+    (rec,) = state.records()
+    assert rec.termination is not None and rec.termination.value == "INTERNAL_ERROR"
+    assert rec.reasons == ("internal error in oracle: RuntimeError: bug",)
+    assert len(backend.torn_down) == 1

@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forgelib import compose as c
+from forgelib.errors import ForgeError
+from forgelib.spec.models import Timeouts
+from forgelib.testing import FakeRunner
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("pg", "r1", "read", 0), "pg-r1-read-0"),
+        (("pg_reset", "r-2", "t_1", 12), "pg_reset-r-2-t_1-12"),
+        (("pg", "r1", "read", None), "pg-r1-read-shared"),
+    ],
+)
+def test_project_name_kept_verbatim_when_already_valid(
+    args: tuple[str, str, str, int | None], expected: str
+) -> None:
+    assert c.project_name(*args) == expected
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("Postgres Reset", "20261129T112351Z-4f0c2a", "read.widget", 3),
+        ("-_x", "r", "t", 0),
+        ("multi_service_postgres_reset", "20261129T112351Z-4f0c2a", "read_widget_without_reset", 13),
+        ("ü" * 80, "r", "t", 0),
+    ],
+)
+def test_project_name_is_always_valid(args: tuple[str, str, str, int]) -> None:
+    name = c.project_name(*args)
+    assert c.is_valid_name(name), name
+    assert len(name) <= 63
+
+
+def test_lossy_names_get_a_hash_so_they_never_collide() -> None:
+    names = {
+        c.project_name("pg", "r1", "a.b", 0),
+        c.project_name("pg", "r1", "a-b", 0),
+        c.project_name("pg", "r1", "A-b", 0),
+        c.project_name("pg", "r1", "a" * 40 + "x", 0),
+        c.project_name("pg", "r1", "a" * 40 + "y", 0),
+    }
+    assert len(names) == 5
+    assert c.project_name("pg", "r1", "a-b", 0) == "pg-r1-a-b-0"  # the valid one stays readable
+    assert c.project_name("pg", "r1", "a.b", 0).startswith("pg-r1-a-b-0-")
+
+
+def test_long_names_keep_run_and_trial_index() -> None:
+    name = c.project_name("multi_service_postgres_reset", "20261129T112351Z-4f0c2a", "read_widget_x", 13)
+    assert "-20261129t112351z-4f0c2a-" in name and "-13-" in name
+
+
+def test_invalid_name_refused_by_compose_project() -> None:
+    with pytest.raises(ValueError, match="invalid compose project name"):
+        c.ComposeProject("Bad Name", (), FakeRunner())
+
+
+# ------------------------------------------------------------------------------------------- builders
+
+
+def test_flags_skip_none_and_false() -> None:
+    assert c.flags(detach=True, wait=False, tail=None, wait_timeout=30, t=1.5) == [
+        "--detach",
+        "--wait-timeout",
+        "30",
+        "--t",
+        "1.5",
+    ]
+
+
+def test_argv_builders() -> None:
+    assert c.base_argv("p", [Path("/a.yaml"), Path("/b.yaml")]) == [
+        "docker", "compose", "--ansi", "never", "--project-name", "p",
+        "--file", "/a.yaml", "--file", "/b.yaml",
+    ]  # fmt: skip
+    assert c.up_argv(["db"], wait_timeout=300) == ["up", "--detach", "--wait", "--wait-timeout", "300", "db"]
+    assert c.up_argv(wait=False) == ["up", "--detach"]
+    assert c.down_argv() == ["down", "--volumes", "--remove-orphans"]
+    assert c.down_argv(volumes=False, remove_orphans=False, timeout=3) == ["down", "--timeout", "3"]
+    assert c.exec_argv("db", ["psql", "-c", "x"], env={"A": "1"}, workdir="/w") == [
+        "exec", "-T", "--env", "A=1", "--workdir", "/w", "db", "psql", "-c", "x",
+    ]  # fmt: skip
+    assert c.cp_argv("/s/.", "box:/t") == ["cp", "/s/.", "box:/t"]
+    assert c.stop_argv(["cache"]) == ["stop", "cache"]
+    assert c.start_argv(["cache"]) == ["start", "cache"]
+    assert c.port_argv("api", 8000) == ["port", "api", "8000"]
+    assert c.ps_argv() == ["ps", "--all", "--format", "json"]
+    assert c.logs_argv(["db"], tail=200) == ["logs", "--no-color", "--tail", "200", "db"]
+    assert c.config_argv() == ["config", "--format", "json"]
+
+
+def test_labels_override_covers_services_default_network_and_declared_resources(tmp_path: Path) -> None:
+    config = {
+        "services": {"db": {}, "api": {}},
+        "networks": {"back": {}, "ext": {"external": True}},
+        "volumes": {"data": None, "outside": {"external": True}},
+    }
+    labels = {"io.forgelib.run": "r"}
+    out = yaml.safe_load(c.write_override(tmp_path / "o.yaml", config, labels).read_text())
+    assert out == {
+        "services": {"db": {"labels": labels}, "api": {"labels": labels}},
+        "networks": {"default": {"labels": labels}, "back": {"labels": labels}},
+        "volumes": {"data": {"labels": labels}},
+    }
+
+
+def test_clean_env_drops_every_ambient_compose_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPOSE_PROJECT_NAME", "evil")
+    monkeypatch.setenv("COMPOSE_FILE", "/evil.yaml")
+    monkeypatch.setenv("COMPOSE_PROFILES", "x")
+    env = c.clean_env({"FORGE_IMAGE_REDIS": "forgelib/redis:7.0"})
+    assert (
+        env["COMPOSE_PROJECT_NAME"] is None
+        and env["COMPOSE_FILE"] is None
+        and env["COMPOSE_PROFILES"] is None
+    )
+    assert env["FORGE_IMAGE_REDIS"] == "forgelib/redis:7.0"
+
+
+# -------------------------------------------------------------------------------------------- project
+
+BASE = ("docker", "compose", "--ansi", "never", "--project-name", "p1", "--file", "/x/c.yaml")
+
+
+def project(fake: FakeRunner) -> c.ComposeProject:
+    t = Timeouts(compose_up=100, teardown=50, command=7)
+    return c.ComposeProject(
+        "p1", (Path("/x/c.yaml"),), fake, t, {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15"}
+    )
+
+
+def test_calls_carry_timeouts_env_and_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPOSE_FILE", "/evil.yaml")
+    fake = FakeRunner()
+    fake.expect(*BASE, "up", exact=False)
+    fake.expect(*BASE, "down", "--volumes", "--remove-orphans", exact=True)
+    fake.expect(*BASE, "exec", "-T", "db", "true", exact=True)
+    p = project(fake)
+    p.up(["db"])
+    p.down()
+    p.exec("db", ["true"])
+    up, down, ex = fake.calls
+    assert up.argv[len(BASE) :] == ("up", "--detach", "--wait", "--wait-timeout", "100", "db")
+    assert up.timeout == 130  # compose's own --wait-timeout message wins the race
+    assert (down.timeout, ex.timeout) == (50, 7)
+    assert up.env["COMPOSE_FILE"] is None and up.env["FORGE_IMAGE_POSTGRES"] == "forgelib/postgres:15"
+    assert up.cwd == Path("/x")
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("0.0.0.0:49153\n", ("127.0.0.1", 49153)),
+        ("[::]:5\n", ("127.0.0.1", 5)),
+        ("10.0.0.2:80", ("10.0.0.2", 80)),
+    ],
+)
+def test_port(out: str, expected: tuple[str, int]) -> None:
+    fake = FakeRunner()
+    fake.expect(*BASE, "port", "api", "8000", exact=True, stdout=out)
+    assert project(fake).port("api", 8000) == expected
+
+
+def test_port_not_published() -> None:
+    fake = FakeRunner()
+    fake.expect(*BASE, "port", "api", "8000", stdout=":0\n")
+    with pytest.raises(ForgeError, match="does not publish container port 8000"):
+        project(fake).port("api", 8000)
+
+
+def test_parse_ps_accepts_lines_and_arrays() -> None:
+    rows = [{"Service": "db", "State": "running"}, {"Service": "api", "State": "exited"}]
+    assert c.parse_ps("\n".join(json.dumps(r) for r in rows)) == rows
+    assert c.parse_ps(json.dumps(rows)) == rows
+    assert c.parse_ps("") == []
+
+
+def test_logs_stream_to_a_file(tmp_path: Path) -> None:
+    fake = FakeRunner()
+    fake.expect(*BASE, "logs", "--no-color", "--tail", "5", "db", exact=True, stdout="hello\n")
+    project(fake).logs("db", tmp_path / "s" / "db.log", tail=5)
+    assert (tmp_path / "s" / "db.log").read_text() == "hello\n"
+    assert fake.calls[0].stdout_path == tmp_path / "s" / "db.log"
+
+
+def test_config_parses_json() -> None:
+    fake = FakeRunner()
+    fake.expect(*BASE, "config", "--format", "json", exact=True, stdout='{"services": {"db": {}}}')
+    assert project(fake).config() == {"services": {"db": {}}}

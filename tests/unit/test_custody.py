@@ -1,0 +1,412 @@
+"""The reaper's decisions (pure, exhaustive) and its Docker I/O through the fake runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forgelib import custody
+from forgelib.custody import HostFacts, Project, Resource, decide, parse_owner, plan_removal
+from forgelib.labels import (
+    COMPOSE_PROJECT,
+    MANAGED,
+    OWNER_BOOT_ID,
+    OWNER_HOST,
+    OWNER_PID,
+    OWNER_START_TIME,
+    RUN,
+    TRIAL,
+)
+from forgelib.testing import ANY, FakeRunner
+
+HOST, BOOT = "box", "boot-1"
+LIVE = {100: "5000", 200: "7000"}  # pid -> start time of the processes alive on "box"
+
+
+def facts(boot: str | None = BOOT) -> HostFacts:
+    return HostFacts(HOST, boot, LIVE.get)
+
+
+def labels(
+    *, host: str = HOST, pid: str = "100", boot: str = BOOT, start: str = "5000", project: str = "p1"
+) -> dict[str, str]:
+    return {
+        MANAGED: "true",
+        RUN: "run-1",
+        TRIAL: "t.0",
+        OWNER_HOST: host,
+        OWNER_PID: pid,
+        OWNER_BOOT_ID: boot,
+        OWNER_START_TIME: start,
+        COMPOSE_PROJECT: project,
+    }
+
+
+def container(name: str = "c1", running: bool = True, **kw: str) -> Resource:
+    return Resource("container", f"id-{name}", name, labels(**kw), running=running)
+
+
+def network(name: str = "n1", users: tuple[str, ...] | None = ("id-c1",), **kw: str) -> Resource:
+    return Resource("network", f"id-{name}", name, labels(**kw), users=users)
+
+
+def volume(name: str = "v1", users: tuple[str, ...] | None = (), **kw: str) -> Resource:
+    return Resource("volume", name, name, labels(**kw), users=users)
+
+
+def project(*resources: Resource) -> Project:
+    return Project("p1", resources)
+
+
+# ------------------------------------------------------------------------------------ the decision table
+
+
+@pytest.mark.parametrize(
+    ("kw", "running", "remove", "code", "reason_part"),
+    [
+        ({}, True, False, "owner_alive", "pid 100 on box is alive"),
+        ({}, False, False, "owner_alive", "is alive"),  # alive owner, stopped containers: still its own
+        ({"pid": "300", "start": "1"}, True, True, "owner_gone", "not running"),
+        ({"pid": "300", "start": "1"}, False, True, "owner_gone", "not running"),
+        ({"start": "4999"}, True, True, "owner_gone", "pid was reused"),  # pid 100 now another process
+        ({"host": "elsewhere"}, True, False, "other_host", "another host"),
+        ({"host": "elsewhere", "pid": "300"}, False, False, "other_host", "another host"),
+        ({"boot": "boot-0"}, False, True, "owner_rebooted", "previous boot"),
+        ({"boot": "boot-0"}, True, False, "unproven", "not removed on a guess"),
+        ({"boot": "boot-0", "pid": "300"}, True, False, "unproven", "c1 running"),
+    ],
+    ids=[
+        "alive",
+        "alive-stopped",
+        "dead-pid-running",
+        "dead-pid-stopped",
+        "pid-reused",
+        "other-host",
+        "other-host-dead-pid",
+        "other-boot-stopped",
+        "other-boot-running",
+        "other-boot-running-dead-pid",
+    ],
+)
+def test_decision_table(kw: dict[str, str], running: bool, remove: bool, code: str, reason_part: str) -> None:
+    d = decide(project(container(running=running, **kw), network(**kw), volume(**kw)), facts())
+    assert (d.remove, d.code) == (remove, code)
+    assert reason_part in d.reason
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason_part"),
+    [
+        (lambda lb: lb.pop(OWNER_PID), f"missing {OWNER_PID}"),
+        (lambda lb: lb.pop(OWNER_HOST), f"missing {OWNER_HOST}"),
+        (lambda lb: lb.pop(OWNER_BOOT_ID), f"missing {OWNER_BOOT_ID}"),
+        (lambda lb: lb.pop(OWNER_START_TIME), f"missing {OWNER_START_TIME}"),
+        (lambda lb: lb.update({OWNER_PID: ""}), f"missing {OWNER_PID}"),
+        (lambda lb: lb.update({OWNER_PID: "12x"}), "not a positive integer"),
+        (lambda lb: lb.update({OWNER_PID: "0"}), "not a positive integer"),
+        (lambda lb: lb.update({OWNER_PID: "-5"}), "not a positive integer"),
+        (lambda lb: lb.update({OWNER_START_TIME: "soon"}), "not a clock-tick count"),
+        (lambda lb: lb.update({OWNER_START_TIME: "unknown"}), f"unknown {OWNER_START_TIME}"),
+        (lambda lb: lb.update({OWNER_BOOT_ID: "unknown"}), f"unknown {OWNER_BOOT_ID}"),
+        (lambda lb: lb.update({MANAGED: "yes"}), "is not 'true'"),
+    ],
+    ids=[
+        "no-pid",
+        "no-host",
+        "no-boot",
+        "no-start",
+        "empty-pid",
+        "pid-text",
+        "pid-zero",
+        "pid-negative",
+        "start-text",
+        "start-unknown",
+        "boot-unknown",
+        "managed-not-true",
+    ],
+)
+@pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
+def test_missing_or_malformed_labels_are_unproven_and_kept(mutate, reason_part: str, running: bool) -> None:  # type: ignore[no-untyped-def]
+    # the owner is dead (pid 300), so only the bad labels keep the project
+    bad = container("c2", running=running, pid="300", start="1")
+    mutate(bad.labels)  # type: ignore[arg-type]
+    d = decide(project(container(running=running, pid="300", start="1"), bad), facts())
+    assert (d.remove, d.code) == (False, "unproven")
+    assert reason_part in d.reason and "container c2" in d.reason
+
+
+def test_running_container_of_an_unproven_owner_is_kept() -> None:
+    c = Resource("container", "id-x", "x", {MANAGED: "true", COMPOSE_PROJECT: "p1"}, running=True)
+    d = decide(project(c), facts())
+    assert not d.remove and d.code == "unproven"
+
+
+def test_resources_disagreeing_on_the_owner_are_unproven() -> None:
+    d = decide(project(container(pid="300", start="1"), network(pid="301", start="1")), facts())
+    assert (d.remove, d.code) == (False, "unproven") and "2 different owners" in d.reason
+
+
+def test_unknown_boot_id_of_this_host_proves_nothing() -> None:
+    d = decide(project(container(pid="300", start="1", running=False)), facts(boot=None))
+    assert (d.remove, d.code) == (False, "unproven")
+
+
+def test_owner_check_uses_the_labelled_pid() -> None:
+    asked: list[int] = []
+
+    def lookup(pid: int) -> str | None:
+        asked.append(pid)
+        return None
+
+    decide(project(container(pid="4242")), HostFacts(HOST, BOOT, lookup))
+    assert asked == [4242]
+
+
+def test_other_host_is_decided_before_looking_at_local_pids() -> None:
+    def lookup(pid: int) -> str | None:
+        raise AssertionError("a pid on another host means nothing here")
+
+    d = decide(project(container(host="elsewhere")), HostFacts(HOST, BOOT, lookup))
+    assert d.code == "other_host"
+
+
+# ------------------------------------------------------------------------------------------ removal plan
+
+
+def test_plan_removes_containers_then_unused_networks_and_volumes() -> None:
+    c1, c2 = container("c1"), container("c2")
+    n, v = network(users=("id-c1", "id-c2")), volume(users=("id-c1",))
+    plan = plan_removal(project(v, n, c1, c2))
+    assert [r.name for r in plan.remove] == ["c1", "c2", "n1", "v1"]
+    assert plan.keep == ()
+
+
+def test_plan_refuses_a_network_with_a_foreign_container() -> None:
+    n = network(users=("id-c1", "foreign-container-id-0123456789"))
+    plan = plan_removal(project(container("c1"), n, volume()))
+    assert [r.name for r in plan.remove] == ["c1", "v1"]
+    ((kept, why),) = plan.keep
+    assert kept.name == "n1" and "not ours" in why and "foreign-cont" in why
+
+
+def test_plan_refuses_a_volume_mounted_by_a_foreign_container() -> None:
+    plan = plan_removal(project(container("c1"), volume(users=("other",))))
+    assert [r.name for r in plan.remove] == ["c1"]
+    assert plan.keep[0][0].name == "v1"
+
+
+def test_plan_keeps_what_it_could_not_check() -> None:
+    plan = plan_removal(project(network(users=None)))
+    assert plan.remove == () and "could not list" in plan.keep[0][1]
+
+
+def test_group_projects_by_compose_label_and_alone_without_it() -> None:
+    stray = Resource("network", "nid", "loose", {MANAGED: "true"})
+    groups = custody.group_projects(
+        [container("a", project="p2"), container("b", project="p1"), network(project="p2"), stray]
+    )
+    assert [(g.name, len(g.resources)) for g in groups] == [("(network loose)", 1), ("p1", 1), ("p2", 2)]
+
+
+def test_parse_owner_happy_path() -> None:
+    assert parse_owner(labels()) == custody.Owner(HOST, 100, BOOT, "5000")
+
+
+# ------------------------------------------------------------------------------------------ /proc reading
+
+
+def _stat(tmp_path: Path, pid: int, comm: str, state: str, start: str) -> None:
+    d = tmp_path / str(pid)
+    d.mkdir()
+    fields = [state, *["0"] * 18, start, "0", "0"]  # fields 3..24
+    (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+
+
+def test_pid_start_time_reads_field_22(tmp_path: Path) -> None:
+    _stat(tmp_path, 7, "python", "S", "123456")
+    assert custody.pid_start_time(7, tmp_path) == "123456"
+
+
+def test_pid_start_time_survives_a_hostile_comm(tmp_path: Path) -> None:
+    _stat(tmp_path, 8, "a) b ) c", "R", "99")
+    assert custody.pid_start_time(8, tmp_path) == "99"
+
+
+def test_zombies_and_missing_processes_are_gone(tmp_path: Path) -> None:
+    _stat(tmp_path, 9, "dead", "Z", "5")
+    assert custody.pid_start_time(9, tmp_path) is None
+    assert custody.pid_start_time(10, tmp_path) is None
+
+
+def test_pid_start_time_of_this_process_matches_labels_module() -> None:
+    import os
+
+    from forgelib.labels import process_start_time
+
+    assert custody.pid_start_time(os.getpid()) == process_start_time("self")
+
+
+def test_local_facts_match_the_labels_this_process_writes() -> None:
+    from forgelib.labels import current_owner
+
+    f = custody.local_facts()
+    me = current_owner()
+    assert (f.hostname, f.boot_id) == (me.host, me.boot_id)
+    assert f.pid_start_time(int(me.pid)) == me.start_time
+
+
+# ---------------------------------------------------------------------------------- Docker I/O (fake)
+
+
+def _inspect_container(name: str, lb: dict[str, str], running: bool) -> dict[str, object]:
+    return {"Id": f"id-{name}", "Name": f"/{name}", "Config": {"Labels": lb}, "State": {"Running": running}}
+
+
+def scripted(
+    containers: list[dict[str, object]],
+    networks: list[dict[str, object]] = (),  # type: ignore[assignment]
+    volumes: list[dict[str, object]] = (),  # type: ignore[assignment]
+    users: dict[str, str] | None = None,
+) -> FakeRunner:
+    r = FakeRunner()
+    flt = ["--filter", f"label={MANAGED}=true"]
+    r.expect(
+        "docker", "ps", "-a", "-q", "--no-trunc", *flt, stdout="".join(f"{c['Id']}\n" for c in containers)
+    )
+    r.expect("docker", "container", "inspect", stdout=json.dumps(containers))
+    r.expect(
+        "docker", "network", "ls", "-q", "--no-trunc", *flt, stdout="".join(f"{n['Id']}\n" for n in networks)
+    )
+    r.expect("docker", "network", "inspect", stdout=json.dumps(list(networks)))
+    r.expect("docker", "volume", "ls", "-q", *flt, stdout="".join(f"{v['Name']}\n" for v in volumes))
+    r.expect("docker", "volume", "inspect", stdout=json.dumps(list(volumes)))
+    for flt_value, ids in (users or {}).items():
+        r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt_value, exact=True, stdout=ids)
+    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", ANY, exact=True, stdout="")
+    r.expect("docker", "rm", "-f", "-v", ANY, exact=True)
+    r.expect("docker", "network", "rm", ANY, exact=True)
+    r.expect("docker", "volume", "rm", ANY, exact=True)
+    return r
+
+
+def test_reap_removes_a_dead_owners_project_by_id_and_keeps_the_live_one() -> None:
+    dead = labels(pid="300", start="1", project="dead")
+    live = labels(project="live")
+    r = scripted(
+        [_inspect_container("d1", dead, True), _inspect_container("l1", live, True)],
+        networks=[{"Id": "net-dead", "Name": "dead_default", "Labels": dead}],
+        volumes=[{"Name": "dead_data", "Labels": dead}, {"Name": "live_data", "Labels": live}],
+        users={"network=net-dead": "id-d1\n", "volume=dead_data": "id-d1\n"},
+    )
+    report = custody.reap(r, facts=facts())
+    by = {o.project: o for o in report.outcomes}
+    assert by["dead"].action == "removed" and by["dead"].code == "owner_gone"
+    assert by["dead"].removed == ["container d1", "network dead_default", "volume dead_data"]
+    assert by["live"].action == "kept" and by["live"].code == "owner_alive"
+    removals = [a for a in r.argvs() if a[1] == "rm" or a[2:3] == ("rm",)]
+    assert removals == [
+        ("docker", "rm", "-f", "-v", "id-d1"),
+        ("docker", "network", "rm", "net-dead"),
+        ("docker", "volume", "rm", "dead_data"),
+    ]
+    assert all(a[1] != "compose" for a in r.argvs())
+    assert all(r.timeout is not None for r in r.calls)
+
+
+def test_dry_run_removes_nothing() -> None:
+    dead = labels(pid="300", start="1", project="dead")
+    r = scripted([_inspect_container("d1", dead, False)])
+    report = custody.reap(r, facts=facts(), dry_run=True)
+    assert report.outcomes[0].action == "would remove"
+    assert report.outcomes[0].removed == ["container d1"]
+    assert not [a for a in r.argvs() if "rm" in a]
+    assert "would remove 1 project(s)" in report.table()
+
+
+def test_foreign_container_on_our_network_keeps_the_network() -> None:
+    dead = labels(pid="300", start="1", project="dead")
+    r = scripted(
+        [_inspect_container("d1", dead, True)],
+        networks=[{"Id": "net-dead", "Name": "dead_default", "Labels": dead}],
+        users={"network=net-dead": "id-d1\nsomeone-elses\n"},
+    )
+    (o,) = custody.reap(r, facts=facts()).outcomes
+    assert o.removed == ["container d1"]
+    assert o.kept and "network dead_default" in o.kept[0] and "someone-else" in o.kept[0]
+    assert ("docker", "network", "rm", "net-dead") not in r.argvs()
+    assert ("docker", "rm", "-f", "-v", "someone-elses") not in r.argvs()
+
+
+def test_run_scoping_adds_a_label_filter() -> None:
+    r = FakeRunner()
+    r.expect("docker", ANY, ANY, ANY, stdout="")
+    custody.reap(r, run_id="my-run", facts=facts())
+    listings = [a for a in r.argvs() if "-q" in a]
+    assert len(listings) == 3
+    assert all(f"label={RUN}=my-run" in a and f"label={MANAGED}=true" in a for a in listings)
+
+
+def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = {"pid": "300", "start": "1", "project": "dead"}
+    proj = Project("dead", (container("d1", **dead), volume("dead_data", **dead)))
+    monkeypatch.setattr(custody, "discover", lambda runner, run_id=None: [proj])
+    r = FakeRunner()
+    r.expect("docker", "rm", "-f", "-v", "id-d1", rc=1, stderr="Error: permission denied\n")
+    r.expect("docker", "volume", "rm", "dead_data", rc=1, stderr="Error: No such volume: dead_data\n")
+    report = custody.reap(r, facts=facts())
+    (o,) = report.outcomes
+    assert o.action == "failed" and o.errors == ["container d1: Error: permission denied"]
+    assert o.removed == ["volume dead_data"]  # already gone counts as removed
+    assert report.failed and "failed 1" in report.table()
+
+
+def test_container_removed_between_listing_and_inspect_is_skipped() -> None:
+    r = FakeRunner()
+    r.expect("docker", "ps", stdout="gone\n", times=1)
+    r.expect("docker", "container", "inspect", rc=1, stdout="[]\n", stderr="Error: No such object: gone\n")
+    r.expect("docker", ANY, ANY, ANY, stdout="")
+    assert custody.reap(r, facts=facts()).outcomes == []
+
+
+def test_inspect_failure_other_than_gone_is_an_error() -> None:
+    from forgelib.errors import CommandError
+
+    r = FakeRunner()
+    r.expect("docker", "ps", stdout="x\n", times=1)
+    r.expect(
+        "docker", "container", "inspect", rc=1, stdout="", stderr="Cannot connect to the Docker daemon\n"
+    )
+    with pytest.raises(CommandError, match="Cannot connect"):
+        custody.reap(r, facts=facts())
+
+
+def test_json_and_table_shapes() -> None:
+    dead = labels(pid="300", start="1", project="dead")
+    r = scripted([_inspect_container("d1", dead, True), _inspect_container("l1", labels(project="lv"), True)])
+    report = custody.reap(r, facts=facts())
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["removed"] == 1 and data["kept"] == 1 and data["failed"] == 0 and not data["dry_run"]
+    assert {p["project"]: p["action"] for p in data["projects"]} == {"dead": "removed", "lv": "kept"}
+    assert {"project", "run", "trial", "action", "code", "reason", "removed", "kept", "errors"} <= set(
+        data["projects"][0]
+    )
+    table = report.table().splitlines()
+    assert table[0].split() == ["PROJECT", "RUN", "TRIAL", "ACTION", "REASON"]
+    assert any(line.startswith("dead") and "removed" in line and "not running" in line for line in table)
+    assert table[-1].startswith("removed 1 project(s) (1 resources); kept 1; failed 0")
+
+
+def test_empty_report_says_so() -> None:
+    assert "no forgelib-labelled" in custody.ReapReport(dry_run=False).table()
+
+
+def test_main_reap_json_and_exit_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = scripted([_inspect_container("d1", labels(pid="300", start="1"), False)])
+    monkeypatch.setattr(custody, "SubprocessRunner", lambda: r)
+    monkeypatch.setattr(custody, "local_facts", facts)
+    assert custody.main_reap(dry_run=True, run_id=None, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["projects"][0]["action"] == "would remove"

@@ -1,0 +1,291 @@
+"""Signal-safe teardown: the live-stack registry, the first/second/third signal, the stop-aware runner."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from forgelib.errors import EXIT_INTERRUPTED, CommandError, Interrupted
+from forgelib.signals import LiveStacks, StopState, command_verb, interruptible
+from forgelib.testing import FakeRunner
+
+
+class Recorder:
+    """Teardown callables that record (name, graceful) and can misbehave on demand."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+
+    def __call__(self, name: str, action: Callable[[bool], None] | None = None) -> Callable[[bool], object]:
+        def teardown(graceful: bool) -> None:
+            self.calls.append((name, graceful))
+            if action is not None:
+                action(graceful)
+
+        return teardown
+
+
+def _sigint(graceful: bool) -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def test_registry_add_discard_names() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    stacks.add("b", rec("b"))
+    stacks.add("a", rec("a"))
+    stacks.discard("b")
+    stacks.discard("never-added")
+    assert stacks.names() == ["a"]
+
+
+def test_registry_is_thread_safe() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+
+    def worker(i: int) -> None:
+        for j in range(200):
+            stacks.add(f"s{i}.{j}", rec("x"))
+            if j % 2:
+                stacks.discard(f"s{i}.{j}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(stacks.names()) == 8 * 100
+
+
+def test_teardown_all_tears_down_everything_and_closes() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    for n in ("b", "a", "c"):
+        stacks.add(n, rec(n))
+    report = stacks.teardown_all()
+    assert rec.calls == [("a", True), ("b", True), ("c", True)]
+    assert report.removed == ["a", "b", "c"] and not report.failed and not report.hurried
+    assert stacks.names() == []
+    with pytest.raises(Interrupted, match="not starting stack d"):
+        stacks.add("d", rec("d"))
+
+
+def test_one_failing_teardown_does_not_leave_the_others_up() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+
+    def boom(graceful: bool) -> None:
+        raise CommandError(["docker", "compose", "down"], 1, "", "daemon gone")
+
+    stacks.add("a", rec("a", boom))
+    stacks.add("b", rec("b"))
+    report = stacks.teardown_all()
+    assert report.removed == ["b"]
+    assert "docker compose down" in report.failed["a"]
+    assert stacks.names() == []
+
+
+def test_interrupt_during_graceful_teardown_redoes_it_hurried() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+
+    def interrupt_when_graceful(graceful: bool) -> None:
+        if graceful:
+            raise KeyboardInterrupt
+
+    stacks.add("a", rec("a", interrupt_when_graceful))
+    stacks.add("b", rec("b"))
+    report = stacks.teardown_all()
+    assert rec.calls == [("a", True), ("a", False), ("b", False)]
+    assert report.hurried and report.removed == ["a", "b"]
+
+
+def test_interrupt_during_hurried_teardown_abandons_only_that_stack() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+
+    def always_interrupt(graceful: bool) -> None:
+        raise KeyboardInterrupt
+
+    stacks.add("a", rec("a", always_interrupt))
+    stacks.add("b", rec("b"))
+    report = stacks.teardown_all(graceful=False)
+    assert rec.calls == [("a", False), ("b", False)]
+    assert report.failed == {"a": "abandoned: interrupted again"} and report.removed == ["b"]
+
+
+# ------------------------------------------------------------------------------------ the context manager
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_first_signal_stops_tears_down_gracefully_and_raises_interrupted(sig: signal.Signals) -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    reached_after_kill = False
+    with pytest.raises(Interrupted) as info, interruptible(stacks) as stop:
+        stacks.add("trial-0", rec("trial-0"))
+        stacks.add("trial-1", rec("trial-1"))
+        os.kill(os.getpid(), sig)
+        reached_after_kill = True
+    assert not reached_after_kill
+    assert stop.requested and not stop.hurry
+    assert rec.calls == [("trial-0", True), ("trial-1", True)]
+    assert info.value.exit_code == EXIT_INTERRUPTED == 130
+    assert str(info.value) == f"interrupted by {sig.name}; tore down 2 live stack(s): trial-0, trial-1"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_second_signal_skips_graceful_waits_but_still_removes() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    with pytest.raises(Interrupted, match="tore down 2 live stack"), interruptible(stacks) as stop:
+        stacks.add("a", rec("a", lambda graceful: _sigint(graceful) if graceful else None))
+        stacks.add("b", rec("b"))
+        os.kill(os.getpid(), signal.SIGINT)
+    assert stop.hurry
+    assert rec.calls == [("a", True), ("a", False), ("b", False)]
+
+
+def test_third_signal_is_ignored_while_hurrying(capsys: pytest.CaptureFixture[str]) -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    with pytest.raises(Interrupted, match="tore down 2 live stack"), interruptible(stacks):
+        stacks.add("a", rec("a", _sigint))  # graceful: 2nd signal; hurried: 3rd signal, ignored
+        stacks.add("b", rec("b"))
+        os.kill(os.getpid(), signal.SIGINT)
+    assert rec.calls == [("a", True), ("a", False), ("b", False)]
+    assert "SIGKILL leaves them to `forge reap`" in capsys.readouterr().err
+
+
+def test_no_new_stack_after_a_stop_request() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    with pytest.raises(Interrupted), interruptible(stacks) as stop:
+        with contextlib.suppress(KeyboardInterrupt):  # code that swallowed it still cannot start anything
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested
+        with pytest.raises(Interrupted):
+            stop.check()
+        stacks.add("late", rec("late"))
+    assert rec.calls == []
+
+
+def test_normal_exit_tears_nothing_down() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    with interruptible(stacks) as stop:
+        stacks.add("kept", rec("kept"))  # e.g. forge provision --keep
+    assert rec.calls == [] and stacks.names() == ["kept"] and not stop.requested
+
+
+def test_any_error_tears_down_and_propagates_unchanged() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    with pytest.raises(ValueError, match="bug"), interruptible(stacks):
+        stacks.add("a", rec("a"))
+        raise ValueError("bug")
+    assert rec.calls == [("a", True)]
+
+
+def test_failed_teardown_points_at_forge_reap() -> None:
+    stacks = LiveStacks()
+
+    def fail(graceful: bool) -> None:
+        raise CommandError(["docker", "compose", "down"], 1, "", "nope")
+
+    with pytest.raises(Interrupted, match=r"could not tear down a: .*forge reap"), interruptible(stacks):
+        stacks.add("a", fail)
+        raise KeyboardInterrupt
+
+
+def test_outside_the_main_thread_no_handlers_but_still_teardown() -> None:
+    stacks, rec = LiveStacks(), Recorder()
+    seen: list[BaseException] = []
+    before = signal.getsignal(signal.SIGINT)
+
+    def body() -> None:
+        try:
+            with interruptible(stacks):
+                assert signal.getsignal(signal.SIGINT) is before
+                stacks.add("a", rec("a"))
+                raise KeyboardInterrupt
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread for asserting
+            seen.append(e)
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert isinstance(seen[0], Interrupted) and rec.calls == [("a", True)]
+
+
+def test_sigterm_in_a_real_process_exits_130_after_teardown(tmp_path: Path) -> None:
+    marker = tmp_path / "torn-down"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from forgelib.errors import Interrupted
+        from forgelib.signals import LiveStacks, interruptible
+        stacks = LiveStacks()
+        try:
+            with interruptible(stacks):
+                stacks.add("s", lambda graceful: Path({str(marker)!r}).write_text(str(graceful)))
+                print("ready", flush=True)
+                time.sleep(60)
+        except Interrupted as e:
+            print(e, file=sys.stderr)
+            sys.exit(e.exit_code)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - start < 10
+    assert marker.read_text() == "True"
+    assert "interrupted by SIGTERM; tore down 1 live stack(s): s" in err
+
+
+# ----------------------------------------------------------------------------------- stop-aware runner
+
+
+@pytest.mark.parametrize(
+    ("argv", "verb"),
+    [
+        (["docker", "compose", "-p", "x", "-f", "a.yml", "up", "--wait"], "up"),
+        (["docker", "compose", "--project-name", "x", "exec", "-T", "db", "psql"], "exec"),
+        (["docker", "compose", "-p", "up", "down", "--volumes"], "down"),  # a project called "up"
+        (["docker", "--context", "x", "rm", "-f", "c"], "rm"),
+        (["/usr/bin/docker", "compose", "--ansi", "never", "logs", "db"], "logs"),
+        (["docker", "compose", "cp", "seed/.", "svc:/workspace"], "cp"),
+        (["psql", "up"], None),
+        ([], None),
+        (["docker", "-D"], None),
+    ],
+)
+def test_command_verb(argv: list[str], verb: str | None) -> None:
+    assert command_verb(argv) == verb
+
+
+def test_guard_refuses_launching_after_a_stop_but_lets_teardown_through() -> None:
+    fake = FakeRunner()
+    fake.expect("docker")
+    state = StopState()
+    runner = state.guard(fake)
+    runner.run(["docker", "compose", "-p", "x", "up", "-d"], timeout=5)  # before the stop: passes
+    state.request("SIGINT")
+    for verb in ("up", "exec", "run", "cp", "start", "restart", "create"):
+        with pytest.raises(Interrupted, match=f"not running `{verb}`"):
+            runner.run(["docker", "compose", "-p", "x", verb, "svc"], timeout=5)
+    for verb in ("down", "logs", "ps", "kill", "stop", "rm", "port"):
+        runner.run(["docker", "compose", "-p", "x", verb], timeout=5)
+    runner.run(["docker", "network", "rm", "n"], timeout=5)
+    passed = [c.argv[4] if c.argv[1] == "compose" else c.argv[1] for c in fake.calls]
+    assert passed == ["up", "down", "logs", "ps", "kill", "stop", "rm", "port", "network"]
+    assert all(c.timeout == 5 for c in fake.calls)
