@@ -10,9 +10,13 @@ number of trials), and constant memory when stamping or applying a large seed (s
   stdout_path=/dev/null)`` on both (the runner streams stdin from the file, as the sql_dump recipe does into
   ``psql``). Constant memory means the 1 GB probe's peak equals the 1 MB probe's. A control probe that reads
   the file whole shows the measurement would catch a non-streamed implementation.
+- psql: the real ``sql_dump`` recipe (``docker compose exec -T app-db psql ... < dump`` through the runner)
+  into the postgres pack's app-db, with a COPY dump and an INSERT-per-row dump of 1 MB and
+  ``FORGE_BENCH_PSQL_MB`` MB.
 
-Size: ``FORGE_BENCH_MEMORY_TRIALS`` (default ``5,20``), ``FORGE_BENCH_MEMORY_WORKERS`` (default 2),
-``FORGE_BENCH_SEED_MB`` (default 1024; 0 skips the seed probes), or ``--trials 5,20 --workers 2 --seed-mb N``.
+Size: ``FORGE_BENCH_MEMORY_TRIALS`` (default ``5,20``), ``FORGE_BENCH_MEMORY_WORKERS`` (default 4),
+``FORGE_BENCH_SEED_MB`` (default 1024; 0 skips the seed probes), ``FORGE_BENCH_PSQL_MB`` (default 16;
+0 skips the real psql apply), or ``--trials 5,20 --workers 4 --seed-mb N``.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.phases_bench import (
+    PACK,
     REPO,
     config_path,
     env_int,
@@ -43,36 +49,41 @@ MB = 1024 * 1024
 
 # Each probe runs in a fresh interpreter and prints {"maxrss_kb", "seconds", "result"} as JSON.
 _PROBE = r"""
-import inspect, json, resource, sys, time
+import hashlib, inspect, json, resource, sys, time
 from pathlib import Path
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import SeedKind
 what, path = sys.argv[1], Path(sys.argv[2])
-t = time.monotonic()
 result = None
+t = time.monotonic()  # after the imports: the baseline probe is what every probe pays before this
 if what == "digest":
-    from forgelib.spec.digest import seed_digest
-    params = inspect.signature(seed_digest).parameters
-    kwargs = {}
-    if "kind" in params:
-        from forgelib.spec.models import SeedKind
-        kwargs["kind"] = SeedKind.SQL_DUMP
-    result = seed_digest(path, **kwargs)
+    result = seed_digest(path, SeedKind.SQL_DUMP)
 elif what == "apply":
-    from forgelib.runner import SubprocessRunner
     r = SubprocessRunner(default_timeout=600).run(["cat"], stdin=path, stdout_path=Path("/dev/null"))
     result = r.rc
 elif what == "read_whole":
-    import hashlib
     result = hashlib.sha256(path.read_bytes()).hexdigest()
-elif what == "baseline":
-    import forgelib.runner, forgelib.spec.models  # noqa: F401 - the imports the other probes pay for
+elif what == "psql":  # the real sql_dump recipe into a running app-db: argv[3] project, argv[4] compose file
+    from forgelib.compose import ComposeProject
+    from forgelib.seeds import ApplyContext, sql_dump
+    from forgelib.spec.models import Seed, Timeouts
+    env = json.loads(sys.argv[5])
+    t = time.monotonic()
+    timeouts = Timeouts(recipe=1800)
+    compose = ComposeProject(sys.argv[3], (Path(sys.argv[4]),), SubprocessRunner(), timeouts, env)
+    seed = Seed("bench", path, SeedKind.SQL_DUMP, "sha256:unchecked")
+    service_config = {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "app"}}
+    sql_dump.apply(ApplyContext("app-db", seed, {}, compose=compose, service_config=service_config,
+                                timeouts=Timeouts(recipe=1800)))
 print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   "seconds": time.monotonic() - t, "result": str(result)}))
 """
 
 
-def probe(what: str, path: Path) -> dict[str, Any]:
+def probe(what: str, path: Path, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, what, str(path)],
+        [sys.executable, "-c", _PROBE, what, str(path), *extra],
         capture_output=True,
         text=True,
         timeout=900,
@@ -83,6 +94,74 @@ def probe(what: str, path: Path) -> dict[str, Any]:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return data
+
+
+def make_dump(path: Path, size_mb: int, style: str) -> None:
+    """A sql_dump of ``size_mb`` MiB loading one table: ``insert`` (one INSERT per row, as
+    ``pg_dump --inserts`` writes; psql prints a line per statement) or ``copy`` (pg_dump's default)."""
+    row = os.urandom(24).hex()
+    with path.open("w") as f:
+        f.write(
+            "DROP TABLE IF EXISTS bench_rows;\nCREATE TABLE bench_rows (id bigint, payload text);\nBEGIN;\n"
+        )
+        if style == "copy":
+            f.write("COPY bench_rows (id, payload) FROM stdin;\n")
+        i, written = 0, 0
+        while written < size_mb * MB:
+            line = f"{i}\t{row}\n" if style == "copy" else f"INSERT INTO bench_rows VALUES ({i}, '{row}');\n"
+            f.write(line)
+            written += len(line)
+            i += 1
+        f.write("\\.\nCOMMIT;\n" if style == "copy" else "COMMIT;\n")
+
+
+def psql_rows(size_mb: int, notes: list[str]) -> list[dict[str, Any]]:
+    """The sql_dump recipe for real: ``docker compose exec -T app-db psql ... < dump`` through forgelib's
+    runner, into the postgres pack's app-db (its own compose project, downed afterwards)."""
+    from benchmarks.overhead_bench import image_env
+
+    compose_file = (PACK / "shared" / "environment.compose.yaml").resolve()
+    project = f"forgebench-mem-{uuid.uuid4().hex[:8]}"
+    env = image_env()
+    dc = ["docker", "compose", "-p", project, "-f", str(compose_file)]
+    denv = {**os.environ, **env}
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="forge-bench-psql-") as tmp:
+        try:
+            subprocess.run(
+                [*dc, "up", "-d", "--wait", "app-db"], env=denv, check=True, capture_output=True, timeout=300
+            )
+            for style in ("copy", "insert"):
+                for mb in (1, size_mb):
+                    dump = Path(tmp) / f"{style}-{mb}.sql"
+                    make_dump(dump, mb, style)
+                    res = probe("psql", dump, project, str(compose_file), json.dumps(env))
+                    label = f"sql_dump apply, {style} dump {mb} MB"
+                    if "error" in res:
+                        notes.append(f"{label}: {res['error']}")
+                        continue
+                    rows.append(
+                        {
+                            "probe": label,
+                            "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
+                            "seconds": round(res["seconds"], 2),
+                            "mb_per_s": int(mb / res["seconds"]) if res["seconds"] else "",
+                        }
+                    )
+                    dump.unlink()
+        except subprocess.CalledProcessError as e:
+            notes.append(f"psql probe: could not start app-db: {e.stderr.decode(errors='replace')[-500:]}")
+        finally:
+            subprocess.run([*dc, "down", "-v"], env=denv, capture_output=True, timeout=180, check=False)
+    by = {r["probe"]: r["peak_rss_mb"] for r in rows}
+    for style in ("copy", "insert"):
+        lo, hi = (
+            by.get(f"sql_dump apply, {style} dump 1 MB"),
+            by.get(f"sql_dump apply, {style} dump {size_mb} MB"),
+        )
+        if lo is not None and hi is not None:
+            notes.append(f"sql_dump apply ({style} dump): {size_mb} MB peaks {hi - lo:+.1f} MB over 1 MB")
+    return rows
 
 
 def make_file(path: Path, size_mb: int) -> None:
@@ -118,6 +197,10 @@ def forge_rows(
                     "target": f"<= {FORGE_LIMIT_MB:g} MB",
                 }
             )
+    worst = max((r["peak_rss_mb"] for r in rows), default=0.0)
+    if rows:
+        verdict = "OK" if worst <= FORGE_LIMIT_MB else "OVER TARGET"
+        notes.insert(0, f"forge peak RSS {worst:.1f} MB  target <= {FORGE_LIMIT_MB:g} MB  {verdict}")
     if len(rows) >= 2:
         first, last = rows[0]["peak_rss_mb"], rows[-1]["peak_rss_mb"]
         growth = last - first
@@ -161,9 +244,7 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
                     "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
                     "over_baseline_mb": round((res["maxrss_kb"] - base.get("maxrss_kb", 0)) / 1024, 1),
                     "seconds": round(res["seconds"], 2),
-                    "mb_per_s": round(size / res["seconds"], 0)
-                    if what != "baseline" and res["seconds"]
-                    else "",
+                    "mb_per_s": int(size / res["seconds"]) if what != "baseline" and res["seconds"] else "",
                 }
             )
         for what in ("seed_digest", "runner apply (cat < seed)"):
@@ -179,14 +260,15 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.memory_bench", description=__doc__)
     p.add_argument("--trials", default=os.environ.get("FORGE_BENCH_MEMORY_TRIALS") or "5,20")
-    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_MEMORY_WORKERS", 2))
+    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_MEMORY_WORKERS", 4))
     p.add_argument("--seed-mb", type=int, default=env_int("FORGE_BENCH_SEED_MB", 1024))
+    p.add_argument("--psql-mb", type=int, default=env_int("FORGE_BENCH_PSQL_MB", 16))
     p.add_argument("--no-control", action="store_true", help="skip the read-it-whole control probe")
     p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
     return p.parse_args(list(argv) if argv is not None else [])
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     config = (args.config or config_path()).resolve()
     counts = [int(x) for x in str(args.trials).split(",") if x.strip() and int(x) > 0]
@@ -196,15 +278,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "trial_counts": counts,
         "workers": args.workers,
         "seed_mb": args.seed_mb,
+        "psql_mb": args.psql_mb,
     }
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
     if args.seed_mb > 0:
         rows += seed_rows(args.seed_mb, notes, control=not args.no_control)
+    if args.psql_mb > 0:
+        rows += psql_rows(args.psql_mb, notes)
     if counts:
         rows += forge_rows(config, counts, args.workers, notes)
-    report(NAME, rows, meta=meta, notes=notes)
-    return rows
+    return report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

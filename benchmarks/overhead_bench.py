@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -194,10 +195,12 @@ class ShellRun:
     wall: float
     steps: dict[str, float]  # step -> seconds, from the script's "time <step> <ms>" lines
     stderr: str
+    client_cpu_s: float = 0.0  # user+system CPU of bash and the docker/compose CLIs it ran
 
 
 def run_shell(baseline: Baseline, timeout: float = 600.0) -> ShellRun:
     project = f"benchsh-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     try:
         proc = subprocess.run(
@@ -218,12 +221,14 @@ def run_shell(baseline: Baseline, timeout: float = 600.0) -> ShellRun:
         )
         return ShellRun(124, time.monotonic() - start, {}, f"timeout: {e}")
     wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     steps: dict[str, float] = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "time":
             steps[parts[1]] = int(parts[2]) / 1000
-    return ShellRun(proc.returncode, wall, steps, proc.stderr)
+    return ShellRun(proc.returncode, wall, steps, proc.stderr, cpu)
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -235,7 +240,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(list(argv) if argv is not None else [])
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     config = (args.config or config_path()).resolve()
     meta: dict[str, Any] = {"loadavg_start": loadavg(), "config": str(config), "pairs": args.pairs}
@@ -247,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     forge_trials: list[float] = []
     forge_phases: dict[str, list[float]] = {}
     shell_walls: list[float] = []
+    forge_cpu: list[float] = []
+    shell_cpu: list[float] = []
     shell_steps: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="forge-bench-overhead-") as tmp:
         for i in range(args.warmup + args.pairs):
@@ -259,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 notes.append(f"pair {i}: {run.describe_failure()}")
             elif measured:
                 forge_walls.append(run.wall)
+                forge_cpu.append(run.client_cpu_s)
                 forge_trials.append(trial_total(trials[0]))
                 for phase, secs in trial_timings(trials[0]).items():
                     forge_phases.setdefault(phase, []).append(secs)
@@ -269,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 notes.append(f"pair {i}: shell baseline exited {shell.rc}: {shell.stderr.strip()[-800:]}")
             elif measured:
                 shell_walls.append(shell.wall)
+                shell_cpu.append(shell.client_cpu_s)
                 for step, secs in shell.steps.items():
                     shell_steps.setdefault(step, []).append(secs)
             print(
@@ -298,16 +307,30 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         },
     ]
     rows += [
+        {
+            "measure": "client CPU per trial, forge + docker CLIs",
+            "n": len(forge_cpu),
+            "median_s": median(forge_cpu),
+        },
+        {
+            "measure": "client CPU per trial, bash + docker CLIs",
+            "n": len(shell_cpu),
+            "median_s": median(shell_cpu),
+        },
+    ]
+    rows += [
         {"measure": f"forge phase {k}", "n": len(v), "median_s": median(v)} for k, v in forge_phases.items()
     ]
     rows += [
         {"measure": f"shell step {k}", "n": len(v), "median_s": median(v)} for k, v in shell_steps.items()
     ]
-    meta["ratio"] = ratio(f_med, s_med)
+    meta["ratio"] = r = ratio(f_med, s_med)
+    notes.insert(
+        0, f"ratio forge / shell {r:.3f}  target <= {TARGET}  {'OK' if r <= TARGET else 'OVER TARGET'}"
+    )
     meta["forge_walls"] = forge_walls
     meta["shell_walls"] = shell_walls
-    report(NAME, rows, meta=meta, notes=notes)
-    return rows
+    return report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

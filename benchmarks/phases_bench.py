@@ -37,7 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 PACK = REPO / "examples" / "multi_service_postgres_reset"
 DEFAULT_CONFIG = PACK / "run_configs" / "dev.yaml"
-FORGE_TIMEOUT_PER_TRIAL = 180.0  # generous: a trial is seconds; this only bounds a hung run
+FORGE_TIMEOUT_PER_TRIAL = 180.0
+# How the benchmarks start forge (the program, then `run ...` is appended); a list so tests can substitute.
+FORGE_ARGV = [sys.executable, "-m", "forgelib"]  # generous: a trial is seconds; this only bounds a hung run
 
 
 # --------------------------------------------------------------------------------------------- settings
@@ -136,6 +138,7 @@ class ForgeRun:
     cpu_busy: float  # machine-wide busy cores, averaged over the run
     peak_rss_kb: int  # the forge process's own VmHWM (sampled), 0 when not sampled
     tree_maxrss_kb: int  # wait4 ru_maxrss: the largest of forge and its waited-for children
+    client_cpu_s: float  # user+system CPU of forge and its waited-for children (docker/compose CLIs)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -195,7 +198,7 @@ def run_forge(
     """
     output = workdir / "out"
     log = workdir / "forge.log"
-    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(config), "--repeats", str(repeats)]
+    argv = [*FORGE_ARGV, "run", "--config", str(config), "--repeats", str(repeats)]
     if workers:
         argv += ["--workers", str(workers)]
     argv += ["--json", "--output", str(output)]
@@ -213,7 +216,7 @@ def run_forge(
         cwd=REPO,
         start_new_session=True,
     )
-    peak, tree = 0, 0
+    peak, tree, client_cpu = 0, 0, 0.0
     deadline = start + limit
     signalled = False
     try:
@@ -223,6 +226,7 @@ def run_forge(
             if pid:
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 tree = usage.ru_maxrss
+                client_cpu = usage.ru_utime + usage.ru_stime
                 break
             peak = max(peak, _vm_hwm_kb(proc.pid))
             now = time.monotonic()
@@ -256,6 +260,7 @@ def run_forge(
         cpu_busy=cores * ratio(busy1 - busy0, total1 - total0),
         peak_rss_kb=peak,
         tree_maxrss_kb=tree,
+        client_cpu_s=client_cpu,
     )
     run.summary = _summary(run)
     return run
@@ -523,7 +528,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(list(argv) if argv is not None else [])
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     meta: dict[str, Any] = {"loadavg_start": loadavg()}
     notes: list[str] = []
@@ -561,8 +566,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 "mean_s": round(statistics.fmean(totals), 3),
             }
         )
-    report(NAME, rows, meta=meta, notes=notes)
-    return rows
+    return report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

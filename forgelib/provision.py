@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import secrets
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from typing import Any
 
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject, is_valid_name, project_name, write_override
-from forgelib.errors import CommandTimeout, ForgeError, ProvisionError, RecipeError
+from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.seeds import REGISTRY, ApplyContext, Recipe, SeedTarget
 from forgelib.spec.digest import seed_digest
@@ -41,6 +42,9 @@ DEFAULT_TASK = "default"  # the trial label's task part when the project's own e
 DEFAULT_LOG_TAIL = 200
 OVERRIDE_FILE = "compose.forge.yaml"
 SERVICES_DIR = "services"
+
+# What `up --wait` prints when containers started but did not get ready (vs. could not be created at all).
+_NOT_READY = re.compile(r"unhealthy|exited \(\d+\)|timeout|timed out", re.IGNORECASE)
 
 PhaseCallback = Callable[[str, float], None]  # (phase name, seconds), called as each phase ends
 
@@ -298,11 +302,11 @@ def _up(compose: ComposeProject, services: Sequence[str]) -> None:
 
 def _up_stage(e: ForgeError) -> str:
     """``readiness`` when containers were created but did not become healthy/running in time,
-    ``compose_up`` when they could not be created or started at all."""
-    text = str(e).lower()
-    if isinstance(e, CommandTimeout) or any(w in text for w in ("unhealthy", "exited", "timeout")):
+    ``compose_up`` when they could not be created or started at all (compose says which on stderr)."""
+    if isinstance(e, CommandTimeout):
         return "readiness"
-    return "compose_up"
+    said = e.stderr_tail if isinstance(e, CommandError) else str(e)
+    return "readiness" if _NOT_READY.search(said) else "compose_up"
 
 
 def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail_lines: int) -> None:

@@ -13,6 +13,8 @@ Three pieces, small on purpose:
   its ``compose down``) and redoes it, and the rest, without waits (``graceful=False``: e.g.
   ``down --timeout 0``). Further signals are ignored with a note: the hurried teardown is already the
   fastest, and SIGKILL leaves labelled leftovers that ``forge reap`` (or the next ``forge run``) removes.
+* On each signal, ``kill_launches()`` SIGKILLs this process's in-flight launch commands (a worker blocked
+  in ``up --wait`` or a long oracle ``exec`` cannot otherwise be interrupted); teardown commands run on.
 * ``StopState.guard(runner)`` — a runner that, once a stop is requested, refuses to *launch* anything
   (``compose up/run/exec/cp/start...``) but lets teardown and inspection through (``down``, ``rm``,
   ``logs``, ``ps``, ``inspect``). Worker threads keep running after the main thread is interrupted (signals
@@ -43,6 +45,8 @@ interruption in the event log, then re-raise.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
@@ -224,6 +228,36 @@ class StopAwareRunner:
         )
 
 
+def kill_launches(proc: Path = Path("/proc")) -> list[int]:
+    """SIGKILL every in-flight *launch* command of this process (``compose up``, ``exec``, ``cp``...).
+
+    Signals reach only the main thread; a worker thread blocked in ``up --wait`` on a never-healthy
+    service or in a long oracle ``exec`` would otherwise hold the run for its whole timeout. The runner
+    starts every child as a session leader (pgid == pid), so its whole group is killed; the worker sees a
+    failed command and its own failure path tears the stack down (``down`` is not a launch, so it is never
+    killed here, nor refused by the guard). Reads /proc; elsewhere it does nothing.
+    """
+    me, killed = os.getpid(), list[int]()
+    try:
+        entries = [e for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return killed
+    for entry in entries:
+        try:
+            stat = (entry / "stat").read_text()
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:  # exited meanwhile, or not ours to read
+            continue
+        rest = stat.rpartition(")")[2].split()  # fields 3.. : state, ppid, pgrp
+        if len(rest) < 3 or int(rest[1]) != me or int(rest[2]) != int(entry.name):
+            continue
+        if command_verb(argv) in LAUNCH_VERBS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
 def _note(text: str) -> None:
     print(f"forge: {text}", file=sys.stderr, flush=True)
 
@@ -242,6 +276,7 @@ def interruptible(stacks: LiveStacks) -> Iterator[StopState]:
         # may hold any lock at that moment.
         state.request(signal.Signals(signum).name)
         stacks.closed = True
+        kill_launches()  # in-flight up/exec/cp of worker threads; teardown commands are left alone
         if state.signals == 1:
             _note(f"{state.signal_name}: stopping; tearing down live stacks (again to skip graceful waits)")
             raise KeyboardInterrupt
@@ -279,4 +314,12 @@ def _summary(state: StopState, report: TeardownReport) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["LiveStacks", "StopAwareRunner", "StopState", "TeardownReport", "command_verb", "interruptible"]
+__all__ = [
+    "LiveStacks",
+    "StopAwareRunner",
+    "StopState",
+    "TeardownReport",
+    "command_verb",
+    "interruptible",
+    "kill_launches",
+]

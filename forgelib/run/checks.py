@@ -76,7 +76,9 @@ def evaluate(stack: Stack, check: Check, env: EnvironmentManifest, *, timeout: f
 def _outcome(
     check: Check, *, passed: bool, observed: str | None, expected: str, error: str | None = None
 ) -> CheckOutcome:
-    return CheckOutcome(check.name, check.type, check.weight, check.gate, passed, observed, expected, error)
+    # Stored without the trailing newline cat/psql print: matchers ignore it, and grade.yaml reads better.
+    shown = observed.rstrip("\r\n") if observed is not None else None
+    return CheckOutcome(check.name, check.type, check.weight, check.gate, passed, shown, expected, error)
 
 
 def _matcher_for(check: Check) -> Matcher | None:

@@ -18,7 +18,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from forgelib.run.lifecycle import Phase, Termination, is_failed_attempt, is_finished, status_of
+from forgelib.run.lifecycle import (
+    Phase,
+    Termination,
+    error_stage,
+    is_failed_attempt,
+    is_finished,
+    status_of,
+)
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -181,7 +188,7 @@ def _apply(s: RunState, e: Mapping[str, Any]) -> None:
             t.retryable = bool(e.get("retryable"))
             t.binary_pass = e.get("binary_pass")
             t.score = e.get("score")
-            t.error_stage = e.get("error_stage")
+            t.error_stage = e.get("error_stage") or error_stage(t.termination)
             t.reasons = tuple(e.get("reasons") or ())
             t.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
         elif kind == RUN_INTERRUPTED:

@@ -157,7 +157,7 @@ class Executor:
         self._stop.set()
         for f in futures:
             f.cancel()  # trials not started yet stay pending for --resume
-        self.say("interrupted: tearing down live trials (Ctrl-C again to abandon them)")
+        self.say("interrupted: no new trials; tearing down the live ones")
         self.events.append(ev.RUN_INTERRUPTED)
         # Tearing the stacks down now also ends whatever the workers are exec'ing in them.
         with self._live_lock:
@@ -222,10 +222,7 @@ class Executor:
                 run_id=self.s.run_id,
                 trial_index=t.index,
                 trial_dir=t.dir,
-                on_phase=lambda phase, secs: self.say(
-                    f"{t.task.name}[{t.index}] {'provisioning':<13} {time.time() - t.started:7.1f}s "
-                    f"({phase}: {secs:.1f}s)"
-                ),
+                on_phase=lambda phase, secs: self._provision_phase(t, phase, secs),
             )
         except ProvisionError as e:
             return self._provision_failed(t, e.stage, e.reason, t0)
@@ -242,6 +239,12 @@ class Executor:
         t.timings.update({k: float(v) for k, v in handle.timings.items()})
         t.timings["provision"] = time.monotonic() - t0
         return Outcome.OK, None
+
+    def _provision_phase(self, t: _Trial, phase: str, seconds: float) -> None:
+        # Recorded as they happen, so a failed provision still shows where its time went.
+        t.timings[phase] = seconds
+        elapsed = time.time() - t.started
+        self.say(f"{t.task.name}[{t.index}] {'provisioning':<13} {elapsed:7.1f}s ({phase}: {seconds:.1f}s)")
 
     def _provision_failed(self, t: _Trial, stage: str, reason: str, t0: float) -> tuple[Outcome, bool | None]:
         t.timings["provision"] = time.monotonic() - t0

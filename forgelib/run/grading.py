@@ -29,7 +29,16 @@ def render(value: Any) -> str:
     """A value as the text a matcher compares: strings as-is, everything else as JSON (true, 3, null)."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(_thaw(value), sort_keys=True)
+
+
+def _thaw(value: Any) -> Any:
+    """Loaded specs are deep-frozen (read-only mappings, tuples); JSON wants dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_thaw(v) for v in value]
+    return value
 
 
 def matcher_of(spec: Mapping[str, Any]) -> Matcher | None:

@@ -17,7 +17,7 @@ from typing import Any
 from forgelib.errors import SpecIssue
 from forgelib.spec.models import Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
-from forgelib.spec.yamlpos import JsonPath, YamlDoc
+from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
 # Recipe options per kind, as documented on models.ResetBinding; the schema lists their union.
@@ -44,11 +44,11 @@ def check_project_path(raw: str, base: Path, root: Path, what: str) -> tuple[Pat
     candidate = base / raw  # an absolute raw replaces base
     lexical = Path(os.path.normpath(candidate))
     if not inside(lexical, root):
-        return None, f"{what} {raw!r} is outside the project directory {root}; keep it inside the project"
+        return None, f"{what} {clip(raw)} is outside the project directory {root}; keep it inside the project"
     resolved = candidate.resolve()
     if not inside(resolved, root):
         return None, (
-            f"{what} {raw!r} leads outside the project through a symlink (to {resolved}); "
+            f"{what} {clip(raw)} leads outside the project through a symlink (to {resolved}); "
             "copy the file into the project instead"
         )
     return resolved, None
@@ -82,7 +82,7 @@ def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[Spe
                     doc.issue(
                         at,
                         f"the shorthand form is only for .sql and .rdb files; write the full form "
-                        f"{{path: {entry}, kind: {'|'.join(SeedKind)}}}",
+                        f"{{path: {clip(entry)}, kind: {'|'.join(SeedKind)}}}",
                     )
                 )
         else:
@@ -91,11 +91,31 @@ def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[Spe
         resolved, problem = check_project_path(raw, root, root, f"seed {name!r} path")
         if problem is None and resolved is not None:
             problem = _seed_type_problem(name, raw, resolved, kind)
+            if problem is None and kind is SeedKind.FILESYSTEM_DIR:
+                problem = _escaping_links(name, raw, resolved, root)
         if problem:
             issues.append(doc.issue(path_at, problem))
             resolved = None
         seeds[name] = SeedSpec(name, at, raw, kind, resolved, declared, shorthand)
     return seeds, issues
+
+
+def _escaping_links(name: str, raw: str, path: Path, root: Path) -> str | None:
+    """A directory seed must not carry a symlink that leads out of the project (the copy would carry it, and
+    the digest only covers the link text, not what it points at)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        for entry in (*dirnames, *filenames):
+            link = Path(dirpath) / entry
+            if link.is_symlink() and not inside(link.resolve(), root):
+                out.append(f"{link.relative_to(path)} -> {link.readlink()}")
+    if not out:
+        return None
+    shown = ", ".join(clip(x) for x in out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")
+    return (
+        f"seed {name!r} ({clip(raw)}) holds symlinks leading outside the project: {shown}; "
+        "replace them with the files or with links inside the project"
+    )
 
 
 def _seed_type_problem(name: str, raw: str, path: Path, kind: SeedKind | None) -> str | None:

@@ -31,7 +31,7 @@ from forgelib.spec.models import (
     Timeouts,
     frozen_map,
 )
-from forgelib.spec.yamlpos import YamlDoc, display_path, load_yaml
+from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
 PROJECT_FILE = "project.yaml"
 DEFAULT_TASKS_GLOB = "tasks/**/task.yaml"
@@ -186,7 +186,7 @@ class _ProjectLoader:
             self.issues.append(
                 doc.issue(
                     digest_at,
-                    f"seed {spec.name!r}: {declared!r} is not a sha256:<64 hex digits> digest; "
+                    f"seed {spec.name!r}: {clip(declared)} is not a sha256:<64 hex digits> digest; "
                     f"{stamp_command(self.root)}",
                 )
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from referencing.jsonschema import DRAFT202012
 
 from forgelib.errors import SpecIssue
 from forgelib.resources import data_dir
-from forgelib.spec.yamlpos import JsonPath, YamlDoc
+from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip, walk
 
 SCHEMAS = ("project", "task", "grading", "run_config")
 
@@ -32,6 +33,8 @@ class SchemaBug(Exception):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"; did you mean 'digest'?"`` when a choice is close to ``word``, else ``""``."""
+    if len(word) > 200:
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -84,6 +87,9 @@ def validate(doc: YamlDoc, name: str) -> list[SpecIssue]:
     except Unresolvable as e:
         raise SchemaBug(f"forgelib's schema {name!r} has a $ref that does not resolve: {e}") from None
     issues: dict[SpecIssue, None] = {}
+    for at, value in walk(doc.data):
+        if isinstance(value, float) and not math.isfinite(value):
+            issues[doc.issue(at, f"{value} is not a usable number; write a finite one")] = None
     for error in errors:
         for issue in _issues(doc, error):
             issues[issue] = None
@@ -138,18 +144,23 @@ def _issues(doc: YamlDoc, error: ValidationError) -> list[SpecIssue]:
     if v == "enum":
         allowed = [str(x) for x in value]
         hint = did_you_mean(str(error.instance), allowed)
-        return [doc.issue(path, f"{error.instance!r} is not one of: {', '.join(allowed)}{hint}")]
+        return [doc.issue(path, f"{clip(error.instance)} is not one of: {', '.join(allowed)}{hint}")]
     if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
         # jsonschema reports a bad key at its parent's path; point at the key itself.
         rule = (
             f"use letters, digits, '_', '.', '-' (must match {value!r})" if v == "pattern" else error.message
         )
         return [
-            doc.issue((*path, error.instance), f"{error.instance!r} is not a valid name: {rule}", key=True)
+            doc.issue(
+                (*path, error.instance), f"{clip(error.instance)} is not a valid name: {rule}", key=True
+            )
         ]
     if v == "pattern":
-        return [doc.issue(path, f"{error.instance!r} does not match {value!r}")]
-    return [doc.issue(path, error.message)]
+        return [doc.issue(path, f"{clip(error.instance)} does not match {value!r}")]
+    if v == "maxLength" and isinstance(error.instance, str):
+        return [doc.issue(path, f"too long ({len(error.instance)} characters; at most {value})")]
+    message = error.message
+    return [doc.issue(path, message if len(message) <= 300 else message[:300] + "...")]
 
 
 def _unknown_keys(
@@ -163,5 +174,5 @@ def _unknown_keys(
             continue
         hint = did_you_mean(key, allowed)
         known = f" (allowed here: {', '.join(allowed)})" if allowed else ""
-        out.append(doc.issue((*path, key), f"unknown key {key!r}{hint or known}", key=True))
+        out.append(doc.issue((*path, key), f"unknown key {clip(key)}{hint or known}", key=True))
     return out

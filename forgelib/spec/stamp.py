@@ -22,7 +22,7 @@ from forgelib.errors import ForgeError, SpecError, SpecIssue
 from forgelib.spec.checks import SeedSpec
 from forgelib.spec.digest import DigestError, seed_digest
 from forgelib.spec.loader import load_project_seeds, project_file, stamp_command
-from forgelib.spec.yamlpos import YamlDoc, display_path, load_yaml
+from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,8 @@ def _stale_issues(
             msg = f"seed {st.name!r} has no digest (actual {st.actual})"
             at = (*at, "digest")
         else:
-            msg = f"seed {st.name!r} digest is stale: declared {st.declared}, actual {st.actual}"
+            declared = clip(st.declared, quote=False)
+            msg = f"seed {st.name!r} digest is stale: declared {declared}, actual {st.actual}"
             at = (*at, "digest")
         issues.append(doc.issue(at, f"{msg}; {stamp_command(root)}"))
     return issues
@@ -231,7 +232,11 @@ def main_stamp(project: str, check: bool) -> int:
     _verify(pfile, doc, new_text, stamps)
     _write(pfile, new_text)
     for st in needed:
-        was = "shorthand -> full form" if st.shorthand else f"was {st.declared or 'missing'}"
+        was = (
+            "shorthand -> full form"
+            if st.shorthand
+            else f"was {clip(st.declared, quote=False) if st.declared else 'missing'}"
+        )
         print(f"stamped {st.name}: {st.actual} ({was})")
     print(f"{shown}: {len(needed)} of {len(stamps)} seed digests written")
     return 0

@@ -36,6 +36,13 @@ def json_path(path: JsonPath) -> str:
     return out
 
 
+def clip(value: Any, limit: int = 80, *, quote: bool = True) -> str:
+    """``repr(value)`` (or ``str`` without ``quote``), cut to ``limit`` characters: messages never echo a huge
+    value back."""
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
 def display_path(path: Path) -> str:
     """Relative to the working directory when under it (short, clickable), absolute otherwise."""
     try:
@@ -135,16 +142,40 @@ class YamlDoc:
         return node
 
 
+class _TooBig(Exception):
+    pass
+
+
+def _distinct_nodes(node: yaml.Node) -> int:
+    seen: set[int] = set()
+    pending = [node]
+    while pending:
+        n = pending.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            pending.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            pending.extend(x for pair in n.value for x in pair)
+    return len(seen)
+
+
 class _Builder:
-    def __init__(self, doc: YamlDoc) -> None:
+    def __init__(self, doc: YamlDoc, budget: int) -> None:
         self.doc = doc
         self.issues: list[SpecIssue] = []
         self._stack: set[int] = set()
+        # Aliases may repeat content, but not explode it ("billion laughs"): cap the values built.
+        self._budget = budget
 
     def _mark(self, node: yaml.Node) -> Mark:
         return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
 
     def build(self, node: yaml.Node, path: JsonPath) -> Any:
+        self._budget -= 1
+        if self._budget < 0:
+            raise _TooBig
         self.doc.values.setdefault(path, self._mark(node))
         if isinstance(node, yaml.ScalarNode):
             return _scalar(node.tag, node.value)
@@ -252,8 +283,22 @@ def load_yaml(path: Path, *, text: str | None = None) -> tuple[YamlDoc, list[Spe
         loader.dispose()
     if node is None:
         return doc, []
-    builder = _Builder(doc)
-    doc.data = builder.build(node, ())
+    builder = _Builder(doc, budget=10 * _distinct_nodes(node) + 10_000)
+    try:
+        doc.data = builder.build(node, ())
+    except _TooBig:
+        doc.data = None
+        doc.values.clear()
+        doc.keys.clear()
+        return doc, [
+            SpecIssue(
+                doc.display,
+                None,
+                None,
+                "$",
+                "aliases (*name) expand to far more values than the file holds; write the values out instead",
+            )
+        ]
     return doc, builder.issues
 
 

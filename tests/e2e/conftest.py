@@ -27,7 +27,7 @@ RUN_TIMEOUT = 900  # seconds for one whole `forge run` (a trial is ~10 s; this o
 CLI_TIMEOUT = 300  # seconds for `forge provision` / `forge teardown`
 
 
-def forge(*args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
+def _forge(*args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
     """``forge ARGS`` through the interpreter running the tests (the editable install under test)."""
     return subprocess.run(
         [sys.executable, "-m", "forgelib", *args],
@@ -36,6 +36,12 @@ def forge(*args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProce
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture
+def forge() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``forge(*args)``: run the CLI, capture its output (no Docker needed for validate/stamp)."""
+    return _forge
 
 
 @dataclass(frozen=True)
@@ -128,20 +134,22 @@ def forge_run(
     After the test, asserts that no container, network or volume carries the label of any run it made —
     checked even when the test body failed, so a red assertion on results never hides a leak.
     """
-    runs: list[RunResult] = []
+    outputs: list[Path] = []
 
     def run(config: Path, *extra: str) -> RunResult:
-        output = tmp_path / f"runs{len(runs)}"
-        result = _forge_run(config, output, *extra)
-        runs.append(result)
-        return result
+        output = tmp_path / f"runs{len(outputs)}"
+        outputs.append(output)
+        return _forge_run(config, output, *extra)
 
     yield run
+    # Run ids from the directories on disk, not the JSON summary: a run that crashed or printed no
+    # summary is still checked for leftovers.
+    run_ids = [d.name for out in outputs if out.is_dir() for d in out.iterdir() if d.is_dir()]
     leaked = {}
-    for r in runs:
-        resources = resources_with_labels(runner, {RUN: r.run_id})
+    for run_id in run_ids:
+        resources = resources_with_labels(runner, {RUN: run_id})
         if not is_empty(resources):
-            leaked[r.run_id] = resources
+            leaked[run_id] = resources
     assert not leaked, f"resources left behind by the run(s): {leaked}"
 
 
@@ -199,7 +207,7 @@ def provision_keep(runner: SubprocessRunner, docker_ready: None) -> Iterator[Cal
     stacks: list[KeptStack] = []
 
     def provision(project: Path, task: str) -> KeptStack:
-        proc = forge("provision", "--project", str(project), "--task", task, "--keep", "--json")
+        proc = _forge("provision", "--project", str(project), "--task", task, "--keep", "--json")
         assert proc.returncode == 0, f"forge provision failed (rc={proc.returncode}):\n{proc.stderr}"
         report = json.loads(proc.stdout)
         stack = KeptStack(report["name"], report["run_id"], report["services"])
@@ -209,7 +217,7 @@ def provision_keep(runner: SubprocessRunner, docker_ready: None) -> Iterator[Cal
     yield provision
     problems = []
     for s in stacks:
-        down = forge("teardown", "--name", s.name)
+        down = _forge("teardown", "--name", s.name)
         if down.returncode != 0:
             problems.append(f"forge teardown --name {s.name}: rc={down.returncode}\n{down.stderr}")
         resources = resources_with_labels(runner, {RUN: s.run_id})

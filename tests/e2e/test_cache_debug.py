@@ -75,3 +75,9 @@ def test_control_that_posts_a_status_update_fails_on_the_gate(forge_run: Callabl
     assert t.observed(GATE) == "1"  # the one status update the control posted
     assert all(t.check(name)["passed"] for name in NOTE_CHECKS), t.grade["checks"]
     assert any(r.startswith(f"gate '{GATE}' failed") for r in t.grade["reasons"]), t.grade["reasons"]
+
+
+def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:
+    for args in (["validate", "--project", str(PACK)], ["stamp", "--check", "--project", str(PACK)]):
+        proc = forge(*args)
+        assert proc.returncode == 0, f"forge {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"

@@ -63,3 +63,9 @@ def test_dev_run_passes_with_the_marker_reading_pass(forge_run: Callable[..., An
         assert t.trial["termination_reason"] == "COMPLETED"
         assert t.observed("suite_passes") == "PASS"
         assert t.trial["oracle"]["rc"] == 0
+
+
+def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:
+    for args in (["validate", "--project", str(PACK)], ["stamp", "--check", "--project", str(PACK)]):
+        proc = forge(*args)
+        assert proc.returncode == 0, f"forge {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"

@@ -7,7 +7,7 @@ no binding) must observe 'factory_default' — otherwise a green dev run would n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,11 @@ pytestmark = pytest.mark.e2e
 
 PACK = Path(__file__).resolve().parents[2] / "examples" / "multi_service_postgres_reset"
 CHECK = "submission_reads_baseline"
+
+
+def _recipe_timings(trial: Mapping[str, Any]) -> list[str]:
+    """The per-seed timing entries trial.yaml records for app-db (one per recipe applied)."""
+    return [k for k in trial["timings"] if k.startswith("recipe") and "app-db" in k]
 
 
 def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any]) -> None:
@@ -33,8 +38,8 @@ def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any]) -> 
         assert t.grade["binary_pass"] is True
         assert t.grade["score"] == 1.0
         assert t.observed(CHECK) == "baseline"
-        # each trial ran its own provision (and so its own seed) on its own compose project
-        assert t.trial["timings"]["provision"] > 0
+        # each trial applied the seed itself, on its own compose project
+        assert _recipe_timings(t.trial), t.trial["timings"]
     assert len({t.trial["compose_project"] for t in trials}) == 2
 
 
@@ -48,4 +53,11 @@ def test_control_without_the_reset_binding_observes_factory_default(forge_run: C
     assert t.status == "failed"
     assert t.grade["binary_pass"] is False
     assert t.observed(CHECK) == "factory_default"
+    assert not _recipe_timings(t.trial), t.trial["timings"]  # no binding, no recipe
     assert any(CHECK in r and "factory_default" in r for r in t.grade["reasons"]), t.grade["reasons"]
+
+
+def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:
+    for args in (["validate", "--project", str(PACK)], ["stamp", "--check", "--project", str(PACK)]):
+        proc = forge(*args)
+        assert proc.returncode == 0, f"forge {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"

@@ -289,3 +289,51 @@ def test_guard_refuses_launching_after_a_stop_but_lets_teardown_through() -> Non
     passed = [c.argv[4] if c.argv[1] == "compose" else c.argv[1] for c in fake.calls]
     assert passed == ["up", "down", "logs", "ps", "kill", "stop", "rm", "port", "network"]
     assert all(c.timeout == 5 for c in fake.calls)
+
+
+# ------------------------------------------------------------------------------ killing in-flight launches
+
+
+def _fake_proc(root: Path, pid: int, ppid: int, pgrp: int, argv: list[str]) -> None:
+    d = root / str(pid)
+    d.mkdir()
+    (d / "stat").write_text(f"{pid} (x) S {ppid} {pgrp} 0 0\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_kill_launches_kills_only_our_session_leaders_that_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib import signals as sig
+
+    me = os.getpid()
+    _fake_proc(tmp_path, 101, me, 101, ["docker", "compose", "-p", "x", "up", "--wait"])  # killed
+    _fake_proc(tmp_path, 102, me, 102, ["docker", "compose", "-p", "x", "exec", "-T", "db", "psql"])  # killed
+    _fake_proc(tmp_path, 103, me, 103, ["docker", "compose", "-p", "x", "down", "--volumes"])  # teardown
+    _fake_proc(tmp_path, 104, 1, 104, ["docker", "compose", "up"])  # not our child
+    _fake_proc(tmp_path, 105, me, me, ["docker", "compose", "up"])  # our group, not a runner child
+    (tmp_path / "self").mkdir()
+    killed: list[int] = []
+    monkeypatch.setattr(sig.os, "killpg", lambda pid, s: killed.append(pid))
+    assert sorted(sig.kill_launches(tmp_path)) == [101, 102]
+    assert sorted(killed) == [101, 102]
+
+
+def test_kill_launches_leaves_a_real_non_launch_child_alive(tmp_path: Path) -> None:
+    from forgelib import signals as sig
+
+    # a real child in its own session, named docker, but running a script: not a launch verb
+    fake = tmp_path / "docker"
+    fake.write_text("import time\ntime.sleep(60)\n")
+    child = subprocess.Popen(
+        ["docker", str(fake), "compose", "up"], executable=sys.executable, start_new_session=True
+    )
+    try:
+        time.sleep(0.5)
+        assert command_verb(["docker", str(fake), "compose", "up"]) != "up"  # argv[1] is the script...
+        killed = sig.kill_launches()
+        assert child.pid not in killed  # ...so it is not a launch and survives
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

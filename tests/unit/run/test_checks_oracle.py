@@ -36,7 +36,7 @@ def test_file_check_cats_the_file() -> None:
     st = stack_answering("baseline\n")
     c = Check("f", "file", {"service": "runner", "path": "/work/out.txt", "equals": "baseline"})
     o = evaluate(st, c, ENV, timeout=7)
-    assert o.passed and o.observed == "baseline\n" and o.expected == "equals 'baseline'"
+    assert o.passed and o.observed == "baseline" and o.expected == "equals 'baseline'"
     assert st.calls == [("runner", ("cat", "--", "/work/out.txt"), st.calls[0][2])]
     assert st.calls[0][2]["timeout"] == 7
 

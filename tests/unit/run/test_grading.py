@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 
 from forgelib.run.grading import CheckOutcome, Matcher, failed_grade, grade, matcher_of, matches, render
@@ -29,6 +31,7 @@ def test_matcher_of_renders_non_strings_as_json() -> None:
     assert matcher_of({"equals": True}) == Matcher("equals", "true")
     assert matcher_of({"service": "x"}) is None
     assert render(None) == "null" and render("s") == "s"
+    assert render(MappingProxyType({"a": (1, 2)})) == '{"a": [1, 2]}'
     with pytest.raises(ValueError, match="one matcher"):
         matcher_of({"equals": "a", "contains": "b"})
 

@@ -10,7 +10,6 @@ import pytest
 from ._support import FIXTURES
 
 
-
 @pytest.fixture
 def basic(tmp_path: Path) -> Path:
     """A writable copy of tests/fixtures/projects/basic (stamped, valid)."""

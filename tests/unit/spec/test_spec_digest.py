@@ -1,4 +1,4 @@
-"""Seed digests: what changes them, what does not, and that the documented algorithm is the implemented one."""
+"""Seed digests: what changes them, what does not, and that the documented algorithm is what the code does."""
 
 from __future__ import annotations
 

@@ -54,7 +54,9 @@ def test_did_you_mean() -> None:
 
 
 def test_unknown_keys_each_get_their_own_issue_at_the_key() -> None:
-    doc, _ = load_yaml(Path("t.yaml"), text="descripton: x\noracle:\n  service: s\n  comand: [a]\n  bogus: 1\n")
+    doc, _ = load_yaml(
+        Path("t.yaml"), text="descripton: x\noracle:\n  service: s\n  comand: [a]\n  bogus: 1\n"
+    )
     issues = schema.validate(doc, "task")
     assert [(i.line, i.col, i.json_path) for i in issues] == [
         (1, 1, "$.descripton"),
@@ -65,7 +67,9 @@ def test_unknown_keys_each_get_their_own_issue_at_the_key() -> None:
     assert "allowed here: service, command" in issues[2].message
 
 
-def test_a_broken_schema_is_a_forgelib_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None) -> None:
+def test_a_broken_schema_is_a_forgelib_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None
+) -> None:
     for name in SCHEMAS:
         src = schema.schema(name)
         (tmp_path / f"{name}.schema.json").write_text(json.dumps(src))
@@ -79,7 +83,9 @@ def test_a_broken_schema_is_a_forgelib_bug(tmp_path: Path, monkeypatch: pytest.M
     assert not issubclass(SchemaBug, ForgeError)  # so the CLI reports it as a bug (exit 3)
 
 
-def test_a_dangling_ref_is_a_forgelib_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None) -> None:
+def test_a_dangling_ref_is_a_forgelib_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None
+) -> None:
     for name in SCHEMAS:
         (tmp_path / f"{name}.schema.json").write_text(json.dumps(schema.schema(name)))
     broken = json.loads((tmp_path / "grading.schema.json").read_text())

@@ -68,7 +68,9 @@ def test_stamp_changes_only_the_digests_byte_for_byte(project: Path) -> None:
     base, cache = _sha(b"select 1;\n"), _sha(b"REDIS0009")
     other = _sha(b"select 2;\n")
     site = load_project_config(project).seeds["site"].digest
-    assert pfile.read_text() == f"""\
+    assert (
+        pfile.read_text()
+        == f"""\
 # Leading comment, kept.
 name:   spaced_out        # odd spacing after the colon, kept
 description: 'single quoted'
@@ -102,6 +104,7 @@ default_environment:
         db: {{ isolation: reset, reset: {{ seed: base, user: postgres }} }}
         cache: {{isolation: reset, reset: {{seed: cache}}}}
 """
+    )
     # Stamping again is a no-op, and the result loads with every digest verified.
     before = pfile.read_bytes()
     assert main_stamp(str(project), check=False) == 0
@@ -115,21 +118,25 @@ def test_flow_style_seeds_and_plain_or_single_quoted_digests_keep_their_style(pr
         (
             "name: p\r\n"
             "assets:\r\n"
-            f"  seeds: {{a: ./assets/base.sql, b: {{path: ./assets/cache.rdb, kind: redis_dump, digest: '{OLD}'}},\r\n"
+            "  seeds: {a: ./assets/base.sql, "
+            f"b: {{path: ./assets/cache.rdb, kind: redis_dump, digest: '{OLD}'}},\r\n"
             f"          c: {{path: ./assets/other.sql, kind: sql_dump, digest: {OLD}}}}}\r\n"
             "default_environment: {compose_file: compose.yaml}\r\n"
         ).encode()
     )
     main_stamp(str(project), check=False)
     a, b, c = _sha(b"select 1;\n"), _sha(b"REDIS0009"), _sha(b"select 2;\n")
-    assert pfile.read_bytes() == (
-        "name: p\r\n"
-        "assets:\r\n"
-        f'  seeds: {{a: {{path: ./assets/base.sql, kind: sql_dump, digest: "{a}"}}, '
-        f"b: {{path: ./assets/cache.rdb, kind: redis_dump, digest: '{b}'}},\r\n"
-        f"          c: {{path: ./assets/other.sql, kind: sql_dump, digest: {c}}}}}\r\n"
-        "default_environment: {compose_file: compose.yaml}\r\n"
-    ).encode()
+    assert (
+        pfile.read_bytes()
+        == (
+            "name: p\r\n"
+            "assets:\r\n"
+            f'  seeds: {{a: {{path: ./assets/base.sql, kind: sql_dump, digest: "{a}"}}, '
+            f"b: {{path: ./assets/cache.rdb, kind: redis_dump, digest: '{b}'}},\r\n"
+            f"          c: {{path: ./assets/other.sql, kind: sql_dump, digest: {c}}}}}\r\n"
+            "default_environment: {compose_file: compose.yaml}\r\n"
+        ).encode()
+    )
 
 
 def test_check_writes_nothing_and_lists_every_stale_or_missing_digest(project: Path) -> None:

@@ -19,7 +19,9 @@ from ._support import FIXTURES, edit
 def test_ok_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main_validate(str(FIXTURES / "basic"), as_json=False) == 0
     out = capsys.readouterr().out
-    assert out.startswith("OK: project 'basic'") and "4 seeds (digests verified), 2 tasks, 1 run config" in out
+    assert (
+        out.startswith("OK: project 'basic'") and "4 seeds (digests verified), 2 tasks, 1 run config" in out
+    )
     assert len(out.splitlines()) == 1
 
 

@@ -75,3 +75,10 @@ def test_json_path_rendering() -> None:
     assert json_path(()) == "$"
     assert json_path(("checks", 0, "file")) == "$.checks[0].file"
     assert json_path(("services", "app-db", "a.b", 'q"')) == '$.services.app-db["a.b"]["q\\""]'
+
+
+def test_alias_explosion_is_refused_quickly() -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    doc, issues = load_yaml(Path("f.yaml"), text="\n".join(lines) + "\n")
+    assert doc.data is None and "aliases" in issues[0].message

@@ -1,0 +1,161 @@
+"""Digest throughput: forgelib's directory digest against ``sha256sum`` over the same files, as a ratio
+measured in the same run (target ≤ 1.25: forge's time ÷ sha256sum's).
+
+Two generated trees in a temporary directory (deleted afterwards): *large* (few big files: hashing speed)
+and *small* (thousands of 4 KiB files in 50 directories: per-file overhead). The page cache is warmed first;
+then rounds alternate forge and baseline and the report gives medians. forge = ``dir_sha256`` in process;
+baseline = ``sha256sum FILE...`` with 1000 files per invocation (how ``find -print0 | xargs -0 sha256sum``
+would run it), output discarded. The baseline only hashes contents; forge also builds the canonical records.
+
+Size: ``FORGE_BENCH_DIGEST_LARGE_MB`` (default 256, in 16 files), ``FORGE_BENCH_DIGEST_SMALL_FILES``
+(default 5000), ``FORGE_BENCH_DIGEST_ROUNDS`` (default 5), or ``--large-mb / --small-files / --rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from forgelib.spec.digest import dir_sha256
+
+NAME = "digest"
+TARGET = 1.25
+RESULTS = Path(__file__).resolve().parent / "results"
+MB = 1 << 20
+ARGS_PER_CALL = 1000
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def make_large(root: Path, total_mb: int, files: int = 16) -> None:
+    root.mkdir(parents=True)
+    size = max(total_mb * MB // files, 1)
+    for i in range(files):
+        (root / f"blob{i:02d}.bin").write_bytes(os.urandom(size))
+
+
+def make_small(root: Path, count: int, size: int = 4096) -> None:
+    for i in range(count):
+        d = root / f"d{i % 50:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i:05d}.txt").write_bytes(os.urandom(size))
+
+
+def files_of(root: Path) -> list[str]:
+    return sorted(str(p) for p in root.rglob("*") if p.is_file())
+
+
+def sha256sum(files: Sequence[str]) -> None:
+    for i in range(0, len(files), ARGS_PER_CALL):
+        subprocess.run(["sha256sum", *files[i : i + ARGS_PER_CALL]], stdout=subprocess.DEVNULL, check=True)
+
+
+def timed(fn: Callable[..., object], *args: Any) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def measure(name: str, root: Path, rounds: int) -> dict[str, Any]:
+    files = files_of(root)
+    total = sum(Path(f).stat().st_size for f in files)
+    dir_sha256(root)  # warm the page cache (and both code paths) before measuring
+    sha256sum(files)
+    ours: list[float] = []
+    base: list[float] = []
+    for r in range(rounds):
+        # Alternate which goes first so neither always profits from the other's cache state.
+        pair: list[tuple[str, Callable[[], float]]] = [
+            ("forge", lambda: timed(dir_sha256, root)),
+            ("base", lambda: timed(sha256sum, files)),
+        ]
+        for who, run in pair if r % 2 == 0 else reversed(pair):
+            (ours if who == "forge" else base).append(run())
+    forge_s, base_s = statistics.median(ours), statistics.median(base)
+    ratio = forge_s / base_s if base_s else float("nan")
+    return {
+        "scenario": name,
+        "files": len(files),
+        "MiB": round(total / MB, 1),
+        "forge_s": round(forge_s, 4),
+        "sha256sum_s": round(base_s, 4),
+        "forge_MiB_s": round(total / MB / forge_s, 1) if forge_s else None,
+        "sha256sum_MiB_s": round(total / MB / base_s, 1) if base_s else None,
+        "ratio": round(ratio, 3),
+        "target": TARGET,
+        "ok": ratio <= TARGET,
+        "forge_all_s": [round(x, 4) for x in ours],
+        "sha256sum_all_s": [round(x, 4) for x in base],
+    }
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    cols = [
+        "scenario",
+        "files",
+        "MiB",
+        "forge_s",
+        "sha256sum_s",
+        "forge_MiB_s",
+        "sha256sum_MiB_s",
+        "ratio",
+        "ok",
+    ]
+    cells = [cols, *[[str(r[c]) for c in cols] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.digest_bench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--large-mb", type=int, default=_env_int("FORGE_BENCH_DIGEST_LARGE_MB", 256))
+    parser.add_argument("--small-files", type=int, default=_env_int("FORGE_BENCH_DIGEST_SMALL_FILES", 5000))
+    parser.add_argument("--rounds", type=int, default=_env_int("FORGE_BENCH_DIGEST_ROUNDS", 5))
+    args = parser.parse_args(argv)
+    if shutil.which("sha256sum") is None:
+        raise SystemExit("digest benchmark: sha256sum (coreutils) is not on PATH")
+    with tempfile.TemporaryDirectory(prefix="forge-bench-digest-") as tmp:
+        make_large(Path(tmp) / "large", args.large_mb)
+        make_small(Path(tmp) / "small", args.small_files)
+        rows = [measure(n, Path(tmp) / n, args.rounds) for n in ("large", "small")]
+    doc = {
+        "benchmark": NAME,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "rounds": args.rounds,
+        "rows": rows,
+    }
+    print(f"\n== {NAME} ==  directory digest vs sha256sum over the same files (ratio = forge / sha256sum)")
+    print(table(rows))
+    worst = max(r["ratio"] for r in rows)
+    verdict = "OK" if worst <= TARGET else "OVER TARGET"
+    print(f"  ratio (worst scenario): {worst:.3f}  target <= {TARGET}  {verdict}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{NAME}.json"
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"  -> {out}")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Provisioning on the real engine: the commands, the shared backend, non-recipe stages and Ctrl-C, each
+leaving nothing behind (checked by the run's labels)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib import labels as lab
+from forgelib.errors import ProvisionError
+from forgelib.provision import ProvisionedTrial, main_provision, main_teardown, provision_trial, teardown_run
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import (
+    EnvironmentManifest,
+    Isolation,
+    Project,
+    ResetBinding,
+    Seed,
+    SeedKind,
+    Service,
+    Timeouts,
+)
+
+pytestmark = pytest.mark.integration
+
+# Small stacks on the stand-in images (test modules do not import each other, so not shared with
+# test_recipes.py).
+TIMEOUTS = Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
+PG = {
+    "image": "forgelib/postgres:15",
+    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
+    "stop_signal": "SIGINT",
+    "healthcheck": {
+        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
+        "interval": "1s",
+        "retries": 60,
+    },
+}
+REDIS = {"image": "forgelib/redis:7.0"}
+IDLE = {
+    "image": "forgelib/python:3.11",
+    "command": ["sh", "-c", "trap 'exit 0' TERM INT; sleep infinity & wait"],
+}
+SQL_SEED = (
+    "create table widgets (id int primary key, name text);\ninsert into widgets values (1, 'baseline');\n"
+)
+
+
+def make_project(
+    root: Path,
+    services: Mapping[str, Mapping[str, Any]],
+    seeds: dict[str, tuple[Path, SeedKind]],
+    isolation: dict[str, Isolation],
+    reset: dict[str, str] | None = None,
+) -> Project:
+    root.mkdir(parents=True, exist_ok=True)
+    compose_file = root / "compose.yaml"
+    compose = {"services": dict(services)}
+    compose_file.write_text(yaml.safe_dump(compose))
+    svc = {
+        n: Service(
+            n, isolation.get(n, Isolation.EPHEMERAL), ResetBinding(reset[n]) if reset and n in reset else None
+        )
+        for n in services
+    }
+    seed_models = {n: Seed(n, p, k, seed_digest(p, k)) for n, (p, k) in seeds.items()}
+    env = EnvironmentManifest(compose_file, svc, compose)
+    return Project("itprov", root, root / "project.yaml", "", seed_models, env, ())
+
+
+def provision(
+    project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int = 0
+) -> ProvisionedTrial:
+    return provision_trial(
+        project,
+        None,
+        run_id=run_id,
+        trial_index=idx,
+        trial_dir=tmp_path / f"trial-{idx}",
+        timeouts=TIMEOUTS,
+        runner=runner,
+    )
+
+
+@pytest.fixture
+def run_id(runner: SubprocessRunner) -> Iterator[str]:
+    rid = f"it-{secrets.token_hex(4)}"
+    yield rid
+    left = lab.resources_with_labels(runner, {lab.RUN: rid})
+    assert lab.is_empty(left), f"leaked: {left}"
+
+
+def _write_pack(root: Path) -> None:
+    (root / "assets").mkdir(parents=True)
+    seed = root / "assets" / "baseline.sql"
+    seed.write_text(SQL_SEED)
+    pg = dict(PG) | {"ports": ["5432"]}
+    (root / "compose.yaml").write_text(yaml.safe_dump({"services": {"app-db": pg, "runner": IDLE}}))
+    project = {
+        "name": "itpack",
+        "description": "integration",
+        "assets": {
+            "seeds": {
+                "baseline": {
+                    "path": "assets/baseline.sql",
+                    "kind": "sql_dump",
+                    "digest": seed_digest(seed, SeedKind.SQL_DUMP),
+                }
+            }
+        },
+        "default_environment": {
+            "compose_file": "compose.yaml",
+            "services": {"app-db": {"isolation": "reset", "reset": {"seed": "baseline"}}},
+        },
+    }
+    (root / "project.yaml").write_text(yaml.safe_dump(project))
+
+
+def test_forge_provision_keep_then_teardown(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_pack(tmp_path / "pack")
+    assert main_provision(str(tmp_path / "pack"), None, keep=True, as_json=True) == 0
+    report = json.loads(capsys.readouterr().out)
+    name = report["name"]
+    try:
+        assert report["teardown_command"] == f"forge teardown --name {name}"
+        assert report["services"]["runner"] == []
+        (published,) = report["services"]["app-db"]
+        assert published.startswith("127.0.0.1:") and published.endswith("->5432/tcp")
+        assert {"compose_config", "up_seeded", "recipe:app-db", "up_rest", "provision"} <= set(
+            report["timings"]
+        )
+        live = lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name, lab.RUN: report["run_id"]})
+        assert len(live["containers"]) == 2 and len(live["networks"]) == 1
+    finally:
+        assert main_teardown(name) == 0
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name}))
+    assert "removed" in capsys.readouterr().out
+
+
+def test_forge_provision_without_keep_tears_down(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_pack(tmp_path / "pack")
+    assert main_provision(str(tmp_path / "pack"), None, keep=False, as_json=False) == 0
+    out = capsys.readouterr().out
+    name = out.splitlines()[0].removeprefix("compose project: ")
+    assert (
+        "app-db" in out and "->5432/tcp" in out and "teardown" in out and out.rstrip().endswith("torn down")
+    )
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name}))
+
+
+def test_shared_backend_one_stack_for_the_run(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "p", {"cache": REDIS}, {}, {"cache": Isolation.SHARED})
+    first = provision(project, run_id, tmp_path, runner, idx=0)
+    first.compose.exec("cache", ["redis-cli", "SET", "k", "from-trial-0"], timeout=30)
+    second = provision(project, run_id, tmp_path, runner, idx=1)
+    assert second.shared and second.name == first.name
+    assert (
+        second.compose.exec("cache", ["redis-cli", "GET", "k"], timeout=30).stdout.strip() == "from-trial-0"
+    )
+    assert teardown_run(run_id) > 0
+
+
+def test_missing_image_is_compose_up_stage(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    project = make_project(
+        tmp_path / "p", {"x": {"image": "forgelib/does-not-exist:1"}, "idle": IDLE}, {}, {}
+    )
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.stage == "compose_up"
+    assert "Error response from daemon" in err.value.reason  # the pull failed (offline: no such host)
+    assert sorted(p.name for p in (tmp_path / "trial-0" / "services").iterdir()) == ["idle.log", "x.log"]
+
+
+def test_unhealthy_service_is_readiness_stage(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    sick = dict(IDLE) | {"healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": 1}}
+    project = make_project(tmp_path / "p", {"sick": sick}, {}, {})
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp_path, runner)
+    assert err.value.stage == "readiness"
+    assert "unhealthy" in err.value.reason
+
+
+def test_ctrl_c_mid_provision_leaves_nothing(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    seed = tmp_path / "seed.sql"
+    seed.write_text(SQL_SEED)
+    project = make_project(
+        tmp_path / "p",
+        {"app-db": PG, "idle": IDLE},
+        {"s": (seed, SeedKind.SQL_DUMP)},
+        {"app-db": Isolation.RESET},
+        {"app-db": "s"},
+    )
+
+    def interrupt(phase: str, seconds: float) -> None:
+        if phase == "up_seeded":  # the seeded services are up: now Ctrl-C
+            assert not lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        provision_trial(
+            project,
+            None,
+            run_id=run_id,
+            trial_index=0,
+            trial_dir=tmp_path / "trial-0",
+            timeouts=TIMEOUTS,
+            runner=runner,
+            on_phase=interrupt,
+        )
+    assert "ready to accept connections" in (tmp_path / "trial-0" / "services" / "app-db.log").read_text()

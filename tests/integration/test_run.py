@@ -1,0 +1,200 @@
+"""`forge run` on a real engine, on tests/fixtures/run_project (postgres reset from a sql_dump seed, an
+oracle writing a file, file + sql checks).
+
+A passing run with repeats 2; a broken seed (PROVISION_ERROR accounting, the exact reasons, zero
+leftovers); workers 2 == workers 1; a run killed with SIGKILL after its first trial, then resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib import labels as lab
+from forgelib.run import events as ev
+from forgelib.run.cli import main_run
+from forgelib.runner import SubprocessRunner
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
+
+PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "run_project"
+DEV = PROJECT / "run_configs" / "dev.yaml"
+BROKEN = PROJECT / "run_configs" / "broken.yaml"
+
+
+def forge_run(config: Path, output: Path, **kw: Any) -> tuple[int, Path]:
+    """``main_run`` in-process; returns the exit code and the (newest, or resumed) run directory."""
+    args: dict[str, Any] = {
+        "repeats": None, "workers": None, "resume": None, "as_json": False, "junit": None, **kw,
+    }  # fmt: skip
+    rc = main_run(str(config), output=str(output), **args)
+    runs = sorted(p for p in output.iterdir() if p.is_dir())
+    run_dir = output / kw["resume"] if kw.get("resume") else runs[-1]
+    return rc, run_dir
+
+
+def leftovers(runner: SubprocessRunner, run_id: str) -> dict[str, list[str]]:
+    return lab.resources_with_labels(runner, {lab.RUN: run_id})
+
+
+def outcomes(run_dir: Path) -> list[tuple[Any, ...]]:
+    """What must not depend on scheduling: per trial, its status, score, reasons and observations."""
+    out = []
+    for trial in sorted((run_dir / "trials").glob("*/*/trial.yaml")):
+        t = yaml.safe_load(trial.read_text())
+        g = yaml.safe_load((trial.parent / "grade.yaml").read_text())
+        seen = [(c["name"], c["passed"], c["observed"]) for c in g["checks"]]
+        out.append(
+            (t["task"], t["index"], t["status"], t["termination_reason"], g["score"], g["reasons"], seen)
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    out = tmp_path_factory.mktemp("runs")
+    yield forge_run(DEV, out, junit=str(out / "junit.xml"))
+
+
+def test_passing_run_with_repeats_2(passing_run: tuple[int, Path], runner: SubprocessRunner) -> None:
+    rc, run_dir = passing_run
+    assert rc == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"] == {
+        "trials": 2,
+        "passed": 2,
+        "failed": 0,
+        "failed_attempts": 0,
+        "not_finished": 0,
+        "errors_by_stage": {},
+    }
+    for idx in (0, 1):
+        d = run_dir / "trials" / "write_file" / str(idx)
+        trial = yaml.safe_load((d / "trial.yaml").read_text())
+        assert trial["status"] == "passed" and trial["termination_reason"] == "COMPLETED"
+        assert {"up_seeded", "recipe:app-db", "up_rest", "oracle", "grading", "teardown"} <= set(
+            trial["timings"]
+        )
+        grade = yaml.safe_load((d / "grade.yaml").read_text())
+        assert grade["binary_pass"] is True and grade["score"] == 1.0
+        assert [(c["name"], c["observed"]) for c in grade["checks"]] == [
+            ("out_file", "baseline"),
+            ("seeded_row", "baseline"),  # the sql_dump seed was applied on this trial's fresh app-db
+        ]
+    assert (run_dir.parent / "junit.xml").read_text().count("<testcase") == 2
+    assert lab.is_empty(leftovers(runner, run_dir.name))
+
+
+def test_broken_seed_is_a_provision_error(
+    tmp_path: Path, runner: SubprocessRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, run_dir = forge_run(BROKEN, tmp_path, as_json=True)
+    assert rc == 1
+    summary = json.loads(capsys.readouterr().out)  # --json: the summary alone on stdout
+    assert summary["totals"]["failed_attempts"] == 1
+    assert summary["totals"]["errors_by_stage"] == {"reset_recipe": 1}
+    d = run_dir / "trials" / "broken_seed" / "0"
+    trial = yaml.safe_load((d / "trial.yaml").read_text())
+    assert trial["termination_reason"] == "PROVISION_ERROR" and trial["retryable"] is False
+    assert trial["oracle"] is None  # the oracle never ran
+    reason = trial["error"]["reason"]
+    prefix = "reset recipe for service 'app-db' (seed 'broken', kind 'sql_dump') failed: "
+    assert reason.startswith(prefix) and 'syntax error at or near "SELEC"' in reason
+    grade = yaml.safe_load((d / "grade.yaml").read_text())
+    assert grade["binary_pass"] is False and grade["score"] == 0.0
+    assert grade["reasons"] == [f"Provisioning failed at reset_recipe: {reason}"]
+    assert (d / "services" / "app-db.log").is_file()
+    assert lab.is_empty(leftovers(runner, run_dir.name))
+
+
+def test_workers_2_gives_the_same_results_as_workers_1(
+    passing_run: tuple[int, Path], tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    _, serial = passing_run
+    rc, parallel = forge_run(DEV, tmp_path, workers=2)
+    assert rc == 0
+    assert outcomes(parallel) == outcomes(serial)
+    spans = [yaml.safe_load(p.read_text()) for p in sorted((parallel / "trials").glob("*/*/trial.yaml"))]
+    assert (
+        spans[0]["started_at"] < spans[1]["finished_at"] and spans[1]["started_at"] < spans[0]["finished_at"]
+    )
+    assert lab.is_empty(leftovers(runner, parallel.name))
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line mentions ``text`` (the killed run's orphaned docker compose calls)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return [p for p in pids if p != os.getpid()]
+
+
+def test_resume_after_kill_finishes_only_what_was_missing(tmp_path: Path, runner: SubprocessRunner) -> None:
+    code = (
+        "import sys; from forgelib.run.cli import main_run; "
+        f"sys.exit(main_run({str(DEV)!r}, repeats=3, output={str(tmp_path)!r}))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 300
+        log: Path | None = None
+        while time.monotonic() < deadline:
+            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            log = runs[0] / ev.EVENTS_FILE if runs else None
+            if log is not None and log.exists() and ev.TRIAL_FINISHED in log.read_text():
+                break
+            assert proc.poll() is None, "forge run ended before its first trial finished"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no trial finished within 300 s")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert log is not None
+    run_id = log.parent.name
+    killed = ev.fold(ev.read_events(log))
+    assert [k for k in killed.plan if killed.trials[k].finished] == [("write_file", 0)]
+    # The killed run's docker compose children live in their own sessions: let them end first, so the
+    # resume's reaper sees the final state of what they left.
+    name_part = run_id.lower()
+    for _ in range(600):
+        if not _processes_mentioning(name_part):
+            break
+        time.sleep(0.2)
+
+    rc, run_dir = forge_run(DEV, tmp_path, resume=run_id)
+    assert rc == 0
+    events = list(ev.read_events(log))
+    resumed_at = next(i for i, e in enumerate(events) if e["kind"] == ev.RUN_RESUMED)
+    rerun = sorted(
+        {
+            e["index"]
+            for e in events[resumed_at:]
+            if e["kind"] == ev.TRIAL_STATE and e["phase"] == "provisioning"
+        }
+    )
+    assert rerun == [1, 2]  # trial 0 finished before the kill: not run again
+    state = ev.fold(events)
+    assert [r.status for r in state.records()] == ["passed"] * 3
+    assert state.trials[("write_file", 0)].attempts == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"]["passed"] == 3 and summary["resumes"] == 1
+    assert lab.is_empty(leftovers(runner, run_id))

@@ -1,0 +1,427 @@
+"""Provisioning on the fake runner: ordering, stage wrapping and exact reasons, teardown on every path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib import labels as lab
+from forgelib import provision as prov
+from forgelib.errors import CommandError, CommandTimeout, ProvisionError
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import (
+    EnvironmentManifest,
+    Isolation,
+    Project,
+    ResetBinding,
+    Seed,
+    SeedKind,
+    Service,
+    Task,
+    Timeouts,
+)
+from forgelib.testing import ANY, FakeRunner
+
+T = Timeouts(compose_up=100, recipe=40, teardown=50, command=9)
+NAME = "proj-r1-t-0"
+
+
+@pytest.fixture(autouse=True)
+def _no_image_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prov, "image_env", lambda runner: {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15"})
+
+
+class Stack:
+    """A small project on disk plus the argv prefixes its compose calls use."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        services: Mapping[str, Mapping[str, Any]],
+        reset: Mapping[str, tuple[str, Mapping[str, Any]]],
+        seeds: Mapping[str, tuple[str, SeedKind, bytes | None]] | None = None,
+        isolation: Isolation = Isolation.EPHEMERAL,
+    ) -> None:
+        self.compose_file = tmp_path / "compose.yaml"
+        self.compose_file.write_text(yaml.safe_dump({"services": dict(services)}))
+        self.trial_dir = tmp_path / "trial"
+        seed_models = {}
+        for name, (fname, kind, data) in (seeds or {}).items():
+            path = tmp_path / fname
+            if data is None:
+                path.mkdir()
+            else:
+                path.write_bytes(data)
+            seed_models[name] = Seed(name, path, kind, seed_digest(path, kind))
+        svc = {
+            n: Service(n, Isolation.RESET, ResetBinding(*reset[n])) if n in reset else Service(n, isolation)
+            for n in services
+        }
+        self.env = EnvironmentManifest(self.compose_file, svc, dict(services))
+        self.project = Project("proj", tmp_path, tmp_path / "project.yaml", "", seed_models, self.env, ())
+        self.task = Task("t", tmp_path / "task.yaml", "", self.env)
+        self.config = {"name": NAME, "services": {n: dict(s) for n, s in services.items()}}
+        b = ["docker", "compose", "--ansi", "never", "--project-name", NAME, "--file", str(self.compose_file)]
+        self.base = tuple(b)  # before the override exists (config, and clean-up after an early failure)
+        self.full = (*b, "--file", str(self.trial_dir / "compose.forge.yaml"))
+        self.fake = FakeRunner()
+
+    def expect_config(self, **kw: Any) -> None:
+        kw.setdefault("stdout", json.dumps(self.config))
+        self.fake.expect(*self.base, "config", "--format", "json", exact=True, **kw)
+
+    def expect_cleanup(self, base: tuple[str, ...] | None = None) -> None:
+        b = base or self.full
+        for svc in self.env.services:
+            self.fake.expect(
+                *b, "logs", "--no-color", "--tail", "200", svc, exact=True, stdout=f"{svc} says hi\n"
+            )
+        self.fake.expect(*b, "down", "--volumes", "--remove-orphans", exact=True)
+
+    def provision(self, **kw: Any) -> prov.ProvisionedTrial:
+        return prov.provision_trial(
+            self.project,
+            self.task,
+            run_id="r1",
+            trial_index=0,
+            trial_dir=self.trial_dir,
+            timeouts=T,
+            runner=self.fake,
+            **kw,
+        )
+
+    def verbs(self) -> list[str]:
+        out = []
+        for call in self.fake.calls:
+            rest = (
+                call.argv[len(self.full) :]
+                if call.argv[: len(self.full)] == self.full
+                else call.argv[len(self.base) :]
+            )
+            out.append(" ".join(rest))
+        return out
+
+    def assert_cleaned_up(self) -> None:
+        verbs = self.verbs()
+        assert verbs[-1] == "down --volumes --remove-orphans"
+        logs = [v for v in verbs if v.startswith("logs ")]
+        assert [v.split()[-1] for v in logs] == list(self.env.services)
+        for svc in self.env.services:
+            assert (self.trial_dir / "services" / f"{svc}.log").read_text() == f"{svc} says hi\n"
+
+
+PG = {"image": "forgelib/postgres:15", "environment": {"POSTGRES_USER": "app"}}
+API = {
+    "image": "forgelib/python:3.11",
+    "depends_on": {"app-db": {"condition": "service_healthy", "required": True}},
+}
+RUNNER = {"image": "forgelib/python:3.11"}
+SQL = b"create table t (id int);\n"
+
+
+def pg_stack(tmp_path: Path, seed: bytes = SQL) -> Stack:
+    return Stack(
+        tmp_path,
+        {"app-db": PG, "widgets-api": API, "runner": RUNNER},
+        {"app-db": ("postgres_baseline", {})},
+        {"postgres_baseline": ("base.sql", SeedKind.SQL_DUMP, seed)},
+    )
+
+
+PSQL = ("exec", "-T", "app-db", "psql", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
+
+
+def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "app-db", exact=True)
+    s.fake.expect(*s.full, *PSQL, exact=True)
+    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    phases: list[str] = []
+    trial = s.provision(on_phase=lambda name, secs: phases.append(name))
+    assert s.verbs() == [
+        "config --format json",
+        "up --detach --wait --wait-timeout 100 app-db",
+        " ".join(PSQL),
+        "up --detach --wait --wait-timeout 100",
+    ]
+    assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
+    assert list(trial.timings) == [*phases, "provision"]
+    assert trial.name == NAME and trial.compose.files[-1] == s.trial_dir / "compose.forge.yaml"
+    assert s.fake.calls[2].stdin == s.project.seeds["postgres_baseline"].path
+    override = yaml.safe_load((s.trial_dir / "compose.forge.yaml").read_text())
+    assert set(override["services"]) == {"app-db", "widgets-api", "runner"}
+    labels = override["services"]["runner"]["labels"]
+    assert labels[lab.RUN] == "r1" and labels[lab.TRIAL] == "t.0" and labels[lab.MANAGED] == "true"
+    assert override["networks"]["default"]["labels"] == labels
+    assert all(c.env.get("FORGE_IMAGE_POSTGRES") == "forgelib/postgres:15" for c in s.fake.calls)
+
+
+def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> None:
+    # api (reset, filesystem seed) depends on db: both come up before the seed; `other` only afterwards.
+    s = Stack(
+        tmp_path,
+        {"db": PG, "api": API | {"depends_on": {"db": {}}}, "other": RUNNER | {"depends_on": {"api": {}}}},
+        {"api": ("tree", {"target": "/srv"})},
+        {"tree": ("tree", SeedKind.FILESYSTEM_DIR, None)},
+    )
+    s.expect_config()
+    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "db", "api", exact=True)
+    s.fake.expect(*s.full, "exec", "-T", "api")
+    s.fake.expect(*s.full, "cp", f"{tmp_path / 'tree'}/.", "api:/srv", exact=True)
+    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    s.provision()
+    assert s.verbs()[1] == "up --detach --wait --wait-timeout 100 db api"
+    assert s.verbs()[-1] == "up --detach --wait --wait-timeout 100"
+
+
+def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> None:
+    s = Stack(tmp_path, {"app-db": PG}, {"app-db": ("s", {})}, {"s": ("s.sql", SeedKind.SQL_DUMP, SQL)})
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.fake.expect(*s.full, *PSQL)
+    s.provision()
+    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec"]
+
+
+def test_ephemeral_only_stack_is_one_up(tmp_path: Path) -> None:
+    s = Stack(tmp_path, {"a": RUNNER, "b": RUNNER}, {})
+    s.expect_config()
+    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    trial = s.provision()
+    assert s.verbs() == ["config --format json", "up --detach --wait --wait-timeout 100"]
+    assert not trial.shared
+
+
+def test_bare_seed_path_is_exposed(tmp_path: Path) -> None:
+    s = Stack(
+        tmp_path, {"data": RUNNER}, {"data": ("fixture", {})}, {"fixture": ("f.csv", SeedKind.BARE, b"a,b\n")}
+    )
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    trial = s.provision()
+    assert trial.bare_seeds == {"data": tmp_path / "f.csv"}
+    assert [v.split()[0] for v in s.verbs()] == ["config", "up"]  # no container action for bare
+
+
+# ------------------------------------------------------------------------------------------- failures
+
+
+def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.fake.expect(*s.full, *PSQL, rc=3, stderr='psql:<stdin>:2: ERROR:  syntax error at or near "selec"')
+    s.expect_cleanup()
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    e = err.value
+    assert e.stage == "reset_recipe"
+    argv = " ".join((*s.full, *PSQL))
+    assert e.reason == (
+        "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
+        f"psql step on service 'app-db': command {argv} exited with rc=3\n"
+        "stderr (tail):\n"
+        '  psql:<stdin>:2: ERROR:  syntax error at or near "selec"'
+    )
+    s.assert_cleaned_up()
+    assert "up --detach --wait --wait-timeout 100" not in s.verbs()  # the dependents never started
+
+
+@pytest.mark.parametrize(
+    ("error", "stage"),
+    [
+        (
+            CommandError(["docker"], 1, "", "Error response from daemon: pull access denied for nope"),
+            "compose_up",
+        ),
+        (
+            CommandError(["docker"], 1, "", "dependency failed to start: container x is unhealthy"),
+            "readiness",
+        ),
+        (CommandTimeout(["docker"], 130.0), "readiness"),
+    ],
+)
+def test_up_failures_name_their_stage(tmp_path: Path, error: CommandError, stage: str) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", raises=error)
+    s.expect_cleanup()
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    assert err.value.stage == stage
+    assert err.value.reason == str(error)
+    s.assert_cleaned_up()
+
+
+def test_config_failure_is_compose_config_stage_and_cleaned_up(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config(rc=15, stderr="services.app-db.image: invalid")
+    s.expect_cleanup(s.base)
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    assert err.value.stage == "compose_config" and "services.app-db.image: invalid" in err.value.reason
+    s.assert_cleaned_up()
+
+
+@pytest.mark.parametrize(
+    ("reset", "reason"),
+    [
+        (
+            ("", {}),
+            "reset recipe for service 'app-db' failed: isolation is reset but no reset.seed is bound",
+        ),
+        (
+            ("nope", {}),
+            "reset recipe for service 'app-db' (seed 'nope') failed: "
+            "no seed named 'nope'; seeds: postgres_baseline",
+        ),
+        (
+            ("postgres_baseline", {"target": "/x"}),
+            "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
+            "guard step on service 'app-db': unknown reset option(s) ['target'] (known: database, user)",
+        ),
+    ],
+)
+def test_binding_guards_fail_before_any_container_exists(
+    tmp_path: Path, reset: tuple[str, dict[str, str]], reason: str
+) -> None:
+    s = Stack(
+        tmp_path,
+        {"app-db": PG, "runner": RUNNER},
+        {"app-db": reset},
+        {"postgres_baseline": ("base.sql", SeedKind.SQL_DUMP, SQL)},
+    )
+    s.expect_cleanup(s.base)
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    assert (err.value.stage, err.value.reason) == ("reset_recipe", reason)
+    assert not any(v.startswith(("up", "config")) for v in s.verbs())
+    s.assert_cleaned_up()
+
+
+def test_seed_edited_after_load_fails_the_digest_step(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.expect_cleanup()
+    seed = s.project.seeds["postgres_baseline"]
+    seed.path.write_bytes(b"drop table everything;\n")
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    assert err.value.reason == (
+        "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
+        f"digest step on service 'app-db': seed 'postgres_baseline' changed since the project was loaded "
+        f"({seed.path}: expected {seed.digest}, found {seed_digest(seed.path, SeedKind.SQL_DUMP)}); "
+        "re-run `forge stamp` if the change is intended"
+    )
+    assert not any(v.startswith("exec") for v in s.verbs())
+    s.assert_cleaned_up()
+
+
+def test_ctrl_c_during_a_recipe_still_cleans_up_then_reraises(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.fake.expect(*s.full, *PSQL, raises=KeyboardInterrupt())
+    s.expect_cleanup()
+    with pytest.raises(KeyboardInterrupt):
+        s.provision()
+    s.assert_cleaned_up()
+
+
+def test_a_bug_still_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config(stdout="not json")
+    s.expect_cleanup(s.base)
+    with pytest.raises(json.JSONDecodeError):
+        s.provision()
+    s.assert_cleaned_up()
+
+
+def test_failed_teardown_is_noted_on_the_original_error(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", raises=CommandError(["docker"], 1, "", "port is already allocated"))
+    for svc in s.env.services:
+        s.fake.expect(*s.full, "logs", "--no-color", "--tail", "200", svc)
+    s.fake.expect(*s.full, "down", rc=1, stderr="engine gone")
+    with pytest.raises(ProvisionError) as err:
+        s.provision()
+    assert err.value.stage == "compose_up"
+    assert any("tearing down proj-r1-t-0 failed too" in n for n in err.value.__notes__)
+
+
+def test_log_capture_failure_does_not_hide_the_rest(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, "up", raises=CommandError(["docker"], 1, "", "boom"))
+    s.fake.expect(
+        *s.full, "logs", "--no-color", "--tail", "200", "app-db", raises=CommandTimeout(["logs"], 9)
+    )
+    s.fake.expect(*s.full, "logs")
+    s.fake.expect(*s.full, "down")
+    with pytest.raises(ProvisionError):
+        s.provision()
+    assert "could not capture this log" in (s.trial_dir / "services" / "app-db.log").read_text()
+    assert s.verbs()[-1] == "down --volumes --remove-orphans"
+
+
+# ------------------------------------------------------------------------------------ teardown/shared
+
+
+def test_capture_logs_and_teardown_trial(tmp_path: Path) -> None:
+    s = Stack(tmp_path, {"a": RUNNER}, {})
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.fake.expect(*s.full, "logs", "--no-color", "--tail", "5", "a", exact=True, stdout="hello\n")
+    s.fake.expect(*s.full, "down", "--volumes", "--remove-orphans", exact=True)
+    trial = s.provision()
+    prov.capture_logs(trial, tmp_path / "out", 5)
+    assert (tmp_path / "out" / "a.log").read_text() == "hello\n"
+    assert prov.teardown_trial(trial) >= 0
+    assert s.fake.calls[-1].timeout == 50
+
+
+def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
+    s = Stack(tmp_path, {"a": RUNNER}, {}, isolation=Isolation.SHARED)
+    assert not s.env.requires_per_trial
+    config = json.dumps(s.config)
+    s.fake.expect(
+        "docker", "compose", "--ansi", "never", "--project-name", ANY, "--file", ANY, "config", stdout=config
+    )
+    s.fake.expect("docker", "compose", "--ansi", "never", "--project-name")
+    first = s.provision()
+    second = prov.provision_trial(
+        s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake
+    )
+    assert first.shared and second.shared and first.name == second.name
+    assert first.name.startswith("proj-r1-env") and first.name.endswith("-shared")
+    assert second.trial_dir == tmp_path / "t1" and second.timings == {"shared_stack": 0.0}
+    assert [c.argv[8] for c in s.fake.calls] == ["config", "--file"]  # the second call has the override
+    assert s.fake.calls[1].argv[10] == "up"
+    assert prov.teardown_trial(second) == 0.0
+    assert len(s.fake.calls) == 2
+    prov.teardown_run("r1")
+    assert s.fake.calls[-1].argv[-3:] == ("down", "--volumes", "--remove-orphans")
+    assert first.compose.files[-1].parent == tmp_path / "trial"
+    labels = yaml.safe_load(first.compose.files[-1].read_text())["services"]["a"]["labels"]
+    assert labels[lab.TRIAL] == "shared"
+
+
+def test_main_teardown_refuses_a_name_forge_did_not_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeRunner()
+    fake.expect("docker", exact=False)  # every query finds nothing
+    monkeypatch.setattr(prov, "SubprocessRunner", lambda **kw: fake)
+    from forgelib.errors import ForgeError
+
+    with pytest.raises(ForgeError, match="no forge stack named 'someone-elses' on this engine"):
+        prov.main_teardown("someone-elses")
+    assert all(c.argv[1] in ("ps", "network", "volume") for c in fake.calls)
+    with pytest.raises(ForgeError, match="is not a compose project name"):
+        prov.main_teardown("Bad Name")
