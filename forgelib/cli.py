@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from invoke import Exit, ParseError, Program
+from invoke.exceptions import Exit, ParseError
+from invoke.program import Program
 
 from forgelib import __version__
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, ForgeError
@@ -62,7 +63,7 @@ def guarded(target: str, **kwargs: Any) -> None:
         raise Exit(code=EXIT_INTERRUPTED) from None
     except Exit:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any other exception is a bug: log it, exit 3
         log.error("unexpected error\n%s", traceback.format_exc())
         print(
             f"forge: unexpected error (a bug in forgelib): {type(e).__name__}: {e}\n"

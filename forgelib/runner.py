@@ -43,7 +43,7 @@ class Result:
 
 
 class Runner(Protocol):
-    """What code that shells out depends on; ``SubprocessRunner`` for real, ``testing.FakeRunner`` in tests."""
+    """What code that shells out depends on: ``SubprocessRunner``, or ``testing.FakeRunner`` in tests."""
 
     def run(
         self,
@@ -114,7 +114,7 @@ class SubprocessRunner:
                 stdin_arg = in_f
             elif input is not None:
                 stdin_arg = subprocess.PIPE
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: S603 - the one seam; ruff's S603 flags any other
                 argv,
                 stdin=stdin_arg,
                 stdout=out_f if out_f is not None else subprocess.PIPE,
@@ -128,9 +128,9 @@ class SubprocessRunner:
                     input=input.encode() if input is not None else None, timeout=limit
                 )
             except subprocess.TimeoutExpired:
-                out_b, err_b = _kill(proc)
+                partial_out, partial_err = _kill(proc)
                 raise CommandTimeout(
-                    shown, limit, redact(_text(out_b), hidden), redact(_text(err_b), hidden)
+                    shown, limit, redact(_text(partial_out), hidden), redact(_text(partial_err), hidden)
                 ) from None
             except BaseException:  # KeyboardInterrupt, SystemExit from a signal handler: never orphan a child
                 _kill(proc)
@@ -151,10 +151,8 @@ def _text(b: bytes | None) -> str:
 
 def _kill(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:
     """Kill the child's whole process group and collect what it printed."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     try:
         return proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - a zombie that ignores SIGKILL's pipe close
@@ -164,4 +162,4 @@ def _kill(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:
 def _open_or_none(path: Path | None, mode: str) -> contextlib.AbstractContextManager[IO[bytes] | None]:
     if path is None:
         return contextlib.nullcontext()
-    return open(path, mode)  # noqa: SIM115 - the caller's with-statement closes it
+    return open(path, mode)  # the caller's with-statement closes it

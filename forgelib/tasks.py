@@ -4,7 +4,9 @@ through the top-level tasks.py) are the same tasks. Each task is a thin line ove
 
 from __future__ import annotations
 
-from invoke import Collection, Context, task
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.tasks import task
 
 from forgelib.cli import guarded
 
@@ -74,10 +76,8 @@ def run(
     junit: str = "",
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
-    from forgelib.run.cli import main_run
-
     guarded(
-        main_run,
+        "forgelib.run.cli:main_run",
         config=config,
         repeats=repeats or None,
         workers=workers or None,
