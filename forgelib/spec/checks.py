@@ -15,18 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.seeds import REGISTRY
 from forgelib.spec.models import Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
-# Recipe options per kind, as documented on models.ResetBinding; the schema lists their union.
-RESET_OPTIONS: Mapping[SeedKind, frozenset[str]] = {
-    SeedKind.SQL_DUMP: frozenset({"user", "database"}),
-    SeedKind.FILESYSTEM_DIR: frozenset({"target"}),
-    SeedKind.REDIS_DUMP: frozenset(),
-    SeedKind.BARE: frozenset(),
-}
+# Recipe options per kind come from the recipes themselves, so the two cannot drift; the schema lists their
+# union (tests/unit/test_registry.py holds the schema to it).
+RESET_OPTIONS: Mapping[SeedKind, frozenset[str]] = {kind: r.OPTIONS for kind, r in REGISTRY.items()}
 CHECK_TYPES = ("file", "sql", "redis", "http")
 MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
 _APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
