@@ -7,6 +7,8 @@ import nox
 nox.options.sessions = ["lint", "tests"]  # the fast ones; integration/e2e need a real engine
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
+# uv builds a session venv in seconds; plain virtualenv where uv is not installed.
+nox.options.default_venv_backend = "uv|virtualenv"
 
 PYTEST = ["pytest", "--strict-markers", "--strict-config"]
 

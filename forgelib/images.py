@@ -112,6 +112,7 @@ def _ensure_images_locked(runner: Runner, force: bool, jobs: int, say: Say) -> l
 
     names = list(STAND_INS)
     # Builds are mostly apt downloads and unpacking: running them side by side halves a cold `forge images`.
+    # The cost: Ctrl-C waits for running builds to end (each bounded by BUILD_TIMEOUT; pass jobs=1 to avoid).
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one, n) for n in names]
         rows = [base.row]

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from forgelib import custody
 from forgelib.labels import RUN, is_empty, resources_with_labels
 from forgelib.run.cli import DockerBackend, build_plan
 from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
@@ -286,23 +287,9 @@ def test_hanging_recipe_times_out(docker_ready: None, runner: SubprocessRunner, 
 # ---------------------------------------------------------------------------------------- SIGINT faults
 
 
-# `forge run`'s own entry (cli.guarded, which maps errors and Ctrl-C to exit codes) in a child process.
-# Not `python -m forgelib run`: tasks.py passes the function main_run to guarded(), which takes a
-# "module:function" string, so that path currently fails with exit 3 before running anything.
-DRIVER = """
-import sys
-from invoke import Exit
-from forgelib.cli import guarded
-try:
-    guarded("forgelib.run.cli:main_run", config=sys.argv[1], as_json=True)
-except Exit as e:
-    sys.exit(e.code)
-"""
-
-
 def _forge_run(cfg: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(cfg)],
+        [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -373,8 +360,9 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
 @pytest.mark.xfail(
     reason="run/execute.py: Executor._teardown_once pops the stack from _live and discards it from "
     "LiveStacks in `finally` even when a second Ctrl-C interrupts its `down`, so no one retries it; "
-    "_interrupt should call stacks.teardown_all() and discard only after a teardown returned",
-    strict=True,
+    "_interrupt should call stacks.teardown_all() and discard only after a teardown returned "
+    "(a race: it leaks only when the 2nd signal lands inside `down`, so not strict)",
+    strict=False,
 )
 def test_second_sigint_still_removes_everything(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
@@ -385,4 +373,7 @@ def test_second_sigint_still_removes_everything(
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)  # inside the graceful teardown
-    _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+    try:
+        _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+    finally:  # while the bug stands, the reaper (the owner is gone now) removes what the run left
+        custody.reap(runner, run_id=run_id)

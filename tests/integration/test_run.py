@@ -145,13 +145,10 @@ def _processes_mentioning(text: str) -> list[int]:
 
 
 def test_resume_after_kill_finishes_only_what_was_missing(tmp_path: Path, runner: SubprocessRunner) -> None:
-    code = (
-        "import sys; from forgelib.run.cli import main_run; "
-        f"sys.exit(main_run({str(DEV)!r}, repeats=3, output={str(tmp_path)!r}))"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    )
+    # The real command, as a user (or CI) runs it; SIGKILL leaves no chance to clean up or log.
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(DEV), "--repeats", "3"]
+    argv += ["--output", str(tmp_path)]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         log: Path | None = None
