@@ -29,10 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
-from forgelib.compose import ComposeProject, is_valid_name, project_name, write_override
+from forgelib.compose import (
+    ComposeProject,
+    image_volumes,
+    is_valid_name,
+    project_name,
+    write_override,
+)
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.seeds import REGISTRY, ApplyContext, Recipe, SeedTarget
+from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
@@ -111,13 +118,14 @@ def capture_logs(trial: ProvisionedTrial, dest_dir: Path, tail_lines: int) -> No
     _capture(trial.compose, trial.environment, dest_dir, tail_lines)
 
 
-def teardown_trial(trial: ProvisionedTrial) -> float:
+def teardown_trial(trial: ProvisionedTrial, *, graceful: bool = True) -> float:
     """``down --volumes --remove-orphans``; the seconds it took. The run's shared stack stays up (0.0):
-    ``teardown_run`` removes it once the run is over."""
+    ``teardown_run`` removes it once the run is over. ``graceful=False`` (a second Ctrl-C) kills the
+    containers at once instead of waiting out their stop timeout."""
     if trial.shared:
         return 0.0
     t0 = time.monotonic()
-    trial.compose.down()
+    trial.compose.down(stop_timeout=None if graceful else 0)
     return time.monotonic() - t0
 
 
@@ -147,20 +155,23 @@ class _Provisioning:
             bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
             with self._phase("compose_config", "compose_config"):
                 config = compose.config()
-                override = write_override(self.trial_dir / OVERRIDE_FILE, config, self.labels)
+                images = [str(s.get("image", "")) for s in (config.get("services") or {}).values()]
+                declared = image_volumes(self.runner, images, self.timeouts.command)
+                override = write_override(self.trial_dir / OVERRIDE_FILE, config, self.labels, declared)
                 compose = compose.with_files(self.env.compose_file, override)
             services = config.get("services") or {}
+            absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
             first = _closure([b.service for b in bindings], services)
             if first:
                 with self._phase("up_seeded", None):
-                    _up(compose, first)
+                    _up(compose, first, absent)
             for b in bindings:
                 with self._phase(f"recipe:{b.service}", None):
                     _apply(b, compose, services.get(b.service) or {}, self.timeouts)
             rest = [s for s in services if s not in first]
             if rest or not first:
                 with self._phase("up_rest", None):
-                    _up(compose, ())
+                    _up(compose, (), absent)
         except BaseException as e:  # ProvisionError, a bug, Ctrl-C: never leave a stack behind
             self._clean_up(compose, e)
             raise
@@ -293,11 +304,22 @@ def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
     return [s for s in services if s in seen]
 
 
-def _up(compose: ComposeProject, services: Sequence[str]) -> None:
+def _up(compose: ComposeProject, services: Sequence[str], absent: Mapping[str, str]) -> None:
+    """``absent``: service -> image not present locally. Compose's pull error names neither the image nor
+    the service, so a failed ``up`` names them, and the fix."""
     try:
         compose.up(services)
     except ForgeError as e:
-        raise ProvisionError(_up_stage(e), str(e)) from e
+        stage = _up_stage(e)
+        reason = str(e)
+        concerned = {s: i for s, i in absent.items() if not services or s in services}
+        if stage == "compose_up" and concerned:
+            listed = ", ".join(f"{s}: {i}" for s, i in sorted(concerned.items()))
+            reason = (
+                f"image(s) not present locally ({listed}); build them (`forge images` builds the "
+                f"stand-ins) or fix the name in the compose file. {reason}"
+            )
+        raise ProvisionError(stage, reason) from e
 
 
 def _up_stage(e: ForgeError) -> str:
@@ -392,26 +414,34 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
     runner = SubprocessRunner(default_timeout=timeouts.command)
     run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
     trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
-    try:
-        trial = provision_trial(
-            proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts, runner=runner
-        )
-    except ProvisionError:
-        print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
-        raise
-    report: dict[str, Any] = {
-        "name": trial.name,
-        "run_id": run_id,
-        "trial_dir": str(trial_dir),
-        "services": published_ports(trial.compose),
-        "timings": {k: round(v, 3) for k, v in trial.timings.items()},
-        "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
-        "kept": keep,
-    }
-    if keep:
-        report["teardown_command"] = f"forge teardown --name {trial.name}"
-    else:
-        report["timings"]["teardown"] = round(teardown_trial(trial), 3)
+    stacks = LiveStacks()
+    # Ctrl-C/SIGTERM while provisioning: provision_trial's own failure path tears the stack down; the
+    # registry covers everything after it returned, until the stack is down (or kept, as asked).
+    with interruptible(stacks) as stop:
+        try:
+            trial = provision_trial(
+                proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
+                runner=stop.guard(runner),
+            )  # fmt: skip
+        except ProvisionError:
+            print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
+            raise
+        if not keep:
+            stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
+        report: dict[str, Any] = {
+            "name": trial.name,
+            "run_id": run_id,
+            "trial_dir": str(trial_dir),
+            "services": published_ports(trial.compose),
+            "timings": {k: round(v, 3) for k, v in trial.timings.items()},
+            "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
+            "kept": keep,
+        }
+        if keep:
+            report["teardown_command"] = f"forge teardown --name {trial.name}"
+        else:
+            report["timings"]["teardown"] = round(teardown_trial(trial), 3)
+            stacks.discard(trial.name)
     print(json.dumps(report, indent=2) if as_json else render_report(report))
     return 0
 

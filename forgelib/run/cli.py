@@ -48,6 +48,7 @@ def main_run(
     stacks = LiveStacks()
     # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
     with interruptible(stacks) as stop:
+        heal_leftovers(runner)
         backend = DockerBackend(project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines)
         _, state = run_project(plan, backend, progress, stacks=stacks, stop=stop)
     summary = summarize(state)
@@ -60,6 +61,14 @@ def main_run(
     else:
         print(render_table(summary))
     return EXIT_OK if summary["all_passed"] else EXIT_USER
+
+
+def heal_leftovers(runner: Runner) -> None:
+    """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
+    rules; live owners, other hosts and unproven owners are kept), and say what was removed."""
+    report = reap_dead_owners(runner)
+    if report.removed or report.failed:
+        progress(f"removed leftovers of dead forge processes:\n{report.table()}")
 
 
 def build_plan(
@@ -150,8 +159,8 @@ class DockerBackend:
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
         capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
 
-    def teardown(self, trial: TrialHandle) -> float:
-        return teardown_trial(cast(ProvisionedTrial, trial))
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
 
     def discard_leftovers(self, run_id: str) -> None:
         report = reap_dead_owners(self.runner, run_id)

@@ -69,7 +69,10 @@ class Backend(Protocol):
         ...
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None: ...
-    def teardown(self, trial: TrialHandle) -> float: ...
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        """Remove the stack; ``graceful=False`` (a second Ctrl-C) skips the containers' stop timeout."""
+        ...
+
     def discard_leftovers(self, run_id: str) -> None:
         """Remove stacks of ``run_id`` whose owner died (a killed run being resumed)."""
         ...
@@ -235,7 +238,7 @@ class Executor:
         if self._stacks is not None:
             # A stop that came first refuses the registration: the lifecycle sends it straight to teardown.
             with contextlib.suppress(Interrupted):
-                self._stacks.add(handle.name, lambda graceful: self._teardown_once(key, handle))
+                self._stacks.add(handle.name, lambda graceful: self._teardown_once(key, handle, graceful))
         t.timings.update({k: float(v) for k, v in handle.timings.items()})
         t.timings["provision"] = time.monotonic() - t0
         return Outcome.OK, None
@@ -306,20 +309,31 @@ class Executor:
         Phase.TEARDOWN: _teardown,
     }
 
-    def _teardown_once(self, key: ev.TrialKey, handle: TrialHandle) -> str | None:
-        """Tear ``handle`` down unless someone (the Ctrl-C path or the worker) already did."""
+    def _teardown_once(self, key: ev.TrialKey, handle: TrialHandle, graceful: bool = True) -> str | None:
+        """Tear ``handle`` down unless someone (the Ctrl-C path or the worker) already did.
+
+        A teardown cut short by a second Ctrl-C puts the stack back: it stays live (here and in
+        ``LiveStacks``) so the signal path's hurried sweep redoes it instead of believing it gone.
+        """
         with self._live_lock:
             if self._live.pop(key, None) is None:
                 return None
         try:
-            self.backend.teardown(handle)
+            self.backend.teardown(handle, graceful=graceful)
         except ForgeError as e:
             log.warning("teardown of %s failed: %s", handle.name, e)
+            self._forget(handle)
             return str(e)
-        finally:
-            if self._stacks is not None:
-                self._stacks.discard(handle.name)
+        except BaseException:
+            with self._live_lock:
+                self._live[key] = handle
+            raise
+        self._forget(handle)
         return None
+
+    def _forget(self, handle: TrialHandle) -> None:
+        if self._stacks is not None:
+            self._stacks.discard(handle.name)
 
     def _finish(self, t: _Trial, p: Progress) -> TrialResult:
         term = p.termination or Termination.INTERNAL_ERROR

@@ -246,11 +246,6 @@ def test_seed_edited_after_load(docker_ready: None, runner: SubprocessRunner, tm
     assert "changed since the project was loaded" in reason
 
 
-@pytest.mark.xfail(
-    reason="provision._up_stage matches 'timeout' in the whole error text, which includes the argv's "
-    "--wait-timeout, so a failed pull is classified as readiness (fix: classify on stderr_tail)",
-    strict=True,
-)
 def test_image_that_does_not_exist(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
     ghost = {"image": "forgelib/no-such-image:0", "pull_policy": "missing"}
     cfg = make_pack(tmp_path / "p", {"ghost": ghost})
@@ -357,13 +352,6 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
     _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
 
 
-@pytest.mark.xfail(
-    reason="run/execute.py: Executor._teardown_once pops the stack from _live and discards it from "
-    "LiveStacks in `finally` even when a second Ctrl-C interrupts its `down`, so no one retries it; "
-    "_interrupt should call stacks.teardown_all() and discard only after a teardown returned "
-    "(a race: it leaks only when the 2nd signal lands inside `down`, so not strict)",
-    strict=False,
-)
 def test_second_sigint_still_removes_everything(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:

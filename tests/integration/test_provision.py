@@ -227,3 +227,22 @@ def test_ctrl_c_mid_provision_leaves_nothing(
             on_phase=interrupt,
         )
     assert "ready to accept connections" in (tmp_path / "trial-0" / "services" / "app-db.log").read_text()
+
+
+def test_every_volume_a_trial_mounts_carries_its_labels(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    # postgres and redis images declare VOLUMEs; Docker would back them with unlabelled anonymous volumes,
+    # which no label query (leak checks, `forge reap`) could find.
+    project = make_project(tmp_path / "p", {"db": PG, "cache": REDIS}, {}, {})
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        mounted = set()
+        for container in lab.resources_with_labels(runner, {lab.RUN: run_id})["containers"]:
+            out = runner.run(["docker", "inspect", "--format", "{{json .Mounts}}", container]).stdout
+            mounted |= {m["Name"] for m in json.loads(out) if m["Type"] == "volume"}
+        assert len(mounted) == 2  # /var/lib/postgresql/data and /data
+        labelled = set(lab.resources_with_labels(runner, {lab.RUN: run_id})["volumes"])
+        assert mounted <= labelled
+    finally:
+        trial.compose.down()

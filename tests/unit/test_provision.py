@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from forgelib import compose as compose_mod
 from forgelib import labels as lab
 from forgelib import provision as prov
 from forgelib.errors import CommandError, CommandTimeout, ProvisionError
@@ -34,6 +35,18 @@ NAME = "proj-r1-t-0"
 @pytest.fixture(autouse=True)
 def _no_image_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prov, "image_env", lambda runner: {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15"})
+    monkeypatch.setattr(compose_mod, "_image_volumes_cache", {})
+
+
+# What `docker image inspect` says of the images the test stacks use: postgres declares its data volume.
+IMAGES = [
+    {
+        "Id": "sha256:p",
+        "RepoTags": ["forgelib/postgres:15"],
+        "Config": {"Volumes": {"/var/lib/postgresql/data": {}}},
+    },
+    {"Id": "sha256:y", "RepoTags": ["forgelib/python:3.11"], "Config": {"Volumes": None}},
+]
 
 
 class Stack:
@@ -74,6 +87,7 @@ class Stack:
     def expect_config(self, **kw: Any) -> None:
         kw.setdefault("stdout", json.dumps(self.config))
         self.fake.expect(*self.base, "config", "--format", "json", exact=True, **kw)
+        self.fake.expect("docker", "image", "inspect", rc=1, stdout=json.dumps(IMAGES))
 
     def expect_cleanup(self, base: tuple[str, ...] | None = None) -> None:
         b = base or self.full
@@ -98,6 +112,8 @@ class Stack:
     def verbs(self) -> list[str]:
         out = []
         for call in self.fake.calls:
+            if call.argv[:2] != ("docker", "compose"):
+                continue  # `docker image inspect` (the override's image volumes), not a stack verb
             rest = (
                 call.argv[len(self.full) :]
                 if call.argv[: len(self.full)] == self.full
@@ -153,13 +169,35 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
     assert list(trial.timings) == [*phases, "provision"]
     assert trial.name == NAME and trial.compose.files[-1] == s.trial_dir / "compose.forge.yaml"
-    assert s.fake.calls[2].stdin == s.project.seeds["postgres_baseline"].path
+    psql = next(c for c in s.fake.calls if "psql" in c.argv)
+    assert psql.stdin == s.project.seeds["postgres_baseline"].path
     override = yaml.safe_load((s.trial_dir / "compose.forge.yaml").read_text())
     assert set(override["services"]) == {"app-db", "widgets-api", "runner"}
     labels = override["services"]["runner"]["labels"]
     assert labels[lab.RUN] == "r1" and labels[lab.TRIAL] == "t.0" and labels[lab.MANAGED] == "true"
     assert override["networks"]["default"]["labels"] == labels
-    assert all(c.env.get("FORGE_IMAGE_POSTGRES") == "forgelib/postgres:15" for c in s.fake.calls)
+    # The image's VOLUME gets a named, labelled volume (an anonymous one would be invisible to label queries).
+    assert override["services"]["app-db"]["volumes"] == [
+        {"type": "volume", "source": "forge-image-vol-app-db-0", "target": "/var/lib/postgresql/data"}
+    ]
+    assert override["volumes"]["forge-image-vol-app-db-0"]["labels"] == labels
+    assert "volumes" not in override["services"]["runner"]
+    compose_calls = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
+    assert all(c.env.get("FORGE_IMAGE_POSTGRES") == "forgelib/postgres:15" for c in compose_calls)
+
+
+def test_image_volumes_already_mounted_by_the_service_are_left_alone() -> None:
+    config = {
+        "services": {
+            "db": {"image": "pg", "volumes": [{"type": "volume", "source": "data", "target": "/data"}]},
+        },
+        "volumes": {"data": {}},
+    }
+    out = compose_mod.labels_override(config, {"k": "v"}, {"pg": ("/data", "/logs")})
+    assert out["services"]["db"]["volumes"] == [
+        {"type": "volume", "source": "forge-image-vol-db-0", "target": "/logs"}
+    ]
+    assert set(out["volumes"]) == {"data", "forge-image-vol-db-0"}
 
 
 def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> None:
@@ -396,6 +434,7 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
         "docker", "compose", "--ansi", "never", "--project-name", ANY, "--file", ANY, "config", stdout=config
     )
     s.fake.expect("docker", "compose", "--ansi", "never", "--project-name")
+    s.fake.expect("docker", "image", "inspect", stdout=json.dumps(IMAGES))
     first = s.provision()
     second = prov.provision_trial(
         s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake
@@ -403,10 +442,12 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
     assert first.shared and second.shared and first.name == second.name
     assert first.name.startswith("proj-r1-env") and first.name.endswith("-shared")
     assert second.trial_dir == tmp_path / "t1" and second.timings == {"shared_stack": 0.0}
-    assert [c.argv[8] for c in s.fake.calls] == ["config", "--file"]  # the second call has the override
-    assert s.fake.calls[1].argv[10] == "up"
+    stack_calls = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
+    assert [c.argv[8] for c in stack_calls] == ["config", "--file"]  # the second call has the override
+    assert stack_calls[1].argv[10] == "up"
+    n = len(s.fake.calls)
     assert prov.teardown_trial(second) == 0.0
-    assert len(s.fake.calls) == 2
+    assert len(s.fake.calls) == n  # the shared stack outlives its trials
     prov.teardown_run("r1")
     assert s.fake.calls[-1].argv[-3:] == ("down", "--volumes", "--remove-orphans")
     assert first.compose.files[-1].parent == tmp_path / "trial"

@@ -101,7 +101,7 @@ class FakeBackend:
         with self.lock:
             self.logs_captured.append(trial.name)
 
-    def teardown(self, trial: Any) -> float:
+    def teardown(self, trial: Any, *, graceful: bool = True) -> float:
         with self.lock:
             self.torn_down.append(trial.name)
         return 0.1
