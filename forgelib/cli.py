@@ -32,6 +32,10 @@ def log_path() -> Path:
 def _setup_logging() -> Path:
     path = log_path()
     root = logging.getLogger("forgelib")
+    for h in list(root.handlers):  # one forge handler, on the path asked for now (FORGE_LOG may change)
+        if getattr(h, "_forge", False) and Path(getattr(h, "baseFilename", "")) != path.absolute():
+            root.removeHandler(h)
+            h.close()
     if not any(getattr(h, "_forge", False) for h in root.handlers):
         path.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(path, encoding="utf-8")
@@ -95,7 +99,7 @@ class ForgeProgram(Program):
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()
-        except ParseError as e:
+        except (ParseError, ValueError) as e:  # ValueError: invoke's cast of e.g. `--repeats x` to int
             print(f"forge: usage error: {e} (see `forge --help` and `forge --help TASK`)", file=sys.stderr)
             sys.exit(EXIT_USAGE)
 

@@ -10,6 +10,10 @@ from invoke.tasks import task
 
 from forgelib.cli import guarded
 
+# Invoke cannot tell an option left out from one given its default; this value marks "left out", so an
+# explicit `--repeats 0` still reaches the command's own check (a usage error) instead of meaning "unset".
+UNSET = -(2**31)
+
 
 @task(help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"})
 def validate(c: Context, project: str = ".", json: bool = False) -> None:
@@ -68,8 +72,8 @@ def teardown(c: Context, name: str) -> None:
 def run(
     c: Context,
     config: str,
-    repeats: int = 0,
-    workers: int = 0,
+    repeats: int = UNSET,
+    workers: int = UNSET,
     output: str = "",
     resume: str = "",
     json: bool = False,
@@ -79,8 +83,8 @@ def run(
     guarded(
         "forgelib.run.cli:main_run",
         config=config,
-        repeats=repeats or None,
-        workers=workers or None,
+        repeats=None if repeats == UNSET else repeats,
+        workers=None if workers == UNSET else workers,
         output=output or None,
         resume=resume or None,
         as_json=json,

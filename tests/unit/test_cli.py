@@ -1,0 +1,90 @@
+"""The forge program's contract with shell scripts: exit codes 0/1/2/3/130 and never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from invoke.exceptions import Exit
+
+from forgelib.cli import guarded
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
+
+
+def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {"FORGE_LOG": str(tmp_path / "forge.log"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "forgelib", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--bogus"], EXIT_USAGE),
+        (["validate", "--no-such-option"], EXIT_USAGE),
+        (["run", "--config", "x.yaml", "--repeats", "many"], EXIT_USAGE),
+        (["run", "--config", "x.yaml", "--repeats", "0"], EXIT_USAGE),
+        (["validate", "--project", "/nonexistent/project"], EXIT_USER),
+    ],
+)
+def test_exit_codes_from_the_real_program(args: list[str], code: int, tmp_path: Path) -> None:
+    done = forge(*args, tmp_path=tmp_path)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.startswith("forge: ")
+
+
+def test_list_shows_every_command(tmp_path: Path) -> None:
+    done = forge("--list", tmp_path=tmp_path)
+    assert done.returncode == 0
+    for name in ("validate", "stamp", "engine", "images", "provision", "teardown", "run", "reap"):
+        assert f"  {name} " in done.stdout
+
+
+@pytest.fixture
+def target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[types.ModuleType]:
+    """A module ``guarded`` can import by name, whose ``cmd`` the test sets."""
+    monkeypatch.setenv("FORGE_LOG", str(tmp_path / "forge.log"))
+    mod = types.ModuleType("forge_cli_target")
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    yield mod
+
+
+def _code(fn: object, mod: types.ModuleType) -> int:
+    mod.cmd = fn  # type: ignore[attr-defined]
+    with pytest.raises(Exit) as info:
+        guarded(f"{mod.__name__}:cmd")
+    return int(info.value.code)
+
+
+def _raise(e: BaseException) -> object:
+    def cmd() -> int:
+        raise e
+
+    return cmd
+
+
+def test_guarded_maps_each_failure_to_its_exit_code(
+    target: types.ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _code(_raise(ForgeError("spec.yaml:3:1: $.name: bad")), target) == EXIT_USER
+    assert "forge: error: spec.yaml:3:1: $.name: bad" in capsys.readouterr().err
+    assert _code(_raise(UsageError("--a and --b conflict")), target) == EXIT_USAGE
+    assert _code(_raise(KeyboardInterrupt()), target) == EXIT_INTERRUPTED
+    assert _code(lambda: 1, target) == EXIT_USER
+    capsys.readouterr()
+    assert _code(_raise(RuntimeError("boom")), target) == EXIT_UNEXPECTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"the full traceback is in {tmp_path / 'forge.log'}" in err
+    assert "RuntimeError: boom" in (tmp_path / "forge.log").read_text()  # the traceback went to the log
+
+
+def test_guarded_returns_quietly_on_success(target: types.ModuleType) -> None:
+    target.cmd = lambda: 0  # type: ignore[attr-defined]
+    guarded(f"{target.__name__}:cmd")  # no Exit raised
