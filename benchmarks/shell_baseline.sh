@@ -14,6 +14,8 @@
 #   BASELINE_PGUSER         psql user (default postgres); BASELINE_PGDATABASE (default postgres)
 #   BASELINE_ORACLE_STDIN   a file streamed to the oracle's stdin (an oracle `script:`), optional
 #   BASELINE_EXPECT         what the check must print; BASELINE_MATCH equals|contains (default equals)
+#   BASELINE_SPLIT_UP       1: forge's order (up the seeded service, seed, then up the rest) instead of
+#                           up everything, then seed (default 0)
 #   BASELINE_PROJECT        compose project name prefix (default benchsh-<pid>); trial i is <prefix>-<i>
 #   FORGE_IMAGE_*           the image variables the compose file reads (set as forge sets them)
 set -Eeuo pipefail
@@ -69,12 +71,24 @@ trap 'down; exit 130' INT TERM
 for ((i = 1; i <= trials; i++)); do
   project="$prefix-$i"
   t0=$EPOCHREALTIME
-  timeout 300 docker compose -p "$project" -f "$compose_file" up --detach --wait --quiet-pull >/dev/null 2>&1 \
-    || { dc logs --tail 50 >&2 || true; die "compose up failed for $project"; }
-  lap up
+  if [[ ${BASELINE_SPLIT_UP:-0} == 1 ]]; then
+    # forge's order: the seeded service (and what it depends on) first, the seed, then everything else
+    timeout 300 docker compose -p "$project" -f "$compose_file" up --detach --wait "$seed_service" >/dev/null 2>&1 \
+      || { dc logs --tail 50 >&2 || true; die "compose up $seed_service failed for $project"; }
+    lap up_seeded
+  else
+    timeout 300 docker compose -p "$project" -f "$compose_file" up --detach --wait >/dev/null 2>&1 \
+      || { dc logs --tail 50 >&2 || true; die "compose up failed for $project"; }
+    lap up
+  fi
   timeout 300 docker compose -p "$project" -f "$compose_file" exec -T "$seed_service" \
     psql -v ON_ERROR_STOP=1 -q -U "$pguser" -d "$pgdb" <"$seed_file" >/dev/null
   lap seed
+  if [[ ${BASELINE_SPLIT_UP:-0} == 1 ]]; then
+    timeout 300 docker compose -p "$project" -f "$compose_file" up --detach --wait >/dev/null 2>&1 \
+      || { dc logs --tail 50 >&2 || true; die "compose up failed for $project"; }
+    lap up_rest
+  fi
   if ((${#oracle[@]})); then
     if [[ -n ${BASELINE_ORACLE_STDIN:-} ]]; then
       timeout 300 docker compose -p "$project" -f "$compose_file" exec -T "${oracle[@]}" \
