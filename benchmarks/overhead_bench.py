@@ -6,9 +6,12 @@ same seed -> the same oracle -> the same state check -> ``docker compose down --
 Both get the same ``FORGE_IMAGE_*`` variables (``forgelib.images.image_env``, as forge sets them). Runs are
 interleaved A B A B after one unmeasured warm-up pair; the report gives per-trial medians and forge ÷ shell
 (target ≤ 1.10), plus where forge's time goes (process start + load vs. the trial itself, phase by phase
-beside the shell's steps).
+beside the shell's steps, client CPU). A third arm C (A B C A B C ...) runs the shell loop in forge's order
+— up the seeded service, seed, then up the rest, so nothing reads the database before the seed — which
+separates what that ordering costs from what forge's implementation costs.
 
-Size: ``FORGE_BENCH_OVERHEAD_PAIRS`` (default 5) or ``--pairs``; ``--warmup`` (default 1).
+Size: ``FORGE_BENCH_OVERHEAD_PAIRS`` (default 5) or ``--pairs``; ``--warmup`` (default 1);
+``FORGE_BENCH_OVERHEAD_SPLIT=0`` / ``--split 0`` drops arm C.
 """
 
 from __future__ import annotations

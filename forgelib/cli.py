@@ -16,7 +16,7 @@ from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
 from forgelib import __version__
-from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, ForgeError
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError
 
 log = logging.getLogger("forgelib")
 
@@ -115,4 +115,10 @@ class ForgeProgram(Program):
 def main() -> None:
     from forgelib.tasks import ns
 
-    ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()
+    try:
+        ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()
+    except BrokenPipeError:
+        # The reader went away (`forge --help | head`): not worth a traceback. Point stdout at devnull so
+        # the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_USER)

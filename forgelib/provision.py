@@ -36,7 +36,14 @@ from forgelib.compose import (
     project_name,
     write_override,
 )
-from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
+from forgelib.errors import (
+    CommandError,
+    CommandTimeout,
+    ForgeError,
+    ProvisionError,
+    RecipeError,
+    UsageError,
+)
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.seeds import REGISTRY, ApplyContext, Recipe, SeedTarget
 from forgelib.signals import LiveStacks, interruptible
@@ -52,6 +59,21 @@ SERVICES_DIR = "services"
 
 # What `up --wait` prints when containers started but did not get ready (vs. could not be created at all).
 _NOT_READY = re.compile(r"unhealthy|exited \(\d+\)|timeout|timed out", re.IGNORECASE)
+
+# Docker's words when every default address pool is taken (20.10 / 23+); each compose project's network
+# takes one subnet, so leftovers or many parallel trials exhaust the ~30 default pools.
+_POOL_EXHAUSTED = re.compile(
+    r"could not find an available, non-overlapping IPv4 address pool|all predefined address pools have been "
+    r"fully subnetted",
+    re.IGNORECASE,
+)
+NO_ADDRESS_POOL = (
+    "Docker has no free network address pool left for this trial's network (every compose project takes "
+    "one subnet from the daemon's default-address-pools, about 30 by default). Fix: remove leftovers "
+    "(`forge reap`; `docker network ls` shows what holds the pools), run fewer trials at once (--workers), "
+    "or give dockerd more, smaller pools in /etc/docker/daemon.json, e.g. "
+    '{"default-address-pools": [{"base": "10.200.0.0/16", "size": 24}]}, and restart dockerd'
+)
 
 PhaseCallback = Callable[[str, float], None]  # (phase name, seconds), called as each phase ends
 
@@ -312,6 +334,8 @@ def _up(compose: ComposeProject, services: Sequence[str], absent: Mapping[str, s
     except ForgeError as e:
         stage = _up_stage(e)
         reason = str(e)
+        if _POOL_EXHAUSTED.search(reason):
+            raise ProvisionError("compose_up", f"{NO_ADDRESS_POOL} (docker said: {reason})") from e
         concerned = {s: i for s, i in absent.items() if not services or s in services}
         if stage == "compose_up" and concerned:
             listed = ", ".join(f"{s}: {i}" for s, i in sorted(concerned.items()))
@@ -479,6 +503,8 @@ def render_report(report: Mapping[str, Any]) -> str:
 
 def main_teardown(name: str) -> int:
     """``forge teardown --name``: remove a stack ``forge provision --keep`` left up."""
+    if not name:
+        raise UsageError("--name is required: the compose project name `forge provision --keep` printed")
     if not is_valid_name(name):
         raise ForgeError(f"{name!r} is not a compose project name")
     runner = SubprocessRunner()

@@ -13,6 +13,8 @@ from forgelib.cli import guarded
 # Invoke cannot tell an option left out from one given its default; this value marks "left out", so an
 # explicit `--repeats 0` still reaches the command's own check (a usage error) instead of meaning "unset".
 UNSET = -(2**31)
+# Required options still get a default: invoke makes a parameter without one positional, and a positional
+# swallows `--help` as its value (`forge run --help` would try to load a config named "--help").
 
 
 @task(help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"})
@@ -53,7 +55,7 @@ def provision(c: Context, project: str = ".", task: str = "", keep: bool = False
 
 
 @task(help={"name": "the compose project name `forge provision --keep` printed"})
-def teardown(c: Context, name: str) -> None:
+def teardown(c: Context, name: str = "") -> None:
     """Tear down a stack left up by `forge provision --keep`."""
     guarded("forgelib.provision:main_teardown", name=name)
 
@@ -71,7 +73,7 @@ def teardown(c: Context, name: str) -> None:
 )
 def run(
     c: Context,
-    config: str,
+    config: str = "",
     repeats: int = UNSET,
     workers: int = UNSET,
     output: str = "",

@@ -33,6 +33,8 @@ def main_run(
     as_json: bool = False,
     junit: str | None = None,
 ) -> int:
+    if not config:
+        raise UsageError("--config is required: a run config, e.g. PACK/run_configs/dev.yaml")
     if repeats is not None and repeats < 1:
         raise UsageError("--repeats must be at least 1")
     if workers is not None and workers < 1:

@@ -88,3 +88,17 @@ def test_guarded_maps_each_failure_to_its_exit_code(
 def test_guarded_returns_quietly_on_success(target: types.ModuleType) -> None:
     target.cmd = lambda: 0  # type: ignore[attr-defined]
     guarded(f"{target.__name__}:cmd")  # no Exit raised
+
+
+@pytest.mark.parametrize("args", [["run", "--help"], ["teardown", "--help"], ["--help", "run"]])
+def test_help_of_commands_with_required_options(args: list[str], tmp_path: Path) -> None:
+    done = forge(*args, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: forge")
+
+
+@pytest.mark.parametrize(("args", "option"), [(["run"], "--config"), (["teardown"], "--name")])
+def test_a_missing_required_option_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
+    done = forge(*args, tmp_path=tmp_path)
+    assert done.returncode == EXIT_USAGE
+    assert f"{option} is required" in done.stderr

@@ -466,3 +466,21 @@ def test_main_teardown_refuses_a_name_forge_did_not_create(monkeypatch: pytest.M
     assert all(c.argv[1] in ("ps", "network", "volume") for c in fake.calls)
     with pytest.raises(ForgeError, match="is not a compose project name"):
         prov.main_teardown("Bad Name")
+
+
+def test_exhausted_network_address_pools_read_as_a_fix_not_dockers_text(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    said = (
+        "failed to create network proj-r1-t-0_default: Error response from daemon: could not find an "
+        "available, non-overlapping IPv4 address pool among the defaults to assign to the network"
+    )
+    s.fake.expect(*s.full, "up", rc=1, stderr=said)
+    s.expect_cleanup()
+    with pytest.raises(ProvisionError) as info:
+        s.provision()
+    assert info.value.stage == "compose_up"
+    assert info.value.reason.startswith("Docker has no free network address pool left")
+    assert "forge reap" in info.value.reason and "default-address-pools" in info.value.reason
+    assert "non-overlapping IPv4 address pool" in info.value.reason  # docker's own words kept, last
+    s.assert_cleaned_up()
