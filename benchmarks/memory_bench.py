@@ -145,7 +145,7 @@ def psql_rows(size_mb: int, notes: list[str]) -> list[dict[str, Any]]:
                             "probe": label,
                             "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
                             "seconds": round(res["seconds"], 2),
-                            "mb_per_s": int(mb / res["seconds"]) if res["seconds"] else "",
+                            "mb_per_s": round(mb / res["seconds"], 1) if res["seconds"] else "",
                         }
                     )
                     dump.unlink()
@@ -244,7 +244,9 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
                     "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
                     "over_baseline_mb": round((res["maxrss_kb"] - base.get("maxrss_kb", 0)) / 1024, 1),
                     "seconds": round(res["seconds"], 2),
-                    "mb_per_s": int(size / res["seconds"]) if what != "baseline" and res["seconds"] else "",
+                    "mb_per_s": round(size / res["seconds"], 1)
+                    if what != "baseline" and res["seconds"]
+                    else "",
                 }
             )
         for what in ("seed_digest", "runner apply (cat < seed)"):

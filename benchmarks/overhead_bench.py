@@ -273,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     notes: list[str] = []
     forge = Arm("forge run --repeats 1")
     forge_trials: list[float] = []
+    forge_self: list[float] = []
     shells = [Arm("shell_baseline.sh")]
     if args.split:
         shells.append(Arm("shell_baseline.sh, forge's order"))
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             elif measured:
                 forge.add(run.wall, run.client_cpu_s, trial_timings(trials[0]))
                 forge_trials.append(trial_total(trials[0]))
+                forge_self.append(run.self_cpu_s)
             if left := leftovers(run.run_id):
                 notes.append(f"LEFTOVERS after forge run {run.run_id}: {left}")
             line = f"  {'round' if measured else 'warm-up'} {i}: forge {run.wall:.2f}s (rc {run.rc})"
@@ -329,6 +331,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         {"measure": f"client CPU per trial, {arm.label}", "n": len(arm.cpu), "median_s": median(arm.cpu)}
         for arm in (forge, *shells)
     ]
+    rows.append(
+        {
+            "measure": "  of which the forge process itself",
+            "n": len(forge_self),
+            "median_s": median(forge_self),
+        }
+    )
     rows += [
         {"measure": f"forge phase {k}", "n": len(v), "median_s": median(v)} for k, v in forge.steps.items()
     ]

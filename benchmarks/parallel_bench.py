@@ -136,8 +136,9 @@ def findings(
         )
         notes.append(
             f"client CPU (forge + docker/compose CLIs): {w1.client_cpu_s / trials:.2f}s per trial at "
-            f"workers=1, {ww.client_cpu_s / trials:.2f}s at workers={workers}; the rest of the busy time "
-            "is the engine and the containers"
+            f"workers=1 (forge itself {w1.self_cpu_s / trials:.2f}s), {ww.client_cpu_s / trials:.2f}s at "
+            f"workers={workers}; machine busy per trial at workers=1: {w1.cpu_busy * w1.wall / trials:.2f} "
+            "CPU-s (the rest is the engine and the containers)"
         )
     for phase, m1 in p1.get("phase_median_s", {}).items():
         mw = pw.get("phase_median_s", {}).get(phase)

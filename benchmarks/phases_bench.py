@@ -139,6 +139,7 @@ class ForgeRun:
     peak_rss_kb: int  # the forge process's own VmHWM (sampled), 0 when not sampled
     tree_maxrss_kb: int  # wait4 ru_maxrss: the largest of forge and its waited-for children
     client_cpu_s: float  # user+system CPU of forge and its waited-for children (docker/compose CLIs)
+    self_cpu_s: float = 0.0  # user+system CPU of the forge process alone (last /proc sample before exit)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -169,6 +170,19 @@ def forge_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})
     return env
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu(pid: int) -> float | None:
+    """utime + stime of ``pid`` in seconds (/proc/<pid>/stat fields 14 and 15), None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _vm_hwm_kb(pid: int) -> int:
@@ -216,7 +230,7 @@ def run_forge(
         cwd=REPO,
         start_new_session=True,
     )
-    peak, tree, client_cpu = 0, 0, 0.0
+    peak, tree, client_cpu, self_cpu = 0, 0, 0.0, 0.0
     deadline = start + limit
     signalled = False
     try:
@@ -229,6 +243,7 @@ def run_forge(
                 client_cpu = usage.ru_utime + usage.ru_stime
                 break
             peak = max(peak, _vm_hwm_kb(proc.pid))
+            self_cpu = _self_cpu(proc.pid) or self_cpu
             now = time.monotonic()
             if now > deadline and not signalled:
                 os.killpg(proc.pid, signal.SIGINT)
@@ -261,6 +276,7 @@ def run_forge(
         peak_rss_kb=peak,
         tree_maxrss_kb=tree,
         client_cpu_s=client_cpu,
+        self_cpu_s=self_cpu,
     )
     run.summary = _summary(run)
     return run
@@ -357,12 +373,23 @@ def trial_total(trial: Mapping[str, Any]) -> float:
     return timings.get("total", sum(leaf.values()))
 
 
+TOP_PHASES = {"provision", "oracle", "grading", "capture_logs", "teardown", "total"}
+
+
 def phase_rows(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per phase, in the order the phases first appear: n, median, p95, max, mean seconds."""
+    """One row per phase, in the order the phases first appear: n, median, p95, max, mean seconds.
+
+    ``provision (other)`` is provision minus its timed sub-phases (compose_config, up_*, recipe:*): time
+    spent between them (image env, binding checks, the override file) that no sub-phase owns.
+    """
     samples: dict[str, list[float]] = {}
     for t in trials:
-        for phase, secs in trial_timings(t).items():
+        timings = trial_timings(t)
+        for phase, secs in timings.items():
             samples.setdefault(phase, []).append(secs)
+        if "provision" in timings:
+            sub = sum(v for k, v in timings.items() if k not in TOP_PHASES)
+            samples.setdefault("provision (other)", []).append(max(timings["provision"] - sub, 0.0))
     rows = []
     for phase, xs in samples.items():
         rows.append(

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from forgelib.errors import CommandError
 from forgelib.labels import (
     COMPOSE_PROJECT,
+    KEPT,
     MANAGED,
     OWNER_BOOT_ID,
     OWNER_HOST,
@@ -104,7 +105,7 @@ class Project:
 @dataclass(frozen=True)
 class Decision:
     remove: bool
-    code: Literal["owner_gone", "owner_rebooted", "owner_alive", "other_host", "unproven"]
+    code: Literal["owner_gone", "owner_rebooted", "owner_alive", "other_host", "unproven", "kept"]
     reason: str
 
 
@@ -141,6 +142,13 @@ def decide(project: Project, facts: HostFacts) -> Decision:
         return Decision(False, "unproven", f"resources name {len(owners)} different owners")
     owner = owners.pop()
     who = f"pid {owner.pid} on {owner.host}"
+    if any(r.labels.get(KEPT) == "true" for r in project.resources):
+        return Decision(
+            False,
+            "kept",
+            f"left up on purpose by `forge provision --keep` "
+            f"(`forge teardown --name {project.name}` removes it)",
+        )
     if owner.host != facts.hostname:
         return Decision(False, "other_host", f"owner {who} is on another host (this is {facts.hostname})")
     if facts.boot_id is None:

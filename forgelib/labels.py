@@ -24,6 +24,8 @@ OWNER_HOST = "io.forgelib.owner.host"
 OWNER_PID = "io.forgelib.owner.pid"
 OWNER_BOOT_ID = "io.forgelib.owner.boot_id"
 OWNER_START_TIME = "io.forgelib.owner.start_time"
+# `forge provision --keep`: the owner exits on purpose with the stack up; the reaper must leave it alone.
+KEPT = "io.forgelib.kept"
 # Set by compose itself on everything it creates; lets `forge teardown --name` find a project's leftovers.
 COMPOSE_PROJECT = "com.docker.compose.project"
 
@@ -96,11 +98,16 @@ def trial_label(task: str, trial_index: int) -> str:
     return f"{task}.{trial_index}"
 
 
-def run_labels(run_id: str, trial: str | None = None, owner: Owner | None = None) -> dict[str, str]:
-    """Every label a run's (or one trial's, when ``trial`` is given) resources carry."""
+def run_labels(
+    run_id: str, trial: str | None = None, owner: Owner | None = None, *, kept: bool = False
+) -> dict[str, str]:
+    """Every label a run's (or one trial's, when ``trial`` is given) resources carry; ``kept`` marks a
+    stack left up on purpose (``forge provision --keep``), which outlives its owner."""
     labels = {MANAGED: "true", RUN: run_id}
     if trial is not None:
         labels[TRIAL] = trial
+    if kept:
+        labels[KEPT] = "true"
     labels.update((owner or current_owner()).labels())
     return labels
 

@@ -112,10 +112,13 @@ def provision_trial(
     runner: Runner,
     on_phase: PhaseCallback | None = None,
     log_tail_lines: int = DEFAULT_LOG_TAIL,
+    keep: bool = False,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
-    Raises ``ProvisionError(stage, reason)`` only after the logs were captured and the stack torn down.
+    ``keep``: the stack will outlive this process on purpose (``forge provision --keep``), so it is
+    labelled for the reaper to leave alone. Raises ``ProvisionError(stage, reason)`` only after the logs
+    were captured and the stack torn down.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -125,7 +128,7 @@ def provision_trial(
         project=project,
         env=env,
         name=project_name(project.name, run_id, task_name, trial_index),
-        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index)),
+        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep),
         trial_dir=trial_dir,
         timeouts=timeouts,
         runner=runner,
@@ -445,7 +448,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
         try:
             trial = provision_trial(
                 proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
-                runner=stop.guard(runner),
+                runner=stop.guard(runner), keep=keep,
             )  # fmt: skip
         except ProvisionError:
             print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.stacks import PG, REDIS, RUNNER
 
 from forgelib import custody
 from forgelib.labels import RUN, is_empty, resources_with_labels
@@ -36,25 +37,9 @@ from forgelib.spec.models import Project, SeedKind
 
 pytestmark = pytest.mark.integration
 
-PG: dict[str, Any] = {
-    "image": "forgelib/postgres:15",
-    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
-    "stop_signal": "SIGINT",
-    "healthcheck": {
-        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
-        "interval": "1s",
-        "retries": 60,
-    },
-}
-REDIS: dict[str, Any] = {
-    "image": "forgelib/redis:7.0",
-    "healthcheck": {"test": ["CMD", "redis-cli", "PING"], "interval": "1s", "retries": 30},
-}
-RUNNER: dict[str, Any] = {  # the oracle's workstation; ends at once on SIGTERM
-    "image": "forgelib/python:3.11",
-    "command": ["sh", "-c", "mkdir -p /work && trap 'exit 0' TERM INT; sleep infinity & wait"],
-}
-TIMEOUTS = {"compose_up": 90, "recipe": 60, "oracle": 60, "grading": 30, "teardown": 60, "command": 30}
+# The run config's `timeouts:` (a mapping, written to YAML), not stacks.TIMEOUTS: a run has oracle and
+# grading phases too.
+RUN_TIMEOUTS = {"compose_up": 90, "recipe": 60, "oracle": 60, "grading": 30, "teardown": 60, "command": 30}
 ORACLE_OK = ["sh", "-c", "echo done > /work/out.txt"]
 
 
@@ -65,7 +50,7 @@ def make_pack(
     seeds: Mapping[str, tuple[str, SeedKind, bytes | Mapping[str, str]]] = {},
     resets: Mapping[str, str] = {},
     oracle: list[str] | None = None,
-    timeouts: Mapping[str, float] = TIMEOUTS,
+    timeouts: Mapping[str, float] = RUN_TIMEOUTS,
 ) -> Path:
     """A one-task pack on disk; returns its run config.
 
@@ -268,7 +253,7 @@ def test_hanging_recipe_times_out(docker_ready: None, runner: SubprocessRunner, 
         {"db": PG},
         seeds={"slow": ("seeds/slow.sql", SeedKind.SQL_DUMP, b"SELECT pg_sleep(600);\n")},
         resets={"db": "slow"},
-        timeouts={**TIMEOUTS, "recipe": 5},
+        timeouts={**RUN_TIMEOUTS, "recipe": 5},
     )
     t0 = time.monotonic()
     run_dir, state = run_in_process(cfg)
@@ -341,7 +326,7 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
         seeds={"s": ("seeds/s.sql", SeedKind.SQL_DUMP, slow_sql)},
         resets={"db": "s"},
         oracle=oracle,
-        timeouts={**TIMEOUTS, "compose_up": 600, "recipe": 600, "oracle": 600},
+        timeouts={**RUN_TIMEOUTS, "compose_up": 600, "recipe": 600, "oracle": 600},
     )
     proc = _forge_run(cfg)
     marker = {"compose_up": "(recipe:db", "recipe": "(up_seeded", "oracle": "] oracle"}[moment]

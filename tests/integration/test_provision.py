@@ -5,74 +5,29 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Mapping
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
+from forgelib import custody
 from forgelib import labels as lab
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, main_provision, main_teardown, provision_trial, teardown_run
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import (
-    EnvironmentManifest,
-    Isolation,
-    Project,
-    ResetBinding,
-    Seed,
-    SeedKind,
-    Service,
-    Timeouts,
-)
+from forgelib.spec.models import Isolation, Project, SeedKind
 
 pytestmark = pytest.mark.integration
 
-# Small stacks on the stand-in images (test modules do not import each other, so not shared with
-# test_recipes.py).
-TIMEOUTS = Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
-PG = {
-    "image": "forgelib/postgres:15",
-    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
-    "stop_signal": "SIGINT",
-    "healthcheck": {
-        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
-        "interval": "1s",
-        "retries": 60,
-    },
-}
-REDIS = {"image": "forgelib/redis:7.0"}
-IDLE = {
-    "image": "forgelib/python:3.11",
-    "command": ["sh", "-c", "trap 'exit 0' TERM INT; sleep infinity & wait"],
-}
+NAME = "itprov"  # the project name, so these tests' compose projects read itprov-<run id>-...
 SQL_SEED = (
     "create table widgets (id int primary key, name text);\ninsert into widgets values (1, 'baseline');\n"
 )
-
-
-def make_project(
-    root: Path,
-    services: Mapping[str, Mapping[str, Any]],
-    seeds: dict[str, tuple[Path, SeedKind]],
-    isolation: dict[str, Isolation],
-    reset: dict[str, str] | None = None,
-) -> Project:
-    root.mkdir(parents=True, exist_ok=True)
-    compose_file = root / "compose.yaml"
-    compose = {"services": dict(services)}
-    compose_file.write_text(yaml.safe_dump(compose))
-    svc = {
-        n: Service(
-            n, isolation.get(n, Isolation.EPHEMERAL), ResetBinding(reset[n]) if reset and n in reset else None
-        )
-        for n in services
-    }
-    seed_models = {n: Seed(n, p, k, seed_digest(p, k)) for n, (p, k) in seeds.items()}
-    env = EnvironmentManifest(compose_file, svc, compose)
-    return Project("itprov", root, root / "project.yaml", "", seed_models, env, ())
 
 
 def provision(
@@ -162,7 +117,7 @@ def test_forge_provision_without_keep_tears_down(
 def test_shared_backend_one_stack_for_the_run(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
-    project = make_project(tmp_path / "p", {"cache": REDIS}, {}, {"cache": Isolation.SHARED})
+    project = make_project(tmp_path / "p", {"cache": REDIS}, isolation={"cache": Isolation.SHARED}, name=NAME)
     first = provision(project, run_id, tmp_path, runner, idx=0)
     first.compose.exec("cache", ["redis-cli", "SET", "k", "from-trial-0"], timeout=30)
     second = provision(project, run_id, tmp_path, runner, idx=1)
@@ -177,7 +132,7 @@ def test_missing_image_is_compose_up_stage(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
     project = make_project(
-        tmp_path / "p", {"x": {"image": "forgelib/does-not-exist:1"}, "idle": IDLE}, {}, {}
+        tmp_path / "p", {"x": {"image": "forgelib/does-not-exist:1"}, "idle": IDLE}, name=NAME
     )
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)
@@ -190,7 +145,7 @@ def test_unhealthy_service_is_readiness_stage(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
     sick = dict(IDLE) | {"healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": 1}}
-    project = make_project(tmp_path / "p", {"sick": sick}, {}, {})
+    project = make_project(tmp_path / "p", {"sick": sick}, name=NAME)
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)
     assert err.value.stage == "readiness"
@@ -205,9 +160,10 @@ def test_ctrl_c_mid_provision_leaves_nothing(
     project = make_project(
         tmp_path / "p",
         {"app-db": PG, "idle": IDLE},
-        {"s": (seed, SeedKind.SQL_DUMP)},
-        {"app-db": Isolation.RESET},
-        {"app-db": "s"},
+        seeds={"s": (seed, SeedKind.SQL_DUMP)},
+        isolation={"app-db": Isolation.RESET},
+        reset={"app-db": "s"},
+        name=NAME,
     )
 
     def interrupt(phase: str, seconds: float) -> None:
@@ -234,7 +190,7 @@ def test_every_volume_a_trial_mounts_carries_its_labels(
 ) -> None:
     # postgres and redis images declare VOLUMEs; Docker would back them with unlabelled anonymous volumes,
     # which no label query (leak checks, `forge reap`) could find.
-    project = make_project(tmp_path / "p", {"db": PG, "cache": REDIS}, {}, {})
+    project = make_project(tmp_path / "p", {"db": PG, "cache": REDIS}, name=NAME)
     trial = provision(project, run_id, tmp_path, runner)
     try:
         mounted = set()
@@ -246,3 +202,26 @@ def test_every_volume_a_trial_mounts_carries_its_labels(
         assert mounted <= labelled
     finally:
         trial.compose.down()
+
+
+def test_a_kept_stack_survives_the_reaper_after_its_owner_exits(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    # `forge provision --keep` in its own process: when it returns, the stack's owner pid is gone for good,
+    # which is exactly what the reaper removes — unless the stack says it was kept on purpose.
+    _write_pack(tmp_path / "pack")
+    argv = ["provision", "--project", str(tmp_path / "pack"), "--keep", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "forgelib", *argv], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    name, run = report["name"], report["run_id"]
+    try:
+        outcomes = custody.reap(runner, run_id=run).outcomes
+        assert [(o.project, o.action, o.code) for o in outcomes] == [(name, "kept", "kept")]
+        live = lab.resources_with_labels(runner, {lab.RUN: run})
+        assert len(live["containers"]) == 2
+    finally:
+        assert main_teardown(name) == 0
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run}))

@@ -4,72 +4,21 @@ failure giving the right stage and text while leaving nothing behind (checked by
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, provision_trial, teardown_trial
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import (
-    EnvironmentManifest,
-    Isolation,
-    Project,
-    ResetBinding,
-    Seed,
-    SeedKind,
-    Service,
-    Timeouts,
-)
+from forgelib.spec.models import Project, SeedKind
 
 pytestmark = pytest.mark.integration
-
-TIMEOUTS = Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
-PG = {
-    "image": "forgelib/postgres:15",
-    "environment": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
-    "stop_signal": "SIGINT",
-    "healthcheck": {
-        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"],
-        "interval": "1s",
-        "retries": 60,
-    },
-}
-REDIS = {
-    "image": "forgelib/redis:7.0",
-    "healthcheck": {"test": ["CMD", "redis-cli", "PING"], "interval": "1s", "retries": 30},
-}
-IDLE = {  # a container that only waits, ending at once on SIGTERM
-    "image": "forgelib/python:3.11",
-    "command": ["sh", "-c", "trap 'exit 0' TERM INT; sleep infinity & wait"],
-}
-
-
-def make_project(
-    root: Path,
-    compose: Mapping[str, Any],
-    seeds: Mapping[str, tuple[Path, SeedKind]],
-    reset: Mapping[str, tuple[str, Mapping[str, Any]]],
-) -> Project:
-    """A project built straight from models: ``reset`` maps service -> (seed, options)."""
-    root.mkdir(parents=True, exist_ok=True)
-    compose_file = root / "compose.yaml"
-    compose_file.write_text(yaml.safe_dump(dict(compose)))
-    services = {
-        name: Service(name, Isolation.RESET, ResetBinding(*reset[name]))
-        if name in reset
-        else Service(name, Isolation.EPHEMERAL)
-        for name in compose["services"]
-    }
-    seed_models = {n: Seed(n, p.resolve(), k, seed_digest(p.resolve(), k)) for n, (p, k) in seeds.items()}
-    env = EnvironmentManifest(compose_file, services, compose)
-    return Project("itest", root, root / "project.yaml", "", seed_models, env, ())
 
 
 @pytest.fixture
@@ -130,9 +79,9 @@ def test_sql_dump_is_applied_before_dependents_start(
     }
     project = make_project(
         tmp_path / "p",
-        {"services": {"app-db": PG, "reader": reader}},
-        {"baseline": (seed, SeedKind.SQL_DUMP)},
-        {"app-db": ("baseline", {})},
+        {"app-db": PG, "reader": reader},
+        seeds={"baseline": (seed, SeedKind.SQL_DUMP)},
+        reset={"app-db": ("baseline", {})},
     )
     trial = provision(project, run_id, tmp_path, runner)
     try:
@@ -155,7 +104,7 @@ def test_repeats_apply_the_seed_onto_fresh_containers(
     seed = tmp_path / "seed.sql"
     seed.write_text(SQL_SEED)  # `create table` without `if not exists`: a second apply would fail
     project = make_project(
-        tmp_path / "p", {"services": {"app-db": PG}}, {"s": (seed, SeedKind.SQL_DUMP)}, {"app-db": ("s", {})}
+        tmp_path / "p", {"app-db": PG}, seeds={"s": (seed, SeedKind.SQL_DUMP)}, reset={"app-db": ("s", {})}
     )
     ids = set()
     for k in range(3):
@@ -174,9 +123,9 @@ def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, run_id: 
     seed.write_text("create table ok (id int);\nselec 1;\n")
     project = make_project(
         tmp_path / "p",
-        {"services": {"app-db": PG, "idle": IDLE}},
-        {"postgres_baseline": (seed, SeedKind.SQL_DUMP)},
-        {"app-db": ("postgres_baseline", {})},
+        {"app-db": PG, "idle": IDLE},
+        seeds={"postgres_baseline": (seed, SeedKind.SQL_DUMP)},
+        reset={"app-db": ("postgres_baseline", {})},
     )
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)
@@ -228,9 +177,9 @@ def test_filesystem_dir_result_matches_the_seed(
     ]
     project = make_project(
         tmp_path / "p",
-        {"services": {"box": box}},
-        {"ws": (seed, SeedKind.FILESYSTEM_DIR)},
-        {"box": ("ws", {"target": "/work"})},
+        {"box": box},
+        seeds={"ws": (seed, SeedKind.FILESYSTEM_DIR)},
+        reset={"box": ("ws", {"target": "/work"})},
     )
     trial = provision(project, run_id, tmp_path, runner)
     try:
@@ -249,9 +198,9 @@ def test_seed_not_a_directory(
     seed.mkdir()
     project = make_project(
         tmp_path / "p",
-        {"services": {"box": IDLE}},
-        {"ws": (seed, SeedKind.FILESYSTEM_DIR)},
-        {"box": ("ws", {})},
+        {"box": IDLE},
+        seeds={"ws": (seed, SeedKind.FILESYSTEM_DIR)},
+        reset={"box": ("ws", {})},
     )
     seed.rmdir()
     seed.write_text("not a directory\n")  # replaced after load
@@ -291,9 +240,9 @@ def test_redis_dump_survives_default_save_points(
     assert rdb_seed.read_bytes().startswith(b"REDIS0010")
     project = make_project(
         tmp_path / "p",
-        {"services": {"cache": REDIS}},
-        {"cache_seed": (rdb_seed, SeedKind.REDIS_DUMP)},
-        {"cache": ("cache_seed", {})},
+        {"cache": REDIS},
+        seeds={"cache_seed": (rdb_seed, SeedKind.REDIS_DUMP)},
+        reset={"cache": ("cache_seed", {})},
     )
     trial = provision(project, run_id, tmp_path, runner)
     try:
@@ -311,9 +260,9 @@ def test_corrupt_rdb_is_a_ping_stage_error(
     bad.write_bytes(b"REDIS0010" + b"\xfa\x09garbage!" * 64)
     project = make_project(
         tmp_path / "p",
-        {"services": {"cache": REDIS}},
-        {"cache_seed": (bad, SeedKind.REDIS_DUMP)},
-        {"cache": ("cache_seed", {})},
+        {"cache": REDIS},
+        seeds={"cache_seed": (bad, SeedKind.REDIS_DUMP)},
+        reset={"cache": ("cache_seed", {})},
     )
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)
@@ -334,9 +283,9 @@ def test_newer_rdb_version_is_refused_before_the_container_is_touched(
     newer.write_bytes(b"REDIS0012" + rdb_seed.read_bytes()[9:])
     project = make_project(
         tmp_path / "p",
-        {"services": {"cache": REDIS}},
-        {"cache_seed": (newer, SeedKind.REDIS_DUMP)},
-        {"cache": ("cache_seed", {})},
+        {"cache": REDIS},
+        seeds={"cache_seed": (newer, SeedKind.REDIS_DUMP)},
+        reset={"cache": ("cache_seed", {})},
     )
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)

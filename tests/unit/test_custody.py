@@ -11,6 +11,7 @@ from forgelib import custody
 from forgelib.custody import HostFacts, Project, Resource, decide, parse_owner, plan_removal
 from forgelib.labels import (
     COMPOSE_PROJECT,
+    KEPT,
     MANAGED,
     OWNER_BOOT_ID,
     OWNER_HOST,
@@ -170,6 +171,14 @@ def test_other_host_is_decided_before_looking_at_local_pids() -> None:
 
     d = decide(project(container(host="elsewhere")), HostFacts(HOST, BOOT, lookup))
     assert d.code == "other_host"
+
+
+def test_a_stack_kept_on_purpose_outlives_its_dead_owner() -> None:
+    # `forge provision --keep` exits with the stack up: its owner is gone by design, not by a crash.
+    kept = Resource("container", "id-c1", "c1", {**labels(pid="300", start="1"), KEPT: "true"}, running=True)
+    d = decide(project(kept, network(pid="300", start="1")), facts())
+    assert (d.remove, d.code) == (False, "kept")
+    assert "forge teardown --name p1" in d.reason
 
 
 # ------------------------------------------------------------------------------------------ removal plan
