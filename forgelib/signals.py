@@ -14,7 +14,8 @@ Three pieces, small on purpose:
   ``down --timeout 0``). Further signals are ignored with a note: the hurried teardown is already the
   fastest, and SIGKILL leaves labelled leftovers that ``forge reap`` (or the next ``forge run``) removes.
 * On each signal, ``kill_launches()`` SIGKILLs this process's in-flight launch commands (a worker blocked
-  in ``up --wait`` or a long oracle ``exec`` cannot otherwise be interrupted); teardown commands run on.
+  in ``up --wait`` or a long oracle ``exec`` cannot otherwise be interrupted); teardown commands run on,
+  until a second signal, which kills graceful ``down``s too for the hurried sweep to redo without waits.
 * ``StopState.guard(runner)`` — a runner that, once a stop is requested, refuses to *launch* anything
   (``compose up/run/exec/cp/start...``) but lets teardown and inspection through (``down``, ``rm``,
   ``logs``, ``ps``, ``inspect``). Worker threads keep running after the main thread is interrupted (signals
@@ -65,6 +66,8 @@ Teardown = Callable[[bool], object]  # called with graceful=True, or False to sk
 # Verbs that start something. After a stop these are refused; everything else (down, rm, kill, stop, logs,
 # ps, inspect, port...) passes, so teardown and log capture keep working.
 LAUNCH_VERBS = frozenset({"up", "run", "exec", "create", "start", "restart", "cp", "build", "pull"})
+# Teardown verbs a second signal kills too: a graceful `down` waits out each container's stop timeout.
+HURRY_VERBS = frozenset({"down", "stop"})
 # Options of `docker` and `docker compose` that take a value, to find the verb behind them.
 _VALUE_OPTIONS = frozenset(
     {"-p", "--project-name", "-f", "--file", "--project-directory", "--env-file", "--profile", "--ansi"}
@@ -228,7 +231,7 @@ class StopAwareRunner:
         )
 
 
-def kill_launches(proc: Path = Path("/proc")) -> list[int]:
+def kill_launches(verbs: frozenset[str] = LAUNCH_VERBS, proc: Path = Path("/proc")) -> list[int]:
     """SIGKILL every in-flight *launch* command of this process (``compose up``, ``exec``, ``cp``...).
 
     Signals reach only the main thread; a worker thread blocked in ``up --wait`` on a never-healthy
@@ -251,7 +254,7 @@ def kill_launches(proc: Path = Path("/proc")) -> list[int]:
         rest = stat.rpartition(")")[2].split()  # fields 3.. : state, ppid, pgrp
         if len(rest) < 3 or int(rest[1]) != me or int(rest[2]) != int(entry.name):
             continue
-        if command_verb(argv) in LAUNCH_VERBS:
+        if command_verb(argv) in verbs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
@@ -276,7 +279,9 @@ def interruptible(stacks: LiveStacks) -> Iterator[StopState]:
         # may hold any lock at that moment.
         state.request(signal.Signals(signum).name)
         stacks.closed = True
-        kill_launches()  # in-flight up/exec/cp of worker threads; teardown commands are left alone
+        # In-flight up/exec/cp of worker threads. On the second signal also their graceful `down`s: the
+        # stack stays registered, and the hurried sweep redoes it without waits (`down --timeout 0`).
+        kill_launches(LAUNCH_VERBS | HURRY_VERBS if state.hurry else LAUNCH_VERBS)
         if state.signals == 1:
             _note(f"{state.signal_name}: stopping; tearing down live stacks (again to skip graceful waits)")
             raise KeyboardInterrupt

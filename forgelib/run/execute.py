@@ -133,6 +133,7 @@ class Executor:
         self._stop = threading.Event()
         self._live_lock = threading.Lock()
         self._live: dict[ev.TrialKey, TrialHandle] = {}  # provisioned, not yet torn down
+        self._teardown_locks: dict[ev.TrialKey, threading.Lock] = {}
 
     # -------------------------------------------------------------------------------------- the pool
 
@@ -312,24 +313,32 @@ class Executor:
     def _teardown_once(self, key: ev.TrialKey, handle: TrialHandle, graceful: bool = True) -> str | None:
         """Tear ``handle`` down unless someone (the Ctrl-C path or the worker) already did.
 
-        A teardown cut short by a second Ctrl-C puts the stack back: it stays live (here and in
-        ``LiveStacks``) so the signal path's hurried sweep redoes it instead of believing it gone.
+        One teardown per stack at a time: a second caller (the signal path's sweep) waits for the first,
+        then sees whether the stack is gone. A teardown cut short while stopping (a second Ctrl-C kills the
+        graceful ``down``, or raises here) leaves the stack live, here and in ``LiveStacks``, so the
+        hurried sweep redoes it instead of believing it gone.
         """
         with self._live_lock:
-            if self._live.pop(key, None) is None:
-                return None
-        try:
-            self.backend.teardown(handle, graceful=graceful)
-        except ForgeError as e:
-            log.warning("teardown of %s failed: %s", handle.name, e)
-            self._forget(handle)
-            return str(e)
-        except BaseException:
+            lock = self._teardown_locks.setdefault(key, threading.Lock())
+        with lock:
             with self._live_lock:
-                self._live[key] = handle
-            raise
+                if key not in self._live:
+                    return None
+            try:
+                self.backend.teardown(handle, graceful=graceful)
+            except ForgeError as e:
+                log.warning("teardown of %s failed: %s", handle.name, e)
+                if self.stopping():
+                    return str(e)  # still live: the interruption's hurried sweep tries again
+                self._drop(key, handle)
+                return str(e)  # the stack may be up: its labels let `forge reap` remove it later
+            self._drop(key, handle)
+            return None
+
+    def _drop(self, key: ev.TrialKey, handle: TrialHandle) -> None:
+        with self._live_lock:
+            self._live.pop(key, None)
         self._forget(handle)
-        return None
 
     def _forget(self, handle: TrialHandle) -> None:
         if self._stacks is not None:

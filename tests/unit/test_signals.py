@@ -315,8 +315,11 @@ def test_kill_launches_kills_only_our_session_leaders_that_launch(
     (tmp_path / "self").mkdir()
     killed: list[int] = []
     monkeypatch.setattr(sig.os, "killpg", lambda pid, s: killed.append(pid))
-    assert sorted(sig.kill_launches(tmp_path)) == [101, 102]
+    assert sorted(sig.kill_launches(proc=tmp_path)) == [101, 102]
     assert sorted(killed) == [101, 102]
+    killed.clear()
+    # The second signal hurries: the graceful `down` goes too (the hurried sweep redoes it with -t 0).
+    assert sorted(sig.kill_launches(sig.LAUNCH_VERBS | sig.HURRY_VERBS, proc=tmp_path)) == [101, 102, 103]
 
 
 def test_kill_launches_leaves_a_real_non_launch_child_alive(tmp_path: Path) -> None:

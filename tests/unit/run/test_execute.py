@@ -6,17 +6,18 @@ import _thread
 import json
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from forgelib.errors import ProvisionError
+from forgelib.errors import CommandError, ProvisionError
 from forgelib.run import events as ev
-from forgelib.run.execute import RunPlan, new_run_id, run_project
+from forgelib.run.execute import Executor, RunPlan, Settings, new_run_id, run_project
 from forgelib.runner import Result
+from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Oracle, Task
 
 from .fakes import FakeBackend, good_answer, make_task, ok, widget_task
@@ -252,3 +253,66 @@ def test_a_crashing_backend_is_an_internal_error_not_a_dead_run(tmp_path: Path, 
     assert rec.termination is not None and rec.termination.value == "INTERNAL_ERROR"
     assert rec.reasons == ("internal error in oracle: RuntimeError: bug",)
     assert len(backend.torn_down) == 1
+
+
+class _FlakyTeardown(FakeBackend):
+    """The first teardown fails (a second Ctrl-C killed its graceful `down`); later ones work."""
+
+    def __init__(self) -> None:
+        super().__init__(good_answer)
+        self.graceful: list[bool] = []
+
+    def teardown(self, trial: Any, *, graceful: bool = True) -> float:
+        self.graceful.append(graceful)
+        if len(self.graceful) == 1:
+            raise CommandError(["docker", "compose", "down"], -9, stderr="killed")
+        return super().teardown(trial, graceful=graceful)
+
+
+@pytest.fixture
+def event_log(tmp_path: Path) -> Iterator[ev.EventLog]:
+    with ev.EventLog(tmp_path / ev.EVENTS_FILE) as log:
+        yield log
+
+
+def _executor(
+    tmp_path: Path, log: ev.EventLog, backend: FakeBackend, stop: StopState
+) -> tuple[Executor, LiveStacks]:
+    stacks = LiveStacks()
+    return Executor(
+        backend, log, Settings("r1", tmp_path), lambda line: None, stacks=stacks, stop=stop
+    ), stacks
+
+
+def test_a_teardown_killed_while_stopping_stays_live_for_the_hurried_sweep(
+    tmp_path: Path, event_log: ev.EventLog
+) -> None:
+    stop = StopState()
+    backend = _FlakyTeardown()
+    ex, stacks = _executor(tmp_path, event_log, backend, stop)
+    task = widget_task()
+    handle = backend.provision(task, run_id="r1", trial_index=0, trial_dir=tmp_path / "t")
+    ex._live[(task.name, 0)] = handle
+    stacks.add(handle.name, lambda graceful: ex._teardown_once((task.name, 0), handle, graceful))
+    stop.request("SIGINT")
+    stop.request("SIGINT")  # the second signal: the graceful down was killed
+    assert ex._teardown_once((task.name, 0), handle) is not None
+    assert stacks.names() == [handle.name]  # not forgotten
+    report = stacks.teardown_all(graceful=False)
+    assert report.removed == [handle.name] and not report.failed
+    assert backend.graceful == [True, False]
+    assert backend.torn_down == [handle.name] and stacks.names() == []
+
+
+def test_a_teardown_that_fails_outside_a_stop_is_reported_and_left_to_the_reaper(
+    tmp_path: Path, event_log: ev.EventLog
+) -> None:
+    backend = _FlakyTeardown()
+    ex, stacks = _executor(tmp_path, event_log, backend, StopState())
+    task = widget_task()
+    handle = backend.provision(task, run_id="r1", trial_index=0, trial_dir=tmp_path / "t")
+    ex._live[(task.name, 0)] = handle
+    stacks.add(handle.name, lambda graceful: ex._teardown_once((task.name, 0), handle, graceful))
+    assert "killed" in (ex._teardown_once((task.name, 0), handle) or "")
+    assert stacks.names() == [] and ex._live == {}  # its labels let `forge reap` find it later
+    assert ex._teardown_once((task.name, 0), handle) is None  # nothing left to do twice
