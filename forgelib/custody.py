@@ -246,6 +246,12 @@ def _ids(runner: Runner, argv: Sequence[str]) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def _gone(stderr: str) -> bool:
+    """Docker's words for a resource that no longer exists (a concurrent run removed it meanwhile):
+    "No such container/volume: X" but "network X not found"."""
+    return "No such" in stderr or "not found" in stderr
+
+
 def _inspect(runner: Runner, what: str, ids: Sequence[str]) -> list[dict[str, Any]]:
     """``docker <what> inspect`` of ``ids``; a resource removed meanwhile is skipped (rc 1, partial JSON)."""
     if not ids:
@@ -255,7 +261,7 @@ def _inspect(runner: Runner, what: str, ids: Sequence[str]) -> list[dict[str, An
         data = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
         raise CommandError(res.argv, res.rc, res.stdout, res.stderr, reason="printed no JSON") from None
-    if not isinstance(data, list) or (res.rc != 0 and "No such" not in res.stderr):
+    if not isinstance(data, list) or (res.rc != 0 and not _gone(res.stderr)):
         raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
     return [d for d in data if isinstance(d, dict)]
 
@@ -311,7 +317,7 @@ def _remove(runner: Runner, r: Resource) -> str | None:
         res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
     except CommandError as e:  # a timeout: report it, go on with the rest
         return str(e).splitlines()[0]
-    if res.rc == 0 or "No such" in res.stderr or "not found" in res.stderr:
+    if res.rc == 0 or _gone(res.stderr):
         return None
     return (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
 

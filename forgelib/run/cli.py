@@ -68,7 +68,11 @@ def main_run(
 def heal_leftovers(runner: Runner) -> None:
     """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
     rules; live owners, other hosts and unproven owners are kept), and say what was removed."""
-    report = reap_dead_owners(runner)
+    try:
+        report = reap_dead_owners(runner)
+    except ForgeError as e:  # healing is a courtesy to earlier runs: it never stops this one
+        progress(f"warning: could not look for leftovers of dead forge processes: {e}")
+        return
     if report.removed or report.failed:
         progress(f"removed leftovers of dead forge processes:\n{report.table()}")
 

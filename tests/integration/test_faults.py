@@ -12,6 +12,8 @@ engineer using it; it needs a dedicated engine (a CI job of its own).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -348,5 +350,70 @@ def test_second_sigint_still_removes_everything(
     time.sleep(0.3)  # inside the graceful teardown
     try:
         _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
-    finally:  # while the bug stands, the reaper (the owner is gone now) removes what the run left
+    finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left
         custody.reap(runner, run_id=run_id)
+
+
+# A service whose teardown takes its time: PID 1 without a handler ignores SIGTERM, so `down` waits out
+# the grace period before it kills.
+STUBBORN: dict[str, Any] = {**RUNNER, "command": ["sleep", "infinity"], "stop_grace_period": "20s"}
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigint_during_teardown(
+    signals: int, docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """One SIGINT lets the graceful teardown finish; a second kills it and redoes it without waits. Both
+    exit 130 with nothing left."""
+    cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN})
+    proc = _forge_run(cfg)
+    run_id, _ = _wait_for(proc, "] teardown")
+    time.sleep(1)  # inside `down`, which waits on `stubborn`
+    if signals == 2:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1)
+    try:
+        _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+    finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left
+        custody.reap(runner, run_id=run_id)
+
+
+# ------------------------------------------------------------------------------------ the daemon stopped
+
+
+def _dockerd_pid(runner: SubprocessRunner) -> int:
+    return int(runner.run(["pidof", "-s", "dockerd"], timeout=10).stdout.split()[0])
+
+
+@pytest.mark.skipif(
+    os.environ.get("FORGE_TEST_DAEMON_RESTART") != "1",
+    reason="stops and restarts this machine's Docker daemon: opt in with FORGE_TEST_DAEMON_RESTART=1 "
+    "(.ci/run does)",
+)
+def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> None:
+    """The engine dies during the oracle: forge fails the trial with the cause named (exit 1, no traceback,
+    no hang); once the engine is back, the leftovers of the dead run are the reaper's to remove."""
+    cfg = make_pack(tmp_path / "p", {"db": PG}, oracle=["sh", "-c", "sleep 600"])
+    proc = _forge_run(cfg)
+    run_id, _ = _wait_for(proc, "] oracle")
+    time.sleep(1)
+    try:
+        os.kill(_dockerd_pid(runner), signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        runner.run(["bash", "scripts/engine.sh"], timeout=180)  # the engine back for everyone after us
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    summary = json.loads(out)
+    (trial,) = summary["trials"]
+    assert trial["status"] != "passed" and trial["termination_reason"] in {"ORACLE_ERROR", "INTERNAL_ERROR"}
+    trial_yaml = yaml.safe_load(
+        (tmp_path / "p" / "runs" / run_id / "trials" / "t" / "0" / "trial.yaml").read_text()
+    )
+    assert "docker daemon" in (trial_yaml["teardown_error"] or "").lower(), trial_yaml
+    report = custody.reap(runner, run_id=run_id)
+    assert not report.failed, report.table()
+    assert_no_leftovers(runner, run_id)

@@ -379,6 +379,22 @@ def test_container_removed_between_listing_and_inspect_is_skipped() -> None:
     assert custody.reap(r, facts=facts()).outcomes == []
 
 
+def test_network_removed_between_listing_and_inspect_is_skipped() -> None:
+    # Docker words it differently for networks; a concurrent run's teardown makes this common.
+    live = {"Id": "n2", "Name": "p1_default", "Labels": labels(pid="100", start="5000")}
+    r = FakeRunner()
+    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={MANAGED}=true", stdout="")
+    r.expect("docker", "network", "ls", stdout="n1\nn2\n")
+    r.expect(
+        "docker", "network", "inspect", "n1", "n2",
+        rc=1, stdout=json.dumps([live]), stderr="Error response from daemon: network n1 not found\n",
+    )  # fmt: skip
+    r.expect("docker", "ps", stdout="")  # the network's users
+    r.expect("docker", "volume", "ls", stdout="")
+    (o,) = custody.reap(r, facts=facts()).outcomes
+    assert (o.project, o.action, o.code) == ("p1", "kept", "owner_alive")
+
+
 def test_inspect_failure_other_than_gone_is_an_error() -> None:
     from forgelib.errors import CommandError
 
