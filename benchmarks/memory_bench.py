@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks.phases_bench import (
     PACK,
     REPO,
+    busy_now,
     config_path,
     env_int,
     leftovers,
@@ -47,37 +48,48 @@ NAME = "memory"
 FORGE_LIMIT_MB = 100.0
 MB = 1024 * 1024
 
-# Each probe runs in a fresh interpreter and prints {"maxrss_kb", "seconds", "result"} as JSON.
+# Each probe runs in a fresh interpreter and prints JSON: maxrss_kb (the process's high-water mark),
+# heap_peak_kb (tracemalloc's peak of Python allocations during the operation only: not masked by what the
+# imports left in the heap), captured_kb (output the runner held in memory), seconds.
 _PROBE = r"""
-import hashlib, inspect, json, resource, sys, time
+import hashlib, json, resource, sys, time, tracemalloc
 from pathlib import Path
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import SeedKind
+
+class Recording(SubprocessRunner):
+    captured = 0
+    def run(self, argv, **kw):
+        r = super().run(argv, **kw)
+        Recording.captured += len(r.stdout) + len(r.stderr)
+        return r
+
 what, path = sys.argv[1], Path(sys.argv[2])
-result = None
-t = time.monotonic()  # after the imports: the baseline probe is what every probe pays before this
-if what == "digest":
-    result = seed_digest(path, SeedKind.SQL_DUMP)
-elif what == "apply":
-    r = SubprocessRunner(default_timeout=600).run(["cat"], stdin=path, stdout_path=Path("/dev/null"))
-    result = r.rc
-elif what == "read_whole":
-    result = hashlib.sha256(path.read_bytes()).hexdigest()
-elif what == "psql":  # the real sql_dump recipe into a running app-db: argv[3] project, argv[4] compose file
+if what == "psql":  # the real sql_dump recipe into app-db: argv[3] project, [4] compose file, [5] image env
     from forgelib.compose import ComposeProject
     from forgelib.seeds import ApplyContext, sql_dump
     from forgelib.spec.models import Seed, Timeouts
-    env = json.loads(sys.argv[5])
-    t = time.monotonic()
     timeouts = Timeouts(recipe=1800)
-    compose = ComposeProject(sys.argv[3], (Path(sys.argv[4]),), SubprocessRunner(), timeouts, env)
-    seed = Seed("bench", path, SeedKind.SQL_DUMP, "sha256:unchecked")
-    service_config = {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "app"}}
-    sql_dump.apply(ApplyContext("app-db", seed, {}, compose=compose, service_config=service_config,
-                                timeouts=Timeouts(recipe=1800)))
-print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "seconds": time.monotonic() - t, "result": str(result)}))
+    env = json.loads(sys.argv[5])
+    compose = ComposeProject(sys.argv[3], (Path(sys.argv[4]),), Recording(), timeouts, env)
+    ctx = ApplyContext("app-db", Seed("bench", path, SeedKind.SQL_DUMP, "sha256:unchecked"), {},
+                       compose=compose, timeouts=timeouts,
+                       service_config={"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "app"}})
+tracemalloc.start()
+t = time.monotonic()  # after the imports: the baseline probe is what every probe pays before this
+if what == "digest":
+    seed_digest(path, SeedKind.SQL_DUMP)
+elif what == "apply":
+    Recording(default_timeout=600).run(["cat"], stdin=path, stdout_path=Path("/dev/null"))
+elif what == "read_whole":
+    hashlib.sha256(path.read_bytes()).hexdigest()
+elif what == "psql":
+    sql_dump.apply(ctx)
+seconds = time.monotonic() - t
+heap_peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "seconds": seconds,
+                  "heap_peak_kb": heap_peak // 1024, "captured_kb": Recording.captured // 1024}))
 """
 
 
@@ -144,6 +156,8 @@ def psql_rows(size_mb: int, notes: list[str]) -> list[dict[str, Any]]:
                         {
                             "probe": label,
                             "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
+                            "heap_peak_mb": round(res["heap_peak_kb"] / 1024, 1),
+                            "captured_mb": round(res["captured_kb"] / 1024, 1),
                             "seconds": round(res["seconds"], 2),
                             "mb_per_s": round(mb / res["seconds"], 1) if res["seconds"] else "",
                         }
@@ -153,14 +167,19 @@ def psql_rows(size_mb: int, notes: list[str]) -> list[dict[str, Any]]:
             notes.append(f"psql probe: could not start app-db: {e.stderr.decode(errors='replace')[-500:]}")
         finally:
             subprocess.run([*dc, "down", "-v"], env=denv, capture_output=True, timeout=180, check=False)
-    by = {r["probe"]: r["peak_rss_mb"] for r in rows}
+    by = {r["probe"]: r for r in rows}
     for style in ("copy", "insert"):
         lo, hi = (
             by.get(f"sql_dump apply, {style} dump 1 MB"),
             by.get(f"sql_dump apply, {style} dump {size_mb} MB"),
         )
         if lo is not None and hi is not None:
-            notes.append(f"sql_dump apply ({style} dump): {size_mb} MB peaks {hi - lo:+.1f} MB over 1 MB")
+            grow = hi["heap_peak_mb"] - lo["heap_peak_mb"]
+            per_gb = grow / max(size_mb - 1, 1) * 1024
+            notes.append(
+                f"sql_dump apply ({style} dump): heap peak {grow:+.1f} MB from 1 to {size_mb} MB "
+                f"(~{per_gb:.0f} MB per GB of dump); psql output held by the runner: {hi['captured_mb']} MB"
+            )
     return rows
 
 
@@ -243,6 +262,7 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
                     "probe": label,
                     "peak_rss_mb": round(res["maxrss_kb"] / 1024, 1),
                     "over_baseline_mb": round((res["maxrss_kb"] - base.get("maxrss_kb", 0)) / 1024, 1),
+                    "heap_peak_mb": round(res["heap_peak_kb"] / 1024, 1),
                     "seconds": round(res["seconds"], 2),
                     "mb_per_s": round(size / res["seconds"], 1)
                     if what != "baseline" and res["seconds"]
@@ -253,8 +273,10 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
             lo, hi = results.get(f"{what} 1 MB", {}), results.get(f"{what} {size_mb} MB", {})
             if "maxrss_kb" in lo and "maxrss_kb" in hi:
                 delta = (hi["maxrss_kb"] - lo["maxrss_kb"]) / 1024
+                heap = (hi["heap_peak_kb"] - lo["heap_peak_kb"]) / 1024
                 notes.append(
-                    f"{what}: {size_mb} MB seed peaks {delta:+.1f} MB over the 1 MB seed (~0: streamed)"
+                    f"{what}: the {size_mb} MB seed peaks {delta:+.1f} MB RSS / {heap:+.1f} MB heap over the "
+                    "1 MB seed (~0: streamed)"
                 )
     return rows
 
@@ -276,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     counts = [int(x) for x in str(args.trials).split(",") if x.strip() and int(x) > 0]
     meta: dict[str, Any] = {
         "loadavg_start": loadavg(),
+        "busy_before": busy_now(),
         "config": str(config),
         "trial_counts": counts,
         "workers": args.workers,

@@ -33,6 +33,7 @@ import yaml
 
 from benchmarks.phases_bench import (
     REPO,
+    busy_now,
     config_path,
     env_int,
     leftovers,
@@ -266,7 +267,12 @@ class Arm:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     config = (args.config or config_path()).resolve()
-    meta: dict[str, Any] = {"loadavg_start": loadavg(), "config": str(config), "pairs": args.pairs}
+    meta: dict[str, Any] = {
+        "loadavg_start": loadavg(),
+        "busy_before": busy_now(),
+        "config": str(config),
+        "pairs": args.pairs,
+    }
     baseline = baseline_for(config)
     meta["image_env"] = baseline.env
     meta["shell_argv"] = baseline.argv(1)

@@ -31,6 +31,7 @@ from typing import Any
 from benchmarks.phases_bench import (
     Command,
     ForgeRun,
+    busy_now,
     config_path,
     cpu_times,
     env_int,
@@ -107,19 +108,15 @@ def profile(run: ForgeRun, trials: int) -> dict[str, Any]:
 
 
 def findings(
-    p1: dict[str, Any], pw: dict[str, Any], w1: ForgeRun, ww: ForgeRun, workers: int, load_start: str
+    p1: dict[str, Any], pw: dict[str, Any], w1: ForgeRun, ww: ForgeRun, workers: int, busy_before: float
 ) -> list[str]:
     """Plain-language observations for the report (the numbers are in the JSON too)."""
     notes = []
     ncpu = os.cpu_count() or 1
-    try:
-        load1 = float(load_start.split()[0])
-    except (ValueError, IndexError):
-        load1 = 0.0
-    if load1 > ncpu / 2:
+    if busy_before > 0.3:
         notes.append(
-            f"NOISY: load average {load1:.2f} on {ncpu} cores when the benchmark started; the CPU figures "
-            "below include other work on the machine"
+            f"NOISY: {busy_before:.2f} of {ncpu} cores were busy before the benchmark started (other work on "
+            "the machine); the CPU figures below include it"
         )
     trials = max(len(w1.trials()), 1)
     waves = math.ceil(trials / workers)
@@ -196,7 +193,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     config = (args.config or config_path()).resolve()
-    meta: dict[str, Any] = {"loadavg_start": loadavg(), "config": str(config), "trials": args.trials}
+    meta: dict[str, Any] = {
+        "loadavg_start": loadavg(),
+        "busy_before": busy_now(),
+        "config": str(config),
+        "trials": args.trials,
+    }
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
     walls: dict[int, list[float]] = {1: [], args.workers: []}
@@ -241,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
         w1, ww = runs[1], runs[args.workers]
         p1, pw = profiles[f"r{args.rounds - 1}-w1"], profiles[f"r{args.rounds - 1}-w{args.workers}"]
-        notes += findings(p1, pw, w1, ww, args.workers, meta["loadavg_start"])
+        notes += findings(p1, pw, w1, ww, args.workers, meta["busy_before"])
         if args.shell:
             shell_walls: dict[int, float] = {}
             for workers in (args.workers, 1):

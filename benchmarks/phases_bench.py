@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,15 @@ def cpu_times() -> tuple[int, int]:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already counted in user/nice
     return total - idle, total
+
+
+def busy_now(seconds: float = 2.0) -> float:
+    """Cores busy over the next ``seconds`` (before a benchmark starts: is someone else using the machine?).
+    Unlike the load average, it does not remember the previous benchmark's own work."""
+    b0, t0 = cpu_times()
+    time.sleep(seconds)
+    b1, t1 = cpu_times()
+    return round((os.cpu_count() or 1) * ratio(b1 - b0, t1 - t0), 2)
 
 
 def machine() -> dict[str, Any]:
@@ -230,18 +240,22 @@ def run_forge(
         cwd=REPO,
         start_new_session=True,
     )
-    peak, tree, client_cpu, self_cpu = 0, 0, 0.0, 0.0
+    # A thread blocks in wait4 (exact exit time, and its rusage covers forge *and* the children it waited
+    # for) while this one samples forge's /proc entry until it is gone.
+    reaped: dict[str, Any] = {}
+    done = threading.Event()
+
+    def reap() -> None:
+        _, status, usage = os.wait4(proc.pid, 0)
+        reaped.update(end=time.monotonic(), status=status, usage=usage)
+        done.set()
+
+    threading.Thread(target=reap, daemon=True).start()
+    peak, self_cpu = 0, 0.0
     deadline = start + limit
     signalled = False
     try:
-        while True:
-            # wait4 rather than poll(): its rusage gives the peak of forge *and* the children it waited for
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                tree = usage.ru_maxrss
-                client_cpu = usage.ru_utime + usage.ru_stime
-                break
+        while not done.wait(sample_every):
             peak = max(peak, _vm_hwm_kb(proc.pid))
             self_cpu = _self_cpu(proc.pid) or self_cpu
             now = time.monotonic()
@@ -250,11 +264,13 @@ def run_forge(
                 signalled, deadline = True, now + 120
             elif now > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-            time.sleep(sample_every)
     except BaseException:
-        _stop(proc)
+        _stop(proc, done)
         raise
-    wall = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(reaped["status"])
+    usage = reaped["usage"]
+    tree, client_cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    wall = reaped["end"] - start
     busy1, total1 = cpu_times()
     out_f.seek(0)
     err_f.seek(0)
@@ -282,15 +298,14 @@ def run_forge(
     return run
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], done: threading.Event) -> None:
     """Ctrl-C during a benchmark: let forge tear its stacks down, then make sure it is gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=120)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    if not done.wait(120):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        done.wait(10)
 
 
 def _summary(run: ForgeRun) -> dict[str, Any]:
@@ -534,7 +549,11 @@ def report(
         "rows": rows,
         "notes": list(notes),
     }
-    print(f"\n== {name} ==  (loadavg at start {meta.get('loadavg_start', '?')}, end {doc['loadavg_end']})")
+    busy = meta.get("busy_before")
+    idle = f"; {busy} cores busy just before it started" if busy is not None else ""
+    print(
+        f"\n== {name} ==  (loadavg at start {meta.get('loadavg_start', '?')}, end {doc['loadavg_end']}{idle})"
+    )
     print(table(rows))
     for note in notes:
         print(f"  * {note}")
@@ -557,7 +576,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    meta: dict[str, Any] = {"loadavg_start": loadavg()}
+    meta: dict[str, Any] = {"loadavg_start": loadavg(), "busy_before": busy_now()}
     notes: list[str] = []
     if args.run_dir:
         trials = read_trials(args.run_dir)
