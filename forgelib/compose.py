@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,9 +95,13 @@ def config_argv() -> list[str]:
 
 
 def up_argv(
-    services: Sequence[str] = (), *, wait: bool = True, wait_timeout: float | None = None
+    services: Sequence[str] = (),
+    *,
+    wait: bool = True,
+    wait_timeout: float | None = None,
+    no_deps: bool = False,
 ) -> list[str]:
-    return ["up", *flags(detach=True, wait=wait, wait_timeout=wait_timeout), *services]
+    return ["up", *flags(detach=True, wait=wait, wait_timeout=wait_timeout, no_deps=no_deps), *services]
 
 
 def down_argv(*, volumes: bool = True, remove_orphans: bool = True, timeout: int | None = None) -> list[str]:
@@ -196,12 +201,19 @@ def write_override(
 
 
 _image_volumes_cache: dict[str, tuple[str, ...]] = {}
+_image_volumes_lock = threading.Lock()
 
 
 def image_volumes(runner: Runner, images: Sequence[str], timeout: float) -> dict[str, tuple[str, ...]]:
     """image -> the VOLUME paths it declares, for the images present locally (one ``docker image inspect``
     for those not seen before in this process). An image not present yet (compose will pull or build it)
     is left out: nothing to label until the next trial, which sees it."""
+    with _image_volumes_lock:  # trials start together on --workers N: one inspect, not one per worker
+        _inspect_image_volumes(runner, images, timeout)
+    return {i: _image_volumes_cache[i] for i in images if i in _image_volumes_cache}
+
+
+def _inspect_image_volumes(runner: Runner, images: Sequence[str], timeout: float) -> None:
     todo = sorted({i for i in images if i and i not in _image_volumes_cache})
     if todo:
         # rc 1 when some image is missing; stdout still lists the ones found.
@@ -217,7 +229,6 @@ def image_volumes(runner: Runner, images: Sequence[str], timeout: float) -> dict
             for ref in [*tags, *(t.removesuffix(":latest") for t in tags), info.get("Id")]:
                 if ref in todo:
                     _image_volumes_cache[ref] = paths
-    return {i: _image_volumes_cache[i] for i in images if i in _image_volumes_cache}
 
 
 # ------------------------------------------------------------------------------------------ project
@@ -271,10 +282,19 @@ class ComposeProject:
             raise ForgeError(f"docker compose config printed {type(data).__name__}, not an object")
         return data
 
-    def up(self, services: Sequence[str] = (), *, wait: bool = True, timeout: float | None = None) -> Result:
+    def up(
+        self,
+        services: Sequence[str] = (),
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        no_deps: bool = False,
+    ) -> Result:
+        """``no_deps``: start only ``services`` (their dependencies are up already); compose then skips
+        re-checking those dependencies' health, which costs a healthcheck round per call."""
         limit = self.timeouts.compose_up if timeout is None else timeout
         return self.run(
-            up_argv(services, wait=wait, wait_timeout=int(limit) if wait else None),
+            up_argv(services, wait=wait, wait_timeout=int(limit) if wait else None, no_deps=no_deps),
             timeout=limit + _WAIT_GRACE,
         )
 

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -320,6 +321,7 @@ def _remove_replaced(runner: Runner, old: str | None, new: str) -> None:
 # --- the environment every compose call merges ----------------------------------------------------------
 
 _present: frozenset[str] | None = None  # stand-in tags that exist locally; asked once per process
+_present_lock = threading.Lock()
 
 
 def image_env(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -329,11 +331,12 @@ def image_env(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[
     (``environ`` defaults to ``os.environ``), so an explicit ``FORGE_IMAGE_POSTGRES=postgres:16`` always wins.
     """
     global _present
-    if _present is None:
-        found = _local_stand_ins(runner)
-        if found is None:
-            return {}  # no engine answered: compose will fail on its own with a clearer message
-        _present = found
+    with _present_lock:  # trials start together on --workers N: ask Docker once, not once per worker
+        if _present is None:
+            found = _local_stand_ins(runner)
+            if found is None:
+                return {}  # no engine answered: compose will fail on its own with a clearer message
+            _present = found
     env = os.environ if environ is None else environ
     return {s.var: s.tag for s in STAND_INS.values() if s.tag in _present and not env.get(s.var)}
 

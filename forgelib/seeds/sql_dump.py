@@ -34,7 +34,9 @@ def credentials(ctx: ApplyContext) -> tuple[str, str]:
 
 
 def argv(user: str, database: str) -> list[str]:
-    return ["psql", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", database]
+    # -q: no "INSERT 0 1" per statement on stdout, which the runner would hold in memory (a dump of
+    # single-row INSERTs grew the forge process by about its own size).
+    return ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", database]
 
 
 def apply(ctx: ApplyContext) -> None:

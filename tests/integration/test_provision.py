@@ -225,3 +225,40 @@ def test_a_kept_stack_survives_the_reaper_after_its_owner_exits(
     finally:
         assert main_teardown(name) == 0
     assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run}))
+
+
+def test_depends_on_among_the_rest_still_orders_startup(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    # The second `up` names the rest with --no-deps; compose must still start `late` only once `slow`
+    # (also in the rest) is healthy: `late` exits at once if it starts before slow's marker exists.
+    seed = tmp_path / "seed.sql"
+    seed.write_text(SQL_SEED)
+    marker = "/shared/slow-ready"
+    shared = [{"type": "volume", "source": "shared", "target": "/shared"}]
+    slow = {
+        **IDLE,
+        "command": ["sh", "-c", f"sleep 2; touch {marker}; trap 'exit 0' TERM; sleep infinity & wait"],
+        "healthcheck": {"test": ["CMD", "test", "-f", marker], "interval": "1s", "retries": 30},
+        "volumes": shared,
+        "depends_on": {"db": {"condition": "service_healthy"}},
+    }
+    late = {
+        **IDLE,
+        "command": ["sh", "-c", f"test -f {marker} && trap 'exit 0' TERM && sleep infinity & wait"],
+        "volumes": shared,
+        "depends_on": {"slow": {"condition": "service_healthy"}},
+    }
+    project = make_project(
+        tmp_path / "p",
+        {"db": PG, "slow": slow, "late": late},
+        seeds={"s": (seed, SeedKind.SQL_DUMP)},
+        reset={"db": "s"},
+        volumes={"shared": {}},
+    )
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        states = {row["Service"]: row["State"] for row in trial.compose.ps()}
+        assert states == {"db": "running", "slow": "running", "late": "running"}
+    finally:
+        trial.compose.down()

@@ -72,19 +72,23 @@ def make_project(
     reset: Mapping[str, str | tuple[str, Mapping[str, Any]]] | None = None,
     isolation: Mapping[str, Isolation] | None = None,
     name: str = "itest",
+    volumes: Mapping[str, Any] | None = None,
 ) -> Project:
     """A project built straight from models (no project.yaml, no loader): writes ``root/compose.yaml``.
 
     ``seeds``: seed name -> (path, kind), digested here. ``reset``: service -> seed name, or
     (seed name, recipe options). ``isolation``: service -> isolation; a service not named there is RESET
     when it has a ``reset`` binding, else EPHEMERAL. ``name`` goes into the compose project names.
+    ``volumes``: the compose file's top-level named volumes.
     """
     seeds = seeds or {}
     reset = reset or {}
     isolation = isolation or {}
     root.mkdir(parents=True, exist_ok=True)
     compose_file = root / "compose.yaml"
-    compose = {"services": dict(services)}
+    compose: dict[str, Any] = {"services": dict(services)}
+    if volumes:
+        compose["volumes"] = dict(volumes)
     compose_file.write_text(yaml.safe_dump(compose))
     svc: dict[str, Service] = {}
     for n in services:

@@ -149,7 +149,9 @@ def pg_stack(tmp_path: Path, seed: bytes = SQL) -> Stack:
     )
 
 
-PSQL = ("exec", "-T", "app-db", "psql", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
+PSQL = ("exec", "-T", "app-db", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
+# The second `up`: only what the seeded phase did not start; its dependencies are up and healthy.
+UP = ("up", "--detach", "--wait", "--wait-timeout", "100")
 
 
 def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) -> None:
@@ -157,14 +159,14 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     s.expect_config()
     s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "app-db", exact=True)
     s.fake.expect(*s.full, *PSQL, exact=True)
-    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    s.fake.expect(*s.full, *UP, "--no-deps", "widgets-api", "runner", exact=True)
     phases: list[str] = []
     trial = s.provision(on_phase=lambda name, secs: phases.append(name))
     assert s.verbs() == [
         "config --format json",
         "up --detach --wait --wait-timeout 100 app-db",
         " ".join(PSQL),
-        "up --detach --wait --wait-timeout 100",
+        "up --detach --wait --wait-timeout 100 --no-deps widgets-api runner",
     ]
     assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
     assert list(trial.timings) == [*phases, "provision"]
@@ -212,10 +214,10 @@ def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> No
     s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "db", "api", exact=True)
     s.fake.expect(*s.full, "exec", "-T", "api")
     s.fake.expect(*s.full, "cp", f"{tmp_path / 'tree'}/.", "api:/srv", exact=True)
-    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    s.fake.expect(*s.full, *UP, "--no-deps", "other", exact=True)
     s.provision()
     assert s.verbs()[1] == "up --detach --wait --wait-timeout 100 db api"
-    assert s.verbs()[-1] == "up --detach --wait --wait-timeout 100"
+    assert s.verbs()[-1] == "up --detach --wait --wait-timeout 100 --no-deps other"
 
 
 def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> None:

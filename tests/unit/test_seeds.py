@@ -63,7 +63,7 @@ def test_sql_dump_argv(
     dump = tmp_path / "d.sql"
     dump.write_text("select 1;")
     fake = FakeRunner()
-    psql = ("psql", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db)
+    psql = ("psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db)
     fake.expect(*BASE, "exec", "-T", "app-db", *psql, exact=True)
     sql_dump.apply(ctx(fake, dump, SeedKind.SQL_DUMP, "app-db", options, environment))
     (call,) = fake.calls
