@@ -43,20 +43,32 @@ dockerd_pid() {
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
+start_dockerd() {
+  say "starting dockerd (log: $DOCKERD_LOG)"
+  mkdir -p "$(dirname "$DOCKERD_LOG")"
+  # setsid: the daemon must outlive this script and not share its process group (Ctrl-C of a caller).
+  setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  pid=$!
+  started=1
+}
+
 if ! engine_up; then
+  started=0
   if pid=$(dockerd_pid); then
-    # A daemon is there but not answering yet (still starting): wait for it, never start a second one.
+    # A daemon is there but not answering: starting (wait for it, never start a second one) or shutting
+    # down (it exits while we wait; then we start a fresh one).
     say "dockerd (pid $pid) is running but not answering yet; waiting"
   else
-    say "starting dockerd (log: $DOCKERD_LOG)"
-    mkdir -p "$(dirname "$DOCKERD_LOG")"
-    # setsid: the daemon must outlive this script and not share its process group (Ctrl-C of a caller).
-    setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
-    pid=$!
+    start_dockerd
   fi
   deadline=$((SECONDS + WAIT_SECONDS))
   until engine_up; do
     if ! kill -0 "$pid" 2>/dev/null; then
+      if [ "$started" -eq 0 ]; then
+        say "dockerd (pid $pid) exited: it was shutting down"
+        start_dockerd
+        continue
+      fi
       tail -n 30 "$DOCKERD_LOG" >&2 || true
       die "dockerd exited during start-up (log tail above; full log: $DOCKERD_LOG)"
     fi
