@@ -4,23 +4,21 @@ leaving nothing behind (checked by the run's labels)."""
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib import custody
 from forgelib import labels as lab
 from forgelib.errors import ProvisionError
-from forgelib.provision import ProvisionedTrial, main_provision, main_teardown, provision_trial, teardown_run
+from forgelib.provision import main_provision, main_teardown, provision_trial, teardown_run
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import Isolation, Project, SeedKind
+from forgelib.spec.models import Isolation, SeedKind
 
 pytestmark = pytest.mark.integration
 
@@ -28,28 +26,6 @@ NAME = "itprov"  # the project name, so these tests' compose projects read itpro
 SQL_SEED = (
     "create table widgets (id int primary key, name text);\ninsert into widgets values (1, 'baseline');\n"
 )
-
-
-def provision(
-    project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int = 0
-) -> ProvisionedTrial:
-    return provision_trial(
-        project,
-        None,
-        run_id=run_id,
-        trial_index=idx,
-        trial_dir=tmp_path / f"trial-{idx}",
-        timeouts=TIMEOUTS,
-        runner=runner,
-    )
-
-
-@pytest.fixture
-def run_id(runner: SubprocessRunner) -> Iterator[str]:
-    rid = f"it-{secrets.token_hex(4)}"
-    yield rid
-    left = lab.resources_with_labels(runner, {lab.RUN: rid})
-    assert lab.is_empty(left), f"leaked: {left}"
 
 
 def _write_pack(root: Path) -> None:

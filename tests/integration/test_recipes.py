@@ -4,44 +4,20 @@ failure giving the right stage and text while leaving nothing behind (checked by
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject
 from forgelib.errors import ProvisionError
-from forgelib.provision import ProvisionedTrial, provision_trial, teardown_trial
+from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import Project, SeedKind
+from forgelib.spec.models import SeedKind
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def run_id(runner: SubprocessRunner) -> Iterator[str]:
-    """A fresh run id; afterwards, nothing labelled with it may remain on the engine."""
-    rid = f"it-{secrets.token_hex(4)}"
-    yield rid
-    left = lab.resources_with_labels(runner, {lab.RUN: rid})
-    assert lab.is_empty(left), f"leaked: {left}"
-
-
-def provision(
-    project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int = 0
-) -> ProvisionedTrial:
-    return provision_trial(
-        project,
-        None,
-        run_id=run_id,
-        trial_index=idx,
-        trial_dir=tmp_path / f"trial-{idx}",
-        timeouts=TIMEOUTS,
-        runner=runner,
-    )
 
 
 def sh(trial: ProvisionedTrial, service: str, *argv: str) -> str:

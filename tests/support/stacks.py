@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from forgelib.provision import ProvisionedTrial, provision_trial
+from forgelib.runner import Runner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import (
     EnvironmentManifest,
@@ -104,3 +106,18 @@ def make_project(
 def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> ResetBinding:
     # a bare seed name keeps ResetBinding's default (empty) options, as the loader gives an option-less reset
     return ResetBinding(spec) if isinstance(spec, str) else ResetBinding(*spec)
+
+
+def provision(
+    project: Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0
+) -> ProvisionedTrial:
+    """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS``."""
+    return provision_trial(
+        project,
+        None,
+        run_id=run_id,
+        trial_index=idx,
+        trial_dir=tmp_path / f"trial-{idx}",
+        timeouts=TIMEOUTS,
+        runner=runner,
+    )
