@@ -8,7 +8,8 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,29 +80,31 @@ def guarded(target: str, **kwargs: Any) -> None:
         raise Exit(code=rc)
 
 
-class ForgeProgram(Program):
-    """Invoke's Program, but a command-line parse error is a usage error (exit 2), not 1."""
+@contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A command line invoke cannot parse is a usage error: exit 2 with the reason, never 1 or 0."""
+    try:
+        yield
+    except (ParseError, ValueError) as e:  # ValueError: invoke's cast of e.g. `--repeats x` to int
+        print(f"forge: usage error: {e} (see `forge --help` and `forge --help TASK`)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
 
-    def run(self, argv: Any = None, exit: bool = True) -> None:
-        try:
-            super().run(argv, exit=False)
-        except ParseError as e:  # pragma: no cover - Program.run(exit=False) swallows; kept for safety
-            print(e, file=sys.stderr)
-            sys.exit(EXIT_USAGE)
+
+class ForgeProgram(Program):
+    """Invoke's Program with forge's exit codes: every parse stage maps its errors to a usage error (2),
+    and a command's ``Exit`` keeps its code."""
 
     def parse_core(self, argv: Any) -> None:
-        try:
+        with _usage_errors():
             super().parse_core(argv)
-        except ParseError as e:
-            print(f"forge: usage error: {e}", file=sys.stderr)
-            sys.exit(EXIT_USAGE)
 
     def parse_tasks(self) -> None:
-        try:
+        with _usage_errors():
             super().parse_tasks()
-        except (ParseError, ValueError) as e:  # ValueError: invoke's cast of e.g. `--repeats x` to int
-            print(f"forge: usage error: {e} (see `forge --help` and `forge --help TASK`)", file=sys.stderr)
-            sys.exit(EXIT_USAGE)
+
+    def parse_cleanup(self) -> None:  # `forge --help NOSUCHTASK` fails here
+        with _usage_errors():
+            super().parse_cleanup()
 
     def execute(self) -> None:
         try:

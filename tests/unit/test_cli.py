@@ -27,6 +27,8 @@ def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     [
         (["--bogus"], EXIT_USAGE),
         (["validate", "--no-such-option"], EXIT_USAGE),
+        (["no-such-command"], EXIT_USAGE),
+        (["--help", "no-such-command"], EXIT_USAGE),
         (["run", "--config", "x.yaml", "--repeats", "many"], EXIT_USAGE),
         (["run", "--config", "x.yaml", "--repeats", "0"], EXIT_USAGE),
         (["validate", "--project", "/nonexistent/project"], EXIT_USER),
