@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from forgelib.errors import CommandTimeout, ForgeError, tail
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.runner import Result
-from forgelib.spec.models import Check, EnvironmentManifest
+from forgelib.seeds.sql_dump import postgres_credentials
+from forgelib.spec.models import Check
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
 
@@ -45,8 +46,11 @@ class ObservationError(Exception):
     """The check could not observe the state (its message becomes the check's reason)."""
 
 
-def evaluate(stack: Stack, check: Check, env: EnvironmentManifest, *, timeout: float) -> CheckOutcome:
-    """Observe ``check``'s state and match it; every observation failure becomes a failed outcome."""
+def evaluate(stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: float) -> CheckOutcome:
+    """Observe ``check``'s state and match it; every observation failure becomes a failed outcome.
+
+    ``config``: the trial's resolved compose config (``docker compose config``: variables interpolated).
+    """
     spec = check.spec
     try:
         matcher = _matcher_for(check)
@@ -59,7 +63,7 @@ def evaluate(stack: Stack, check: Check, env: EnvironmentManifest, *, timeout: f
             if status_error is not None:
                 return _outcome(check, passed=False, observed=observed, expected=expected, error=status_error)
         elif check.type in _EXEC_OBSERVERS:
-            observed = _EXEC_OBSERVERS[check.type](stack, spec, env, timeout)
+            observed = _EXEC_OBSERVERS[check.type](stack, spec, config, timeout)
         else:
             raise ObservationError(f"unknown check type {check.type!r}; known: file, sql, redis, http")
     except ObservationError as e:
@@ -102,20 +106,18 @@ def _exec(stack: Stack, service: str, argv: Sequence[str], timeout: float) -> st
     return r.stdout
 
 
-def _file(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+def _file(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
     return _exec(stack, spec["service"], ["cat", "--", str(spec["path"])], timeout)
 
 
-def _sql(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+def _sql(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
     svc = spec["service"]
-    compose_env = service_environment(env.compose, svc)
-    user = str(spec.get("user") or compose_env.get("POSTGRES_USER") or "postgres")
-    db = str(spec.get("database") or compose_env.get("POSTGRES_DB") or user)
+    user, db = postgres_credentials(spec, service_environment(config, svc))
     argv = ["psql", "-At", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db, "-c", str(spec["query"])]
     return _exec(stack, svc, argv, timeout)
 
 
-def _redis(stack: Stack, spec: Mapping[str, Any], env: EnvironmentManifest, timeout: float) -> str:
+def _redis(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
     command = spec["command"]
     argv = ["redis-cli", "--raw", *([command] if isinstance(command, str) else [str(c) for c in command])]
     out = _exec(stack, spec["service"], argv, timeout)

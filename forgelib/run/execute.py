@@ -51,6 +51,10 @@ class TrialHandle(Protocol):
     def compose(self) -> Stack: ...
     @property
     def timings(self) -> Mapping[str, float]: ...
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The resolved compose config (state checks connect as the services are configured)."""
+        ...
 
 
 class Backend(Protocol):
@@ -278,7 +282,7 @@ class Executor:
         checks = t.task.grading.checks if t.task.grading else ()
         for check in checks:
             budget = max(1.0, deadline - time.monotonic())
-            outcomes.append(evaluate(t.handle.compose, check, t.task.environment, timeout=budget))
+            outcomes.append(evaluate(t.handle.compose, check, t.handle.config, timeout=budget))
         t.grade = grade(outcomes, _threshold(t.task))
         t.timings["grading"] = time.monotonic() - t0
         return Outcome.OK, t.grade.binary_pass

@@ -6,7 +6,8 @@ and the dump goes to stdin straight from the file, so its size never matters.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from forgelib.errors import CommandError
 
@@ -22,15 +23,20 @@ def check(target: SeedTarget) -> None:
         raise target.fail("guard", f"seed {target.seed.name!r} is not a file: {target.seed.path}")
 
 
-def credentials(ctx: ApplyContext) -> tuple[str, str]:
-    """(user, database): the binding's options, else the service's POSTGRES_USER / POSTGRES_DB.
+def postgres_credentials(options: Mapping[str, Any], environment: Mapping[str, Any]) -> tuple[str, str]:
+    """(user, database): ``options``' user/database, else the service's POSTGRES_USER / POSTGRES_DB.
 
     Like the official image, the database defaults to the user's name (``postgres`` when neither is set).
+    The seed and the SQL state checks both connect this way, from the *resolved* compose config, so a
+    check reads the database the seed wrote.
     """
-    env = ctx.environment()
-    user = str(ctx.options.get("user") or env.get("POSTGRES_USER") or DEFAULT_USER)
-    database = str(ctx.options.get("database") or env.get("POSTGRES_DB") or user)
+    user = str(options.get("user") or environment.get("POSTGRES_USER") or DEFAULT_USER)
+    database = str(options.get("database") or environment.get("POSTGRES_DB") or user)
     return user, database
+
+
+def credentials(ctx: ApplyContext) -> tuple[str, str]:
+    return postgres_credentials(ctx.options, ctx.environment())
 
 
 def argv(user: str, database: str) -> list[str]:

@@ -53,6 +53,7 @@ class FakeHandle:
     name: str
     compose: FakeStack
     timings: dict[str, float] = field(default_factory=lambda: {"compose_up": 1.0, "seed:app-db": 0.5})
+    config: Mapping[str, Any] = field(default_factory=dict)  # the resolved compose config
 
 
 @dataclass
@@ -93,7 +94,8 @@ class FakeBackend:
         stack = FakeStack(self.answer)
         with self.lock:
             self.stacks[key] = stack
-        return FakeHandle(f"proj-{run_id}-{task.name}-{trial_index}".lower(), stack)
+        name = f"proj-{run_id}-{task.name}-{trial_index}".lower()
+        return FakeHandle(name, stack, config=task.environment.compose)
 
     def capture_logs(self, trial: Any, dest_dir: Path, tail_lines: int) -> None:
         dest_dir.mkdir(parents=True, exist_ok=True)

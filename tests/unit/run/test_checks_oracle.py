@@ -13,6 +13,7 @@ from forgelib.errors import CommandError, CommandTimeout
 from forgelib.run.checks import evaluate, service_environment
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import Result
+from forgelib.seeds.sql_dump import postgres_credentials
 from forgelib.spec.models import Check, Oracle
 
 from .fakes import FakeStack, make_task, ok
@@ -29,7 +30,7 @@ def stack_answering(
     return FakeStack(answer)
 
 
-ENV = make_task().environment
+ENV = make_task().environment.compose  # stands in for the resolved compose config
 
 
 def test_file_check_cats_the_file() -> None:
@@ -53,13 +54,23 @@ def test_sql_check_argv_takes_user_and_db_from_compose_env() -> None:
 
 def test_sql_check_options_override_and_default_to_postgres() -> None:
     st = stack_answering("1")
-    bare = make_task(compose={"services": {"db": {"environment": ["OTHER=1"]}}}).environment
+    bare = make_task(compose={"services": {"db": {"environment": ["OTHER=1"]}}}).environment.compose
     evaluate(st, Check("q", "sql", {"service": "db", "query": "select 1"}), bare, timeout=5)
     assert st.calls[-1][1][4:8] == ("-U", "postgres", "-d", "postgres")
     evaluate(
         st, Check("q", "sql", {"service": "db", "query": "q", "user": "u", "database": "d"}), bare, timeout=5
     )
     assert st.calls[-1][1][4:8] == ("-U", "u", "-d", "d")
+
+
+def test_sql_check_uses_the_resolved_config_as_the_seed_does() -> None:
+    # `POSTGRES_USER: ${PGUSER:-app}` in the compose file: the seed connects as the interpolated value,
+    # and so must the check, or it reads another database than the one the seed wrote.
+    resolved = {"services": {"db": {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "shop"}}}}
+    st = stack_answering("1")
+    evaluate(st, Check("q", "sql", {"service": "db", "query": "select 1"}), resolved, timeout=5)
+    assert st.calls[-1][1][4:8] == ("-U", "app", "-d", "shop")
+    assert postgres_credentials({}, resolved["services"]["db"]["environment"]) == ("app", "shop")
 
 
 def test_sql_error_is_a_failed_check_with_psql_stderr() -> None:
