@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,9 +70,24 @@ def apply(ctx: ApplyContext) -> None:
         out = ctx.compose.exec(svc, listing_argv(target), timeout=t).stdout
     except CommandError as e:
         raise ctx.fail("verify", f"could not list {target}: {e}") from e
-    problems = compare(host_listing(ctx.seed.path), parse_listing(out, target))
+    problems = compare(seed_listing(ctx.seed.path, ctx.seed.digest), parse_listing(out, target))
     if problems:
         raise ctx.fail("verify", f"{target} does not match seed {ctx.seed.name!r}: {problems}")
+
+
+_listings: dict[tuple[Path, str], Listing] = {}
+_listings_lock = threading.Lock()
+
+
+def seed_listing(root: Path, digest: str) -> Listing:
+    """``host_listing`` once per seed version and process. Provisioning re-verifies the seed's digest right
+    before every apply, so a listing made for that digest still describes the tree: hashing every file
+    again on each trial would double the per-trial cost of a large seed."""
+    key = (root, digest)
+    with _listings_lock:  # trials of a run apply the same seed concurrently under --workers
+        if key not in _listings:
+            _listings[key] = host_listing(root)
+        return _listings[key]
 
 
 def host_listing(root: Path) -> Listing:

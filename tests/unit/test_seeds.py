@@ -337,3 +337,17 @@ def test_redis_dump_header_check(tmp_path: Path, data: bytes, ok: bool) -> None:
 )
 def test_max_rdb_for(server: str, limit: int | None) -> None:
     assert redis_dump.max_rdb_for(server) == limit
+
+
+def test_a_seed_tree_is_listed_once_per_verified_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Provisioning re-verifies the digest before every apply; hashing every file again per trial is waste.
+    seed = _tree(tmp_path / "seed")
+    calls: list[Path] = []
+    real = filesystem_dir.host_listing
+    monkeypatch.setattr(filesystem_dir, "host_listing", lambda root: calls.append(root) or real(root))
+    first = filesystem_dir.seed_listing(seed, "sha256:aa")
+    assert filesystem_dir.seed_listing(seed, "sha256:aa") == first and calls == [seed]
+    filesystem_dir.seed_listing(seed, "sha256:bb")  # the seed changed (and was re-stamped): listed again
+    assert calls == [seed, seed]
