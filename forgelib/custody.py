@@ -23,6 +23,7 @@ does the Docker I/O through the runner seam.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -271,6 +272,18 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
+def _with_users(runner: Runner, project: Project) -> Project:
+    """``project`` with the users of each network and volume filled in: asked only of a project about to
+    be removed, since `forge run` reaps at start and every live stack on the engine is discovered."""
+    return Project(
+        project.name,
+        tuple(
+            dataclasses.replace(r, users=_users(runner, f"{r.kind}={r.id}")) if r.kind != "container" else r
+            for r in project.resources
+        ),
+    )
+
+
 def _users(runner: Runner, flt: str) -> tuple[str, ...]:
     """Ids of every container (running or stopped) matching ``--filter flt``, e.g. ``network=ID``."""
     return tuple(_ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt]))
@@ -295,13 +308,13 @@ def discover(runner: Runner, run_id: str | None = None) -> list[Project]:
     nids = _ids(runner, ["docker", "network", "ls", "-q", "--no-trunc", *_filters(run_id)])
     for n in _inspect(runner, "network", nids):
         nid = str(n.get("Id", ""))
-        # network inspect lists only *running* endpoints; ps --filter network= sees stopped containers too
-        users = _users(runner, f"network={nid}")
-        found.append(Resource("network", nid, str(n.get("Name", "")), _labels(n), users=users))
+        # Users are looked up later (`_with_users`) with `ps --filter network=`, which, unlike network
+        # inspect's endpoints, sees stopped containers too.
+        found.append(Resource("network", nid, str(n.get("Name", "")), _labels(n)))
     vnames = _ids(runner, ["docker", "volume", "ls", "-q", *_filters(run_id)])
     for v in _inspect(runner, "volume", vnames):
         name = str(v.get("Name", ""))
-        found.append(Resource("volume", name, name, _labels(v), users=_users(runner, f"volume={name}")))
+        found.append(Resource("volume", name, name, _labels(v)))
     return group_projects(found)
 
 
@@ -401,7 +414,7 @@ def reap(
         report.outcomes.append(o)
         if not d.remove:
             continue
-        plan = plan_removal(project)
+        plan = plan_removal(_with_users(runner, project))
         o.kept = [f"{r.display}: {why}" for r, why in plan.keep]
         if dry_run:
             o.action = "would remove"
