@@ -94,13 +94,20 @@ def collect_project(path: str | Path, *, verify_digests: bool = True) -> Project
     return _ProjectLoader(pfile, verify_digests).run()
 
 
+def parse(path: Path, name: str) -> tuple[YamlDoc, list[SpecIssue]]:
+    """A spec file's document and its YAML and schema issues. A document that parsed is schema-checked
+    even when YAML had complaints (a duplicate key), so one pass reports every problem."""
+    doc, issues = load_yaml(path)
+    if doc.data is not None or not issues:
+        issues += schema.validate(doc, name)
+    return doc, issues
+
+
 def load_project_seeds(path: str | Path) -> tuple[YamlDoc, dict[str, SeedSpec]]:
     """project.yaml's schema and seed checks only, no digests (what ``stamp`` needs: it must work while the
     rest of the project is still being written)."""
     pfile = project_file(path)
-    doc, issues = load_yaml(pfile)
-    if not issues:
-        issues = schema.validate(doc, "project")
+    doc, issues = parse(pfile, "project")
     seeds: dict[str, SeedSpec] = {}
     seeds_ok = isinstance(doc.data, dict) and not any(i.json_path.startswith("$.assets") for i in issues)
     if seeds_ok:
@@ -122,9 +129,7 @@ class _ProjectLoader:
 
     def _parse(self, path: Path, name: str) -> tuple[YamlDoc, bool]:
         """The document and whether it passed YAML and schema (only then is it checked further)."""
-        doc, issues = load_yaml(path)
-        if doc.data is not None or not issues:
-            issues += schema.validate(doc, name)
+        doc, issues = parse(path, name)
         self.issues.extend(issues)
         return doc, not issues
 
@@ -369,9 +374,7 @@ def collect_grading(
     path: Path, services: Mapping[str, Any] | None = None
 ) -> tuple[Grading | None, list[SpecIssue]]:
     """A grading file as a model, or its issues. ``services``: the compose services checks may name."""
-    doc, issues = load_yaml(path)
-    if not issues:
-        issues = schema.validate(doc, "grading")
+    doc, issues = parse(path, "grading")
     if not issues:
         issues = checks.check_grading(doc, services)
     if issues:
@@ -404,9 +407,7 @@ def collect_run_config(
 ) -> tuple[RunConfig | None, list[SpecIssue]]:
     """A run config as a model, or its issues. With ``project``, its task names are checked against it."""
     path = path.resolve()
-    doc, issues = load_yaml(path)
-    if not issues:
-        issues = schema.validate(doc, "run_config")
+    doc, issues = parse(path, "run_config")
     if issues:
         return None, issues
     data = doc.data

@@ -541,3 +541,14 @@ def test_non_finite_numbers_are_refused(basic: Path) -> None:
     edit(basic / "run_configs/dev.yaml", "grading: 60", "grading: .nan")
     (issue,) = validate_project(str(basic)).errors
     assert (issue.line, issue.json_path) == (6, "$.timeouts.grading") and "finite" in issue.message
+
+
+def test_every_spec_file_reports_yaml_and_schema_problems_in_one_pass(tmp_path: Path) -> None:
+    # A duplicate key (YAML) and an unknown key (schema) in a grading file: both, as for project.yaml.
+    from forgelib.spec.loader import collect_grading
+
+    g = tmp_path / "grading.yaml"
+    g.write_text("threshold: 1.0\nthreshold: 0.5\nchecks: []\nbogus: 1\n")
+    _, issues = collect_grading(g)
+    messages = " | ".join(f"{i.json_path}: {i.message}" for i in issues)
+    assert "duplicate key" in messages and "$.bogus" in messages, messages
