@@ -28,7 +28,6 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from forgelib.errors import CommandError
@@ -44,6 +43,7 @@ from forgelib.labels import (
     TRIAL,
     UNKNOWN,
     current_owner,
+    pid_start_time,
 )
 from forgelib.runner import Runner, SubprocessRunner
 
@@ -209,20 +209,6 @@ def group_projects(resources: Iterable[Resource]) -> list[Project]:
 
 
 # ------------------------------------------------------------------------------------------ host facts
-
-
-def pid_start_time(pid: int, proc: Path = Path("/proc")) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None when the process does
-    not exist or is a zombie: a zombie has exited and only waits for its parent to collect the status."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    # field 2 (comm) is in parentheses and may itself contain spaces and ')': split after the last ')'
-    rest = text.rpartition(")")[2].split()
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    return rest[19]  # rest[0] is field 3, so field 22 is rest[19]
 
 
 def local_facts() -> HostFacts:

@@ -70,18 +70,29 @@ def boot_id() -> str:
         return UNKNOWN
 
 
-def process_start_time(pid: int | str = "self") -> str:
-    """Field 22 of ``/proc/<pid>/stat`` (``unknown`` if unreadable).
+def pid_start_time(pid: int | str, proc: Path = Path("/proc")) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None when the process does
+    not exist or is a zombie: a zombie has exited and only waits for its parent to collect the status.
 
-    The second field (comm) is in parentheses and may itself contain spaces and ')', so split after the
-    *last* ')'; the fields after it start at field 3.
+    Field 2 (comm) is in parentheses and may itself contain spaces and ')': split after the *last* ')'.
+    Any other error (e.g. permission denied) propagates: the reaper must never read it as "gone".
     """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    rest = text.rpartition(")")[2].split()
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    return rest[19]  # rest[0] is field 3, so field 22 is rest[19]
+
+
+def process_start_time(pid: int | str = "self") -> str:
+    """``pid_start_time`` for labelling: anything unreadable is ``unknown`` (which matches no process)."""
+    try:
+        return pid_start_time(pid) or UNKNOWN
     except OSError:
         return UNKNOWN
-    rest = stat[stat.rfind(")") + 2 :].split()
-    return rest[22 - 3] if len(rest) > 22 - 3 else UNKNOWN
 
 
 @cache
