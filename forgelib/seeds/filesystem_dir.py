@@ -7,16 +7,14 @@ directory itself), then verify: the container's listing and file hashes must equ
 
 from __future__ import annotations
 
-import os
 import posixpath
 import stat
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forgelib.errors import CommandError
-from forgelib.spec.digest import file_sha256
+from forgelib.spec.digest import file_sha256, walk_tree
 
 if TYPE_CHECKING:
     from forgelib.seeds import ApplyContext, SeedTarget
@@ -93,17 +91,11 @@ def seed_listing(root: Path, digest: str) -> Listing:
 def host_listing(root: Path) -> Listing:
     """The seed tree as the container listing reports it (symlinks are not followed)."""
     out: Listing = {}
-    for path in _walk(root):
+    for path in walk_tree(root):
         rel = path.relative_to(root).as_posix()
         mode = path.lstat().st_mode
         out[rel] = file_sha256(path) if stat.S_ISREG(mode) else None
     return out
-
-
-def _walk(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in (*dirnames, *filenames):
-            yield Path(dirpath) / name
 
 
 def parse_listing(out: str, target: str) -> Listing:

@@ -16,6 +16,7 @@ from typing import Any
 
 from forgelib.errors import SpecIssue
 from forgelib.seeds import REGISTRY
+from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
@@ -100,12 +101,11 @@ def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[Spe
 def _escaping_links(name: str, raw: str, path: Path, root: Path) -> str | None:
     """A directory seed must not carry a symlink that leads out of the project (the copy would carry it, and
     the digest only covers the link text, not what it points at)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        for entry in (*dirnames, *filenames):
-            link = Path(dirpath) / entry
-            if link.is_symlink() and not inside(link.resolve(), root):
-                out.append(f"{link.relative_to(path)} -> {link.readlink()}")
+    out = [
+        f"{link.relative_to(path)} -> {link.readlink()}"
+        for link in walk_tree(path)
+        if link.is_symlink() and not inside(link.resolve(), root)
+    ]
     if not out:
         return None
     shown = ", ".join(clip(x) for x in out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")

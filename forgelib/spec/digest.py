@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from forgelib.errors import ForgeError
@@ -60,6 +61,13 @@ def file_sha256(path: Path | str | bytes) -> str:
     finally:
         os.close(fd)
     return h.hexdigest()
+
+
+def walk_tree(root: Path) -> Iterator[Path]:
+    """Every entry below ``root`` (directories included, symlinks not followed), parents before children."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in (*dirnames, *filenames):
+            yield Path(dirpath) / name
 
 
 def _records(root: bytes) -> list[tuple[bytes, bytes]]:
