@@ -91,18 +91,23 @@ def _matcher_for(check: Check) -> Matcher | None:
     return matcher_of(check.spec)
 
 
+def exec_failure(shown: str, service: str, failure: ForgeError | Result) -> str:
+    """How a command exec'd in a service failed, in one sentence (checks and the oracle say it alike)."""
+    where = f"`{shown}` in service {service!r}"
+    if isinstance(failure, CommandTimeout):
+        return f"{where} timed out after {failure.timeout:g}s"
+    if isinstance(failure, ForgeError):  # a missing program, docker failing to exec
+        return f"{where} could not run: {failure}"
+    return f"{where} exited {failure.rc}: {tail(failure.stderr or failure.stdout, 5) or '(no output)'}"
+
+
 def _exec(stack: Stack, service: str, argv: Sequence[str], timeout: float) -> str:
     try:
         r = stack.exec(service, argv, timeout=timeout, check=False)
-    except CommandTimeout as e:
-        raise ObservationError(
-            f"`{' '.join(argv)}` in service {service!r} timed out after {e.timeout:g}s"
-        ) from None
-    except ForgeError as e:  # a missing program, docker failing to exec
-        raise ObservationError(f"`{' '.join(argv)}` in service {service!r} could not run: {e}") from None
+    except ForgeError as e:
+        raise ObservationError(exec_failure(" ".join(argv), service, e)) from None
     if r.rc != 0:
-        detail = tail(r.stderr or r.stdout, 5) or "(no output)"
-        raise ObservationError(f"`{' '.join(argv)}` in service {service!r} exited {r.rc}: {detail}")
+        raise ObservationError(exec_failure(" ".join(argv), service, r))
     return r.stdout
 
 

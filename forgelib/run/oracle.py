@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from forgelib.errors import CommandTimeout, ForgeError, tail
-from forgelib.run.checks import Stack
+from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.run.checks import Stack, exec_failure
 from forgelib.spec.models import Oracle
 
 
@@ -49,18 +49,12 @@ def run_oracle(stack: Stack, oracle: Oracle, *, timeout: float, out_dir: Path | 
         )
     except CommandTimeout as e:
         res = OracleResult(
-            False, True, None, timeout, e.stdout_tail, e.stderr_tail,
-            f"`{shown}` in service {oracle.service!r} timed out after {timeout:g}s",
-        )  # fmt: skip
-    except ForgeError as e:  # docker could not exec (service gone, program missing)
-        res = OracleResult(
-            False, False, None, 0.0, "", str(e), f"`{shown}` in service {oracle.service!r} could not run: {e}"
+            False, True, None, timeout, e.stdout_tail, e.stderr_tail, exec_failure(shown, oracle.service, e)
         )
+    except ForgeError as e:  # docker could not exec (service gone, program missing)
+        res = OracleResult(False, False, None, 0.0, "", str(e), exec_failure(shown, oracle.service, e))
     else:
-        err = None
-        if r.rc != 0:
-            detail = tail(r.stderr or r.stdout, 5) or "(no output)"
-            err = f"`{shown}` in service {oracle.service!r} exited {r.rc}: {detail}"
+        err = exec_failure(shown, oracle.service, r) if r.rc != 0 else None
         res = OracleResult(r.rc == 0, False, r.rc, r.seconds, r.stdout, r.stderr, err)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
