@@ -16,7 +16,6 @@ from pathlib import Path
 
 from forgelib.runner import Runner
 
-PREFIX = "io.forgelib."
 MANAGED = "io.forgelib.managed"
 RUN = "io.forgelib.run"
 TRIAL = "io.forgelib.trial"
