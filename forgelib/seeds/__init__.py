@@ -10,61 +10,9 @@ provisioning wraps it as ``ProvisionError(stage="reset_recipe")``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from forgelib.compose import ComposeProject
-from forgelib.errors import RecipeError
-from forgelib.spec.models import Seed, SeedKind, Timeouts
-
-
-@dataclass(frozen=True)
-class SeedTarget:
-    """What a recipe's host-side ``check`` sees: the seed and how the service binds it."""
-
-    service: str
-    seed: Seed
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def fail(self, step: str, detail: str) -> RecipeError:
-        """The error a recipe raises: which step on which service, and the diagnostics."""
-        return RecipeError(f"{step} step on service '{self.service}': {detail}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApplyContext(SeedTarget):
-    """``SeedTarget`` plus the live stack: every container call goes through ``compose``."""
-
-    compose: ComposeProject
-    # The service's resolved compose config (`docker compose config`): environment is a dict, etc.
-    service_config: Mapping[str, Any] = field(default_factory=dict)
-    timeouts: Timeouts = field(default_factory=Timeouts)
-
-    def environment(self) -> Mapping[str, Any]:
-        env = self.service_config.get("environment") or {}
-        return env if isinstance(env, Mapping) else {}
-
-
-class Recipe(Protocol):
-    """What every module in this package provides (modules satisfy it structurally)."""
-
-    @property
-    def OPTIONS(self) -> frozenset[str]:
-        """The ``reset:`` binding options the recipe understands (anything else is a spec error)."""
-        ...
-
-    def check(self, target: SeedTarget) -> None:
-        """Host-side guards (the seed has the right shape); never touches a container."""
-        ...
-
-    def apply(self, ctx: ApplyContext) -> None:
-        """Apply the seed to the running service; raise ``RecipeError`` on any failure."""
-        ...
-
-
-# Imported after the types above: the recipe modules use them (annotations only, at type-check time).
-from forgelib.seeds import bare, filesystem_dir, redis_dump, sql_dump  # noqa: E402
+from forgelib.seeds import bare, filesystem_dir, redis_dump, sql_dump
+from forgelib.seeds.base import ApplyContext, Recipe, SeedTarget
+from forgelib.spec.models import SeedKind
 
 REGISTRY: dict[SeedKind, Recipe] = {
     SeedKind.SQL_DUMP: sql_dump,

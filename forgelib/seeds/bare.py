@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from forgelib.seeds import ApplyContext, SeedTarget
+from forgelib.seeds.base import ApplyContext, SeedTarget
 
 OPTIONS: frozenset[str] = frozenset()
 

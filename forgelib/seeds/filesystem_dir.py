@@ -11,13 +11,10 @@ import posixpath
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from forgelib.errors import CommandError
+from forgelib.seeds.base import ApplyContext, SeedTarget
 from forgelib.spec.digest import file_sha256, walk_tree
-
-if TYPE_CHECKING:
-    from forgelib.seeds import ApplyContext, SeedTarget
 
 OPTIONS = frozenset({"target"})
 DEFAULT_TARGET = "/workspace"

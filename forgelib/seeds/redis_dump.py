@@ -14,12 +14,9 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from forgelib.errors import CommandError
-
-if TYPE_CHECKING:
-    from forgelib.seeds import ApplyContext, SeedTarget
+from forgelib.seeds.base import ApplyContext, SeedTarget
 
 OPTIONS: frozenset[str] = frozenset()
 MAGIC = b"REDIS"

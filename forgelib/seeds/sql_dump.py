@@ -7,12 +7,10 @@ and the dump goes to stdin straight from the file, so its size never matters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forgelib.errors import CommandError
-
-if TYPE_CHECKING:
-    from forgelib.seeds import ApplyContext, SeedTarget
+from forgelib.seeds.base import ApplyContext, SeedTarget
 
 OPTIONS = frozenset({"user", "database"})
 DEFAULT_USER = "postgres"
