@@ -182,7 +182,9 @@ class _Provisioning:
                 config = compose.config()
                 images = [str(s.get("image", "")) for s in (config.get("services") or {}).values()]
                 declared = image_volumes(self.runner, images, self.timeouts.command)
-                override = write_override(self.trial_dir / OVERRIDE_FILE, config, self.labels, declared)
+                override = write_override(
+                    self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, _loopback(bindings, config)
+                )
                 compose = compose.with_files(self.env.compose_file, override)
             services = config.get("services") or {}
             absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
@@ -281,6 +283,17 @@ class _Binding:
     @property
     def target(self) -> SeedTarget:
         return SeedTarget(self.service, self.seed, self.options)
+
+
+def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[str, list[int]]:
+    """service -> the container port its recipe talks to directly (published on 127.0.0.1)."""
+    services = config.get("services") or {}
+    out: dict[str, list[int]] = {}
+    for b in bindings:
+        port = b.recipe.direct_port(services.get(b.service) or {})
+        if port is not None:
+            out[b.service] = [port]
+    return out
 
 
 def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: str) -> ProvisionError:

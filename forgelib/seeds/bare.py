@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from forgelib.seeds.base import ApplyContext, SeedTarget
 
 OPTIONS: frozenset[str] = frozenset()
@@ -15,3 +18,7 @@ def check(target: SeedTarget) -> None:
 
 def apply(ctx: ApplyContext) -> None:
     """Nothing to do in the container: the path is the seed."""
+
+
+def direct_port(service_config: Mapping[str, Any]) -> int | None:
+    return None

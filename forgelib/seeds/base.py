@@ -55,3 +55,8 @@ class Recipe(Protocol):
     def apply(self, ctx: ApplyContext) -> None:
         """Apply the seed to the running service; raise ``RecipeError`` on any failure."""
         ...
+
+    def direct_port(self, service_config: Mapping[str, Any]) -> int | None:
+        """The container port forge talks to directly (published on 127.0.0.1 by the override), or None
+        when the recipe works through ``compose exec``/``cp`` only."""
+        ...

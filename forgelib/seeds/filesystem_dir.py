@@ -10,7 +10,9 @@ from __future__ import annotations
 import posixpath
 import stat
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from forgelib.errors import CommandError
 from forgelib.seeds.base import ApplyContext, SeedTarget
@@ -126,3 +128,7 @@ def compare(expected: Listing, actual: Listing) -> str:
             more = f" (+{len(paths) - _SHOWN} more)" if len(paths) > _SHOWN else ""
             parts.append(f"{label}: {shown}{more}")
     return "; ".join(parts)
+
+
+def direct_port(service_config: Mapping[str, Any]) -> int | None:
+    return None  # the tree is reached through compose exec/cp

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from forgelib.errors import CommandError
 from forgelib.seeds.base import ApplyContext, SeedTarget
@@ -22,6 +23,7 @@ OPTIONS: frozenset[str] = frozenset()
 MAGIC = b"REDIS"
 POLL_INTERVAL = 0.2
 LOG_TAIL = 30
+DEFAULT_PORT = 6379
 
 # The newest RDB version each Redis release line can load (from librdb's redis-to-RDB table).
 # Every server loads all older versions ("RDB is forward compatible").
@@ -174,3 +176,20 @@ def _state(ctx: ApplyContext) -> str:
 def _log_tail(ctx: ApplyContext) -> str:
     text = ctx.compose.log_tail(ctx.service, LOG_TAIL)
     return "\n".join(f"  {ln}" for ln in text.splitlines()) or "  (empty)"
+
+
+def direct_port(service_config: Mapping[str, Any]) -> int:
+    """The server's port: ``--port N`` on its command line, else 6379."""
+    value = command_option(service_config, "port")
+    return int(value) if value and value.isdigit() else DEFAULT_PORT
+
+
+def command_option(service_config: Mapping[str, Any], name: str) -> str | None:
+    """The value of ``--NAME VALUE`` on the service's (resolved) command line, or None."""
+    command = service_config.get("command") or []
+    argv = command if isinstance(command, list) else str(command).split()
+    argv = [str(a) for a in argv]
+    for i, arg in enumerate(argv[:-1]):
+        if arg == f"--{name}":
+            return argv[i + 1]
+    return None

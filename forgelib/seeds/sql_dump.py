@@ -14,6 +14,7 @@ from forgelib.seeds.base import ApplyContext, SeedTarget
 
 OPTIONS = frozenset({"user", "database"})
 DEFAULT_USER = "postgres"
+DEFAULT_PORT = 5432
 
 
 def check(target: SeedTarget) -> None:
@@ -49,3 +50,10 @@ def apply(ctx: ApplyContext) -> None:
         ctx.compose.exec(ctx.service, argv(user, database), stdin=ctx.seed.path, timeout=ctx.timeouts.recipe)
     except CommandError as e:
         raise ctx.fail("psql", str(e)) from e
+
+
+def direct_port(service_config: Mapping[str, Any]) -> int:
+    """Where the server listens in the container: ``PGPORT`` (the official image honours it), else 5432."""
+    env = service_config.get("environment") or {}
+    port = str(env.get("PGPORT") or "") if isinstance(env, Mapping) else ""
+    return int(port) if port.isdigit() else DEFAULT_PORT

@@ -115,6 +115,17 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
     }
 
 
+def test_loopback_ports_are_added_to_the_named_services_only(tmp_path: Path) -> None:
+    config = {"services": {"db": {"ports": ["5432"]}, "api": {}}}
+    out = yaml.safe_load(
+        c.write_override(tmp_path / "o.yaml", config, {"l": "v"}, loopback={"db": [5432]}).read_text()
+    )
+    # Added beside what the compose file publishes (compose appends override ports), loopback only, and
+    # no published port: the engine picks a free one, so parallel stacks never collide.
+    assert out["services"]["db"]["ports"] == [{"target": 5432, "host_ip": "127.0.0.1", "protocol": "tcp"}]
+    assert "ports" not in out["services"]["api"]
+
+
 def test_clean_env_drops_every_ambient_compose_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPOSE_PROJECT_NAME", "evil")
     monkeypatch.setenv("COMPOSE_FILE", "/evil.yaml")

@@ -351,3 +351,12 @@ def test_a_seed_tree_is_listed_once_per_verified_digest(
     assert filesystem_dir.seed_listing(seed, "sha256:aa") == first and calls == [seed]
     filesystem_dir.seed_listing(seed, "sha256:bb")  # the seed changed (and was re-stamped): listed again
     assert calls == [seed, seed]
+
+
+def test_direct_ports_follow_the_service_config() -> None:
+    assert sql_dump.direct_port({}) == 5432
+    assert sql_dump.direct_port({"environment": {"PGPORT": "6543"}}) == 6543
+    assert redis_dump.direct_port({"command": ["redis-server", "--save", ""]}) == 6379
+    assert redis_dump.direct_port({"command": ["redis-server", "--port", "7000"]}) == 7000
+    assert redis_dump.command_option({"command": "redis-server --requirepass pw"}, "requirepass") == "pw"
+    assert filesystem_dir.direct_port({}) is None and REGISTRY[SeedKind.BARE].direct_port({}) is None
