@@ -39,6 +39,8 @@ class SpecIssue:
     col: int | None
     json_path: str  # "$.assets.seeds.x.digest"
     message: str
+    # "error" fails validation; "warning" (risky, allowed) and "note" (what forge changes) are reported only.
+    severity: str = "error"
 
     def __str__(self) -> str:
         where = self.file
@@ -46,7 +48,8 @@ class SpecIssue:
             where += f":{self.line}"
             if self.col is not None:
                 where += f":{self.col}"
-        return f"{where}: {self.json_path}: {self.message}"
+        tag = "" if self.severity == "error" else f"{self.severity}: "
+        return f"{where}: {self.json_path}: {tag}{self.message}"
 
 
 class SpecError(ForgeError):

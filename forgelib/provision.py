@@ -174,7 +174,7 @@ class _Provisioning:
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
         compose = ComposeProject(
-            self.name, (self.env.compose_file,), self.runner, self.timeouts, image_env(self.runner)
+            self.name, self.env.compose_files, self.runner, self.timeouts, image_env(self.runner)
         )
         try:
             bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
@@ -185,7 +185,7 @@ class _Provisioning:
                 override = write_override(
                     self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, _loopback(bindings, config)
                 )
-                compose = compose.with_files(self.env.compose_file, override)
+                compose = compose.with_files(*self.env.compose_files, override)
             services = config.get("services") or {}
             absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
             first = _closure([b.service for b in bindings], services)
@@ -406,7 +406,7 @@ def _shared_stack(
 ) -> ProvisionedTrial:
     """All services shared: one stack per (run, compose file), brought up by the first trial that needs
     it (the others wait for it), no recipes (only reset services have seeds)."""
-    key = (run_id, str(env.compose_file))
+    key = (run_id, "\n".join(map(str, env.compose_files)))
     with _shared_guard:
         lock = _shared_locks.setdefault(key, threading.Lock())
     with lock:

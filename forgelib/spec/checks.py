@@ -16,6 +16,7 @@ from typing import Any
 
 from forgelib.errors import SpecIssue
 from forgelib.seeds import REGISTRY
+from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
@@ -133,7 +134,7 @@ def _seed_type_problem(name: str, raw: str, path: Path, kind: SeedKind | None) -
 class RawEnvironment:
     """An environment manifest after merging, still as written, remembering which file said what."""
 
-    compose_file: Path
+    compose_files: tuple[Path, ...]
     compose_at: tuple[YamlDoc, JsonPath]
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
     origins: dict[str, list[tuple[YamlDoc, JsonPath]]] = field(default_factory=dict)
@@ -161,12 +162,12 @@ def merge_environment(base: RawEnvironment | None, doc: YamlDoc, at: JsonPath) -
     if base is None or "compose_file" in manifest:
         if "compose_file" not in manifest:
             return None
-        env = RawEnvironment(
-            (doc.file.parent / manifest["compose_file"]).resolve(), (doc, (*at, "compose_file"))
-        )
+        raw = manifest["compose_file"]
+        files = tuple((doc.file.parent / f).resolve() for f in ([raw] if isinstance(raw, str) else raw))
+        env = RawEnvironment(files, (doc, (*at, "compose_file")))
     else:
         env = RawEnvironment(
-            base.compose_file,
+            base.compose_files,
             base.compose_at,
             {k: dict(v) for k, v in base.services.items()},
             {k: list(v) for k, v in base.origins.items()},
@@ -185,37 +186,20 @@ def merge_environment(base: RawEnvironment | None, doc: YamlDoc, at: JsonPath) -
     return env
 
 
-def compose_services(compose: YamlDoc) -> tuple[dict[str, Any] | None, list[SpecIssue]]:
-    """The compose file's ``services`` mapping, or an issue saying why there is none."""
-    data = compose.data
-    if not isinstance(data, dict):
-        return None, [compose.issue((), "a compose file must be a mapping with a services: key")]
-    services = data.get("services")
-    if not isinstance(services, dict) or not services:
-        return None, [compose.issue(("services",), "the compose file defines no services; add services:")]
-    bad = [
-        compose.issue(("services", n), f"service {n!r} must be a mapping")
-        for n, s in services.items()
-        if not isinstance(s, dict)
-    ]
-    return (None, bad) if bad else (services, [])
-
-
 def check_environment(
-    env: RawEnvironment,
-    compose: YamlDoc,
-    services: Mapping[str, Any],
-    seeds: Mapping[str, SeedSpec],
+    env: RawEnvironment, compose: ComposeSet, seeds: Mapping[str, SeedSpec]
 ) -> list[SpecIssue]:
     """Every labelled service exists in the compose file and has a consistent isolation/reset pair."""
     issues: list[SpecIssue] = []
+    services = compose.services
+    shown = compose.files[0].name if len(compose.files) == 1 else "the compose files"
     for name, labels in env.services.items():
         if name not in services:
             issues.append(
                 env.issue(
                     name,
                     (),
-                    f"service {name!r} is not in {compose.display}{did_you_mean(name, services)}; "
+                    f"service {name!r} is not in {shown}{did_you_mean(name, services)}; "
                     f"its services: {', '.join(services)}",
                     key=True,
                 )
@@ -245,7 +229,7 @@ def check_environment(
                 )
             )
         if isolation == Isolation.RESET.value and isinstance(reset, dict):
-            issues.extend(_check_reset(env, name, reset, seeds, compose, services))
+            issues.extend(_check_reset(env, name, reset, seeds, compose))
     return issues
 
 
@@ -254,8 +238,7 @@ def _check_reset(
     name: str,
     reset: Mapping[str, Any],
     seeds: Mapping[str, SeedSpec],
-    compose: YamlDoc,
-    services: Mapping[str, Any],
+    compose: ComposeSet,
 ) -> list[SpecIssue]:
     seed = seeds.get(reset["seed"])
     if seed is None:
@@ -286,12 +269,13 @@ def _check_reset(
                     key=True,
                 )
             )
-    if seed.kind is SeedKind.REDIS_DUMP and isinstance(services.get(name), dict):
+    sdef = compose.services.get(name)
+    if seed.kind is SeedKind.REDIS_DUMP and sdef is not None:
         for key in ("command", "entrypoint"):
-            if _turns_on_appendonly(services[name].get(key)):
+            written = sdef.last(key)
+            if written is not None and _turns_on_appendonly(written.value):
                 issues.append(
-                    compose.issue(
-                        ("services", name, key),
+                    written.issue(
                         f"service {name!r} resets from redis dump {seed.name!r} but its {key} turns on "
                         "appendonly; with AOF on Redis ignores dump.rdb at startup, so remove "
                         "'--appendonly yes' (or use isolation: ephemeral)",

@@ -15,6 +15,7 @@ from typing import Any
 from forgelib.errors import SpecError, SpecIssue
 from forgelib.spec import checks, schema
 from forgelib.spec.checks import RawEnvironment, SeedSpec
+from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (
     Check,
@@ -125,7 +126,7 @@ class _ProjectLoader:
         self.verify = verify_digests
         self.result = ProjectLoad(pfile)
         self.issues = self.result.issues
-        self._compose: dict[Path, tuple[YamlDoc, dict[str, Any] | None]] = {}
+        self._compose: dict[tuple[Path, ...], ComposeSet | None] = {}
 
     def _parse(self, path: Path, name: str) -> tuple[YamlDoc, bool]:
         """The document and whether it passed YAML and schema (only then is it checked further)."""
@@ -227,34 +228,46 @@ class _ProjectLoader:
             )
         return found
 
-    def _compose_doc(self, env: RawEnvironment) -> tuple[YamlDoc, dict[str, Any] | None]:
-        path = env.compose_file
-        if path not in self._compose:
-            cdoc, issues = load_yaml(path)
-            services = None
-            if not issues:
-                services, issues = checks.compose_services(cdoc)
-            self._compose[path] = (cdoc, services)
-            if issues and not path.is_file():
+    def _compose_set(self, env: RawEnvironment) -> ComposeSet | None:
+        """The environment's compose files read once per distinct list (tasks usually share the project's);
+        None when they cannot be read or define no services (the issues say why)."""
+        files = env.compose_files
+        if files not in self._compose:
+            missing = [f for f in files if not f.is_file()]
+            if missing:
                 doc, at = env.compose_at
-                raw = doc.get(at)
-                issues = [
-                    doc.issue(at, f"compose file {raw!r} not found (paths are relative to {doc.display})")
-                ]
-            self.issues.extend(issues)
-        return self._compose[path]
+                shown = ", ".join(display_path(f) for f in missing)
+                self.issues.append(
+                    doc.issue(at, f"compose file {shown} not found (paths are relative to {doc.display})")
+                )
+                self._compose[files] = None
+            else:
+                cset = load_compose_set(files)
+                self.issues.extend(cset.issues)
+                if not cset.issues and not cset.services:
+                    self.issues.append(
+                        SpecIssue(
+                            display_path(files[0]),
+                            None,
+                            None,
+                            "$.services",
+                            "the compose file defines no services; add services:",
+                        )
+                    )
+                self._compose[files] = cset if not cset.issues and cset.services else None
+        return self._compose[files]
 
     def _environment(self, env: RawEnvironment, seeds: Mapping[str, SeedSpec]) -> EnvironmentManifest | None:
-        cdoc, services = self._compose_doc(env)
-        if services is None:
+        cset = self._compose_set(env)
+        if cset is None:
             return None
-        issues = checks.check_environment(env, cdoc, services, seeds)
+        issues = checks.check_environment(env, cset, seeds)
         # A task inheriting the project's services repeats the project's issues; report each once.
         self.issues.extend(i for i in issues if i not in self.issues)
         if issues:
             return None
         models: dict[str, Service] = {}
-        for name in services:
+        for name in cset.services:
             labels = env.services.get(name, {})
             isolation = Isolation(labels.get("isolation", Isolation.EPHEMERAL.value))
             reset = labels.get("reset")
@@ -263,7 +276,7 @@ class _ProjectLoader:
                 options = {k: v for k, v in reset.items() if k != "seed"}
                 binding = ResetBinding(reset["seed"], frozen_map(options))
             models[name] = Service(name, isolation, binding)
-        return EnvironmentManifest(env.compose_file, frozen_map(models), frozen_map(cdoc.data))
+        return EnvironmentManifest(env.compose_files, frozen_map(models), frozen_map(cset.data()))
 
     def _tasks(
         self,

@@ -56,7 +56,9 @@ class Service:
 
 @dataclass(frozen=True)
 class EnvironmentManifest:
-    compose_file: Path  # absolute
+    # Absolute, in compose's order (later files override earlier ones). The first is the primary file: its
+    # directory is compose's project directory (where `.env` is read and relative paths start).
+    compose_files: tuple[Path, ...]
     # Every service the compose file defines; unlabelled ones are EPHEMERAL.
     services: Mapping[str, Service]
     # The compose file's parsed content (for recipes that read e.g. `environment` or `command`).
@@ -66,6 +68,11 @@ class EnvironmentManifest:
     def requires_per_trial(self) -> bool:
         """Per-trial stacks unless every service is shared (then: one stack for the run, no recipes)."""
         return any(s.isolation is not Isolation.SHARED for s in self.services.values())
+
+    @property
+    def compose_file(self) -> Path:
+        """The primary compose file (the first of ``compose_files``)."""
+        return self.compose_files[0]
 
     def reset_services(self) -> tuple[Service, ...]:
         return tuple(s for s in self.services.values() if s.isolation is Isolation.RESET)

@@ -99,7 +99,7 @@ def make_project(
         svc[n] = Service(n, isolation.get(n, default), _binding(binding) if binding is not None else None)
     # resolved, as the loader does: error messages name the resolved path
     seed_models = {n: Seed(n, p.resolve(), k, seed_digest(p.resolve(), k)) for n, (p, k) in seeds.items()}
-    env = EnvironmentManifest(compose_file, svc, compose)
+    env = EnvironmentManifest((compose_file,), svc, compose)
     return Project(name, root, root / "project.yaml", "", seed_models, env, ())
 
 

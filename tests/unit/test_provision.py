@@ -75,7 +75,7 @@ class Stack:
             n: Service(n, Isolation.RESET, ResetBinding(*reset[n])) if n in reset else Service(n, isolation)
             for n in services
         }
-        self.env = EnvironmentManifest(self.compose_file, svc, dict(services))
+        self.env = EnvironmentManifest((self.compose_file,), svc, dict(services))
         self.project = Project("proj", tmp_path, tmp_path / "project.yaml", "", seed_models, self.env, ())
         self.task = Task("t", tmp_path / "task.yaml", "", self.env)
         self.config = {"name": NAME, "services": {n: dict(s) for n, s in services.items()}}

@@ -124,7 +124,7 @@ def make_task(
     compose: Mapping[str, Any] | None = None,
 ) -> Task:
     env = EnvironmentManifest(
-        compose_file=Path("/p/compose.yaml"),
+        compose_files=(Path("/p/compose.yaml"),),
         services={},
         compose=compose
         or {"services": {"app-db": {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "shop"}}}},

@@ -18,7 +18,7 @@ from .fakes import widget_task
 
 
 def project(tmp_path: Path) -> Project:
-    env = EnvironmentManifest(tmp_path / "compose.yaml", {})
+    env = EnvironmentManifest((tmp_path / "compose.yaml",), {})
     tasks = (widget_task("a"), widget_task("b"))
     return Project("p", tmp_path, tmp_path / "project.yaml", "", {}, env, tasks)
 
