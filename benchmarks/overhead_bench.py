@@ -3,7 +3,7 @@
 A = ``python -m forgelib run --config PACK/run_configs/dev.yaml --repeats 1 --json --output TMP``;
 B = ``benchmarks/shell_baseline.sh`` on the same compose file: ``docker compose up --wait`` -> ``psql`` < the
 same seed -> the same oracle -> the same state check -> ``docker compose down --volumes``.
-Both get the same ``FORGE_IMAGE_*`` variables (``forgelib.images.image_env``, as forge sets them). Runs are
+Both get the same ``FORGE_IMAGE_*`` variables (``ImageFacts.env``, as forge sets them). Runs are
 interleaved A B A B after one unmeasured warm-up pair; the report gives per-trial medians and forge ÷ shell
 (target ≤ 1.10), plus where forge's time goes (process start + load vs. the trial itself, phase by phase
 beside the shell's steps, client CPU). A third arm C (A B C A B C ...) runs the shell loop in forge's order
@@ -98,10 +98,10 @@ def _load(path: Path) -> dict[str, Any]:
 
 def image_env() -> dict[str, str]:
     """The FORGE_IMAGE_* overlay forge merges into every compose call (the same function forge uses)."""
-    from forgelib.images import image_env as forge_image_env
+    from forgelib.images import ImageFacts
     from forgelib.runner import SubprocessRunner
 
-    env = forge_image_env(SubprocessRunner(default_timeout=60))
+    env = ImageFacts().env(SubprocessRunner(default_timeout=60))
     return {k: v for k, v in env.items() if v is not None}
 
 

@@ -3,7 +3,6 @@ codes (0 ok, 1 user error, 2 usage, 130 interrupted, 3 unexpected — with the l
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
@@ -47,17 +46,12 @@ def _setup_logging() -> Path:
     return path
 
 
-def guarded(target: str, **kwargs: Any) -> None:
-    """Import ``"module:function"``, call it, and map what it returns or raises to an exit code.
-
-    The import happens inside the guard so a broken install is an exit-3 report, not a traceback.
-    """
+def guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
+    """Call a command body and map what it returns or raises to an exit code."""
     path = _setup_logging()
-    log.debug("command %s %r", target, kwargs)
+    log.debug("command %s.%s %r", command.__module__, command.__qualname__, kwargs)
     try:
-        module, _, name = target.partition(":")
-        fn: Callable[..., int | None] = getattr(importlib.import_module(module), name)
-        rc = fn(**kwargs)
+        rc = command(**kwargs)
     except ForgeError as e:
         log.debug("user error (exit %d): %s", e.exit_code, e)
         print(f"forge: error: {e}", file=sys.stderr)

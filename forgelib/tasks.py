@@ -9,6 +9,10 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from forgelib.cli import guarded
+from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
+from forgelib.run.cli import main_run
+from forgelib.spec.stamp import main_stamp
+from forgelib.spec.validate import main_validate
 
 # Invoke cannot tell an option left out from one given its default; this value marks "left out", so an
 # explicit `--repeats 0` still reaches the command's own check (a usage error) instead of meaning "unset".
@@ -20,25 +24,25 @@ UNSET = -(2**31)
 @task(help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"})
 def validate(c: Context, project: str = ".", json: bool = False) -> None:
     """Validate a project's spec files: schemas, references, paths, digests."""
-    guarded("forgelib.spec.validate:main_validate", project=project, as_json=json)
+    guarded(main_validate, project=project, as_json=json)
 
 
 @task(help={"project": "project directory or its project.yaml", "check": "write nothing; exit 1 if stale"})
 def stamp(c: Context, project: str = ".", check: bool = False) -> None:
     """Compute seed digests and write them into project.yaml (comments and layout kept)."""
-    guarded("forgelib.spec.stamp:main_stamp", project=project, check=check)
+    guarded(main_stamp, project=project, check=check)
 
 
 @task
 def engine(c: Context) -> None:
     """Install and start a Docker engine and compose v2 if they do not answer (idempotent)."""
-    guarded("forgelib.engine:main_engine")
+    guarded(main_engine)
 
 
 @task(help={"force": "rebuild even when the content hash is unchanged"})
 def images(c: Context, force: bool = False) -> None:
     """Build the offline stand-in images (postgres, redis, python) from Debian packages."""
-    guarded("forgelib.images:main_images", force=force)
+    guarded(main_images, force=force)
 
 
 @task(
@@ -51,13 +55,13 @@ def images(c: Context, force: bool = False) -> None:
 )
 def provision(c: Context, project: str = ".", task: str = "", keep: bool = False, json: bool = False) -> None:
     """Provision one trial stack and apply its seeds; tear it down unless --keep."""
-    guarded("forgelib.provision:main_provision", project=project, task=task or None, keep=keep, as_json=json)
+    guarded(main_provision, project=project, task=task or None, keep=keep, as_json=json)
 
 
 @task(help={"name": "the compose project name `forge provision --keep` printed"})
 def teardown(c: Context, name: str = "") -> None:
     """Tear down a stack left up by `forge provision --keep`."""
-    guarded("forgelib.provision:main_teardown", name=name)
+    guarded(main_teardown, name=name)
 
 
 @task(
@@ -83,7 +87,7 @@ def run(
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
-        "forgelib.run.cli:main_run",
+        main_run,
         config=config,
         repeats=None if repeats == UNSET else repeats,
         workers=None if workers == UNSET else workers,
@@ -103,7 +107,7 @@ def run(
 )
 def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -> None:
     """Remove stacks whose owning forge process is provably gone; say why for each kept one."""
-    guarded("forgelib.custody:main_reap", dry_run=dry_run, run_id=run or None, as_json=json)
+    guarded(main_reap, dry_run=dry_run, run_id=run or None, as_json=json)
 
 
 ns = Collection(validate, stamp, engine, images, provision, teardown, run, reap)

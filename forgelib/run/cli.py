@@ -9,13 +9,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
-from forgelib.provision import ProvisionedTrial, capture_logs, provision_trial, teardown_run, teardown_trial
+from forgelib.provision import (
+    ProvisionCache,
+    ProvisionedTrial,
+    SharedStacks,
+    capture_logs,
+    provision_trial,
+    teardown_trial,
+)
 from forgelib.run.events import summarize
 from forgelib.run.execute import RunPlan, TrialHandle, run_project
 from forgelib.runner import Runner, SubprocessRunner
@@ -134,12 +141,15 @@ def render_table(summary: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class DockerBackend:
-    """The orchestrator's ``Backend`` on forgelib.provision (real compose stacks)."""
+    """The orchestrator's ``Backend`` on forgelib.provision (real compose stacks). It owns its run's shared
+    stacks and what it learns about the engine and the seeds (``ProvisionCache``)."""
 
     project: Project
     timeouts: Timeouts
     runner: Runner
     log_tail_lines: int = 200
+    shared: SharedStacks = field(default_factory=SharedStacks)
+    cache: ProvisionCache = field(default_factory=ProvisionCache)
 
     def provision(
         self,
@@ -160,6 +170,8 @@ class DockerBackend:
             runner=self.runner,
             on_phase=on_phase,
             log_tail_lines=self.log_tail_lines,
+            shared=self.shared,
+            cache=self.cache,
         )
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
@@ -176,7 +188,7 @@ class DockerBackend:
             )
 
     def finish_run(self, run_id: str) -> None:
-        teardown_run(run_id)
+        self.shared.teardown_run(run_id)
 
 
 __all__ = ["DockerBackend", "build_plan", "main_run", "render_table"]

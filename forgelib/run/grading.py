@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
+from forgelib.spec.models import MATCHERS
+
 _EPS = 1e-9  # 0.1 + 0.2 weights must still reach a 0.3 threshold
 
 

@@ -11,7 +11,7 @@ provisioning wraps it as ``ProvisionError(stage="reset_recipe")``.
 from __future__ import annotations
 
 from forgelib.seeds import bare, filesystem_dir, redis_dump, sql_dump
-from forgelib.seeds.base import ApplyContext, Recipe, SeedTarget
+from forgelib.seeds.base import ApplyContext, Memo, Recipe, SeedTarget
 from forgelib.spec.models import SeedKind
 
 REGISTRY: dict[SeedKind, Recipe] = {
@@ -21,4 +21,4 @@ REGISTRY: dict[SeedKind, Recipe] = {
     SeedKind.BARE: bare,
 }
 
-__all__ = ["REGISTRY", "ApplyContext", "Recipe", "SeedTarget"]
+__all__ = ["REGISTRY", "ApplyContext", "Memo", "Recipe", "SeedTarget"]

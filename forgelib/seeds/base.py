@@ -4,13 +4,34 @@ provides (``Recipe``). Kept apart from the registry in ``__init__`` so recipe mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import RecipeError
 from forgelib.spec.models import Seed, Timeouts
+
+T = TypeVar("T")
+
+
+class Memo:
+    """Values derived from a seed version, computed once per owner (a run's backend) and shared by its trials.
+
+    Key by what the value is derived from (e.g. the seed's path *and* digest): provisioning re-verifies a
+    seed's digest right before every apply, so a value made for that digest still describes the seed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # trials of a run apply the same seed concurrently under --workers
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = make()
+            value: T = self._values[key]
+            return value
 
 
 @dataclass(frozen=True)
@@ -34,6 +55,7 @@ class ApplyContext(SeedTarget):
     # The service's resolved compose config (`docker compose config`): environment is a dict, etc.
     service_config: Mapping[str, Any] = field(default_factory=dict)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    memo: Memo = field(default_factory=Memo)  # shared by the trials of one backend (see ``Memo``)
 
     def environment(self) -> Mapping[str, Any]:
         env = self.service_config.get("environment") or {}

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import posixpath
 import stat
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from forgelib.errors import CommandError
-from forgelib.seeds.base import ApplyContext, SeedTarget
+from forgelib.seeds.base import ApplyContext, Memo, SeedTarget
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})
@@ -67,24 +66,15 @@ def apply(ctx: ApplyContext) -> None:
         out = ctx.compose.exec(svc, listing_argv(target), timeout=t).stdout
     except CommandError as e:
         raise ctx.fail("verify", f"could not list {target}: {e}") from e
-    problems = compare(seed_listing(ctx.seed.path, ctx.seed.digest), parse_listing(out, target))
+    problems = compare(seed_listing(ctx.seed.path, ctx.seed.digest, ctx.memo), parse_listing(out, target))
     if problems:
         raise ctx.fail("verify", f"{target} does not match seed {ctx.seed.name!r}: {problems}")
 
 
-_listings: dict[tuple[Path, str], Listing] = {}
-_listings_lock = threading.Lock()
-
-
-def seed_listing(root: Path, digest: str) -> Listing:
-    """``host_listing`` once per seed version and process. Provisioning re-verifies the seed's digest right
-    before every apply, so a listing made for that digest still describes the tree: hashing every file
-    again on each trial would double the per-trial cost of a large seed."""
-    key = (root, digest)
-    with _listings_lock:  # trials of a run apply the same seed concurrently under --workers
-        if key not in _listings:
-            _listings[key] = host_listing(root)
-        return _listings[key]
+def seed_listing(root: Path, digest: str, memo: Memo) -> Listing:
+    """``host_listing`` once per seed version and ``memo`` owner (a run): hashing every file again on each
+    trial would double the per-trial cost of a large seed."""
+    return memo.get(("filesystem_dir.listing", root, digest), lambda: host_listing(root))
 
 
 def host_listing(root: Path) -> Listing:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecError, SpecIssue
-from forgelib.spec import checks, schema
-from forgelib.spec.checks import RawEnvironment, SeedSpec
+from forgelib.spec import rules, schema
+from forgelib.spec.rules import RawEnvironment, SeedSpec
 from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (
@@ -32,6 +32,7 @@ from forgelib.spec.models import (
     Timeouts,
     frozen_map,
 )
+from forgelib.spec.rules import RawEnvironment, SeedSpec
 from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
 PROJECT_FILE = "project.yaml"
@@ -112,7 +113,7 @@ def load_project_seeds(path: str | Path) -> tuple[YamlDoc, dict[str, SeedSpec]]:
     seeds: dict[str, SeedSpec] = {}
     seeds_ok = isinstance(doc.data, dict) and not any(i.json_path.startswith("$.assets") for i in issues)
     if seeds_ok:
-        seeds, more = checks.check_seeds(doc, pfile.parent)
+        seeds, more = rules.check_seeds(doc, pfile.parent)
         issues += more
     if issues:
         raise SpecError(issues)
@@ -140,11 +141,11 @@ class _ProjectLoader:
         if not ok:
             self._shapes_only(doc)
             return self.result
-        seeds, issues = checks.check_seeds(doc, self.root)
+        seeds, issues = rules.check_seeds(doc, self.root)
         self.result.seeds = seeds
         self.issues.extend(issues)
         models = {s.name: m for s in seeds.values() if (m := self._seed(doc, s)) is not None}
-        base = checks.merge_environment(None, doc, ("default_environment",))
+        base = rules.merge_environment(None, doc, ("default_environment",))
         assert base is not None  # the schema requires default_environment.compose_file
         environment = self._environment(base, seeds)
         tasks = self._tasks(doc, base, environment, seeds)
@@ -261,7 +262,7 @@ class _ProjectLoader:
         cset = self._compose_set(env)
         if cset is None:
             return None
-        issues = checks.check_environment(env, cset, seeds)
+        issues = rules.check_environment(env, cset, seeds)
         # A task inheriting the project's services repeats the project's issues; report each once.
         self.issues.extend(i for i in issues if i not in self.issues)
         if issues:
@@ -319,11 +320,11 @@ class _ProjectLoader:
         data = doc.data
         environment = project_env
         if "environment_manifest" in data:
-            raw = checks.merge_environment(base, doc, ("environment_manifest",))
+            raw = rules.merge_environment(base, doc, ("environment_manifest",))
             environment = self._environment(raw, seeds) if raw is not None else None
         services = environment.compose.get("services") if environment is not None else None
         before = len(self.issues)
-        script, issues = checks.check_oracle(doc, services, self.root)
+        script, issues = rules.check_oracle(doc, services, self.root)
         self.issues.extend(issues)
         grading = self._grading_for(doc, services)
         if environment is None or len(self.issues) > before:
@@ -345,9 +346,7 @@ class _ProjectLoader:
             if not path.is_file():
                 return None
         else:
-            resolved, problem = checks.check_project_path(
-                declared, doc.file.parent, self.root, "grading file"
-            )
+            resolved, problem = rules.check_project_path(declared, doc.file.parent, self.root, "grading file")
             if problem is None and resolved is not None and not resolved.is_file():
                 problem = f"grading file {declared!r} not found (paths are relative to {doc.display})"
             if problem or resolved is None:
@@ -389,12 +388,12 @@ def collect_grading(
     """A grading file as a model, or its issues. ``services``: the compose services checks may name."""
     doc, issues = parse(path, "grading")
     if not issues:
-        issues = checks.check_grading(doc, services)
+        issues = rules.check_grading(doc, services)
     if issues:
         return None, issues
     built = []
     for entry in doc.data["checks"]:
-        kind = next(t for t in checks.CHECK_TYPES if t in entry)
+        kind = next(t for t in rules.CHECK_TYPES if t in entry)
         built.append(
             Check(
                 name=entry["name"],

@@ -95,6 +95,10 @@ class Oracle:
     workdir: str | None = None
 
 
+# How a check compares what it observed with what it expects (the loader and grading share the one list).
+MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
+
+
 @dataclass(frozen=True)
 class Check:
     """One deterministic state check. ``type`` is file | sql | redis | http; ``spec`` its fields."""

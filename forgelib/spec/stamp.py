@@ -19,9 +19,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from forgelib.errors import ForgeError, SpecError, SpecIssue
-from forgelib.spec.checks import SeedSpec
 from forgelib.spec.digest import DigestError, seed_digest
 from forgelib.spec.loader import load_project_seeds, project_file, stamp_command
+from forgelib.spec.rules import SeedSpec
 from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib import custody
 from forgelib import labels as lab
+from forgelib.commands import main_provision, main_teardown
 from forgelib.errors import ProvisionError
-from forgelib.provision import main_provision, main_teardown, provision_trial, teardown_run
+from forgelib.provision import SharedStacks, provision_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import Isolation, SeedKind
@@ -28,7 +30,7 @@ SQL_SEED = (
 )
 
 
-def _write_pack(root: Path) -> None:
+def _write_pack(root: Path, isolation: str = "reset") -> None:
     (root / "assets").mkdir(parents=True)
     seed = root / "assets" / "baseline.sql"
     seed.write_text(SQL_SEED)
@@ -48,7 +50,9 @@ def _write_pack(root: Path) -> None:
         },
         "default_environment": {
             "compose_file": "compose.yaml",
-            "services": {"app-db": {"isolation": "reset", "reset": {"seed": "baseline"}}},
+            "services": {"app-db": {"isolation": "reset", "reset": {"seed": "baseline"}}}
+            if isolation == "reset"
+            else {"app-db": {"isolation": "shared"}, "runner": {"isolation": "shared"}},
         },
     }
     (root / "project.yaml").write_text(yaml.safe_dump(project))
@@ -77,10 +81,26 @@ def test_forge_provision_keep_then_teardown(
     assert "removed" in capsys.readouterr().out
 
 
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where tempfile puts forge's own directories during the test, so a leaked one is seen."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+@pytest.mark.parametrize("isolation", ["reset", "shared"])
 def test_forge_provision_without_keep_tears_down(
-    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    docker_ready: None,
+    runner: SubprocessRunner,
+    tmp_path: Path,
+    private_tmp: Path,
+    capsys: pytest.CaptureFixture[str],
+    isolation: str,
 ) -> None:
-    _write_pack(tmp_path / "pack")
+    # All-shared too: `forge provision` has no run to share with, so it tears that stack down as well.
+    _write_pack(tmp_path / "pack", isolation)
     assert main_provision(str(tmp_path / "pack"), None, keep=False, as_json=False) == 0
     out = capsys.readouterr().out
     name = out.splitlines()[0].removeprefix("compose project: ")
@@ -88,20 +108,40 @@ def test_forge_provision_without_keep_tears_down(
         "app-db" in out and "->5432/tcp" in out and "teardown" in out and out.rstrip().endswith("torn down")
     )
     assert lab.is_empty(lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name}))
+    assert list(private_tmp.iterdir()) == []  # no /tmp/forge-provision-* left behind
+
+
+def test_forge_provision_keep_of_an_all_shared_environment_is_labelled_kept(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_pack(tmp_path / "pack", "shared")
+    assert main_provision(str(tmp_path / "pack"), None, keep=True, as_json=True) == 0
+    name = json.loads(capsys.readouterr().out)["name"]
+    try:
+        every = lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name})
+        kept = lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name, lab.KEPT: "true"})
+        assert len(every["containers"]) == 2 and kept == every  # up, and every resource says "kept"
+        # the reaper leaves a kept stack alone although its owner (this process) will exit
+        (outcome,) = [o for o in custody.reap(runner, dry_run=True).outcomes if o.project == name]
+        assert outcome.code == "kept"
+    finally:
+        assert main_teardown(name) == 0
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.COMPOSE_PROJECT: name}))
 
 
 def test_shared_backend_one_stack_for_the_run(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "p", {"cache": REDIS}, isolation={"cache": Isolation.SHARED}, name=NAME)
-    first = provision(project, run_id, tmp_path, runner, idx=0)
+    shared = SharedStacks()
+    first = provision(project, run_id, tmp_path, runner, idx=0, shared=shared)
     first.compose.exec("cache", ["redis-cli", "SET", "k", "from-trial-0"], timeout=30)
-    second = provision(project, run_id, tmp_path, runner, idx=1)
+    second = provision(project, run_id, tmp_path, runner, idx=1, shared=shared)
     assert second.shared and second.name == first.name
     assert (
         second.compose.exec("cache", ["redis-cli", "GET", "k"], timeout=30).stdout.strip() == "from-trial-0"
     )
-    assert teardown_run(run_id) > 0
+    assert shared.teardown_run(run_id) > 0
 
 
 def test_missing_image_is_compose_up_stage(

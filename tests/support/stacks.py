@@ -109,7 +109,7 @@ def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> ResetBinding:
 
 
 def provision(
-    project: Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0
+    project: Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, **kw: Any
 ) -> ProvisionedTrial:
     """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS``."""
     return provision_trial(
@@ -120,4 +120,5 @@ def provision(
         trial_dir=tmp_path / f"trial-{idx}",
         timeouts=TIMEOUTS,
         runner=runner,
+        **kw,
     )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,22 +48,18 @@ def test_list_shows_every_command(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[types.ModuleType]:
-    """A module ``guarded`` can import by name, whose ``cmd`` the test sets."""
+def target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The debug log in tmp."""
     monkeypatch.setenv("FORGE_LOG", str(tmp_path / "forge.log"))
-    mod = types.ModuleType("forge_cli_target")
-    monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    yield mod
 
 
-def _code(fn: object, mod: types.ModuleType) -> int:
-    mod.cmd = fn  # type: ignore[attr-defined]
+def _code(fn: Callable[[], int | None], _: None) -> int:
     with pytest.raises(Exit) as info:
-        guarded(f"{mod.__name__}:cmd")
+        guarded(fn)
     return int(info.value.code)
 
 
-def _raise(e: BaseException) -> object:
+def _raise(e: BaseException) -> Callable[[], int | None]:
     def cmd() -> int:
         raise e
 
@@ -72,7 +67,7 @@ def _raise(e: BaseException) -> object:
 
 
 def test_guarded_maps_each_failure_to_its_exit_code(
-    target: types.ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    target: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _code(_raise(ForgeError("spec.yaml:3:1: $.name: bad")), target) == EXIT_USER
     assert "forge: error: spec.yaml:3:1: $.name: bad" in capsys.readouterr().err
@@ -87,9 +82,8 @@ def test_guarded_maps_each_failure_to_its_exit_code(
     assert "RuntimeError: boom" in (tmp_path / "forge.log").read_text()  # the traceback went to the log
 
 
-def test_guarded_returns_quietly_on_success(target: types.ModuleType) -> None:
-    target.cmd = lambda: 0  # type: ignore[attr-defined]
-    guarded(f"{target.__name__}:cmd")  # no Exit raised
+def test_guarded_returns_quietly_on_success(target: None) -> None:
+    guarded(lambda: 0)  # no Exit raised
 
 
 @pytest.mark.parametrize("args", [["run", "--help"], ["teardown", "--help"], ["--help", "run"]])

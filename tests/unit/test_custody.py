@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import custody
-from forgelib.custody import HostFacts, Project, Resource, decide, parse_owner, plan_removal
+from forgelib import commands, custody
+from forgelib.custody import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
 from forgelib.labels import (
     COMPOSE_PROJECT,
     KEPT,
@@ -57,8 +57,8 @@ def volume(name: str = "v1", users: tuple[str, ...] | None = (), **kw: str) -> R
     return Resource("volume", name, name, labels(**kw), users=users)
 
 
-def project(*resources: Resource) -> Project:
-    return Project("p1", resources)
+def project(*resources: Resource) -> FoundProject:
+    return FoundProject("p1", resources)
 
 
 # ------------------------------------------------------------------------------------ the decision table
@@ -220,7 +220,7 @@ def test_group_projects_by_compose_label_and_alone_without_it() -> None:
 
 
 def test_parse_owner_happy_path() -> None:
-    assert parse_owner(labels()) == custody.Owner(HOST, 100, BOOT, "5000")
+    assert parse_owner(labels()) == custody.ClaimedOwner(HOST, 100, BOOT, "5000")
 
 
 # ------------------------------------------------------------------------------------------ /proc reading
@@ -359,7 +359,7 @@ def test_run_scoping_adds_a_label_filter() -> None:
 
 def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.MonkeyPatch) -> None:
     dead = {"pid": "300", "start": "1", "project": "dead"}
-    proj = Project("dead", (container("d1", **dead), volume("dead_data", **dead)))
+    proj = FoundProject("dead", (container("d1", **dead), volume("dead_data", **dead)))
     monkeypatch.setattr(custody, "discover", lambda runner, run_id=None: [proj])
     r = FakeRunner()
     # who uses the volume: asked only now that the project is to be removed
@@ -434,7 +434,7 @@ def test_main_reap_json_and_exit_code(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     r = scripted([_inspect_container("d1", labels(pid="300", start="1"), False)])
-    monkeypatch.setattr(custody, "SubprocessRunner", lambda: r)
+    monkeypatch.setattr(commands, "SubprocessRunner", lambda: r)
     monkeypatch.setattr(custody, "local_facts", facts)
-    assert custody.main_reap(dry_run=True, run_id=None, as_json=True) == 0
+    assert commands.main_reap(dry_run=True, run_id=None, as_json=True) == 0
     assert json.loads(capsys.readouterr().out)["projects"][0]["action"] == "would remove"

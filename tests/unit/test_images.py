@@ -1,4 +1,4 @@
-"""ensure_images' reuse-vs-rebuild decisions and exact docker argv, and image_env, through the fake runner."""
+"""ensure_images' reuse-vs-rebuild decisions and exact docker argv, and ImageFacts, on the fake runner."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from forgelib.images import (
     OFFICIAL_BASE,
     STAND_INS,
     ImageError,
+    ImageFacts,
     base_hash,
     ensure_images,
-    image_env,
     recipe_hash,
 )
 from forgelib.testing import FakeRunner
@@ -28,7 +28,7 @@ BASE_ID = "sha256:base"
 
 @pytest.fixture
 def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A checkout's images/ and scripts/ with tiny recipes; the lock file in tmp; a fresh image_env cache."""
+    """A checkout's images/ and scripts/ with tiny recipes; the lock file in tmp."""
     root = tmp_path / "data"
     for name in STAND_INS:
         (root / "images" / name).mkdir(parents=True)
@@ -37,9 +37,7 @@ def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (root / "scripts" / "build-base.sh").write_text("#!/bin/sh\n# debootstrap\n")
     monkeypatch.setattr(images, "data_dir", lambda name: root / name)
     monkeypatch.setattr(images, "LOCK_PATH", tmp_path / "images.lock")
-    images.forget_image_env()
     yield root / "images"
-    images.forget_image_env()
 
 
 def inspect(ref: str) -> tuple[str, ...]:
@@ -233,14 +231,17 @@ def test_image_env_maps_existing_stand_ins_not_set_by_the_user(recipes: Path) ->
     fake = FakeRunner()
     fake.expect(*LS, exact=True, stdout="forgelib/postgres:15\nforgelib/redis:7.0\n")
 
-    env = image_env(fake, {"FORGE_IMAGE_REDIS": "redis:7-alpine"})
+    facts = ImageFacts()
+    env = facts.env(fake, {"FORGE_IMAGE_REDIS": "redis:7-alpine"})
 
     assert env == {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15"}  # python missing, redis chosen by the user
-    assert image_env(fake, {}) == {
+    assert facts.env(fake, {}) == {
         "FORGE_IMAGE_POSTGRES": "forgelib/postgres:15",
         "FORGE_IMAGE_REDIS": "forgelib/redis:7.0",
     }
-    assert fake.argvs() == [LS]  # asked once per process
+    assert fake.argvs() == [LS]  # asked once per owner
+    ImageFacts().env(fake, {})
+    assert fake.argvs() == [LS, LS]  # another owner (another run) asks for itself
 
 
 def test_image_env_reads_os_environ_by_default(recipes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,7 +251,7 @@ def test_image_env_reads_os_environ_by_default(recipes: Path, monkeypatch: pytes
     monkeypatch.delenv("FORGE_IMAGE_POSTGRES", raising=False)
     monkeypatch.setenv("FORGE_IMAGE_REDIS", "")  # set but empty: compose's ${VAR:-default} ignores it too
 
-    assert image_env(fake) == {
+    assert ImageFacts().env(fake) == {
         "FORGE_IMAGE_POSTGRES": "forgelib/postgres:15",
         "FORGE_IMAGE_REDIS": "forgelib/redis:7.0",
     }
@@ -261,8 +262,9 @@ def test_image_env_without_an_engine_is_empty_and_asks_again_later(recipes: Path
     fake.expect(*LS, exact=True, rc=1, stderr="Cannot connect to the Docker daemon", times=1)
     fake.expect(*LS, exact=True, stdout="forgelib/redis:7.0\n")
 
-    assert image_env(fake, {}) == {}
-    assert image_env(fake, {}) == {"FORGE_IMAGE_REDIS": "forgelib/redis:7.0"}
+    facts = ImageFacts()
+    assert facts.env(fake, {}) == {}
+    assert facts.env(fake, {}) == {"FORGE_IMAGE_REDIS": "forgelib/redis:7.0"}
 
 
 def test_ensure_images_primes_image_env(recipes: Path) -> None:
@@ -271,8 +273,9 @@ def test_ensure_images_primes_image_env(recipes: Path) -> None:
     for name, s in STAND_INS.items():
         label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
         fake.expect(*inspect(s.tag), exact=True, stdout=found(f"sha256:{name}", label))
-    ensure_images(fake, jobs=1, say=lambda _: None)
+    facts = ImageFacts()
+    ensure_images(fake, jobs=1, say=lambda _: None, facts=facts)
     calls = len(fake.calls)
 
-    assert image_env(fake, {}) == {s.var: s.tag for s in STAND_INS.values()}
+    assert facts.env(fake, {}) == {s.var: s.tag for s in STAND_INS.values()}
     assert len(fake.calls) == calls  # no `docker image ls`: ensure_images just made them

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from forgelib import commands
 from forgelib import compose as compose_mod
 from forgelib import labels as lab
 from forgelib import provision as prov
@@ -33,9 +34,16 @@ NAME = "proj-r1-t-0"
 
 
 @pytest.fixture(autouse=True)
-def _no_image_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prov, "image_env", lambda runner: {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15"})
-    monkeypatch.setattr(compose_mod, "_image_volumes_cache", {})
+def _no_user_image_vars(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FORGE_IMAGE_POSTGRES", "FORGE_IMAGE_REDIS", "FORGE_IMAGE_PYTHON"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def known_cache() -> prov.ProvisionCache:
+    """A backend's cache that already knows the postgres stand-in exists (no `docker image ls` to fake)."""
+    cache = prov.ProvisionCache()
+    cache.images.know_present(["forgelib/postgres:15"])
+    return cache
 
 
 # What `docker image inspect` says of the images the test stacks use: postgres declares its data volume.
@@ -83,6 +91,8 @@ class Stack:
         self.base = tuple(b)  # before the override exists (config, and clean-up after an early failure)
         self.full = (*b, "--file", str(self.trial_dir / "compose.forge.yaml"))
         self.fake = FakeRunner()
+        self.cache = known_cache()
+        self.shared = prov.SharedStacks()
 
     def expect_config(self, **kw: Any) -> None:
         kw.setdefault("stdout", json.dumps(self.config))
@@ -106,6 +116,7 @@ class Stack:
             trial_dir=self.trial_dir,
             timeouts=T,
             runner=self.fake,
+            cache=self.cache,
             **kw,
         )
 
@@ -437,10 +448,11 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
     )
     s.fake.expect("docker", "compose", "--ansi", "never", "--project-name")
     s.fake.expect("docker", "image", "inspect", stdout=json.dumps(IMAGES))
-    first = s.provision()
+    first = s.provision(shared=s.shared)
     second = prov.provision_trial(
-        s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake
-    )
+        s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake,
+        shared=s.shared, cache=s.cache,
+    )  # fmt: skip
     assert first.shared and second.shared and first.name == second.name
     assert first.name.startswith("proj-r1-env") and first.name.endswith("-shared")
     assert second.trial_dir == tmp_path / "t1" and second.timings == {"shared_stack": 0.0}
@@ -450,7 +462,7 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
     n = len(s.fake.calls)
     assert prov.teardown_trial(second) == 0.0
     assert len(s.fake.calls) == n  # the shared stack outlives its trials
-    prov.teardown_run("r1")
+    s.shared.teardown_run("r1")
     assert s.fake.calls[-1].argv[-3:] == ("down", "--volumes", "--remove-orphans")
     assert first.compose.files[-1].parent == tmp_path / "trial"
     labels = yaml.safe_load(first.compose.files[-1].read_text())["services"]["a"]["labels"]
@@ -460,14 +472,14 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
 def test_main_teardown_refuses_a_name_forge_did_not_create(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRunner()
     fake.expect("docker", exact=False)  # every query finds nothing
-    monkeypatch.setattr(prov, "SubprocessRunner", lambda **kw: fake)
+    monkeypatch.setattr(commands, "SubprocessRunner", lambda **kw: fake)
     from forgelib.errors import ForgeError
 
     with pytest.raises(ForgeError, match="no forge stack named 'someone-elses' on this engine"):
-        prov.main_teardown("someone-elses")
+        commands.main_teardown("someone-elses")
     assert all(c.argv[1] in ("ps", "network", "volume") for c in fake.calls)
     with pytest.raises(ForgeError, match="is not a compose project name"):
-        prov.main_teardown("Bad Name")
+        commands.main_teardown("Bad Name")
 
 
 def test_exhausted_network_address_pools_read_as_a_fix_not_dockers_text(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ the spec checks accept must all agree."""
 from __future__ import annotations
 
 from forgelib.seeds import REGISTRY
-from forgelib.spec.checks import RESET_OPTIONS, SHORTHAND_KINDS
 from forgelib.spec.models import SeedKind
+from forgelib.spec.rules import RESET_OPTIONS, SHORTHAND_KINDS
 from forgelib.spec.schema import schema
 
 

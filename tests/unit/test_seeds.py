@@ -11,9 +11,9 @@ import pytest
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, RecipeError
-from forgelib.seeds import REGISTRY, ApplyContext, SeedTarget, filesystem_dir, redis_dump, sql_dump
-from forgelib.spec.checks import RESET_OPTIONS
+from forgelib.seeds import REGISTRY, ApplyContext, Memo, SeedTarget, filesystem_dir, redis_dump, sql_dump
 from forgelib.spec.models import Seed, SeedKind, Timeouts
+from forgelib.spec.rules import RESET_OPTIONS
 from forgelib.testing import FakeRunner
 
 BASE = ("docker", "compose", "--ansi", "never", "--project-name", "p1", "--file", "/x/c.yaml")
@@ -347,10 +347,13 @@ def test_a_seed_tree_is_listed_once_per_verified_digest(
     calls: list[Path] = []
     real = filesystem_dir.host_listing
     monkeypatch.setattr(filesystem_dir, "host_listing", lambda root: calls.append(root) or real(root))
-    first = filesystem_dir.seed_listing(seed, "sha256:aa")
-    assert filesystem_dir.seed_listing(seed, "sha256:aa") == first and calls == [seed]
-    filesystem_dir.seed_listing(seed, "sha256:bb")  # the seed changed (and was re-stamped): listed again
+    memo = Memo()
+    first = filesystem_dir.seed_listing(seed, "sha256:aa", memo)
+    assert filesystem_dir.seed_listing(seed, "sha256:aa", memo) == first and calls == [seed]
+    filesystem_dir.seed_listing(seed, "sha256:bb", memo)  # the seed changed (re-stamped): listed again
     assert calls == [seed, seed]
+    filesystem_dir.seed_listing(seed, "sha256:aa", Memo())  # another run's backend lists for itself
+    assert calls == [seed, seed, seed]
 
 
 def test_direct_ports_follow_the_service_config() -> None:

@@ -1,4 +1,4 @@
-"""The checks a JSON Schema cannot express: cross-references, files on disk, and combinations of fields.
+"""The rules a JSON Schema cannot express: cross-references, files on disk, and combinations of fields.
 
 Each runs on data that already passed its schema, and returns located ``SpecIssue``s whose message names the
 fix. Nothing here raises for a user error.
@@ -18,7 +18,7 @@ from forgelib.errors import SpecIssue
 from forgelib.seeds import REGISTRY
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
-from forgelib.spec.models import Isolation, SeedKind
+from forgelib.spec.models import MATCHERS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
@@ -27,7 +27,6 @@ SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
 # union (tests/unit/test_registry.py holds the schema to it).
 RESET_OPTIONS: Mapping[SeedKind, frozenset[str]] = {kind: r.OPTIONS for kind, r in REGISTRY.items()}
 CHECK_TYPES = ("file", "sql", "redis", "http")
-MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
 _APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
 
 

@@ -1,0 +1,165 @@
+"""The bodies of the stack and engine commands (``forge provision``, ``teardown``, ``reap``, ``engine``,
+``images``): each loads what it needs, calls the library, prints. ``forgelib/tasks.py`` binds them to the
+command line; the spec commands live with the spec (``spec/validate.py``, ``spec/stamp.py``) and
+``forge run`` with the run (``run/cli.py``)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forgelib import labels as lab
+from forgelib.compose import ComposeProject, is_valid_name
+from forgelib.custody import reap
+from forgelib.engine import ensure_engine
+from forgelib.errors import ForgeError, ProvisionError, UsageError
+from forgelib.images import STAND_INS, ensure_images
+from forgelib.provision import SERVICES_DIR, provision_trial, teardown_trial
+from forgelib.runner import SubprocessRunner
+from forgelib.signals import LiveStacks, interruptible
+from forgelib.spec.loader import load_project_config
+from forgelib.spec.models import Timeouts
+
+
+def main_provision(project: str, task: str | None, keep: bool, as_json: bool) -> int:
+    """``forge provision``: one trial stack with its seeds; torn down again unless ``keep``.
+
+    An environment whose services are all ``shared`` gets a stack of its own here too (there is no run to
+    share it with), so it is torn down — or kept and labelled as kept — like any other. The temporary
+    directory (override file, service logs) goes with the stack, unless a failure points the user at
+    its logs or ``keep`` leaves the stack up."""
+    proj = load_project_config(Path(project))
+    chosen = proj.task(task) if task else None
+    timeouts = Timeouts()
+    runner = SubprocessRunner(default_timeout=timeouts.command)
+    run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
+    trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
+    keep_dir = keep
+    stacks = LiveStacks()
+    try:
+        # Ctrl-C/SIGTERM while provisioning: provision_trial's own failure path tears the stack down; the
+        # registry covers everything after it returned, until the stack is down (or kept, as asked).
+        with interruptible(stacks) as stop:
+            try:
+                trial = provision_trial(
+                    proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
+                    runner=stop.guard(runner), keep=keep,
+                )  # fmt: skip
+            except ProvisionError:
+                keep_dir = True
+                print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
+                raise
+            if not keep:
+                stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
+            report: dict[str, Any] = {
+                "name": trial.name,
+                "run_id": run_id,
+                "trial_dir": str(trial_dir),
+                "services": published_ports(trial.compose),
+                "timings": {k: round(v, 3) for k, v in trial.timings.items()},
+                "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
+                "kept": keep,
+            }
+            if keep:
+                report["teardown_command"] = f"forge teardown --name {trial.name}"
+            else:
+                report["timings"]["teardown"] = round(teardown_trial(trial), 3)
+                stacks.discard(trial.name)
+                del report["trial_dir"]  # removed below
+    finally:
+        if not keep_dir:
+            shutil.rmtree(trial_dir, ignore_errors=True)
+    print(json.dumps(report, indent=2) if as_json else render_report(report))
+    return 0
+
+
+def published_ports(compose: ComposeProject) -> dict[str, list[str]]:
+    """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
+    out: dict[str, list[str]] = {}
+    for row in compose.ps():
+        ports = out.setdefault(str(row.get("Service", "?")), [])
+        for p in row.get("Publishers") or []:
+            if p.get("PublishedPort"):
+                host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
+                text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
+                if text not in ports:
+                    ports.append(text)
+    return out
+
+
+def render_report(report: Mapping[str, Any]) -> str:
+    lines = [f"compose project: {report['name']}", "services:"]
+    width = max((len(s) for s in report["services"]), default=0)
+    for svc, ports in sorted(report["services"].items()):
+        lines.append(f"  {svc:<{width}}  {', '.join(ports) or '(no published ports)'}")
+    for svc, path in sorted(report["bare_seeds"].items()):
+        lines.append(f"  {svc:<{width}}  bare seed: {path}")
+    lines.append("timings:")
+    for phase, seconds in report["timings"].items():
+        lines.append(f"  {phase:<24} {seconds:7.2f}s")
+    if report["kept"]:
+        lines.append(f"left up; tear it down with: {report['teardown_command']}")
+    else:
+        lines.append("torn down")
+    return "\n".join(lines)
+
+
+def main_teardown(name: str) -> int:
+    """``forge teardown --name``: remove a stack ``forge provision --keep`` left up."""
+    if not name:
+        raise UsageError("--name is required: the compose project name `forge provision --keep` printed")
+    if not is_valid_name(name):
+        raise ForgeError(f"{name!r} is not a compose project name")
+    runner = SubprocessRunner()
+    mine = {lab.COMPOSE_PROJECT: name, lab.MANAGED: "true"}
+    if lab.is_empty(lab.resources_with_labels(runner, mine)):
+        raise ForgeError(f"no forge stack named {name!r} on this engine (nothing is labelled with it)")
+    t0 = time.monotonic()
+    # An empty working directory: no compose file anywhere near can retarget the call; compose finds the
+    # project's containers, networks and volumes by its own labels.
+    with tempfile.TemporaryDirectory(prefix="forge-teardown-") as empty:
+        ComposeProject(name, (), runner, cwd=Path(empty)).down()
+    left = lab.resources_with_labels(runner, mine)
+    if not lab.is_empty(left):
+        raise ForgeError(f"{name}: still present after down: {json.dumps(left)}")
+    print(f"removed {name} in {time.monotonic() - t0:.2f}s")
+    return 0
+
+
+def main_reap(dry_run: bool, run_id: str | None, as_json: bool) -> int:
+    """``forge reap``: 0 when every removal succeeded (kept projects are not failures), 1 otherwise."""
+    report = reap(SubprocessRunner(), run_id=run_id, dry_run=dry_run)
+    if as_json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(report.table())
+    return 1 if report.failed else 0
+
+
+def main_engine() -> int:
+    """``forge engine``."""
+    status = ensure_engine(SubprocessRunner())
+    print(f"engine: ready: docker engine {status.server}, compose {status.compose}")
+    return 0
+
+
+def main_images(force: bool) -> int:
+    """``forge images``: make sure an engine answers, then build or reuse the stand-ins."""
+    runner = SubprocessRunner()
+    ensure_engine(runner)
+    # flushed: a CI log shows each image as it finishes, not all at the end
+    ensure_images(runner, force=force, say=lambda line: print(line, flush=True))
+    print(
+        "images: compose calls made by forge now use these (unless you set the variable yourself): "
+        + ", ".join(f"{s.var}={s.tag}" for s in STAND_INS.values())
+    )
+    return 0
