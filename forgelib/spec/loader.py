@@ -14,7 +14,6 @@ from typing import Any
 
 from forgelib.errors import SpecError, SpecIssue
 from forgelib.spec import rules, schema
-from forgelib.spec.rules import RawEnvironment, SeedSpec
 from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (

@@ -26,7 +26,8 @@ def test_postgres_and_redis_reached_directly_on_loopback(
 ) -> None:
     (tmp_path / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
     # A password and a non-default user/database: the DSN must carry what the seed connected with.
-    pg = {**PG, "environment": {"POSTGRES_USER": "app", "POSTGRES_PASSWORD": "s3 cr:et", "POSTGRES_DB": "shop"}}
+    creds = {"POSTGRES_USER": "app", "POSTGRES_PASSWORD": "s3 cr:et", "POSTGRES_DB": "shop"}
+    pg = {**PG, "environment": creds}
     pg["healthcheck"] = {**PG["healthcheck"], "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "app"]}
     project = make_project(
         tmp_path / "p",
@@ -38,7 +39,8 @@ def test_postgres_and_redis_reached_directly_on_loopback(
     try:
         # Published on loopback only, at an engine-chosen port (never 0.0.0.0: nothing leaves this machine).
         inspect = runner.run(["docker", "inspect", f"{trial.name}-db-1", f"{trial.name}-cache-1"]).stdout
-        bindings = [b for c in json.loads(inspect) for bs in c["HostConfig"]["PortBindings"].values() for b in bs]
+        ports = [c["HostConfig"]["PortBindings"] for c in json.loads(inspect)]
+        bindings = [b for p in ports for bs in p.values() for b in bs]
         assert bindings and {b["HostIp"] for b in bindings} == {"127.0.0.1"}
         params = connect.postgres(trial, "db")
         assert (params.host, params.user, params.dbname) == ("127.0.0.1", "app", "shop")
