@@ -1,0 +1,258 @@
+"""The stacks the pytest plugin hands to tests: provisioned, reused, reset and torn down per process.
+
+Kept apart from ``pytest_plugin`` (the pytest glue) so it imports no pytest and the plugin module stays
+cheap to import: nothing here is loaded until a test asks for ``forge_stack``.
+
+* ``StackPool`` — one per pytest process (each xdist worker has its own): a run id naming the worker, a
+  temp dir for the trials' override files and logs, the ``LiveStacks`` registry the signal handler tears
+  down, and the projects loaded so far. Stacks come from ``provision.provision_trial``, the code path of
+  ``forge run``; teardown is ``teardown_trial``.
+* ``ForgeStack`` — what a test gets: ``exec`` (through the runner seam), ``url``/``port`` (published ports),
+  ``postgres``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.provision import ProvisionedTrial, provision_trial, teardown_run, teardown_trial
+from forgelib.runner import Result, Runner, SubprocessRunner
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.models import Project, Task, Timeouts
+
+log = logging.getLogger("forgelib.pytest")
+
+RUN_PREFIX = "pytest"
+DEFAULT_LOG_TAIL = 50  # lines per service attached to a failed test's report
+
+
+def run_id_for(testrun: str, worker: str | None) -> str:
+    """The ``io.forgelib.run`` label of one pytest process's stacks: the session's id, then the xdist
+    worker (``pytest-1a2b3c4d-gw0``), so the controller can reap a crashed worker's stacks by run id."""
+    base = f"{RUN_PREFIX}-{testrun[:8]}"
+    return f"{base}-{worker}" if worker else base
+
+
+class ProvisionFailed(Exception):
+    """``ProvisionError`` plus the service logs it left on disk (read before the temp dir goes)."""
+
+    def __init__(self, error: ProvisionError, logs: Mapping[str, str]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.logs = dict(logs)
+
+
+@dataclass(repr=False)
+class ForgeStack:
+    """One provisioned stack, as a test sees it (the ``forge_stack`` fixture's value)."""
+
+    trial: ProvisionedTrial
+    project: Project
+    task: Task | None
+    run_id: str
+    timeouts: Timeouts
+    _closers: list[Callable[[], object]] = field(default_factory=list, repr=False)
+
+    def __repr__(self) -> str:  # pytest prints fixture values in failure reports: keep it one short line
+        task = self.task.name if self.task is not None else "(default environment)"
+        return f"<ForgeStack {self.name}: {self.project.name} {task}>"
+
+    @property
+    def name(self) -> str:
+        """The compose project name (``docker compose -p NAME ...`` reaches the stack by hand)."""
+        return self.trial.name
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        return tuple((self.trial.config.get("services") or {}).keys())
+
+    @property
+    def bare_seeds(self) -> Mapping[str, Path]:
+        """service -> the absolute path of its ``bare`` seed."""
+        return self.trial.bare_seeds
+
+    def exec(
+        self,
+        service: str,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+    ) -> Result:
+        """``docker compose exec`` in ``service`` through the runner; a non-zero exit raises
+        ``CommandError`` (with argv, rc and output tails) unless ``check=False``."""
+        return self.trial.compose.exec(
+            service,
+            argv,
+            input=input,
+            env=env,
+            workdir=workdir,
+            user=user,
+            timeout=self.timeouts.command if timeout is None else timeout,
+            check=check,
+        )
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]:
+        """(host, port) where the host reaches ``service:container_port`` (the port must be published)."""
+        return self.trial.compose.port(service, container_port)
+
+    def url(self, service: str, container_port: int, path: str = "") -> str:
+        """``http://127.0.0.1:PORT`` (plus ``path``) for ``service``'s published ``container_port``."""
+        host, port = self.port(service, container_port)
+        if path and not path.startswith("/"):
+            path = "/" + path
+        return f"http://{host}:{port}{path}"
+
+    def log_tails(self, lines: int = DEFAULT_LOG_TAIL) -> dict[str, str]:
+        """service -> its last ``lines`` log lines (never raises: it explains a failure)."""
+        return {svc: self.trial.compose.log_tail(svc, lines) for svc in self.services}
+
+    def on_release(self, closer: Callable[[], object]) -> None:
+        """Run ``closer`` when the test that holds the stack ends (clients opened for it are closed)."""
+        self._closers.append(closer)
+
+    def release(self) -> None:
+        """End of one test's use: close what it opened, newest first (the stack itself stays up)."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception as e:  # noqa: BLE001 - a client that cannot close must not keep the stack up
+                log.warning("closing a client of %s failed: %s", self.name, e)
+
+
+@dataclass
+class StackPool:
+    """The stacks of one pytest process. Not thread-safe: pytest runs a process's tests one at a time."""
+
+    run_id: str
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    log_tail_lines: int = DEFAULT_LOG_TAIL
+    runner: Runner = field(default_factory=lambda: SubprocessRunner(default_timeout=Timeouts().command))
+    stacks: LiveStacks = field(default_factory=LiveStacks)
+    stop: StopState | None = None  # set while the test loop runs inside signals.interruptible
+    notes: list[str] = field(default_factory=list)  # for the terminal summary
+    _root: Path | None = None
+    _projects: dict[Path, Project] = field(default_factory=dict)
+    _index: Iterator[int] = field(default_factory=itertools.count)
+    _healed: bool = False
+    _shared: bool = False  # a shared stack of this run is up (all-shared environments)
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def _guarded(self) -> Runner:
+        # After Ctrl-C/SIGTERM nothing new is launched; teardown and log capture still pass.
+        return self.stop.guard(self.runner) if self.stop is not None else self.runner
+
+    def _heal_once(self) -> None:
+        """The reaper, once per process before its first stack: leftovers of killed sessions (and killed
+        workers) go; live owners are kept, so workers reaping at once cannot hurt each other."""
+        if self._healed:
+            return
+        self._healed = True
+        from forgelib.custody import reap_dead_owners
+
+        try:
+            report = reap_dead_owners(self.runner)
+        except ForgeError as e:  # a courtesy to earlier sessions: it never stops this one
+            self.notes.append(f"could not look for leftovers of dead forge processes: {e}")
+            return
+        if report.removed or report.failed:
+            self.notes.append(f"removed leftovers of dead forge processes:\n{report.table()}")
+
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=f"forge-{self.run_id}-"))
+        return self._root
+
+    def load(self, path: Path) -> Project:
+        """The project at ``path``, loaded (and its digests verified) once per process."""
+        key = path.resolve()
+        if key not in self._projects:
+            from forgelib.spec.loader import load_project_config
+
+            self._projects[key] = load_project_config(key)
+        return self._projects[key]
+
+    def provision(self, project_dir: Path, task_name: str | None) -> ForgeStack:
+        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied.
+
+        Raises ``ProvisionFailed`` (the stack is down by then) with the service logs provisioning saved.
+        """
+        project = self.load(project_dir)
+        task = project.task(task_name) if task_name else None
+        self._heal_once()
+        index = next(self._index)
+        trial_dir = self.root() / f"{index}"
+        try:
+            trial = provision_trial(
+                project,
+                task,
+                run_id=self.run_id,
+                trial_index=index,
+                trial_dir=trial_dir,
+                timeouts=self.timeouts,
+                runner=self._guarded(),
+                log_tail_lines=self.log_tail_lines,
+            )
+        except ProvisionError as e:
+            raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
+        try:
+            if trial.shared:  # one stack for the whole run: removed by teardown_run at close()
+                if not self._shared:
+                    self.stacks.add(f"{self.run_id}-shared", lambda graceful: teardown_run(self.run_id))
+                    self._shared = True
+            else:
+                self.stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
+        except Interrupted:  # a stop came first: the registry is closed, so remove it here
+            teardown_trial(trial, graceful=False)
+            raise
+        return ForgeStack(trial, project, task, self.run_id, self.timeouts)
+
+    def reset(self, stack: ForgeStack) -> None:
+        """Put ``stack``'s reset services back to their seeds in place, between two tests that share it.
+
+        Until the in-place reset per seed kind lands (the warm-stacks issue), a shared stack is reused as
+        the previous test left it; see the README's "Testing with pytest".
+        """
+
+    def teardown(self, stack: ForgeStack) -> None:
+        """Close the stack's clients and remove it (``down --volumes``); a failure raises."""
+        stack.release()
+        if stack.trial.shared or stack.name not in self.stacks.names():
+            return  # the run's shared stack goes at close(); a Ctrl-C (or -x) sweep removed it already
+        try:
+            teardown_trial(stack.trial)
+        finally:
+            self.stacks.discard(stack.name)
+
+    def close(self) -> list[str]:
+        """End of the session: remove whatever is still registered and the temp dir; the failures."""
+        report = self.stacks.teardown_all()
+        failed = [f"{name}: {why}" for name, why in sorted(report.failed.items())]
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+        return failed
+
+
+def _log_files(services: Path, lines: int) -> dict[str, str]:
+    """service -> the last ``lines`` of the log a failed provision saved as ``services/<svc>.log``."""
+    out = {}
+    for path in sorted(services.glob("*.log")) if services.is_dir() else ():
+        with contextlib.suppress(OSError):
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            out[path.stem] = "\n".join(text[-lines:])
+    return out
