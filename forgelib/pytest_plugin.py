@@ -137,13 +137,15 @@ def _get(item: pytest.Item, make: Callable[[], ForgeStack]) -> ForgeStack:
         stack = make()
     except ProvisionFailed as e:
         item.stash[_LOGS] = e.logs
-        pytest.fail(str(e.error), pytrace=False)
+        reason = str(e.error)
     except Interrupted:
         raise
     except ForgeError as e:  # a spec error, an unknown task, no Docker: the message says what to fix
-        pytest.fail(str(e), pytrace=False)
-    item.stash[_STACK] = stack
-    return stack
+        reason = str(e)
+    else:
+        item.stash[_STACK] = stack
+        return stack
+    pytest.fail(reason, pytrace=False)  # outside the except: no "during handling..." chain in the report
 
 
 class _Scoped:
@@ -312,17 +314,21 @@ def _worker_run_id(node: Any) -> str | None:
 
 
 def _reap(run_ids: list[str]) -> None:
-    """The reaper for these runs: it removes only stacks whose owner (a worker) is provably dead."""
+    """The reaper for these runs (it removes only stacks whose owner, a worker, is provably dead), and the
+    temp dirs a dead worker could not remove."""
     from forgelib.custody import reap
     from forgelib.errors import ForgeError
+    from forgelib.pytest_stacks import remove_temp_dirs
     from forgelib.runner import SubprocessRunner
 
     runner = SubprocessRunner()
     for run_id in run_ids:
         try:
-            reap(runner, run_id=run_id)
+            report = reap(runner, run_id=run_id)
         except ForgeError:  # no Docker here, or it does not answer: the next session's reaper tries again
             return
+        if not report.kept:  # the worker is gone (or never made a stack): its temp dir is garbage
+            remove_temp_dirs(run_id)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -50,6 +50,16 @@ class ProvisionFailed(Exception):
         self.logs = dict(logs)
 
 
+def temp_prefix(run_id: str) -> str:
+    return f"forge-{run_id}-"
+
+
+def remove_temp_dirs(run_id: str) -> None:
+    """The temp dirs of ``run_id``'s pool (a killed worker's, removed by the xdist controller)."""
+    for path in Path(tempfile.gettempdir()).glob(temp_prefix(run_id) + "*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @dataclass(repr=False)
 class ForgeStack:
     """One provisioned stack, as a test sees it (the ``forge_stack`` fixture's value)."""
@@ -174,7 +184,7 @@ class StackPool:
 
     def root(self) -> Path:
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix=f"forge-{self.run_id}-"))
+            self._root = Path(tempfile.mkdtemp(prefix=temp_prefix(self.run_id)))
         return self._root
 
     def load(self, path: Path) -> Project:

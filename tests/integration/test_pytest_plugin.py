@@ -1,0 +1,164 @@
+"""The pytest plugin on the real engine, driven through ``pytester`` (a pytest session inside the test).
+
+Provisioning dominates the cost (~5 s a stack), so one xdist session (``-n 2``) proves most of it at once:
+a passing test per reference pack, a module-scoped stack reset between tests that each mutate and then
+observe the baseline, a failing assertion whose report carries the services' logs, a broken seed reported
+as an error with forge's reason line, run ids naming the worker, and nothing left by label or on disk.
+A second session proves the clean-up when a worker is killed and when the whole session gets Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from forgelib import labels as lab
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import SeedKind
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PG = EXAMPLES / "multi_service_postgres_reset"
+CACHE = EXAMPLES / "multi_service_cache_debug"
+ENDPOINT = EXAMPLES / "multi_service_endpoint_add"
+SESSION_TIMEOUT = 900  # bounds a hang of a whole inner session; never reached when things work
+
+# The inner sessions' tests record what they saw here (one JSON file per test), for the outer assertions.
+RECORD = """
+import json, os, subprocess
+from pathlib import Path
+
+RECORDS = Path({records!r})
+
+def record(name, stack, **extra):
+    RECORDS.mkdir(exist_ok=True)
+    labelled = subprocess.run(
+        ["docker", "ps", "-q", "--filter", "label=io.forgelib.run=" + stack.run_id,
+         "--filter", "label=com.docker.compose.project=" + stack.name],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()
+    data = dict(worker=os.environ.get("PYTEST_XDIST_WORKER"), run_id=stack.run_id, stack=stack.name,
+                labelled_containers=len(labelled), pid=os.getpid(), **extra)
+    (RECORDS / (name + ".json")).write_text(json.dumps(data))
+"""
+
+
+def _mini_project(root: Path, dump: str) -> Path:
+    """One postgres service bound to a sql_dump seed holding ``dump`` (the cheapest stack there is)."""
+    root.mkdir(parents=True)
+    (root / "seed.sql").write_text(dump)
+    (root / "compose.yaml").write_text(
+        "services:\n"
+        "  db:\n"
+        "    image: forgelib/postgres:15\n"
+        "    environment: {POSTGRES_USER: app, POSTGRES_PASSWORD: app, POSTGRES_DB: app}\n"
+        "    stop_signal: SIGINT\n"
+        "    healthcheck:\n"
+        '      test: ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "app"]\n'
+        "      interval: 1s\n"
+        "      retries: 60\n"
+    )
+    digest = seed_digest(root / "seed.sql", SeedKind.SQL_DUMP)
+    (root / "project.yaml").write_text(
+        f"name: mini\n"
+        f"assets:\n  seeds:\n    seed: {{path: seed.sql, kind: sql_dump, digest: '{digest}'}}\n"
+        f"default_environment:\n  compose_file: compose.yaml\n"
+        f"  services:\n    db: {{isolation: reset, reset: {{seed: seed}}}}\n"
+    )
+    return root
+
+
+def _records(path: Path) -> dict[str, dict[str, object]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
+
+
+def _leftovers(runner: SubprocessRunner, uid: str) -> dict[str, dict[str, list[str]]]:
+    """Everything labelled with a run of this inner session (any worker), and its temp dirs."""
+    out = {}
+    prefix = f"pytest-{uid[:8]}"
+    fmt = ["--format", '{{.Label "io.forgelib.run"}}']
+    listed: list[str] = []
+    for ls in (["ps", "-a"], ["volume", "ls"], ["network", "ls"]):
+        listed += runner.run(["docker", *ls, *fmt]).stdout.split()
+    for run_id in sorted({r for r in listed if r.startswith(prefix)}):
+        out[run_id] = lab.resources_with_labels(runner, {lab.RUN: run_id})
+    temp = Path(os.environ.get("TMPDIR", "/tmp"))
+    dirs = sorted(str(p) for p in temp.glob(f"forge-{prefix}*"))
+    if dirs:
+        out["temp dirs"] = {"dirs": dirs}
+    return out
+
+
+def _wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[str], timeout: float) -> None:
+    """Poll ``condition`` (an observable state, not a duration) until true; fail early if pytest ended."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"pytest exited (rc={proc.returncode}) before {what}\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_killed_worker_and_ctrl_c_leave_nothing(
+    pytester: pytest.Pytester, runner: SubprocessRunner, docker_ready: None, tmp_path: Path
+) -> None:
+    records = tmp_path / "records"
+    release = tmp_path / "never-created"  # the inner tests wait for it: only a signal ends them
+    mini = _mini_project(tmp_path / "mini", "CREATE TABLE t (x int);\n")
+    pytester.makepyfile(_record=RECORD.format(records=str(records)))
+    body = f"""
+import time
+from pathlib import Path
+import pytest
+from _record import record
+
+@pytest.mark.forge(project={str(mini)!r})
+def test_held(forge_stack):
+    record(NAME, forge_stack)
+    deadline = time.monotonic() + 600
+    while not Path({str(release)!r}).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+"""
+    pytester.makepyfile(
+        test_killed=body.replace("NAME", "'killed'"), test_interrupted=body.replace("NAME", "'interrupted'")
+    )
+    uid = secrets.token_hex(8)
+    argv = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", f"--testrunuid={uid}"]
+    argv += ["--max-worker-restart=0", "-p", "no:cacheprovider", "-q"]
+    proc = subprocess.Popen(
+        argv, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group: the Ctrl-C below reaches pytest and its workers
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: len(_records(records)) == 2, "both stacks to be up", proc, SESSION_TIMEOUT)
+        seen = _records(records)
+        killed = seen["killed"]
+        os.kill(int(str(killed["pid"])), signal.SIGKILL)
+        # The controller notices the dead worker and reaps its run (its owner pid is provably gone).
+        _wait_for(
+            lambda: lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: str(killed["run_id"])})),
+            "the killed worker's stack to be reaped",
+            proc,
+            SESSION_TIMEOUT,
+        )
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        out, err = proc.communicate(timeout=SESSION_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, f"{out}\n{err}"
+    assert _leftovers(runner, uid) == {}, f"{out}\n{err}"

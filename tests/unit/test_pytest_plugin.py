@@ -1,0 +1,117 @@
+"""The pytest plugin without an engine: inert unless used, off with ``-p no:forgelib``, and a wrong marker or
+project is a test error naming the fix before any Docker call. (Stacks themselves: the integration tests.)"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from forgelib.pytest_stacks import run_id_for
+
+
+def _no_docker_path(tmp_path: Path) -> str:
+    """A PATH with the interpreter's directory but no ``docker``: any Docker call would fail loudly."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    return os.pathsep.join([str(empty), str(Path(sys.executable).parent)])
+
+
+def test_inert_when_no_test_uses_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A subprocess, so "never imported" means something: nothing of forgelib's provisioning is loaded,
+    # no signal handler is installed, and no Docker is needed.
+    monkeypatch.setenv("PATH", _no_docker_path(pytester.path))
+    pytester.makeconftest(
+        """
+import signal, sys
+
+def pytest_sessionfinish(session):
+    heavy = sorted(m for m in sys.modules if m.startswith("forgelib.") and m != "forgelib.pytest_plugin")
+    assert not heavy, heavy
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+"""
+    )
+    pytester.makepyfile(
+        """
+import pytest, signal
+
+def test_plain():
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+@pytest.mark.forge(project="nowhere")   # a marker without the fixture provisions nothing
+def test_marked_only():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["plugins:*forgelib-*"])  # loaded through its entry point, and idle
+    result.stdout.no_fnmatch_line("*= forgelib =*")
+
+
+def test_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.forge(project, task=None, scope='function'):*"])
+
+
+def test_p_no_forgelib_turns_it_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(forge_stack):\n    pass\n")
+    result = pytester.runpytest("-p", "no:forgelib")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'forge_stack' not found*"])
+
+
+def test_wrong_marker_or_project_is_a_test_error_naming_the_fix(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", _no_docker_path(pytester.path))
+    pytester.makepyfile(
+        """
+import pytest
+
+def test_unmarked(forge_stack):
+    pass
+
+@pytest.mark.forge(project="p", scop="module")
+def test_typo(forge_stack):
+    pass
+
+@pytest.mark.forge(project="p", scope="class")
+def test_bad_scope(forge_stack):
+    pass
+
+@pytest.mark.forge("a", "b")
+def test_two_positional(forge_stack):
+    pass
+
+@pytest.mark.forge(project="does/not/exist")
+def test_missing_project(forge_stack):
+    pass
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rE")
+    result.assert_outcomes(errors=5)
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    assert "During handling" not in out
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_unmarked*",
+            "forge_stack needs a stack to provision: mark the test (or its class/module) with *",
+            "*ERROR at setup of test_typo*",
+            "@pytest.mark.forge: unknown argument(s) scop; known: project, task, scope",
+            "*ERROR at setup of test_bad_scope*",
+            "@pytest.mark.forge: scope='class': use one of function, module, session",
+            "*ERROR at setup of test_two_positional*",
+            "@pytest.mark.forge: takes the project as its only positional argument, got 2",
+            "*ERROR at setup of test_missing_project*",
+            f"*{pytester.path / 'does/not/exist'} does not exist or is not a file; pass a project directory*",
+        ]
+    )
+
+
+def test_run_ids_name_the_xdist_worker() -> None:
+    assert run_id_for("0123456789abcdef", "gw3") == "pytest-01234567-gw3"
+    assert run_id_for("0123456789abcdef", None) == "pytest-01234567"
