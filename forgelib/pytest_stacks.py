@@ -21,12 +21,23 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.provision import ProvisionedTrial, provision_trial, teardown_run, teardown_trial
+from forgelib.provision import (
+    ProvisionCache,
+    ProvisionedTrial,
+    SharedStacks,
+    provision_trial,
+    teardown_trial,
+)
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
+
+if TYPE_CHECKING:
+    import psycopg
+    import redis
 
 log = logging.getLogger("forgelib.pytest")
 
@@ -48,6 +59,9 @@ class ProvisionFailed(Exception):
         super().__init__(str(error))
         self.error = error
         self.logs = dict(logs)
+
+
+_P = TypeVar("_P")
 
 
 def temp_prefix(run_id: str) -> str:
@@ -125,6 +139,51 @@ class ForgeStack:
             path = "/" + path
         return f"http://{host}:{port}{path}"
 
+    def postgres(
+        self, service: str, *, database: str | None = None, autocommit: bool = True
+    ) -> psycopg.Connection[Any]:
+        """A psycopg connection to ``service`` on its loopback port, as its seed connected (user, database
+        and password from the resolved compose config). Autocommit by default; closed when the test ends
+        (``with`` closes it sooner)."""
+        from forgelib import connect
+
+        conn = self._direct(service, lambda: connect.postgres(self.trial, service, database=database))
+        client = conn.connect(autocommit=autocommit)
+        self.on_release(client.close)
+        return client
+
+    def postgres_dsn(self, service: str, *, database: str | None = None) -> str:
+        """The libpq connection string of ``postgres`` (for code under test that connects itself)."""
+        from forgelib import connect
+
+        return self._direct(service, lambda: connect.postgres(self.trial, service, database=database)).dsn()
+
+    def redis(self, service: str, *, db: int = 0, decode_responses: bool = False) -> redis.Redis:
+        """A ``redis.Redis`` client of ``service`` on its loopback port (its ``--requirepass``, if any);
+        closed when the test ends."""
+        from forgelib import connect
+
+        params = self._direct(service, lambda: connect.redis(self.trial, service, db=db))
+        client = params.client(decode_responses=decode_responses)
+        self.on_release(client.close)
+        return client
+
+    def redis_url(self, service: str, *, db: int = 0) -> str:
+        from forgelib import connect
+
+        return self._direct(service, lambda: connect.redis(self.trial, service, db=db)).url()
+
+    def _direct(self, service: str, params: Callable[[], _P]) -> _P:
+        try:
+            return params()
+        except ForgeError as e:
+            if "does not publish" not in str(e):
+                raise
+            raise ForgeError(
+                f"{e} (forge publishes the port of each reset service seeded by sql_dump or redis_dump on "
+                f'127.0.0.1; for any other service, publish it in the compose file, e.g. ports: ["5432"])'
+            ) from e
+
     def log_tails(self, lines: int = DEFAULT_LOG_TAIL) -> dict[str, str]:
         """service -> its last ``lines`` log lines (never raises: it explains a failure)."""
         return {svc: self.trial.compose.log_tail(svc, lines) for svc in self.services}
@@ -158,7 +217,10 @@ class StackPool:
     _projects: dict[Path, Project] = field(default_factory=dict)
     _index: Iterator[int] = field(default_factory=itertools.count)
     _healed: bool = False
-    _shared: bool = False  # a shared stack of this run is up (all-shared environments)
+    # As ``forge run``'s backend owns them: the run's shared stacks (environments whose services are all
+    # ``shared``: one stack for every test that names them) and what provisioning learns once.
+    _shared: SharedStacks = field(default_factory=SharedStacks)
+    _cache: ProvisionCache = field(default_factory=ProvisionCache)
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -216,14 +278,16 @@ class StackPool:
                 timeouts=self.timeouts,
                 runner=self._guarded(),
                 log_tail_lines=self.log_tail_lines,
+                shared=self._shared,
+                cache=self._cache,
             )
         except ProvisionError as e:
             raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
         try:
-            if trial.shared:  # one stack for the whole run: removed by teardown_run at close()
-                if not self._shared:
-                    self.stacks.add(f"{self.run_id}-shared", lambda graceful: teardown_run(self.run_id))
-                    self._shared = True
+            if trial.shared:  # one stack for the whole session: removed at close() (or by a Ctrl-C)
+                self.stacks.add(
+                    f"{self.run_id}-shared", lambda graceful: self._shared.teardown_run(self.run_id)
+                )
             else:
                 self.stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
         except Interrupted:  # a stop came first: the registry is closed, so remove it here
