@@ -71,6 +71,8 @@ class ProvisionedTrial:
     labels: Mapping[str, str] = field(default_factory=dict)
     shared: bool = False  # the run's shared stack: teardown_trial leaves it to teardown_run
     config: Mapping[str, Any] = field(default_factory=dict)  # `docker compose config`, resolved
+    # service -> ["127.0.0.1:49153->5432/tcp", ...]: where the host reaches what the stack publishes
+    ports: Mapping[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,8 +185,9 @@ class _Provisioning:
                 config = compose.config()
                 images = [str(s.get("image", "")) for s in (config.get("services") or {}).values()]
                 declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
+                loopback = _loopback(bindings, config)
                 override = write_override(
-                    self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, _loopback(bindings, config)
+                    self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback
                 )
                 compose = compose.with_files(*self.env.compose_files, override)
             services = config.get("services") or {}
@@ -205,6 +208,12 @@ class _Provisioning:
         except BaseException as e:  # ProvisionError, a bug, Ctrl-C: never leave a stack behind
             self._clean_up(compose, e)
             raise
+        try:
+            publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
+            ports = published_ports(compose) if publishes else {}
+        except BaseException as e:
+            self._clean_up(compose, e)
+            raise
         self.timings["provision"] = time.monotonic() - t0
         return ProvisionedTrial(
             name=self.name,
@@ -216,6 +225,7 @@ class _Provisioning:
             labels=dict(self.labels),
             shared=self.shared,
             config=config,
+            ports=ports,
         )
 
     @contextmanager

@@ -52,6 +52,11 @@ class TrialHandle(Protocol):
     @property
     def timings(self) -> Mapping[str, float]: ...
     @property
+    def ports(self) -> Mapping[str, list[str]]:
+        """service -> published ports as ``127.0.0.1:49153->5432/tcp`` (for trial.yaml)."""
+        ...
+
+    @property
     def config(self) -> Mapping[str, Any]:
         """The resolved compose config (state checks connect as the services are configured)."""
         ...
@@ -108,6 +113,7 @@ class _Trial:
     handle: TrialHandle | None = None
     grade: Grade | None = None
     provision_stage: str | None = None
+    ports: dict[str, list[str]] = field(default_factory=dict)
     error: str | None = None
     oracle: dict[str, Any] | None = None
     teardown_error: str | None = None
@@ -237,6 +243,7 @@ class Executor:
         except ForgeError as e:  # e.g. docker missing: provisioning could not even start
             return self._provision_failed(t, "provision", str(e), t0)
         t.handle = handle
+        t.ports = {svc: list(p) for svc, p in handle.ports.items() if p}
         key = (t.task.name, t.index)
         with self._live_lock:
             self._live[key] = handle
@@ -367,6 +374,7 @@ class Executor:
             finished_at=time.time(),
             timings={k: round(v, 3) for k, v in t.timings.items()},
             compose_project=t.handle.name if t.handle is not None else None,
+            ports=t.ports,
             provision_stage=t.provision_stage,
             error=t.error,
             oracle=t.oracle,

@@ -38,6 +38,7 @@ class TrialResult:
     finished_at: float
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     compose_project: str | None = None
+    ports: dict[str, list[str]] = field(default_factory=dict)  # service -> "127.0.0.1:49153->5432/tcp"
     provision_stage: str | None = None  # ProvisionError.stage
     error: str | None = None  # the one-line reason the attempt broke
     oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
@@ -86,6 +87,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "task": r.task,
         "index": r.index,
         "compose_project": r.compose_project,
+        "ports": r.ports,
         "status": r.status,
         "termination_reason": r.termination.value,
         "retryable": r.retryable,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ from forgelib import compose as c
 from forgelib.errors import ForgeError
 from forgelib.spec.models import Timeouts
 from forgelib.testing import FakeRunner
+from tests.support.override import load_override
 
 # ---------------------------------------------------------------------------------------------- names
 
@@ -115,15 +117,53 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
     }
 
 
+def _override(tmp_path: Path, config: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    text = c.write_override(tmp_path / "o.yaml", config, {"l": "v"}, **kw).read_text()
+    return load_override(text)
+
+
 def test_loopback_ports_are_added_to_the_named_services_only(tmp_path: Path) -> None:
-    config = {"services": {"db": {"ports": ["5432"]}, "api": {}}}
-    out = yaml.safe_load(
-        c.write_override(tmp_path / "o.yaml", config, {"l": "v"}, loopback={"db": [5432]}).read_text()
-    )
-    # Added beside what the compose file publishes (compose appends override ports), loopback only, and
-    # no published port: the engine picks a free one, so parallel stacks never collide.
-    assert out["services"]["db"]["ports"] == [{"target": 5432, "host_ip": "127.0.0.1", "protocol": "tcp"}]
+    config = {"services": {"db": {"ports": [{"target": 5432, "protocol": "tcp"}]}, "cache": {}, "api": {}}}
+    out = _override(tmp_path, config, loopback={"db": [5432], "cache": [6379]})
+    # The port the file publishes is already the one forge wants: listed once, loopback only, and no
+    # published port: the engine picks a free one, so parallel stacks never collide.
+    loop = {"target": 5432, "host_ip": "127.0.0.1", "protocol": "tcp"}
+    assert out["services"]["db"]["ports"] == ("!override", [loop])
+    assert out["services"]["cache"]["ports"] == ("!override", [{**loop, "target": 6379}])
     assert "ports" not in out["services"]["api"]
+
+
+def test_published_ports_go_to_loopback_at_random_host_ports_and_fixed_names_are_dropped(
+    tmp_path: Path,
+) -> None:
+    config = {
+        "services": {
+            "web": {
+                "container_name": "web",
+                "ports": [
+                    {"mode": "ingress", "target": 8000, "published": "8000", "protocol": "tcp"},
+                    {
+                        "mode": "ingress",
+                        "host_ip": "0.0.0.0",
+                        "target": 53,
+                        "published": "53",
+                        "protocol": "udp",
+                    },
+                    {"mode": "ingress", "target": 9000, "protocol": "tcp", "app_protocol": "http"},
+                ],
+            }
+        }
+    }
+    web = _override(tmp_path, config)["services"]["web"]
+    assert web["container_name"] == "!reset"
+    assert web["ports"] == (
+        "!override",
+        [
+            {"target": 8000, "protocol": "tcp", "host_ip": "127.0.0.1"},
+            {"target": 53, "protocol": "udp", "host_ip": "127.0.0.1"},
+            {"target": 9000, "protocol": "tcp", "app_protocol": "http", "host_ip": "127.0.0.1"},
+        ],
+    )
 
 
 def test_clean_env_drops_every_ambient_compose_variable(monkeypatch: pytest.MonkeyPatch) -> None:

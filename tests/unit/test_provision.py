@@ -28,6 +28,7 @@ from forgelib.spec.models import (
     Timeouts,
 )
 from forgelib.testing import ANY, FakeRunner
+from tests.support.override import load_override
 
 T = Timeouts(compose_up=100, recipe=40, teardown=50, command=9)
 NAME = "proj-r1-t-0"
@@ -107,6 +108,11 @@ class Stack:
             )
         self.fake.expect(*b, "down", "--volumes", "--remove-orphans", exact=True)
 
+    def expect_ps(self) -> None:
+        pub = {"URL": "127.0.0.1", "TargetPort": 5432, "PublishedPort": 49153, "Protocol": "tcp"}
+        rows = [{"Service": "app-db", "Publishers": [pub]}, {"Service": "runner", "Publishers": []}]
+        self.fake.expect(*self.full, "ps", "--all", "--format", "json", exact=True, stdout=json.dumps(rows))
+
     def provision(self, **kw: Any) -> prov.ProvisionedTrial:
         return prov.provision_trial(
             self.project,
@@ -171,6 +177,7 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "app-db", exact=True)
     s.fake.expect(*s.full, *PSQL, exact=True)
     s.fake.expect(*s.full, *UP, "--no-deps", "widgets-api", "runner", exact=True)
+    s.expect_ps()
     phases: list[str] = []
     trial = s.provision(on_phase=lambda name, secs: phases.append(name))
     assert s.verbs() == [
@@ -178,13 +185,16 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
         "up --detach --wait --wait-timeout 100 app-db",
         " ".join(PSQL),
         "up --detach --wait --wait-timeout 100 --no-deps widgets-api runner",
+        "ps --all --format json",
     ]
+    # The mapping trial.yaml and `forge provision` show: the seeded postgres on loopback (direct connections)
+    assert trial.ports == {"app-db": ["127.0.0.1:49153->5432/tcp"], "runner": []}
     assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
     assert list(trial.timings) == [*phases, "provision"]
     assert trial.name == NAME and trial.compose.files[-1] == s.trial_dir / "compose.forge.yaml"
     psql = next(c for c in s.fake.calls if "psql" in c.argv)
     assert psql.stdin == s.project.seeds["postgres_baseline"].path
-    override = yaml.safe_load((s.trial_dir / "compose.forge.yaml").read_text())
+    override = load_override((s.trial_dir / "compose.forge.yaml").read_text())
     assert set(override["services"]) == {"app-db", "widgets-api", "runner"}
     labels = override["services"]["runner"]["labels"]
     assert labels[lab.RUN] == "r1" and labels[lab.TRIAL] == "t.0" and labels[lab.MANAGED] == "true"
@@ -236,8 +246,9 @@ def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> Non
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.fake.expect(*s.full, *PSQL)
+    s.expect_ps()
     s.provision()
-    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec"]
+    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec", "ps"]
 
 
 def test_ephemeral_only_stack_is_one_up(tmp_path: Path) -> None:
