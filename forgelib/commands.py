@@ -63,7 +63,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
                 "name": trial.name,
                 "run_id": run_id,
                 "trial_dir": str(trial_dir),
-                "services": published_ports(trial.compose),
+                "services": {**{svc: [] for svc in trial.environment.services}, **trial.ports},
                 "timings": {k: round(v, 3) for k, v in trial.timings.items()},
                 "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
                 "kept": keep,
@@ -79,20 +79,6 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
             shutil.rmtree(trial_dir, ignore_errors=True)
     print(json.dumps(report, indent=2) if as_json else render_report(report))
     return 0
-
-
-def published_ports(compose: ComposeProject) -> dict[str, list[str]]:
-    """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
-    out: dict[str, list[str]] = {}
-    for row in compose.ps():
-        ports = out.setdefault(str(row.get("Service", "?")), [])
-        for p in row.get("Publishers") or []:
-            if p.get("PublishedPort"):
-                host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
-                text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
-                if text not in ports:
-                    ports.append(text)
-    return out
 
 
 def render_report(report: Mapping[str, Any]) -> str:

@@ -409,6 +409,19 @@ class ComposeProject:
         """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
         return parse_ps(self.run(ps_argv(services)).stdout)
 
+    def published_ports(self) -> dict[str, list[str]]:
+        """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
+        out: dict[str, list[str]] = {}
+        for row in self.ps():
+            ports = out.setdefault(str(row.get("Service", "?")), [])
+            for p in row.get("Publishers") or []:
+                if p.get("PublishedPort"):
+                    host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
+                    text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
+                    if text not in ports:
+                        ports.append(text)
+        return out
+
     def logs(self, service: str, dest: Path, *, tail: int | None = None) -> Result:
         """The service's log tail into ``dest`` (streamed to the file, never held in memory)."""
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -210,7 +210,7 @@ class _Provisioning:
             raise
         try:
             publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
-            ports = published_ports(compose) if publishes else {}
+            ports = compose.published_ports() if publishes else {}
         except BaseException as e:
             self._clean_up(compose, e)
             raise
