@@ -29,6 +29,7 @@ from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionE
 from forgelib.images import ImageFacts
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
+from forgelib.seeds.base import PreparedSeed
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
@@ -73,6 +74,10 @@ class ProvisionedTrial:
     config: Mapping[str, Any] = field(default_factory=dict)  # `docker compose config`, resolved
     # service -> ["127.0.0.1:49153->5432/tcp", ...]: where the host reaches what the stack publishes
     ports: Mapping[str, list[str]] = field(default_factory=dict)
+    # Warm stacks: each reset service's recipe, what its `prepare` built and its baseline fingerprint.
+    prepared: tuple[PreparedSeed, ...] = ()
+    # How the trial got its stack: {"mode": "fresh"|"warm", "name", "reuse", "replaced"} (trial.yaml).
+    stack: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,9 +131,9 @@ def provision_trial(
             ).run(),
             trial_dir,
         )  # fmt: skip
-    p = _Provisioning(
-        project=project,
-        env=env,
+    return provision_stack(
+        project,
+        env,
         name=project_name(project.name, run_id, task_name, trial_index),
         labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep),
         trial_dir=trial_dir,
@@ -138,7 +143,37 @@ def provision_trial(
         on_phase=on_phase,
         log_tail_lines=log_tail_lines,
     )
-    return p.run()
+
+
+def provision_stack(
+    project: Project,
+    env: EnvironmentManifest,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    trial_dir: Path,
+    timeouts: Timeouts,
+    runner: Runner,
+    cache: ProvisionCache | None = None,
+    on_phase: PhaseCallback | None = None,
+    log_tail_lines: int = DEFAULT_LOG_TAIL,
+    warm: bool = False,
+) -> ProvisionedTrial:
+    """One stack of ``env`` named ``name`` (a compose project name) carrying ``labels``; ``warm``: also
+    prepare every seed for in-place resets (``ProvisionedTrial.prepared``). Fails as ``provision_trial``."""
+    return _Provisioning(
+        project=project,
+        env=env,
+        name=name,
+        labels=labels,
+        trial_dir=trial_dir,
+        timeouts=timeouts,
+        runner=runner,
+        cache=cache if cache is not None else ProvisionCache(),
+        on_phase=on_phase,
+        log_tail_lines=log_tail_lines,
+        warm=warm,
+    ).run()
 
 
 def capture_logs(trial: ProvisionedTrial, dest_dir: Path, tail_lines: int) -> None:
@@ -173,10 +208,12 @@ class _Provisioning:
     on_phase: PhaseCallback | None = None
     log_tail_lines: int = DEFAULT_LOG_TAIL
     shared: bool = False
+    warm: bool = False  # prepare each seed for in-place resets (forgelib.warm)
     timings: dict[str, float] = field(default_factory=dict)
 
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
+        prepared: tuple[PreparedSeed, ...] = ()
         env = self.cache.images.env(self.runner)
         compose = ComposeProject(self.name, self.env.compose_files, self.runner, self.timeouts, env)
         try:
@@ -196,9 +233,15 @@ class _Provisioning:
             if first:
                 with self._phase("up_seeded", None):
                     _up(compose, first, absent, no_deps=False)
+            contexts = []
             for b in bindings:
                 with self._phase(f"recipe:{b.service}", None):
-                    _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+                    ctx = _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+                    contexts.append(ctx)
+            if self.warm and contexts:
+                # Before any dependent starts: the template/pristine copy is the seeded state alone.
+                with self._phase("warm_prepare", None):
+                    prepared = tuple(_prepare(b, ctx) for b, ctx in zip(bindings, contexts, strict=True))
             rest = [s for s in services if s not in first]
             if rest or not first:
                 with self._phase("up_rest", None):
@@ -226,6 +269,7 @@ class _Provisioning:
             shared=self.shared,
             config=config,
             ports=ports,
+            prepared=prepared,
         )
 
     @contextmanager
@@ -319,7 +363,7 @@ def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: s
 
 def _apply(
     b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
-) -> None:
+) -> ApplyContext:
     ctx = ApplyContext(
         b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t, memo=memo
     )
@@ -328,6 +372,18 @@ def _apply(
         b.recipe.apply(ctx)
     except RecipeError as e:
         raise _recipe_error(b.service, b.seed.name, b.seed.kind, str(e)) from e
+    return ctx
+
+
+def _prepare(b: _Binding, ctx: ApplyContext) -> PreparedSeed:
+    """The warm preparation and the baseline fingerprint, right after the seed went in."""
+    try:
+        prepared = b.recipe.prepare(ctx)
+        return PreparedSeed(b.recipe, ctx, prepared, b.recipe.fingerprint(ctx))
+    except RecipeError as e:
+        raise ProvisionError(
+            "warm_prepare", _recipe_error(b.service, b.seed.name, b.seed.kind, str(e)).reason
+        ) from e
 
 
 def _verify_digest(target: SeedTarget) -> None:

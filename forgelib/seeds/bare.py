@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from forgelib.seeds.base import ApplyContext, SeedTarget
+from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget
 
 OPTIONS: frozenset[str] = frozenset()
 
@@ -22,3 +22,15 @@ def apply(ctx: ApplyContext) -> None:
 
 def direct_port(service_config: Mapping[str, Any]) -> int | None:
     return None
+
+
+def prepare(ctx: ApplyContext) -> None:
+    """Nothing in a container to restore: a bare seed is a host path the trial reads."""
+
+
+def reset(ctx: ApplyContext, prepared: object) -> None:
+    """Nothing to do (see ``prepare``)."""
+
+
+def fingerprint(ctx: ApplyContext) -> Fingerprint:
+    return {}

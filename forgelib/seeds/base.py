@@ -1,9 +1,17 @@
 """The types every seed recipe shares: what a recipe sees (``SeedTarget``, ``ApplyContext``) and what it
 provides (``Recipe``). Kept apart from the registry in ``__init__`` so recipe modules import them plainly.
+
+A recipe has two lives. On a **fresh** stack ``apply`` seeds a new service. On a **warm** stack (``forge run
+--stacks warm``), right after that first ``apply`` and before any dependent starts, ``prepare`` builds what
+makes an in-place reset fast (a template database, the redis keyspace as dumps, a pristine copy of the
+tree) and ``fingerprint`` records the state a trial could change beyond the reset's reach; before every
+later trial ``reset`` restores the seed in place and ``fingerprint`` must match again, or the stack is
+replaced (``forgelib.warm``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -57,9 +65,57 @@ class ApplyContext(SeedTarget):
     timeouts: Timeouts = field(default_factory=Timeouts)
     memo: Memo = field(default_factory=Memo)  # shared by the trials of one backend (see ``Memo``)
 
+    # (service, container port) -> (host, port) of the loopback publication: looked up once per stack
+    # (``docker compose port`` costs ~0.1 s; the mapping lives as long as the container).
+    addresses: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict, compare=False)
+
     def environment(self) -> Mapping[str, Any]:
         env = self.service_config.get("environment") or {}
         return env if isinstance(env, Mapping) else {}
+
+    def address(self, container_port: int) -> tuple[str, int]:
+        """Where the host reaches this service's ``container_port`` (published on 127.0.0.1)."""
+        key = (self.service, container_port)
+        if key not in self.addresses:
+            self.addresses[key] = self.compose.port(self.service, container_port)
+        return self.addresses[key]
+
+
+# part name -> sha256 hex of that part's canonical text (``fingerprint_part``). Named parts, so a mismatch
+# says what differs ("roles", "config") rather than only that something does.
+Fingerprint = dict[str, str]
+
+
+def fingerprint_part(lines: Any) -> str:
+    """The sha256 of ``lines`` (any iterable of rows) rendered one ``repr`` per line: a stable, cheap digest
+    of a query's rows or a listing."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(repr(line).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def fingerprint_diff(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
+    """The parts whose digests differ (or that one side lacks), sorted; empty when equal."""
+    return sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+
+
+@dataclass
+class PreparedSeed:
+    """One reset service of a warm stack: its context, what ``prepare`` built and the baseline
+    ``fingerprint`` taken right after it (both on the first, fresh seeding)."""
+
+    recipe: Recipe
+    ctx: ApplyContext
+    prepared: object
+    baseline: Fingerprint
+
+    def reset(self) -> None:
+        self.recipe.reset(self.ctx, self.prepared)
+
+    def fingerprint(self) -> Fingerprint:
+        return self.recipe.fingerprint(self.ctx)
 
 
 class Recipe(Protocol):
@@ -76,6 +132,21 @@ class Recipe(Protocol):
 
     def apply(self, ctx: ApplyContext) -> None:
         """Apply the seed to the running service; raise ``RecipeError`` on any failure."""
+        ...
+
+    def prepare(self, ctx: ApplyContext) -> object:
+        """Warm preparation, right after ``apply`` on a fresh stack (dependents not started yet): build what
+        ``reset`` restores from and return it (opaque to everyone else). Raise ``RecipeError``."""
+        ...
+
+    def reset(self, ctx: ApplyContext, prepared: object) -> None:
+        """Restore the seed in place, from what ``prepare`` returned; raise ``RecipeError`` when it cannot
+        (the stack is then replaced, never trusted)."""
+        ...
+
+    def fingerprint(self, ctx: ApplyContext) -> Fingerprint:
+        """A cheap digest of the state a trial could change that ``reset`` does not restore (named parts).
+        Equal right after the seeding and after each reset, or the stack is dirty. Raise ``RecipeError``."""
         ...
 
     def direct_port(self, service_config: Mapping[str, Any]) -> int | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import CommandError
-from forgelib.seeds.base import ApplyContext, Memo, SeedTarget
+from forgelib.seeds.base import ApplyContext, Fingerprint, Memo, SeedTarget, fingerprint_part
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})
@@ -122,3 +122,63 @@ def compare(expected: Listing, actual: Listing) -> str:
 
 def direct_port(service_config: Mapping[str, Any]) -> int | None:
     return None  # the tree is reached through compose exec/cp
+
+
+# ---------------------------------------------------------------------------------------------- warm
+#
+# prepare: right after the verified copy, ``cp -a`` the target into a pristine directory in the same
+# container (outside the target, named after the seed digest). reset: one exec that empties the target
+# (dotfiles, new directories and all) and ``cp -a``s the pristine copy back: contents, modes, owners, empty
+# directories, symlinks and the target directory's own mode. The container is never recreated.
+
+PRISTINE_ROOT = "/tmp/.forge-pristine"
+
+_RESET_SH = 'find "$1" -mindepth 1 -delete && cp -a "$2/." "$1/"'
+_PREPARE_SH = 'rm -rf "$2" && mkdir -p "$2" && cp -a "$1/." "$2/"'
+# mode, owner, group, size, type, link target and path of every entry, the target itself included
+# (NUL-free: a name holding a newline would only shift lines, which still changes the digest).
+_LISTING_FORMAT = "%m %U %G %s %y %l\\t%P\\n"
+
+
+def pristine_dir(digest: str) -> str:
+    return f"{PRISTINE_ROOT}/{digest.removeprefix('sha256:')[:16]}"
+
+
+def prepare(ctx: ApplyContext) -> str:
+    target = target_dir(ctx).rstrip("/")
+    pristine = pristine_dir(ctx.seed.digest)
+    try:
+        argv = ["sh", "-c", _PREPARE_SH, "forge-prepare", target, pristine]
+        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
+    except CommandError as e:
+        raise ctx.fail("prepare", f"could not keep a pristine copy of {target} at {pristine}: {e}") from e
+    return pristine
+
+
+def reset(ctx: ApplyContext, prepared: object) -> None:
+    target = target_dir(ctx).rstrip("/")
+    try:
+        argv = ["sh", "-c", _RESET_SH, "forge-reset", target, str(prepared)]
+        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
+    except CommandError as e:
+        raise ctx.fail("reset", f"could not restore {target} from {prepared}: {e}") from e
+
+
+def fingerprint(ctx: ApplyContext) -> Fingerprint:
+    """The target's listing digest (every entry's path, type, mode, owner, size, link target; the target
+    directory itself included), and the same of the pristine copy when there is one. File contents are not
+    hashed (that is the fresh ``apply``'s verify, and costs a read of the tree): a reset rewrites every file
+    from the pristine copy, which lives in the reset service's own container, outside the target."""
+    target = target_dir(ctx).rstrip("/")
+    paths = [target]
+    if ctx.seed.digest:
+        paths.append(pristine_dir(ctx.seed.digest))
+    out: Fingerprint = {}
+    for name, path in zip(("tree", "pristine"), paths, strict=False):
+        r = ctx.compose.exec(
+            ctx.service, ["find", path, "-printf", _LISTING_FORMAT], timeout=ctx.timeouts.recipe, check=False
+        )
+        if r.rc != 0 and name == "tree":
+            raise ctx.fail("fingerprint", f"could not list {path}: {r.stderr.strip()}")
+        out[name] = fingerprint_part(sorted(r.stdout.splitlines()) if r.rc == 0 else ["(absent)"])
+    return out

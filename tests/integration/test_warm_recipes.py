@@ -1,0 +1,159 @@
+"""Each seed kind's warm life on the real engine: ``prepare`` after the first seeding, ``reset`` in place,
+``fingerprint`` equal again after a reset, and different when a trial changed what the reset cannot reach.
+
+One stack for the module (postgres, redis and a workspace tree): every test vandalises it, resets it and
+checks; the last ones leave it in states only a replacement fixes, so they run last (file order)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+
+from forgelib import connect
+from forgelib import labels as lab
+from forgelib.errors import RecipeError
+from forgelib.provision import ProvisionedTrial, provision_stack, teardown_trial
+from forgelib.runner import SubprocessRunner
+from forgelib.seeds.base import PreparedSeed, fingerprint_diff
+from forgelib.spec.models import SeedKind
+
+pytestmark = pytest.mark.integration
+
+RDB = Path(__file__).parents[2] / "examples/multi_service_cache_debug/assets/cache_poisoned.rdb"
+WS = "/workspace"
+
+
+def _tree(root: Path) -> Path:
+    (root / "src/pkg").mkdir(parents=True)
+    (root / "src/pkg/app.py").write_text("print('seed')\n")
+    (root / ".env").write_text("MODE=seed\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "empty").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def stack(
+    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProvisionedTrial]:
+    tmp = tmp_path_factory.mktemp("warm")
+    (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
+    redis = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
+    project = make_project(
+        tmp / "p",
+        {"db": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
+        seeds={
+            "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
+            "rdb": (RDB, SeedKind.REDIS_DUMP),
+            "tree": (_tree(tmp / "tree"), SeedKind.FILESYSTEM_DIR),
+        },
+        reset={"db": "sql", "cache": "rdb", "ws": "tree"},
+        volumes={"work": {}},
+    )
+    run_id = "it-warm-recipes"
+    trial = provision_stack(
+        project,
+        project.environment,
+        name=f"itwarm-{run_id}",
+        labels=lab.run_labels(run_id, "warm-0"),
+        trial_dir=tmp / "stack",
+        timeouts=TIMEOUTS,
+        runner=runner,
+        warm=True,
+    )
+    try:
+        yield trial
+    finally:
+        teardown_trial(trial)
+        assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
+
+
+def _seed(trial: ProvisionedTrial, service: str) -> PreparedSeed:
+    return next(p for p in trial.prepared if p.ctx.service == service)
+
+
+def _reset_and_diff(trial: ProvisionedTrial, service: str) -> list[str]:
+    p = _seed(trial, service)
+    p.reset()
+    return fingerprint_diff(p.baseline, p.fingerprint())
+
+
+def _sh(trial: ProvisionedTrial, script: str) -> str:
+    return trial.compose.exec("ws", ["sh", "-c", script]).stdout
+
+
+def test_postgres_rows_schema_and_tables_are_restored(stack: ProvisionedTrial) -> None:
+    with connect.postgres(stack, "db").connect() as conn:
+        conn.execute("update t set v = 'vandalised'")
+        conn.execute("alter table t add column extra int")
+        conn.execute("create table intruder (x int)")
+    assert _reset_and_diff(stack, "db") == []
+    with connect.postgres(stack, "db").connect() as conn:
+        assert conn.execute("select * from t").fetchall() == [("seeded",)]
+        assert conn.execute("select to_regclass('intruder')").fetchone() == (None,)
+
+
+def test_postgres_open_sessions_do_not_block_the_reset(stack: ProvisionedTrial) -> None:
+    held = connect.postgres(stack, "db").connect(autocommit=False)
+    held.execute("update t set v = 'in a transaction'")  # holds a lock and a session on the database
+    assert _reset_and_diff(stack, "db") == []
+    with pytest.raises(psycopg.OperationalError):  # the reset ended the session (DROP … WITH (FORCE))
+        held.execute("select 1")
+    held.close()
+    with connect.postgres(stack, "db").connect() as conn:
+        assert conn.execute("select v from t").fetchall() == [("seeded",)]
+
+
+def test_redis_keys_in_several_indexes_and_config_are_restored(stack: ProvisionedTrial) -> None:
+    params = connect.redis(stack, "cache")
+    seeded = {k: params.client().dump(k) for k in params.client().keys("*")}
+    assert seeded
+    for db in (0, 3, 9):
+        c = params.client(db=db)
+        c.set(f"intruder:{db}", "x")
+        c.close()
+    first = next(iter(seeded))
+    params.client().set(first, "vandalised")
+    params.client().execute_command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    assert _reset_and_diff(stack, "cache") == []
+    client = params.client()
+    assert {k: client.dump(k) for k in client.keys("*")} == seeded
+    assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert params.client(db=3).dbsize() == 0 and params.client(db=9).dbsize() == 0
+
+
+def test_tree_edits_deletions_dotfiles_and_modes_are_restored(stack: ProvisionedTrial) -> None:
+    before = _sh(stack, f"cd {WS} && find . -printf '%m %y %p\\n' | sort && cat .env src/pkg/app.py")
+    _sh(
+        stack,
+        f"cd {WS} && echo evil > src/pkg/app.py && rm -rf empty .env && chmod 600 run.sh"
+        " && mkdir -p new/deep && touch new/deep/.hidden && chmod 700 .",
+    )
+    assert _reset_and_diff(stack, "ws") == []
+    assert _sh(stack, f"cd {WS} && find . -printf '%m %y %p\\n' | sort && cat .env src/pkg/app.py") == before
+
+
+def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
+    """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
+    with connect.postgres(stack, "db").connect() as conn:
+        conn.execute("create role intruder login")
+        conn.execute("create database other")
+    assert set(_reset_and_diff(stack, "db")) == {"databases", "roles", "role_rows"}
+    connect.redis(stack, "cache").client().execute_command("ACL", "SETUSER", "intruder", "on")
+    assert _reset_and_diff(stack, "cache") == ["acl"]
+    _sh(stack, "for d in /tmp/.forge-pristine/*; do touch $d/planted; done")
+    assert _reset_and_diff(stack, "ws") == ["pristine", "tree"]
+
+
+def test_a_reset_that_cannot_run_is_loud(stack: ProvisionedTrial) -> None:
+    p = _seed(stack, "db")
+    with connect.postgres(stack, "db").connect() as conn:  # the template is gone
+        conn.execute(f'alter database "{p.prepared.template}" is_template false')  # type: ignore[attr-defined]
+        conn.execute(f'drop database "{p.prepared.template}"')  # type: ignore[attr-defined]
+    with pytest.raises(RecipeError, match="reset step on service 'db'"):
+        p.reset()
