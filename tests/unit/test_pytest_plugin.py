@@ -115,3 +115,113 @@ def test_missing_project(forge_stack):
 def test_run_ids_name_the_xdist_worker() -> None:
     assert run_id_for("0123456789abcdef", "gw3") == "pytest-01234567-gw3"
     assert run_id_for("0123456789abcdef", None) == "pytest-01234567"
+
+
+# The scoping and reporting logic, with the pool's Docker work replaced by a recorder (the real pool is
+# proven on the engine in tests/integration/test_pytest_plugin.py): when stacks are provisioned, reset,
+# released and torn down, and what a failed test's report carries.
+RECORDER = """
+import pytest
+from forgelib.errors import ProvisionError
+from forgelib.pytest_stacks import ProvisionFailed, StackPool
+
+EVENTS = []
+
+class Stack:
+    def __init__(self, name):
+        self.name = name
+    def release(self):
+        EVENTS.append(("release", self.name))
+    def log_tails(self, lines):
+        return {"db": f"last {lines} lines of " + self.name}
+
+def provision(self, project, task):
+    name = f"{project.name}:{task}"
+    EVENTS.append(("provision", name))
+    if project.name == "broken":
+        raise ProvisionFailed(ProvisionError("reset_recipe", "the seed is broken"), {"db": "db's log"})
+    return Stack(name)
+
+StackPool.provision = provision
+StackPool.reset = lambda self, stack: EVENTS.append(("reset", stack.name))
+StackPool.teardown = lambda self, stack: EVENTS.append(("teardown", stack.name))
+
+def pytest_sessionfinish(session):
+    import json, pathlib
+    pathlib.Path("events.json").write_text(json.dumps(EVENTS))
+"""
+
+
+def _events(pytester: pytest.Pytester) -> list[tuple[str, str]]:
+    import json
+
+    return [tuple(e) for e in json.loads((pytester.path / "events.json").read_text())]
+
+
+def test_scopes_provision_reset_and_tear_down_when_they_should(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(RECORDER)
+    mod = """
+import pytest
+pytestmark = pytest.mark.forge(project="{project}", task="t", scope="{scope}")
+def test_1(forge_stack): pass
+def test_2(forge_stack): pass
+@pytest.mark.forge(project="fresh")
+def test_3(forge_stack): pass
+"""
+    pytester.makepyfile(
+        test_a=mod.format(project="m", scope="module"),
+        test_b=mod.format(project="m", scope="module"),
+        test_c=mod.format(project="s", scope="session"),
+        test_d=mod.format(project="s", scope="session"),
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=12)
+    m, s, fresh = "m:t", "s:t", "fresh:None"
+    per_module = [("provision", m), ("release", m), ("reset", m), ("release", m)]
+    per_module += [("provision", fresh), ("teardown", fresh)]
+    assert _events(pytester) == [
+        *per_module, ("teardown", m),  # test_a: the module's stack goes when the module ends
+        *per_module, ("teardown", m),  # test_b: a stack of its own
+        ("provision", s), ("release", s), ("reset", s), ("release", s), *per_module[-2:],
+        ("reset", s), ("release", s), ("reset", s), ("release", s), *per_module[-2:],
+        ("teardown", s),  # test_c and test_d share one session stack, removed at the end
+    ]  # fmt: skip
+
+
+def test_a_failed_provision_is_an_error_for_every_test_that_shares_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(RECORDER)
+    pytester.makepyfile(
+        """
+import pytest
+pytestmark = pytest.mark.forge(project="broken", scope="module")
+def test_1(forge_stack): pass
+def test_2(forge_stack): pass
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=2)
+    assert _events(pytester) == [("provision", "broken:None")]  # tried once, not once per test
+    out = result.stdout.str()
+    assert out.count("provisioning failed at reset_recipe: the seed is broken") == 2
+    assert out.count("forge log: db") == 2 and "db's log" in out
+    assert "Traceback" not in out and "During handling" not in out
+
+
+def test_a_failed_test_carries_its_stacks_log_tails_and_a_passing_one_does_not(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(RECORDER)
+    pytester.makeini("[pytest]\nforge_log_tail_lines = 7\n")
+    pytester.makepyfile(
+        """
+import pytest
+pytestmark = pytest.mark.forge(project="p")
+def test_passes(forge_stack): pass
+def test_fails(forge_stack): assert forge_stack.name == "other"
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*_ test_fails _*", "*AssertionError*", "*- forge log: db -*", "last 7 lines of p:None"]
+    )
+    assert result.stdout.str().count("forge log: db") == 1
