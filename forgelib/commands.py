@@ -27,6 +27,7 @@ from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Timeouts
+from forgelib.spec.validate import print_notices
 
 
 def main_provision(project: str, task: str | None, keep: bool, as_json: bool) -> int:
@@ -37,6 +38,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
     directory (override file, service logs) goes with the stack, unless a failure points the user at
     its logs or ``keep`` leaves the stack up."""
     proj = load_project_config(Path(project))
+    print_notices(proj.notices, prefix="forge: ")
     chosen = proj.task(task) if task else None
     timeouts = Timeouts()
     runner = SubprocessRunner(default_timeout=timeouts.command)

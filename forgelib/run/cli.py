@@ -29,6 +29,7 @@ from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, RunConfig, Task, Timeouts
+from forgelib.spec.validate import print_notices
 
 
 def main_run(
@@ -56,6 +57,8 @@ def main_run(
     runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
     stacks = LiveStacks()
     # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
+    # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
+    print_notices(project.notices, prefix="forge: ")
     with interruptible(stacks) as stop:
         heal_leftovers(runner)
         backend = DockerBackend(project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines)

@@ -32,6 +32,7 @@ from forgelib.spec.models import (
     frozen_map,
 )
 from forgelib.spec.rules import RawEnvironment, SeedSpec
+from forgelib.spec.trialsafety import check_trial_safety
 from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
 PROJECT_FILE = "project.yaml"
@@ -75,6 +76,7 @@ class ProjectLoad:
     doc: YamlDoc | None = None
     task_files: list[Path] = field(default_factory=list)
     run_config_files: list[Path] = field(default_factory=list)
+    notices: list[SpecIssue] = field(default_factory=list)  # warnings and notes (what forge changes)
 
 
 def load_project_config(path: str | Path, *, verify_digests: bool = True) -> Project:
@@ -160,6 +162,7 @@ class _ProjectLoader:
             environment=environment,
             tasks=tuple(t for t in tasks if t is not None),
             run_configs=tuple(self.result.run_config_files),
+            notices=tuple(self.result.notices),
         )
         return self.result
 
@@ -262,20 +265,27 @@ class _ProjectLoader:
         if cset is None:
             return None
         issues = rules.check_environment(env, cset, seeds)
-        # A task inheriting the project's services repeats the project's issues; report each once.
-        self.issues.extend(i for i in issues if i not in self.issues)
-        if issues:
-            return None
         models: dict[str, Service] = {}
         for name in cset.services:
             labels = env.services.get(name, {})
             isolation = Isolation(labels.get("isolation", Isolation.EPHEMERAL.value))
             reset = labels.get("reset")
             binding = None
-            if reset is not None:
+            if reset is not None and not issues:
                 options = {k: v for k, v in reset.items() if k != "seed"}
                 binding = ResetBinding(reset["seed"], frozen_map(options))
             models[name] = Service(name, isolation, binding)
+        if not issues:
+            found = check_trial_safety(cset, {n: s.isolation for n, s in models.items()})
+            issues = [i for i in found if i.severity == "error"]
+            # Notes and warnings do not fail the load; each is said once however many tasks share the stack.
+            self.result.notices.extend(
+                i for i in found if i.severity != "error" and i not in self.result.notices
+            )
+        # A task inheriting the project's services repeats the project's issues; report each once.
+        self.issues.extend(i for i in issues if i not in self.issues)
+        if issues:
+            return None
         return EnvironmentManifest(env.compose_files, frozen_map(models), frozen_map(cset.data()))
 
     def _tasks(

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from forgelib.errors import SpecIssue
+
 
 class SeedKind(StrEnum):
     """Kinds of seed. The registry in ``forgelib.seeds`` and ``schemas/`` must list exactly these."""
@@ -163,6 +165,9 @@ class Project:
     environment: EnvironmentManifest  # default_environment
     tasks: tuple[Task, ...]
     run_configs: tuple[Path, ...] = ()
+    # What validation noted but did not refuse: warnings (risky) and notes (what forge changes in the
+    # stacks), said once per run and by `forge validate`.
+    notices: tuple[SpecIssue, ...] = ()
 
     def task(self, name: str) -> Task:
         for t in self.tasks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ class Report:
     tasks: int = 0
     run_configs: int = 0
     errors: list[SpecIssue] = field(default_factory=list)
+    notices: list[SpecIssue] = field(default_factory=list)  # warnings and notes: reported, never failing
 
     @property
     def ok(self) -> bool:
@@ -34,10 +36,9 @@ class Report:
             "seeds": self.seeds,
             "tasks": self.tasks,
             "run_configs": self.run_configs,
-            "errors": [
-                {"file": i.file, "line": i.line, "col": i.col, "path": i.json_path, "message": i.message}
-                for i in self.errors
-            ],
+            "errors": [_issue_json(i) for i in self.errors],
+            "warnings": [_issue_json(i) for i in self.notices if i.severity == "warning"],
+            "notes": [_issue_json(i) for i in self.notices if i.severity == "note"],
         }
 
     def summary(self) -> str:
@@ -63,6 +64,7 @@ def validate_project(project: str) -> Report:
     report.seeds = len(result.seeds)
     report.tasks = len(result.task_files)
     report.run_configs = len(result.run_config_files)
+    report.notices = list(result.notices)
     for path in result.run_config_files:
         # Task names in a run config are checked only against a project that loaded.
         _, issues = collect_run_config(path, result.project)
@@ -78,6 +80,25 @@ def main_validate(project: str, as_json: bool) -> int:
         sys.stdout.write("\n")
         return 0 if report.ok else 1
     if not report.ok:
+        print_notices(report.notices)
         raise SpecError(report.errors)
     print(report.summary())
+    for line in notice_lines(report.notices):
+        print(line)
     return 0
+
+
+def notice_lines(notices: Sequence[SpecIssue]) -> list[str]:
+    """Warnings first (they may need action), then notes (what forge changes in every trial's stack)."""
+    order = sorted(notices, key=lambda i: i.severity != "warning")
+    return [f"  {i}" for i in order]
+
+
+def print_notices(notices: Sequence[SpecIssue], prefix: str = "") -> None:
+    """To stderr (stdout stays the result): e.g. once at the start of a run."""
+    for line in notice_lines(notices):
+        print(f"{prefix}{line.strip()}", file=sys.stderr)
+
+
+def _issue_json(i: SpecIssue) -> dict[str, Any]:
+    return {"file": i.file, "line": i.line, "col": i.col, "path": i.json_path, "message": i.message}
