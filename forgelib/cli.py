@@ -84,6 +84,19 @@ def _usage_errors() -> Iterator[None]:
         sys.exit(EXIT_USAGE)
 
 
+def _help_first(argv: Any) -> Any:
+    """``forge TASK --help`` as ``forge --help TASK``: a task's positional argument (``forge report
+    RUN_DIR``) would otherwise take ``--help`` as its value."""
+    if (
+        isinstance(argv, list)
+        and len(argv) >= 3
+        and argv[2] in ("-h", "--help")
+        and not argv[1].startswith("-")
+    ):
+        return [argv[0], argv[2], argv[1], *argv[3:]]
+    return argv
+
+
 class ForgeProgram(Program):
     """Invoke's Program with forge's exit codes: every parse stage maps its errors to a usage error (2),
     and a command's ``Exit`` keeps its code."""
@@ -91,6 +104,10 @@ class ForgeProgram(Program):
     def parse_core(self, argv: Any) -> None:
         with _usage_errors():
             super().parse_core(argv)
+
+    def normalize_argv(self, argv: Any) -> None:
+        super().normalize_argv(argv)
+        self.argv = _help_first(self.argv)
 
     def parse_tasks(self) -> None:
         with _usage_errors():

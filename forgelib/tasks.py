@@ -73,6 +73,7 @@ def teardown(c: Context, name: str = "") -> None:
         "resume": "a run id: run only the trials that did not finish",
         "json": "print the summary as JSON on stdout",
         "junit": "also write JUnit XML here",
+        "report": "also write the run's HTML report (report.html in the run directory)",
     }
 )
 def run(
@@ -84,6 +85,7 @@ def run(
     resume: str = "",
     json: bool = False,
     junit: str = "",
+    report: bool = False,
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
@@ -95,6 +97,22 @@ def run(
         resume=resume or None,
         as_json=json,
         junit=junit or None,
+        report=report,
+    )
+
+
+@task(
+    positional=["run_dir"],
+    help={
+        "run_dir": "a run's directory (the one `forge run` printed: OUTPUT/<run_id>)",
+        "output": "write the page here (default: RUN_DIR/report.html)",
+        "open": "open the page in a web browser",
+    },
+)
+def report(c: Context, run_dir: str | None = None, output: str = "", open: bool = False) -> None:
+    """Write a run's report: one self-contained HTML page (results, timeline, where the time went)."""
+    guarded(
+        "forgelib.report.page:main_report", run_dir=run_dir or "", output=output or None, open_browser=open
     )
 
 
@@ -110,4 +128,4 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
     guarded(main_reap, dry_run=dry_run, run_id=run or None, as_json=json)
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, reap)
+ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, reap)

@@ -23,6 +23,7 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
+from forgelib.run import live
 from forgelib.run.events import summarize
 from forgelib.run.execute import RunPlan, TrialHandle, run_project
 from forgelib.runner import Runner, SubprocessRunner
@@ -40,6 +41,7 @@ def main_run(
     resume: str | None = None,
     as_json: bool = False,
     junit: str | None = None,
+    report: bool = False,
 ) -> int:
     if not config:
         raise UsageError("--config is required: a run config, e.g. PACK/run_configs/dev.yaml")
@@ -52,7 +54,14 @@ def main_run(
     cfg = load_run_config(Path(config))
     project = load_project_config(cfg.project)
     plan = build_plan(
-        cfg, project, repeats=repeats, workers=workers, output=output, resume=resume, junit=junit
+        cfg,
+        project,
+        repeats=repeats,
+        workers=workers,
+        output=output,
+        resume=resume,
+        junit=junit,
+        report=report,
     )
     runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
     stacks = LiveStacks()
@@ -62,7 +71,13 @@ def main_run(
     with interruptible(stacks) as stop:
         heal_leftovers(runner)
         backend = DockerBackend(project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines)
-        _, state = run_project(plan, backend, progress, stacks=stacks, stop=stop)
+        if live.wanted(as_json):
+            with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
+                _, state = run_project(
+                    plan, backend, display.say, stacks=stacks, stop=stop, observer=display.observe
+                )
+        else:
+            _, state = run_project(plan, backend, progress, stacks=stacks, stop=stop)
     summary = summarize(state)
     if state.unknown_kinds or state.unreadable_lines:
         skipped = sum(state.unknown_kinds.values()) + state.unreadable_lines
@@ -96,6 +111,7 @@ def build_plan(
     output: str | None = None,
     resume: str | None = None,
     junit: str | None = None,
+    report: bool = False,
 ) -> RunPlan:
     """The run config with the command line's options on top."""
     tasks: tuple[Task, ...] = (
@@ -116,6 +132,7 @@ def build_plan(
         project=str(project.root),
         config=str(cfg.path),
         junit=Path(junit).resolve() if junit else None,
+        report=report,
     )
 
 

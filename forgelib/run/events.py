@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
+import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -30,23 +33,45 @@ from forgelib.run.lifecycle import (
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
 
-RUN_STARTED = "run_started"  # run_id, project, config, plan: [{task, index}], settings
-RUN_RESUMED = "run_resumed"  # pending: [{task, index}]
-TRIAL_STATE = "trial_state"  # task, index, phase, seconds (time spent in the phase just left)
+RUN_STARTED = "run_started"  # run_id, project, config, plan: [{task, index}], settings, origin
+RUN_RESUMED = "run_resumed"  # pending: [{task, index}], origin
+TRIAL_STATE = "trial_state"  # task, index, phase, seconds (time spent in the phase just left), worker
 TRIAL_FINISHED = "trial_finished"  # task, index, termination_reason, retryable, binary_pass, score, ...
 RUN_INTERRUPTED = "run_interrupted"
 RUN_FINISHED = "run_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
+Observer = Callable[[Mapping[str, Any]], None]
+
+
+def origin() -> dict[str, str]:
+    """Where a session of the run ran (``run_started``/``run_resumed``): the report says it."""
+    from forgelib import __version__
+
+    return {
+        "host": socket.gethostname(),
+        "forgelib": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "argv": " ".join(["forge", *sys.argv[1:]]),
+    }
 
 
 class EventLog:
-    """Appends events to ``path``; thread-safe (workers share one log)."""
+    """Appends events to ``path``; thread-safe (workers share one log).
 
-    def __init__(self, path: Path) -> None:
+    ``observer`` (the live progress display) sees every event in log order: the lines already in the file
+    when the log is opened (a resumed run), then each appended one, called under the log's lock.
+    """
+
+    def __init__(self, path: Path, observer: Observer | None = None) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._observer = observer
         path.parent.mkdir(parents=True, exist_ok=True)
+        if observer is not None and path.is_file():
+            for e in read_events(path):
+                observer(e)
         self._f = open(path, "a+b")  # noqa: SIM115 - closed by close()/__exit__
         # A previous writer killed mid-line left a fragment without a newline: end it, so our first
         # event starts on its own line (the fold skips the fragment).
@@ -63,6 +88,8 @@ class EventLog:
         with self._lock:
             self._f.write(line)
             self._sync()
+            if self._observer is not None:
+                self._observer(event)
         return event
 
     def _sync(self) -> None:
@@ -98,6 +125,35 @@ def parse_line(raw: bytes | str) -> list[dict[str, Any]]:
 
 
 @dataclass
+class Attempt:
+    """One start of a trial, as the log saw it: who ran it, when each phase began, how it ended.
+
+    ``phases`` are (phase, wall-clock start) in order; the last phase ends at ``ended`` (the
+    ``trial_finished`` event), or is still running, or was cut off by a kill (``ended`` is None).
+    """
+
+    session: int  # 0: the first session of the run; n: the n-th resume
+    worker: str | None = None
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    ended: float | None = None
+    termination: Termination | None = None
+    error_stage: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Session:
+    """One ``forge run`` process working on the run: the first, or a ``--resume``."""
+
+    kind: str  # RUN_STARTED | RUN_RESUMED
+    started: float | None
+    origin: Mapping[str, Any] = field(default_factory=dict)
+    ended: float | None = None
+    end: str | None = None  # RUN_FINISHED | RUN_INTERRUPTED | None (killed, or still running)
+    last: float | None = None  # the latest event of the session (where a killed session stopped)
+
+
+@dataclass
 class TrialRecord:
     task: str
     index: int
@@ -110,6 +166,8 @@ class TrialRecord:
     reasons: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     attempts: int = 0  # how many times it was started (a resumed trial: 2)
+    history: list[Attempt] = field(default_factory=list)  # one per start, for the timeline
+    worker: str | None = None  # who ran (or runs) the latest attempt
 
     @property
     def finished(self) -> bool:
@@ -133,6 +191,7 @@ class RunState:
     interrupted: bool = False  # the last session ended with Ctrl-C (cleared by a resume)
     completed: bool = False  # a session reached run_finished with nothing left pending
     resumes: int = 0
+    sessions: list[Session] = field(default_factory=list)
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     unreadable_lines: int = 0
 
@@ -147,7 +206,7 @@ class RunState:
 def fold(events: Iterable[Mapping[str, Any]]) -> RunState:
     s = RunState()
     for e in events:
-        _apply(s, e)
+        apply(s, e)
     return s
 
 
@@ -163,7 +222,13 @@ def _trial(s: RunState, e: Mapping[str, Any]) -> TrialRecord:
     return s.trials[k]
 
 
-def _apply(s: RunState, e: Mapping[str, Any]) -> None:
+def _ts(e: Mapping[str, Any]) -> float | None:
+    ts = e.get("ts")
+    return float(ts) if isinstance(ts, int | float) else None
+
+
+def apply(s: RunState, e: Mapping[str, Any]) -> None:
+    """Fold one more event into ``s`` (``fold`` is this over the whole log; the live display, per event)."""
     kind = e.get("kind")
     try:
         if kind == RUN_STARTED:
@@ -171,16 +236,25 @@ def _apply(s: RunState, e: Mapping[str, Any]) -> None:
             s.started = dict(e)
             s.plan = [_key(t) for t in e.get("plan", [])]
             s.trials = {k: TrialRecord(*k) for k in s.plan}
+            s.sessions = [Session(RUN_STARTED, _ts(e), dict(e.get("origin") or {}))]
         elif kind == RUN_RESUMED:
             s.resumes += 1
             s.interrupted = False
             s.completed = False
+            s.sessions.append(Session(RUN_RESUMED, _ts(e), dict(e.get("origin") or {})))
         elif kind == TRIAL_STATE:
             t = _trial(s, e)
-            if e["phase"] == Phase.PROVISIONING:
+            phase = str(e["phase"])
+            ts = _ts(e)
+            if phase == Phase.PROVISIONING:
                 t.attempts += 1
                 t.termination, t.binary_pass, t.score, t.reasons = None, None, None, ()
-            t.phase = str(e["phase"])
+                worker = e.get("worker")
+                t.worker = None if worker is None else str(worker)
+                t.history.append(Attempt(max(0, len(s.sessions) - 1), t.worker))
+            if t.history and ts is not None:
+                t.history[-1].phases.append((phase, ts))
+            t.phase = phase
         elif kind == TRIAL_FINISHED:
             t = _trial(s, e)
             t.phase = Phase.DONE.value
@@ -191,10 +265,20 @@ def _apply(s: RunState, e: Mapping[str, Any]) -> None:
             t.error_stage = e.get("error_stage") or error_stage(t.termination)
             t.reasons = tuple(e.get("reasons") or ())
             t.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+            if t.history and t.history[-1].ended is None:
+                a = t.history[-1]
+                a.ended, a.termination, a.error_stage, a.timings = (
+                    _ts(e),
+                    t.termination,
+                    t.error_stage,
+                    t.timings,
+                )
         elif kind == RUN_INTERRUPTED:
             s.interrupted = True
+            _end_session(s, e)
         elif kind == RUN_FINISHED:
             s.completed = not s.pending()
+            _end_session(s, e)
         elif kind == "_unreadable":
             s.unreadable_lines += 1
         else:
@@ -202,6 +286,13 @@ def _apply(s: RunState, e: Mapping[str, Any]) -> None:
     except (KeyError, TypeError, ValueError):
         # A known kind with fields we cannot read (a newer writer changed it): skip, like an unknown kind.
         s.unknown_kinds[f"{kind} (malformed)"] = s.unknown_kinds.get(f"{kind} (malformed)", 0) + 1
+    if s.sessions and (ts := _ts(e)) is not None:
+        s.sessions[-1].last = ts
+
+
+def _end_session(s: RunState, e: Mapping[str, Any]) -> None:
+    if s.sessions and s.sessions[-1].end is None:
+        s.sessions[-1].ended, s.sessions[-1].end = _ts(e), str(e["kind"])
 
 
 def summarize(s: RunState) -> dict[str, Any]:
@@ -259,6 +350,7 @@ def timing_stats(values: list[float]) -> dict[str, float | int]:
         "total": round(sum(v), 3),
         "mean": round(sum(v) / n, 3),
         "median": round(mid, 3),
+        "p95": round(v[max(0, -(-95 * n // 100) - 1)], 3),  # nearest rank
         "min": round(v[0], 3),
         "max": round(v[-1], 3),
     }

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.checks import Stack, evaluate
 from forgelib.run.grading import Grade, failed_grade, grade
@@ -210,7 +211,7 @@ class Executor:
             if nxt.phase is not Phase.DONE:
                 self.events.append(
                     ev.TRIAL_STATE, task=task.name, index=index, phase=nxt.phase.value,
-                    seconds=round(now - entered, 3),
+                    seconds=round(now - entered, 3), worker=_worker(),
                 )  # fmt: skip
                 self.say(f"{task.name}[{index}] {nxt.phase.value:<13} {time.time() - t.started:7.1f}s")
             p, entered = nxt, now
@@ -392,6 +393,11 @@ def _threshold(task: Task) -> float:
     return task.grading.threshold if task.grading else 1.0
 
 
+def _worker() -> str:
+    """Which worker runs this trial (the report's timeline lane): the pool thread's number."""
+    return threading.current_thread().name.removeprefix("forge-trial_")
+
+
 # ------------------------------------------------------------------------------------------ a whole run
 
 
@@ -410,6 +416,7 @@ class RunPlan:
     project: str = ""  # recorded in run_started (where it came from), informational
     config: str = ""
     junit: Path | None = None
+    report: bool = False  # also write report.html (forgelib.report) beside summary.json
 
 
 def run_project(
@@ -419,18 +426,20 @@ def run_project(
     *,
     stacks: LiveStacks | None = None,
     stop: StopState | None = None,
+    observer: ev.Observer | None = None,
 ) -> tuple[Path, ev.RunState]:
     """Start (or resume) a run, execute what it needs, write summary.json (and JUnit), and return the
     run's directory and final folded state.
 
     Ctrl-C propagates after the live stacks are torn down and the interruption is on record.
+    ``observer`` sees every event of the log (the live progress display).
     """
     by_name = {t.name: t for t in plan.tasks}
     if plan.resume is None:
         run_id = new_run_id()
         run_dir = plan.output / run_id
         todo = [(t, i) for t in plan.tasks for i in range(plan.repeats)]
-        log = ev.EventLog(run_dir / ev.EVENTS_FILE)
+        log = ev.EventLog(run_dir / ev.EVENTS_FILE, observer)
         log.append(
             ev.RUN_STARTED,
             run_id=run_id,
@@ -438,6 +447,7 @@ def run_project(
             config=plan.config,
             plan=[{"task": t.name, "index": i} for t, i in todo],
             settings={"repeats": plan.repeats, "workers": plan.workers},
+            origin=ev.origin(),
         )
     else:
         run_id = plan.resume
@@ -449,8 +459,10 @@ def run_project(
                 f"cannot resume {run_id}: task(s) {', '.join(missing)} are no longer in the project"
             )
         todo = [(by_name[name], i) for name, i in state.pending()]
-        log = ev.EventLog(run_dir / ev.EVENTS_FILE)
-        log.append(ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo])
+        log = ev.EventLog(run_dir / ev.EVENTS_FILE, observer)
+        log.append(
+            ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo], origin=ev.origin()
+        )
         if todo:
             # A killed session may have left stacks behind; their owner is dead, so this is safe.
             backend.discard_leftovers(run_id)
@@ -478,6 +490,8 @@ def run_project(
         write_summary(run_dir, ev.summarize(state))
         if plan.junit is not None:
             write_junit(plan.junit, state)
+        if plan.report:
+            progress(f"report: {write_report(run_dir, state)}")
     return run_dir, state
 
 

@@ -139,7 +139,7 @@ def test_summarize_counts_and_timings() -> None:
     }
     assert sm["all_passed"] is False
     assert sm["timings"]["oracle"] == {
-        "count": 2, "total": 4.0, "mean": 2.0, "median": 2.0, "min": 1.0, "max": 3.0,
+        "count": 2, "total": 4.0, "mean": 2.0, "median": 2.0, "p95": 3.0, "min": 1.0, "max": 3.0,
     }  # fmt: skip
     trial_b = sm["trials"][2]
     assert trial_b["termination_reason"] == "PROVISION_ERROR" and trial_b["reasons"] == [prov]
