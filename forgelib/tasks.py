@@ -10,6 +10,7 @@ from invoke.tasks import task
 
 from forgelib.cli import guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
+from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
