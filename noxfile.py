@@ -40,12 +40,22 @@ def integration(session: nox.Session) -> None:
     session.run(*PYTEST, "-m", "integration", "tests/integration", *session.posargs)
 
 
+# Each reference pack through the forge CLI, and a suite written only against the pytest plugin (its own
+# pytest.ini, so its own rootdir).
+E2E = {
+    "postgres_reset": ["-m", "e2e", "tests/e2e/test_postgres_reset.py"],
+    "cache_debug": ["-m", "e2e", "tests/e2e/test_cache_debug.py"],
+    "endpoint_add": ["-m", "e2e", "tests/e2e/test_endpoint_add.py"],
+    "pytest_suite": ["examples/pytest_suite"],
+}
+
+
 @nox.session(python="3.11")
-@nox.parametrize("pack", ["postgres_reset", "cache_debug", "endpoint_add"])
+@nox.parametrize("pack", list(E2E))
 def e2e(session: nox.Session, pack: str) -> None:
-    """A reference pack end to end on a real engine (`nox -s e2e` runs all three)."""
+    """End to end on a real engine (`nox -s e2e` runs them all; `nox -s "e2e(pack='cache_debug')"` one)."""
     _install(session)
-    session.run(*PYTEST, "-m", "e2e", f"tests/e2e/test_{pack}.py", *session.posargs)
+    session.run(*PYTEST, *E2E[pack], *session.posargs)
 
 
 @nox.session(python="3.11")
