@@ -107,6 +107,7 @@ def provision_trial(
     keep: bool = False,
     shared: SharedStacks | None = None,
     cache: ProvisionCache | None = None,
+    warm: bool = False,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
@@ -114,8 +115,9 @@ def provision_trial(
     labelled for the reaper to leave alone. ``shared``: the run's shared stacks — an environment whose
     services are all ``shared`` gets one stack per run from there; without it (``forge provision``) such
     an environment is provisioned like any other, as this trial's own stack. ``cache``: the backend's (a
-    fresh one when None). Raises ``ProvisionError(stage, reason)`` only after the logs were captured and
-    the stack torn down.
+    fresh one when None). ``warm``: also prepare each seed for in-place resets (``provision_stack``; the
+    pytest plugin's module/session-scoped stacks). Raises ``ProvisionError(stage, reason)`` only after the
+    logs were captured and the stack torn down.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -142,6 +144,7 @@ def provision_trial(
         cache=cache,
         on_phase=on_phase,
         log_tail_lines=log_tail_lines,
+        warm=warm,
     )
 
 

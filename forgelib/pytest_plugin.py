@@ -165,12 +165,12 @@ class _Scoped:
             raise got
         if got is None:
             try:
-                got = self.pool.provision(spec.project, spec.task)
+                got = self.pool.provision(spec.project, spec.task, warm=True)
             except Exception as e:
                 self.stacks[key] = e
                 raise
         else:
-            self.pool.reset(got)
+            got = self.pool.reset(got)  # the same stack reset, or a fresh one replacing it
         self.stacks[key] = got
         return got
 

@@ -32,6 +32,7 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.runner import Result, Runner, SubprocessRunner
+from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
 
@@ -258,13 +259,16 @@ class StackPool:
             self._projects[key] = load_project_config(key)
         return self._projects[key]
 
-    def provision(self, project_dir: Path, task_name: str | None) -> ForgeStack:
-        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied.
+    def provision(self, project_dir: Path, task_name: str | None, *, warm: bool = False) -> ForgeStack:
+        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied;
+        ``warm``: prepared for in-place resets too (a stack that tests share).
 
         Raises ``ProvisionFailed`` (the stack is down by then) with the service logs provisioning saved.
         """
         project = self.load(project_dir)
-        task = project.task(task_name) if task_name else None
+        return self._provision(project, project.task(task_name) if task_name else None, warm)
+
+    def _provision(self, project: Project, task: Task | None, warm: bool) -> ForgeStack:
         self._heal_once()
         index = next(self._index)
         trial_dir = self.root() / f"{index}"
@@ -280,6 +284,7 @@ class StackPool:
                 log_tail_lines=self.log_tail_lines,
                 shared=self._shared,
                 cache=self._cache,
+                warm=warm,
             )
         except ProvisionError as e:
             raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
@@ -295,12 +300,27 @@ class StackPool:
             raise
         return ForgeStack(trial, project, task, self.run_id, self.timeouts)
 
-    def reset(self, stack: ForgeStack) -> None:
-        """Put ``stack``'s reset services back to their seeds in place, between two tests that share it.
-
-        Until the in-place reset per seed kind lands (the warm-stacks issue), a shared stack is reused as
-        the previous test left it; see the README's "Testing with pytest".
-        """
+    def reset(self, stack: ForgeStack) -> ForgeStack:
+        """``stack`` with its reset services put back to their seeds in place (the seed kind's ``reset``),
+        for the next test that shares it — or, when a reset fails or a service's fingerprint no longer
+        matches its baseline (a change beyond the reset's reach: a new role, a setting), a fresh stack
+        replacing it: a shared stack that cannot be proven clean is never handed on."""
+        why = None
+        try:
+            for seed in stack.trial.prepared:
+                seed.reset()
+            for seed in stack.trial.prepared:
+                changed = fingerprint_diff(seed.baseline, seed.fingerprint())
+                if changed:
+                    why = f"{seed.ctx.service} changed beyond its reset ({', '.join(changed)})"
+                    break
+        except ForgeError as e:  # RecipeError from a reset or fingerprint
+            why = str(e).splitlines()[0]
+        if why is None:
+            return stack
+        self.notes.append(f"{stack.name}: {why}; replaced with a fresh stack")
+        self.teardown(stack)
+        return self._provision(stack.project, stack.task, warm=True)
 
     def teardown(self, stack: ForgeStack) -> None:
         """Close the stack's clients and remove it (``down --volumes``); a failure raises."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -98,6 +99,125 @@ def _leftovers(runner: SubprocessRunner, uid: str) -> dict[str, dict[str, list[s
     if dirs:
         out["temp dirs"] = {"dirs": dirs}
     return out
+
+
+def test_one_xdist_session_proves_packs_scopes_failures_and_custody(
+    pytester: pytest.Pytester, runner: SubprocessRunner, docker_ready: None, tmp_path: Path
+) -> None:
+    records = tmp_path / "records"
+    broken = _mini_project(tmp_path / "broken", "SELECT 1;\nTHIS IS NOT SQL;\n")
+    pytester.makepyfile(_record=RECORD.format(records=str(records)))
+    pytester.makepyfile(
+        test_postgres_pack=f"""
+import json, urllib.request
+import pytest
+from _record import record
+
+@pytest.mark.forge(project={str(PG)!r}, task="read_widget")
+def test_postgres_pack(forge_stack):
+    record("postgres_pack", forge_stack)
+    with forge_stack.postgres("app-db") as conn:
+        assert conn.execute("select name from widgets where id = 1").fetchone() == ("baseline",)
+    with urllib.request.urlopen(forge_stack.url("widgets-api", 8000, "/widgets/1"), timeout=30) as r:
+        assert json.load(r) == {{"id": 1, "name": "baseline"}}
+""",
+        test_cache_pack=f"""
+import json, urllib.request
+import pytest
+from _record import record
+
+@pytest.mark.forge(project={str(CACHE)!r}, task="diagnose_stale_order")
+def test_cache_pack(forge_stack):
+    record("cache_pack", forge_stack)
+    cached = json.loads(forge_stack.redis("redis").get("order:4021"))
+    assert cached["status"] == "processing"
+    with urllib.request.urlopen(forge_stack.url("orders-api", 8000, "/orders/4021/source"), timeout=30) as r:
+        assert json.load(r)["status"] == "shipped"
+""",
+        test_endpoint_pack=f"""
+import pytest
+from _record import record
+
+@pytest.mark.forge(project={str(ENDPOINT)!r}, task="add_summary_endpoint")
+def test_endpoint_pack(forge_stack):
+    record("endpoint_pack", forge_stack)
+    seeded = forge_stack.exec("runner", ["cat", "/work/app.py"]).stdout
+    assert "def " in seeded and "summary" not in seeded
+""",
+        test_module_scope=f"""
+import pytest
+from _record import record
+
+pytestmark = pytest.mark.forge(project={str(PG)!r}, task="read_widget", scope="module")
+
+def _mutate_after_baseline(forge_stack, name):
+    with forge_stack.postgres("app-db") as conn:
+        assert conn.execute("select name from widgets where id = 1").fetchone() == ("baseline",)
+        conn.execute("update widgets set name = %s where id = 1", (name,))
+        conn.commit()
+        assert conn.execute("select name from widgets where id = 1").fetchone() == (name,)
+
+def test_first_mutates(forge_stack):
+    record("module_first", forge_stack)
+    _mutate_after_baseline(forge_stack, "first")
+
+def test_second_mutates(forge_stack):
+    record("module_second", forge_stack)
+    _mutate_after_baseline(forge_stack, "second")
+
+def test_fails_with_logs(forge_stack):
+    record("module_failing", forge_stack)
+    assert forge_stack.exec("app-db", ["echo", "observed"]).stdout.strip() == "expected"
+""",
+        test_broken_seed=f"""
+import pytest
+
+@pytest.mark.forge(project={str(broken)!r})
+def test_broken_seed(forge_stack):
+    raise AssertionError("never runs: the stack cannot be provisioned")
+""",
+    )
+    uid = secrets.token_hex(8)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadfile", f"--testrunuid={uid}", "-p", "no:cacheprovider", "-rA",
+        timeout=SESSION_TIMEOUT,
+    )  # fmt: skip
+    out = result.stdout.str()
+    result.assert_outcomes(passed=5, failed=1, errors=1)
+    seen = _records(records)
+
+    # Each reference pack provisioned and answered on its real clients.
+    for name in ("postgres_pack", "cache_pack", "endpoint_pack"):
+        assert name in seen, out
+    # One stack for the module's three tests, reset in place between them (both mutators saw the baseline).
+    module = {seen[n]["stack"] for n in ("module_first", "module_second", "module_failing")}
+    assert len(module) == 1, seen
+    # Run ids name the worker; both workers made stacks, each labelled with its worker's run id.
+    for rec in seen.values():
+        assert rec["run_id"] == f"pytest-{uid[:8]}-{rec['worker']}", rec
+        assert rec["labelled_containers"], rec
+    assert {rec["worker"] for rec in seen.values()} == {"gw0", "gw1"}, seen
+
+    # The failing assertion's report carries every service's log tail.
+    failing = out[out.index("test_fails_with_logs") :]
+    for service in ("app-db", "widgets-api", "runner"):
+        assert f"forge log: {service}" in failing, out
+    assert "database system is ready to accept connections" in failing, out
+
+    # The broken seed: an error (not a failure) whose message is forge's reason line, no traceback.
+    reason = (
+        "provisioning failed at reset_recipe: reset recipe for service 'db' (seed 'seed', kind 'sql_dump') "
+        "failed: psql step on service 'db': "
+    )
+    assert re.search(r"ERROR at setup of test_broken_seed", out), out
+    error = out[out.index("ERROR at setup of test_broken_seed") :]
+    error = error[: error.index("forge log: db")]
+    message = [line for line in error.splitlines()[1:] if not line.startswith("[gw")]  # xdist's host line
+    assert message[0].startswith(reason), error
+    assert 'syntax error at or near "THIS"' in error, error
+    assert "Traceback" not in error and "def test_broken_seed" not in error, error
+
+    assert _leftovers(runner, uid) == {}
 
 
 def _wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[str], timeout: float) -> None:

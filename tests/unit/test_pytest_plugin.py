@@ -135,7 +135,7 @@ class Stack:
     def log_tails(self, lines):
         return {"db": f"last {lines} lines of " + self.name}
 
-def provision(self, project, task):
+def provision(self, project, task, warm=False):
     name = f"{project.name}:{task}"
     EVENTS.append(("provision", name))
     if project.name == "broken":
@@ -143,7 +143,11 @@ def provision(self, project, task):
     return Stack(name)
 
 StackPool.provision = provision
-StackPool.reset = lambda self, stack: EVENTS.append(("reset", stack.name))
+def reset(self, stack):
+    EVENTS.append(("reset", stack.name))
+    return stack
+
+StackPool.reset = reset
 StackPool.teardown = lambda self, stack: EVENTS.append(("teardown", stack.name))
 
 def pytest_sessionfinish(session):
