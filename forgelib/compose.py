@@ -53,12 +53,13 @@ def sanitize_name(raw: str, *, key: str | None = None) -> str:
     return f"{head}-{digest}" if head else f"f{digest}"
 
 
-def project_name(project: str, run_id: str, task: str, trial_index: int | None) -> str:
-    """The compose project name of one trial (``trial_index=None``: the run's shared stack for ``task``).
+def project_name(project: str, run_id: str, task: str, trial_index: int | None, attempt: int = 1) -> str:
+    """The compose project name of one trial (``trial_index=None``: the run's shared stack for ``task``);
+    a retried trial's later attempts get ``-a<attempt>`` (a fresh project).
 
     Long project and task names are shortened first, so the run id and trial index stay readable.
     """
-    tail = "shared" if trial_index is None else str(trial_index)
+    tail = "shared" if trial_index is None else str(trial_index) + (f"-a{attempt}" if attempt > 1 else "")
     full = f"{project}-{run_id}-{task}-{tail}"
     return sanitize_name(f"{project[:_PART]}-{run_id}-{task[:_PART]}-{tail}", key=full)
 

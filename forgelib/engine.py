@@ -24,6 +24,17 @@ DEBIAN_MARKER = Path("/etc/debian_version")
 _COMPOSE_V2 = re.compile(r"^v?2\.")
 
 
+# What the docker CLI says when the daemon it talks to is gone (stopped, crashed, socket removed).
+_UNREACHABLE = re.compile(
+    r"Cannot connect to the Docker daemon|Is the docker daemon running|error during connect", re.IGNORECASE
+)
+
+
+def unreachable(text: str) -> bool:
+    """Does a failed command's text say the engine stopped answering (rather than the command failing)?"""
+    return bool(_UNREACHABLE.search(text))
+
+
 class EngineError(ForgeError):
     """No engine answers and bootstrapping one failed; the message says why and what to do."""
 

@@ -108,6 +108,7 @@ def provision_trial(
     shared: SharedStacks | None = None,
     cache: ProvisionCache | None = None,
     warm: bool = False,
+    attempt: int = 1,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
@@ -117,7 +118,8 @@ def provision_trial(
     an environment is provisioned like any other, as this trial's own stack. ``cache``: the backend's (a
     fresh one when None). ``warm``: also prepare each seed for in-place resets (``provision_stack``; the
     pytest plugin's module/session-scoped stacks). Raises ``ProvisionError(stage, reason)`` only after the
-    logs were captured and the stack torn down.
+    logs were captured and the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
+    it never lands on what an earlier attempt's failed teardown left.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -136,7 +138,7 @@ def provision_trial(
     return provision_stack(
         project,
         env,
-        name=project_name(project.name, run_id, task_name, trial_index),
+        name=project_name(project.name, run_id, task_name, trial_index, attempt),
         labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep),
         trial_dir=trial_dir,
         timeouts=timeouts,

@@ -75,6 +75,7 @@ def teardown(c: Context, name: str = "") -> None:
         "json": "print the summary as JSON on stdout",
         "junit": "also write JUnit XML here",
         "report": "also write the run's HTML report (report.html in the run directory)",
+        "retries": "rerun a retryable failed attempt on a fresh stack up to N times (overrides the config)",
     }
 )
 def run(
@@ -87,6 +88,7 @@ def run(
     json: bool = False,
     junit: str = "",
     report: bool = False,
+    retries: int = UNSET,
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
@@ -99,6 +101,7 @@ def run(
         as_json=json,
         junit=junit or None,
         report=report,
+        retries=None if retries == UNSET else retries,
     )
 
 
@@ -112,9 +115,7 @@ def run(
 )
 def report(c: Context, run_dir: str | None = None, output: str = "", open: bool = False) -> None:
     """Write a run's report: one self-contained HTML page (results, timeline, where the time went)."""
-    guarded(
-        "forgelib.report.page:main_report", run_dir=run_dir or "", output=output or None, open_browser=open
-    )
+    guarded(main_report, run_dir=run_dir or "", output=output or None, open_browser=open)
 
 
 @task(

@@ -32,6 +32,8 @@ from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, RunConfig, Task, Timeouts
 from forgelib.spec.validate import print_notices
 
+MAX_RETRIES = 100  # as the run config schema's bound
+
 
 def main_run(
     config: str,
@@ -42,6 +44,7 @@ def main_run(
     as_json: bool = False,
     junit: str | None = None,
     report: bool = False,
+    retries: int | None = None,
 ) -> int:
     if not config:
         raise UsageError("--config is required: a run config, e.g. PACK/run_configs/dev.yaml")
@@ -49,6 +52,8 @@ def main_run(
         raise UsageError("--repeats must be at least 1")
     if workers is not None and workers < 1:
         raise UsageError("--workers must be at least 1")
+    if retries is not None and not 0 <= retries <= MAX_RETRIES:
+        raise UsageError(f"--retries must be between 0 and {MAX_RETRIES}")
     if resume and repeats is not None:
         raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
     cfg = load_run_config(Path(config))
@@ -62,6 +67,7 @@ def main_run(
         resume=resume,
         junit=junit,
         report=report,
+        retries=retries,
     )
     runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
     stacks = LiveStacks()
@@ -112,6 +118,7 @@ def build_plan(
     resume: str | None = None,
     junit: str | None = None,
     report: bool = False,
+    retries: int | None = None,
 ) -> RunPlan:
     """The run config with the command line's options on top."""
     tasks: tuple[Task, ...] = (
@@ -129,6 +136,7 @@ def build_plan(
         timeouts=cfg.timeouts,
         capture_logs_on_success=cfg.capture_logs_on_success,
         log_tail_lines=cfg.log_tail_lines,
+        retries=cfg.retries if retries is None else retries,
         project=str(project.root),
         config=str(cfg.path),
         junit=Path(junit).resolve() if junit else None,
@@ -179,6 +187,7 @@ class DockerBackend:
         trial_index: int,
         trial_dir: Path,
         on_phase: Callable[[str, float], None] | None = None,
+        attempt: int = 1,
     ) -> TrialHandle:
         return provision_trial(
             self.project,
@@ -192,6 +201,7 @@ class DockerBackend:
             log_tail_lines=self.log_tail_lines,
             shared=self.shared,
             cache=self.cache,
+            attempt=attempt,
         )
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:

@@ -27,6 +27,7 @@ from forgelib.run.lifecycle import (
     error_stage,
     is_failed_attempt,
     is_finished,
+    is_retryable,
     status_of,
 )
 
@@ -35,8 +36,15 @@ EVENTS_FILE = "events.jsonl"
 
 RUN_STARTED = "run_started"  # run_id, project, config, plan: [{task, index}], settings, origin
 RUN_RESUMED = "run_resumed"  # pending: [{task, index}], origin
-TRIAL_STATE = "trial_state"  # task, index, phase, seconds (time spent in the phase just left), worker
-TRIAL_FINISHED = "trial_finished"  # task, index, termination_reason, retryable, binary_pass, score, ...
+# task, index, phase, seconds (time spent in the phase just left), worker, attempt
+TRIAL_STATE = "trial_state"
+# The verdict, written before the stack is torn down: task, index, attempt, termination_reason, retryable,
+# binary_pass, score, error_stage, reasons, timings.
+TRIAL_FINISHED = "trial_finished"
+# An attempt that ended retryably and is run again on a fresh stack: the same fields as trial_finished.
+# Whatever runs attempts (the thread pool, a cluster that lost a node) records a retried one this way.
+TRIAL_ATTEMPT = "trial_attempt"
+TRIAL_TORN_DOWN = "trial_torn_down"  # task, index, attempt, seconds, error: the attempt's stack is gone
 RUN_INTERRUPTED = "run_interrupted"
 RUN_FINISHED = "run_finished"
 
@@ -139,6 +147,20 @@ class Attempt:
     termination: Termination | None = None
     error_stage: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    number: int | None = None  # 1-based, as the writer counted it (None: a log from before retries)
+    retried: bool = False  # ended retryably and was run again (a ``trial_attempt`` event)
+    reason: str = ""  # a retried attempt's first reason
+
+    def summary(self) -> dict[str, Any]:
+        term = self.termination
+        return {
+            "attempt": self.number,
+            "termination_reason": term.value if term else None,
+            "retryable": is_retryable(term) if term else None,
+            "error_stage": self.error_stage,
+            "reason": self.reason,
+            "dir": f"attempts/{self.number}",
+        }
 
 
 @dataclass
@@ -165,9 +187,15 @@ class TrialRecord:
     error_stage: str | None = None
     reasons: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
-    attempts: int = 0  # how many times it was started (a resumed trial: 2)
+    attempts: int = 0  # how many times it was started (a retried or resumed trial: 2 or more)
     history: list[Attempt] = field(default_factory=list)  # one per start, for the timeline
     worker: str | None = None  # who ran (or runs) the latest attempt
+    stack_up: bool = False  # provisioned and not yet recorded as torn down
+
+    @property
+    def earlier(self) -> list[dict[str, Any]]:
+        """The retried attempts (``trial_attempt`` events), oldest first, as summary.json shows them."""
+        return [a.summary() for a in self.history if a.retried]
 
     @property
     def finished(self) -> bool:
@@ -201,6 +229,10 @@ class RunState:
 
     def records(self) -> list[TrialRecord]:
         return [self.trials[k] for k in self.plan]
+
+    def untorn(self) -> list[TrialKey]:
+        """Finished trials whose stack was never recorded as removed (teardown cut by a kill or Ctrl-C)."""
+        return [k for k in self.plan if self.trials[k].finished and self.trials[k].stack_up]
 
 
 def fold(events: Iterable[Mapping[str, Any]]) -> RunState:
@@ -251,10 +283,31 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
                 t.termination, t.binary_pass, t.score, t.reasons = None, None, None, ()
                 worker = e.get("worker")
                 t.worker = None if worker is None else str(worker)
-                t.history.append(Attempt(max(0, len(s.sessions) - 1), t.worker))
+                number = e.get("attempt")
+                t.history.append(
+                    Attempt(max(0, len(s.sessions) - 1), t.worker, number=int(number) if number else None)
+                )
+            elif phase in (Phase.ORACLE, Phase.GRADING):  # entered only once a stack is up
+                t.stack_up = True
             if t.history and ts is not None:
                 t.history[-1].phases.append((phase, ts))
             t.phase = phase
+        elif kind == TRIAL_ATTEMPT:
+            t = _trial(s, e)
+            term = Termination(e["termination_reason"])
+            reasons = e.get("reasons") or ()
+            if not t.history or t.history[-1].ended is not None:  # a writer that logged no start
+                t.history.append(Attempt(max(0, len(s.sessions) - 1), e.get("worker")))
+            a = t.history[-1]
+            a.ended, a.termination, a.retried = _ts(e), term, True
+            a.error_stage = e.get("error_stage") or error_stage(term)
+            a.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+            a.reason = str(reasons[0]) if reasons else ""
+            a.number = int(e.get("attempt") or a.number or len(t.history))
+        elif kind == TRIAL_TORN_DOWN:
+            t = _trial(s, e)
+            t.stack_up = False
+            t.timings["teardown"] = float(e.get("seconds") or 0.0)
         elif kind == TRIAL_FINISHED:
             t = _trial(s, e)
             t.phase = Phase.DONE.value
@@ -273,6 +326,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
                     t.error_stage,
                     t.timings,
                 )
+            if t.termination is Termination.PROVISION_ERROR:
+                t.stack_up = False  # provisioning removed its stack before reporting
         elif kind == RUN_INTERRUPTED:
             s.interrupted = True
             _end_session(s, e)
@@ -300,9 +355,12 @@ def summarize(s: RunState) -> dict[str, Any]:
     recs = s.records()
     errors: dict[str, int] = {}
     for r in recs:
+        # Every broken attempt counts, the retried ones too.
+        stages = [a.get("error_stage") for a in r.earlier if a.get("termination_reason") != "COMPLETED"]
         if r.failed_attempt:
-            stage = r.error_stage or "unknown"
-            errors[stage] = errors.get(stage, 0) + 1
+            stages.append(r.error_stage)
+        for stage in stages:
+            errors[stage or "unknown"] = errors.get(stage or "unknown", 0) + 1
     phases: dict[str, list[float]] = {}
     for r in recs:
         for name, secs in r.timings.items():
@@ -315,7 +373,8 @@ def summarize(s: RunState) -> dict[str, Any]:
             "trials": len(recs),
             "passed": sum(r.status == "passed" for r in recs),
             "failed": sum(r.finished and r.status != "passed" for r in recs),
-            "failed_attempts": sum(r.failed_attempt for r in recs),
+            "failed_attempts": sum(errors.values()),
+            "retried_attempts": sum(len(r.earlier) for r in recs),
             "not_finished": sum(not r.finished for r in recs),
             "errors_by_stage": dict(sorted(errors.items())),
         },
@@ -334,6 +393,7 @@ def summarize(s: RunState) -> dict[str, Any]:
                 "score": r.score,
                 "attempts": r.attempts,
                 "reasons": list(r.reasons),
+                "earlier_attempts": list(r.earlier),
             }
             for r in recs
         ],

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from forgelib.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
@@ -28,7 +28,14 @@ from forgelib.run.checks import Stack, evaluate
 from forgelib.run.grading import Grade, failed_grade, grade
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import effective_timeout, run_oracle
-from forgelib.run.results import TrialResult, trial_dir, write_junit, write_summary, write_trial
+from forgelib.run.results import (
+    TrialResult,
+    shelve_attempt,
+    trial_dir,
+    write_junit,
+    write_summary,
+    write_trial,
+)
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Task, Timeouts
 
@@ -74,8 +81,12 @@ class Backend(Protocol):
         trial_index: int,
         trial_dir: Path,
         on_phase: Callable[[str, float], None] | None = None,
+        attempt: int = 1,
     ) -> TrialHandle:
-        """A provisioned stack; raises ProvisionError only after capturing logs and tearing down."""
+        """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
+
+        ``attempt`` > 1 is a retry: its stack must be a fresh one (a new compose project), never the last
+        attempt's, even if that one's teardown failed."""
         ...
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None: ...
@@ -100,6 +111,7 @@ class Settings:
     capture_logs_on_success: bool = False
     log_tail_lines: int = 200
     workers: int = 1
+    retries: int = 0
 
 
 @dataclass
@@ -119,6 +131,17 @@ class _Trial:
     oracle: dict[str, Any] | None = None
     teardown_error: str | None = None
     log_capture_error: str | None = None
+    attempt: int = 1
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # the retried attempts, oldest first
+    result: TrialResult | None = None  # the current attempt's, once RECORD wrote it
+
+    def next_attempt(self, attempt: int) -> None:
+        """Forget the last attempt's facts (its files were shelved under attempts/)."""
+        self.attempt = attempt
+        self.started = time.time()
+        self.timings, self.handle, self.grade, self.provision_stage = {}, None, None, None
+        self.error, self.oracle, self.teardown_error, self.log_capture_error = None, None, None, None
+        self.result, self.ports = None, {}
 
 
 class Executor:
@@ -192,34 +215,43 @@ class Executor:
 
     def run_trial(self, task: Task, index: int) -> TrialResult:
         t = _Trial(task, index, trial_dir(self.s.run_dir, task.name, index))
-        if t.dir.exists():  # a previous attempt (killed or interrupted) left partial files
-            shutil.rmtree(t.dir)
-        t.dir.mkdir(parents=True)
-        flow = Flow(task.oracle is not None, self.s.capture_logs_on_success)
-        p = start()
+        # A resumed trial keeps what its earlier attempts left (shelved under attempts/) and counts on.
+        first = shelve_attempt(t.dir) if t.dir.exists() else 1
+        t.dir.mkdir(parents=True, exist_ok=True)
+        t.attempt = first
+        flow = Flow(task.oracle is not None, self.s.capture_logs_on_success, self.s.retries)
+        p = start(flow, first)
         entered = time.monotonic()
         while p.phase is not Phase.DONE:
-            if self.stopping() and p.phase is not Phase.TEARDOWN:
+            if self.stopping() and p.phase not in (Phase.RECORD, Phase.TEARDOWN):
                 outcome, passed = Outcome.INTERRUPTED, None
             else:
                 outcome, passed = self._step(p, t)
-                if outcome is not Outcome.OK and self.stopping():
+                if outcome is not Outcome.OK and self.stopping() and p.phase is not Phase.RECORD:
                     # The phase failed because the stop refused its commands or removed its stack.
                     outcome = Outcome.INTERRUPTED
             nxt = advance(flow, p, outcome, passed=passed)
             now = time.monotonic()
+            if nxt.attempt != p.attempt:  # a retry: the last attempt is on record and torn down
+                shelve_attempt(t.dir, p.attempt)
+                t.next_attempt(nxt.attempt)
             if nxt.phase is not Phase.DONE:
                 self.events.append(
                     ev.TRIAL_STATE, task=task.name, index=index, phase=nxt.phase.value,
                     seconds=round(now - entered, 3), worker=_worker(),
+                    attempt=nxt.attempt,
                 )  # fmt: skip
                 self.say(f"{task.name}[{index}] {nxt.phase.value:<13} {time.time() - t.started:7.1f}s")
             p, entered = nxt, now
-        return self._finish(t, p)
+        if t.result is None:  # RECORD itself crashed: nothing durable, the fold sees an unfinished trial
+            t.result = self._result(t, p.termination or Termination.INTERNAL_ERROR, retried=False)
+        return t.result
 
     def _step(self, p: Progress, t: _Trial) -> tuple[Outcome, bool | None]:
         """Run the current phase; every exception becomes an outcome (a trial never kills the run)."""
         try:
+            if p.phase is Phase.RECORD:
+                return self._record(t, p)
             return self._PHASES[p.phase](self, t)
         except Exception as e:  # a bug (ours or a backend's): record it on this trial, go on with the rest
             log.exception("trial %s[%d] crashed in %s", t.task.name, t.index, p.phase)
@@ -238,6 +270,7 @@ class Executor:
                 trial_index=t.index,
                 trial_dir=t.dir,
                 on_phase=lambda phase, secs: self._provision_phase(t, phase, secs),
+                attempt=t.attempt,
             )
         except ProvisionError as e:
             return self._provision_failed(t, e.stage, e.reason, t0)
@@ -267,7 +300,8 @@ class Executor:
         t.provision_stage = stage
         t.error = reason
         t.grade = failed_grade([f"Provisioning failed at {stage}: {reason}"], _threshold(t.task))
-        return Outcome.FAILED, None
+        # The engine going away is not the pack's fault: retryable, unlike a deterministic provision error.
+        return (Outcome.LOST if unreachable(reason) else Outcome.FAILED), None
 
     def _oracle(self, t: _Trial) -> tuple[Outcome, bool | None]:
         assert t.task.oracle is not None and t.handle is not None
@@ -280,7 +314,9 @@ class Executor:
             return Outcome.OK, None
         t.error = r.error
         t.grade = failed_grade([r.reason()], _threshold(t.task))
-        return (Outcome.TIMED_OUT if r.timed_out else Outcome.FAILED), None
+        if r.timed_out:
+            return Outcome.TIMED_OUT, None
+        return (Outcome.LOST if unreachable(f"{r.error}\n{r.stderr}") else Outcome.FAILED), None
 
     def _grading(self, t: _Trial) -> tuple[Outcome, bool | None]:
         assert t.handle is not None
@@ -306,11 +342,69 @@ class Executor:
         t.timings["capture_logs"] = time.monotonic() - t0
         return Outcome.OK, None
 
+    def _record(self, t: _Trial, p: Progress) -> tuple[Outcome, bool | None]:
+        """The attempt's evidence, durably, while its stack still stands: trial.yaml, grade.yaml,
+        metrics.yaml, then the event (``trial_finished``, or ``trial_attempt`` for one that is retried)."""
+        term = p.termination or Termination.INTERNAL_ERROR
+        r = self._result(t, term, retried=p.retry)
+        write_trial(t.dir, r)
+        if p.retry:
+            self.events.append(ev.TRIAL_ATTEMPT, **r.event_fields())
+            t.earlier.append(r.attempt_summary())
+            self.say(f"{r.task}[{r.index}] {'retrying':<13} {r.wall_seconds:7.1f}s attempt {r.attempt}: "
+                     f"{term.value}")  # fmt: skip
+        else:
+            self.events.append(ev.TRIAL_FINISHED, **r.event_fields())
+            extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
+            self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
+        t.result = r
+        return Outcome.OK, None
+
+    def _result(self, t: _Trial, term: Termination, *, retried: bool) -> TrialResult:
+        if term is Termination.INTERRUPTED:
+            # Whatever a phase reported while its stack was being torn down is noise: the cause is Ctrl-C.
+            t.error = "interrupted before the trial finished"
+            t.grade = None
+        g = t.grade
+        if g is None or (term is not Termination.COMPLETED and g.binary_pass):
+            g = failed_grade([t.error or term.value], _threshold(t.task))
+        return TrialResult(
+            run_id=self.s.run_id,
+            task=t.task.name,
+            index=t.index,
+            termination=term,
+            grade=g,
+            started_at=t.started,
+            finished_at=time.time(),
+            timings={k: round(v, 3) for k, v in t.timings.items()},
+            compose_project=t.handle.name if t.handle is not None else None,
+            ports=t.ports,
+            provision_stage=t.provision_stage,
+            error=t.error,
+            oracle=t.oracle,
+            teardown_error=t.teardown_error,
+            log_capture_error=t.log_capture_error,
+            attempt=t.attempt,
+            retried=retried,
+            earlier_attempts=tuple(t.earlier),
+        )
+
     def _teardown(self, t: _Trial) -> tuple[Outcome, bool | None]:
-        if t.handle is not None:
-            t0 = time.monotonic()
-            t.teardown_error = self._teardown_once((t.task.name, t.index), t.handle)
-            t.timings["teardown"] = time.monotonic() - t0
+        if t.handle is None:
+            return Outcome.OK, None
+        t0 = time.monotonic()
+        t.teardown_error = self._teardown_once((t.task.name, t.index), t.handle)
+        seconds = time.monotonic() - t0
+        t.timings["teardown"] = seconds
+        if t.result is not None:
+            # The verdict was on record before the stack went; add how its removal went.
+            t.result.timings["teardown"] = round(seconds, 3)
+            t.result.teardown_error = t.teardown_error
+            write_trial(t.dir, t.result)
+            self.events.append(
+                ev.TRIAL_TORN_DOWN, task=t.task.name, index=t.index, attempt=t.attempt,
+                seconds=round(seconds, 3), error=t.teardown_error,
+            )  # fmt: skip
         return Outcome.OK, None
 
     _PHASES: Mapping[Phase, Callable[[Executor, _Trial], tuple[Outcome, bool | None]]] = {
@@ -356,38 +450,6 @@ class Executor:
         if self._stacks is not None:
             self._stacks.discard(handle.name)
 
-    def _finish(self, t: _Trial, p: Progress) -> TrialResult:
-        term = p.termination or Termination.INTERNAL_ERROR
-        if term is Termination.INTERRUPTED:
-            # Whatever a phase reported while its stack was being torn down is noise: the cause is Ctrl-C.
-            t.error = "interrupted before the trial finished"
-            t.grade = None
-        g = t.grade
-        if g is None or (term is not Termination.COMPLETED and g.binary_pass):
-            g = failed_grade([t.error or term.value], _threshold(t.task))
-        r = TrialResult(
-            run_id=self.s.run_id,
-            task=t.task.name,
-            index=t.index,
-            termination=term,
-            grade=g,
-            started_at=t.started,
-            finished_at=time.time(),
-            timings={k: round(v, 3) for k, v in t.timings.items()},
-            compose_project=t.handle.name if t.handle is not None else None,
-            ports=t.ports,
-            provision_stage=t.provision_stage,
-            error=t.error,
-            oracle=t.oracle,
-            teardown_error=t.teardown_error,
-            log_capture_error=t.log_capture_error,
-        )
-        write_trial(self.s.run_dir, r)
-        self.events.append(ev.TRIAL_FINISHED, **r.event_fields())
-        extra = f" score={g.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
-        self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
-        return r
-
 
 def _threshold(task: Task) -> float:
     return task.grading.threshold if task.grading else 1.0
@@ -413,6 +475,7 @@ class RunPlan:
     timeouts: Timeouts = field(default_factory=Timeouts)
     capture_logs_on_success: bool = False
     log_tail_lines: int = 200
+    retries: int = 0
     project: str = ""  # recorded in run_started (where it came from), informational
     config: str = ""
     junit: Path | None = None
@@ -446,7 +509,7 @@ def run_project(
             project=plan.project,
             config=plan.config,
             plan=[{"task": t.name, "index": i} for t, i in todo],
-            settings={"repeats": plan.repeats, "workers": plan.workers},
+            settings={"repeats": plan.repeats, "workers": plan.workers, "retries": plan.retries},
             origin=ev.origin(),
         )
     else:
@@ -463,10 +526,15 @@ def run_project(
         log.append(
             ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo], origin=ev.origin()
         )
-        if todo:
-            # A killed session may have left stacks behind; their owner is dead, so this is safe.
+        untorn = state.untorn()
+        if todo or untorn:
+            # A killed session may have left stacks behind (also of trials finished and on record whose
+            # teardown it never completed: those are not rerun); their owner is dead, so this is safe.
             backend.discard_leftovers(run_id)
-        progress(f"resuming {run_id}: {len(todo)} of {len(state.plan)} trial(s) left to run")
+        progress(
+            f"resuming {run_id}: {len(todo)} of {len(state.plan)} trial(s) left to run"
+            + (f"; removed what {len(untorn)} finished trial(s) left up" if untorn else "")
+        )
     settings = Settings(
         run_id=run_id,
         run_dir=run_dir,
@@ -474,6 +542,7 @@ def run_project(
         capture_logs_on_success=plan.capture_logs_on_success,
         log_tail_lines=plan.log_tail_lines,
         workers=plan.workers,
+        retries=plan.retries,
     )
     try:
         with log:

@@ -1,14 +1,18 @@
-"""The trial state machine: phases, transitions, termination reasons, what is retryable. No I/O.
+"""The trial state machine: phases, transitions, termination reasons, retries. No I/O.
 
 The orchestrator asks ``advance`` what comes next after every phase; the fold over ``events.jsonl`` and
 the summary use ``is_finished``/``status_of``/``is_failed_attempt`` so the rules live in one place.
 
-    PENDING -> PROVISIONING -> ORACLE -> GRADING -> [CAPTURE_LOGS] -> TEARDOWN -> DONE
-                    |             |                                   ^
-                    |             +--(error/timeout)--> CAPTURE_LOGS -+
-                    +--(ProvisionError)--> DONE   (provisioning already captured logs and tore down)
+    PENDING -> PROVISIONING -> ORACLE -> GRADING -> [CAPTURE_LOGS] -> RECORD -> TEARDOWN -> DONE
+                    |             |         |                                         |
+                    |             +---------+--(error/timeout)--> CAPTURE_LOGS        +-(retry)-> PROVISIONING
+                    +--(ProvisionError)--> RECORD -> DONE   (provisioning captured logs, tore down)
 
-An interruption before a phase skips straight to TEARDOWN when a stack is up, else to DONE.
+RECORD writes the attempt's evidence (trial.yaml, grade.yaml, the event) *before* TEARDOWN, so a crash or
+Ctrl-C while the stack is being removed never loses a finished trial's result. An attempt that ended with
+a retryable termination while retries are left is recorded as a retried attempt; after its teardown the
+trial starts again at PROVISIONING on a fresh stack (``attempt`` + 1). An interruption before RECORD
+records the trial as INTERRUPTED (``--resume`` runs it again) and still tears down.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class Phase(StrEnum):
     ORACLE = "oracle"
     GRADING = "grading"
     CAPTURE_LOGS = "capture_logs"
+    RECORD = "record"
     TEARDOWN = "teardown"
     DONE = "done"
 
@@ -32,6 +37,8 @@ class Termination(StrEnum):
     PROVISION_ERROR = "PROVISION_ERROR"  # the stack could not be provisioned; the oracle never ran
     ORACLE_ERROR = "ORACLE_ERROR"  # the oracle exited non-zero (or could not be started)
     ORACLE_TIMEOUT = "ORACLE_TIMEOUT"  # the oracle outlived its timeout and was killed
+    GRADING_ERROR = "GRADING_ERROR"  # grading could not produce a score (a judge failed or timed out)
+    ENGINE_LOST = "ENGINE_LOST"  # the Docker engine (or the node running the trial) stopped answering
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in forgelib while running this trial
     INTERRUPTED = "INTERRUPTED"  # Ctrl-C: not finished, `--resume` runs it again
 
@@ -42,13 +49,23 @@ class Outcome(StrEnum):
     OK = "ok"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    LOST = "lost"  # the engine running the phase went away (not the pack's fault)
     INTERRUPTED = "interrupted"
     CRASHED = "crashed"  # an unexpected exception in our own code
 
 
 # A provisioning failure is a property of the pack (a broken seed, a bad compose file): running it again
-# gives the same answer, so it is not retryable. A timeout or an interruption may not recur.
-_RETRYABLE = frozenset({Termination.ORACLE_TIMEOUT, Termination.INTERRUPTED, Termination.INTERNAL_ERROR})
+# gives the same answer, so it is not retryable. A timeout, a lost engine, a failed judge, a bug or an
+# interruption may not recur. (INTERRUPTED is retryable by `--resume`, never by `retries`.)
+_RETRYABLE = frozenset(
+    {
+        Termination.ORACLE_TIMEOUT,
+        Termination.GRADING_ERROR,
+        Termination.ENGINE_LOST,
+        Termination.INTERNAL_ERROR,
+        Termination.INTERRUPTED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -57,34 +74,71 @@ class Flow:
 
     has_oracle: bool
     capture_logs_on_success: bool = False
+    retries: int = 0  # how many times a retryable attempt is run again on a fresh stack
 
 
 @dataclass(frozen=True)
 class Progress:
     phase: Phase = Phase.PENDING
-    termination: Termination | None = None  # set once the end is known; final when phase is DONE
+    termination: Termination | None = None  # set once the attempt's end is known
     stack_up: bool = False  # a provisioned stack exists and still needs teardown
     passed: bool | None = None  # the grade, once graded
+    attempt: int = 1  # 1-based; a retry (or a resumed trial) counts on
+    retries_left: int = 0
+    retry: bool = False  # the attempt being recorded/torn down will be followed by another
+    recorded: bool = False  # RECORD wrote this attempt's evidence
 
 
-def start() -> Progress:
-    return Progress()
+def start(flow: Flow | None = None, attempt: int = 1) -> Progress:
+    return Progress(attempt=attempt, retries_left=flow.retries if flow is not None else 0)
+
+
+def should_retry(t: Termination, retries_left: int) -> bool:
+    """Run the trial again on a fresh stack? Only for a retryable end, never for an interruption (the run
+    is stopping; `--resume` reruns it), and only while retries are left. One rule for every runner of
+    attempts (the thread pool here, a cluster that lost a node)."""
+    return retries_left > 0 and t is not Termination.INTERRUPTED and is_retryable(t)
+
+
+def _ended(p: Progress, term: Termination, *, stack_up: bool | None = None) -> Progress:
+    """The attempt's end is known: go record it (deciding now whether another attempt follows)."""
+    up = p.stack_up if stack_up is None else stack_up
+    return replace(
+        p, phase=Phase.RECORD, termination=term, stack_up=up, retry=should_retry(term, p.retries_left)
+    )
+
+
+def _after_teardown(p: Progress) -> Progress:
+    if p.retry:
+        return Progress(phase=Phase.PROVISIONING, attempt=p.attempt + 1, retries_left=p.retries_left - 1)
+    return replace(p, phase=Phase.DONE, stack_up=False)
 
 
 def advance(flow: Flow, p: Progress, outcome: Outcome, *, passed: bool | None = None) -> Progress:
     """The state after the current phase ended with ``outcome`` (``passed``: the grade, after GRADING)."""
     if p.phase is Phase.DONE:
         raise ValueError("a finished trial does not advance")
+    if p.phase is Phase.RECORD:
+        # Writing the evidence either worked (OK) or did not (CRASHED: nothing on record, the fold sees an
+        # unfinished trial, `--resume` reruns it); either way the stack goes.
+        if outcome is Outcome.CRASHED:
+            p = replace(p, termination=Termination.INTERNAL_ERROR, retry=False)
+        else:
+            p = replace(p, recorded=True)
+        return replace(p, phase=Phase.TEARDOWN) if p.stack_up else _after_teardown(p)
+    if p.phase is Phase.TEARDOWN:
+        # A failed or interrupted teardown is recorded beside the trial (the reaper owns leftovers); the
+        # verdict stands. An interruption cancels a pending retry: the run is stopping.
+        if outcome is Outcome.INTERRUPTED and p.retry:
+            return replace(p, phase=Phase.DONE, stack_up=False, retry=False)
+        return _after_teardown(p)
     if outcome is Outcome.INTERRUPTED:
-        # Whatever was running, an interruption keeps only the teardown (when there is something to remove).
-        if p.phase is Phase.TEARDOWN or not p.stack_up:
-            return replace(p, phase=Phase.DONE, termination=Termination.INTERRUPTED, stack_up=False)
-        return replace(p, phase=Phase.TEARDOWN, termination=Termination.INTERRUPTED)
+        # Whatever was running, an interruption keeps only the record and the teardown.
+        return _ended(replace(p, retry=False), Termination.INTERRUPTED)
     if outcome is Outcome.CRASHED:
-        term = p.termination or Termination.INTERNAL_ERROR
-        if p.stack_up and p.phase is not Phase.TEARDOWN:
-            return replace(p, phase=Phase.TEARDOWN, termination=term)
-        return replace(p, phase=Phase.DONE, termination=term, stack_up=False)
+        return _ended(p, p.termination or Termination.INTERNAL_ERROR)
+    if outcome is Outcome.LOST:
+        return _ended(p, Termination.ENGINE_LOST)
 
     if p.phase is Phase.PENDING:
         return replace(p, phase=Phase.PROVISIONING)
@@ -92,7 +146,7 @@ def advance(flow: Flow, p: Progress, outcome: Outcome, *, passed: bool | None = 
         if outcome is Outcome.OK:
             return replace(p, phase=Phase.ORACLE if flow.has_oracle else Phase.GRADING, stack_up=True)
         # provision_trial captured the logs and tore the stack down before raising: nothing left to do.
-        return replace(p, phase=Phase.DONE, termination=Termination.PROVISION_ERROR, stack_up=False)
+        return _ended(p, Termination.PROVISION_ERROR, stack_up=False)
     if p.phase is Phase.ORACLE:
         if outcome is Outcome.OK:
             return replace(p, phase=Phase.GRADING)
@@ -100,16 +154,16 @@ def advance(flow: Flow, p: Progress, outcome: Outcome, *, passed: bool | None = 
         # Grading a stack the reference solution failed on would only grade the seed; logs explain more.
         return replace(p, phase=Phase.CAPTURE_LOGS, termination=term)
     if p.phase is Phase.GRADING:
+        if outcome is not Outcome.OK:  # no score could be produced (a judge failed): logs explain more
+            return replace(p, phase=Phase.CAPTURE_LOGS, termination=Termination.GRADING_ERROR)
         if passed is None:
             raise ValueError("GRADING advances with the grade (passed=True/False)")
-        nxt = Phase.CAPTURE_LOGS if (not passed or flow.capture_logs_on_success) else Phase.TEARDOWN
-        return replace(p, phase=nxt, termination=Termination.COMPLETED, passed=passed)
+        if not passed or flow.capture_logs_on_success:
+            return replace(p, phase=Phase.CAPTURE_LOGS, termination=Termination.COMPLETED, passed=passed)
+        return replace(_ended(p, Termination.COMPLETED), passed=passed)
     if p.phase is Phase.CAPTURE_LOGS:
-        # A failed log capture loses diagnostics, not the trial: teardown happens regardless.
-        return replace(p, phase=Phase.TEARDOWN)
-    if p.phase is Phase.TEARDOWN:
-        # A failed teardown is recorded beside the trial (the reaper owns leftovers); the verdict stands.
-        return replace(p, phase=Phase.DONE, stack_up=False)
+        # A failed log capture loses diagnostics, not the trial.
+        return _ended(p, p.termination or Termination.INTERNAL_ERROR)
     raise AssertionError(f"unhandled phase {p.phase}")  # pragma: no cover
 
 
@@ -144,6 +198,10 @@ def error_stage(t: Termination, provision_stage: str | None = None) -> str | Non
         return provision_stage or "provision"
     if t in (Termination.ORACLE_ERROR, Termination.ORACLE_TIMEOUT):
         return "oracle"
+    if t is Termination.GRADING_ERROR:
+        return "grading"
+    if t is Termination.ENGINE_LOST:
+        return "engine"
     if t is Termination.INTERNAL_ERROR:
         return "internal"
     return None

@@ -4,12 +4,14 @@ JUnit XML. Each file is written to a temporary name and renamed, so a killed run
     <output>/<run_id>/events.jsonl
     <output>/<run_id>/summary.json
     <output>/<run_id>/trials/<task>/<idx>/{trial,grade,metrics}.yaml, services/<svc>.log
+    <output>/<run_id>/trials/<task>/<idx>/attempts/<n>/...   an earlier attempt, retried (same files)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -44,6 +46,9 @@ class TrialResult:
     oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
     teardown_error: str | None = None
     log_capture_error: str | None = None
+    attempt: int = 1  # 1-based
+    retried: bool = False  # this attempt ended retryably and another one follows
+    earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt
 
     @property
     def status(self) -> str:
@@ -74,11 +79,44 @@ class TrialResult:
             "error_stage": self.error_stage,
             "reasons": list(self.grade.reasons),
             "timings": {**self.timings, "total": self.wall_seconds},
+            "attempt": self.attempt,
         }
+
+    def attempt_summary(self) -> dict[str, Any]:
+        """What a later attempt's trial.yaml (and the report) says about this one, once it was retried."""
+        return {
+            "attempt": self.attempt,
+            "termination_reason": self.termination.value,
+            "error_stage": self.error_stage,
+            "reason": (self.grade.reasons or (self.error or "",))[0],
+            "dir": f"{ATTEMPTS_DIR}/{self.attempt}",
+        }
+
+
+ATTEMPTS_DIR = "attempts"
 
 
 def trial_dir(run_dir: Path, task: str, index: int) -> Path:
     return run_dir / "trials" / task / str(index)
+
+
+def shelve_attempt(d: Path, attempt: int | None = None) -> int:
+    """Move an attempt's files out of the trial directory ``d`` into ``d/attempts/<attempt>/`` (default:
+    the next free number) so the next attempt starts clean and nothing of the earlier one is lost.
+    Returns the number the next attempt gets."""
+    shelf = d / ATTEMPTS_DIR
+    taken = (
+        [int(c.name) for c in shelf.iterdir() if re.fullmatch(r"[0-9]+", c.name)] if shelf.is_dir() else []
+    )
+    n = attempt if attempt is not None else max(taken, default=0) + 1
+    files = [c for c in d.iterdir() if c.name != ATTEMPTS_DIR] if d.is_dir() else []
+    if not files:
+        return max([*taken, n - 1]) + 1
+    dest = shelf / str(n)
+    dest.mkdir(parents=True, exist_ok=False)
+    for c in files:
+        c.replace(dest / c.name)
+    return max([*taken, n]) + 1
 
 
 def trial_doc(r: TrialResult) -> dict[str, Any]:
@@ -99,6 +137,9 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "oracle": r.oracle,
         "log_capture_error": r.log_capture_error,
         "teardown_error": r.teardown_error,
+        "attempt": r.attempt,
+        "retried": r.retried,
+        "earlier_attempts": list(r.earlier_attempts),
     }
 
 
@@ -129,8 +170,8 @@ def metrics_doc(r: TrialResult) -> dict[str, Any]:
     }
 
 
-def write_trial(run_dir: Path, r: TrialResult) -> Path:
-    d = trial_dir(run_dir, r.task, r.index)
+def write_trial(d: Path, r: TrialResult) -> Path:
+    """The attempt's files in its trial directory ``d``."""
     d.mkdir(parents=True, exist_ok=True)
     write_yaml(d / "trial.yaml", trial_doc(r))
     write_yaml(d / "grade.yaml", grade_doc(r.grade))
@@ -169,12 +210,24 @@ def write_junit(path: Path, state: RunState) -> Path:
             ET.SubElement(case, "error", message=first, type=kind).text = text
         elif not r.finished:
             ET.SubElement(case, "skipped", message=f"trial did not finish ({r.status})")
+        _reruns(case, r)
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
     return path
+
+
+def _reruns(case: ET.Element, r: TrialRecord) -> None:
+    """Retried attempts as Maven Surefire records reruns: flaky* in a case that passed in the end, rerun*
+    in one that did not (CI systems that know the convention show them as reruns, not as failures)."""
+    prefix = "flaky" if r.status == "passed" else "rerun"
+    for a in r.earlier:
+        term = str(a.get("termination_reason"))
+        kind = "Failure" if term == "COMPLETED" else "Error"
+        el = ET.SubElement(case, f"{prefix}{kind}", message=str(a.get("reason") or term), type=term)
+        el.text = f"attempt {a.get('attempt')} ({a.get('dir')}): {term}: {a.get('reason') or ''}"
 
 
 def write_yaml(path: Path, doc: Mapping[str, Any]) -> None:

@@ -464,6 +464,7 @@ def collect_run_config(
             tasks=tuple(data.get("tasks", ())),
             repeats=data.get("repeats", 1),
             workers=data.get("workers", 1),
+            retries=data.get("retries", 0),
             output=(base / output).resolve() if output else proj_dir / "runs",
             capture_logs_on_success=data.get("capture_logs_on_success", False),
             log_tail_lines=data.get("log_tail_lines", 200),

@@ -149,6 +149,9 @@ class RunConfig:
     tasks: tuple[str, ...] = ()  # empty: all tasks
     repeats: int = 1
     workers: int = 1
+    retries: int = (
+        0  # a retryable attempt (oracle timeout, lost engine, judge failure, bug) reruns this often
+    )
     output: Path | None = None  # default: <project>/runs
     capture_logs_on_success: bool = False
     log_tail_lines: int = 200

@@ -2,11 +2,14 @@
 oracle writing a file, file + sql checks).
 
 A passing run with repeats 2; a broken seed (PROVISION_ERROR accounting, the exact reasons, zero
-leftovers); workers 2 == workers 1; a run killed with SIGKILL after its first trial, then resumed.
+leftovers); workers 2 == workers 1; a run killed with SIGKILL after its first trial, then resumed; an oracle
+that times out on its first attempt only, retried on a fresh stack; a kill in the middle of a teardown
+(the verdict was already on disk; the resume does not rerun it and removes the stack).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,6 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "run_project"
 DEV = PROJECT / "run_configs" / "dev.yaml"
 BROKEN = PROJECT / "run_configs" / "broken.yaml"
+RETRY = PROJECT / "run_configs" / "retry.yaml"
+SLOW_TEARDOWN = PROJECT / "run_configs" / "slow_teardown.yaml"
 
 
 def forge_run(config: Path, output: Path, **kw: Any) -> tuple[int, Path]:
@@ -75,6 +80,7 @@ def test_passing_run_with_repeats_2(passing_run: tuple[int, Path], runner: Subpr
         "passed": 2,
         "failed": 0,
         "failed_attempts": 0,
+        "retried_attempts": 0,
         "not_finished": 0,
         "errors_by_stage": {},
     }
@@ -195,3 +201,81 @@ def test_resume_after_kill_finishes_only_what_was_missing(tmp_path: Path, runner
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["totals"]["passed"] == 3 and summary["resumes"] == 1
     assert lab.is_empty(leftovers(runner, run_id))
+
+
+def test_an_oracle_timeout_is_retried_on_a_fresh_stack(
+    tmp_path: Path, runner: SubprocessRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "marker"  # outlives every stack: the oracle's first attempt leaves a file here
+    marker.mkdir()
+    monkeypatch.setenv("FORGE_TEST_MARKER_DIR", str(marker))
+    rc, run_dir = forge_run(RETRY, tmp_path / "runs", junit=str(tmp_path / "j.xml"))
+    assert rc == 0
+    state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
+    (rec,) = state.records()
+    assert rec.status == "passed" and rec.attempts == 2
+    assert [a["termination_reason"] for a in rec.earlier] == ["ORACLE_TIMEOUT"]
+    d = run_dir / "trials" / "retry_once" / "0"
+    first = yaml.safe_load((d / "attempts" / "1" / "trial.yaml").read_text())
+    final = yaml.safe_load((d / "trial.yaml").read_text())
+    assert first["termination_reason"] == "ORACLE_TIMEOUT" and first["retried"] is True
+    assert (d / "attempts" / "1" / "services" / "runner.log").is_file()  # the failed attempt's evidence
+    assert final["attempt"] == 2 and final["status"] == "passed"
+    assert final["compose_project"] != first["compose_project"]  # a fresh stack, not the old one
+    assert "-retry_once-0-a2" in final["compose_project"]
+    assert (marker / "attempted").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["totals"]["retried_attempts"] == 1 and summary["all_passed"] is True
+    assert lab.is_empty(leftovers(runner, run_dir.name))
+
+
+def test_a_kill_during_teardown_keeps_the_verdict_and_resume_removes_the_stack(
+    tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    # The stack's one service ignores SIGTERM for 300 s, so forge is certainly still tearing it down when
+    # the trial's verdict appears in the log: that is when it gets SIGKILL.
+    argv = [
+        sys.executable,
+        "-m",
+        "forgelib",
+        "run",
+        "--config",
+        str(SLOW_TEARDOWN),
+        "--output",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    log: Path | None = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            log = runs[0] / ev.EVENTS_FILE if runs else None
+            if log is not None and log.exists() and ev.TRIAL_FINISHED in log.read_text():
+                break
+            assert proc.poll() is None, "forge run ended before its trial finished"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no trial finished within 300 s")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert log is not None
+    run_id = log.parent.name
+    for pid in _processes_mentioning(run_id.lower()):  # the killed run's own `docker compose down`
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    killed = ev.fold(ev.read_events(log))
+    assert killed.trials[("slow_teardown", 0)].status == "passed"  # on record before the teardown
+    assert killed.untorn() == [("slow_teardown", 0)]
+    d = log.parent / "trials" / "slow_teardown" / "0"
+    assert yaml.safe_load((d / "grade.yaml").read_text())["binary_pass"] is True
+    assert yaml.safe_load((d / "trial.yaml").read_text())["status"] == "passed"
+    assert not lab.is_empty(leftovers(runner, run_id))  # the killed teardown left the stack
+
+    rc, _ = forge_run(SLOW_TEARDOWN, tmp_path, resume=run_id)
+    assert rc == 0
+    events = list(ev.read_events(log))
+    resumed_at = next(i for i, e in enumerate(events) if e["kind"] == ev.RUN_RESUMED)
+    assert not [e for e in events[resumed_at:] if e["kind"] == ev.TRIAL_STATE]  # not run again
+    assert lab.is_empty(leftovers(runner, run_id))  # ... and its stack is gone

@@ -30,6 +30,7 @@ def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         (["--help", "no-such-command"], EXIT_USAGE),
         (["run", "--config", "x.yaml", "--repeats", "many"], EXIT_USAGE),
         (["run", "--config", "x.yaml", "--repeats", "0"], EXIT_USAGE),
+        (["run", "--config", "x.yaml", "--retries", "-1"], EXIT_USAGE),
         (["validate", "--project", "/nonexistent/project"], EXIT_USER),
     ],
 )

@@ -80,6 +80,7 @@ class FakeBackend:
         trial_index: int,
         trial_dir: Path,
         on_phase: Callable[[str, float], None] | None = None,
+        attempt: int = 1,
     ) -> FakeHandle:
         key = (task.name, trial_index)
         with self.lock:
@@ -95,7 +96,7 @@ class FakeBackend:
         stack = FakeStack(self.answer)
         with self.lock:
             self.stacks[key] = stack
-        name = f"proj-{run_id}-{task.name}-{trial_index}".lower()
+        name = f"proj-{run_id}-{task.name}-{trial_index}".lower() + (f"-a{attempt}" if attempt > 1 else "")
         return FakeHandle(name, stack, config=task.environment.compose)
 
     def capture_logs(self, trial: Any, dest_dir: Path, tail_lines: int) -> None:

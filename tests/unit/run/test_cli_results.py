@@ -37,6 +37,8 @@ def test_options_override_the_config(tmp_path: Path) -> None:
     p = build_plan(cfg, project(tmp_path), repeats=5, workers=3, output=str(tmp_path / "o2"), junit="j.xml")
     assert (p.repeats, p.workers, p.output) == (5, 3, tmp_path / "o2")
     assert p.junit is not None and p.junit.name == "j.xml" and p.junit.is_absolute()
+    assert (p.retries, build_plan(config(tmp_path, retries=2), project(tmp_path)).retries) == (0, 2)
+    assert build_plan(config(tmp_path, retries=2), project(tmp_path), retries=0).retries == 0  # 0 overrides
     everything = build_plan(config(tmp_path), project(tmp_path))
     assert [t.name for t in everything.tasks] == ["a", "b"]
     assert everything.output == tmp_path / "runs"  # no output anywhere: <project>/runs
@@ -52,6 +54,7 @@ def test_unknown_task_names_the_known_ones(tmp_path: Path) -> None:
     [
         ({"repeats": 0}, "--repeats must be at least 1"),
         ({"workers": 0}, "--workers must be at least 1"),
+        ({"retries": -1}, "--retries must be between 0 and 100"),
         ({"repeats": 2, "resume": "r1"}, "--repeats cannot change a resumed run's plan"),
     ],
 )

@@ -134,6 +134,7 @@ def test_summarize_counts_and_timings() -> None:
         "passed": 1,
         "failed": 2,
         "failed_attempts": 1,
+        "retried_attempts": 0,
         "not_finished": 0,
         "errors_by_stage": {"reset_recipe": 1},
     }

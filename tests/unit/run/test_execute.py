@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib.errors import CommandError, ProvisionError
+from forgelib.errors import CommandError, CommandTimeout, ProvisionError
 from forgelib.run import events as ev
 from forgelib.run.execute import Executor, RunPlan, Settings, new_run_id, run_project
 from forgelib.runner import Result
@@ -111,6 +111,7 @@ def test_provision_error_accounting(tmp_path: Path, fake_backend: Any) -> None:
         "passed": 1,
         "failed": 1,
         "failed_attempts": 1,
+        "retried_attempts": 0,
         "not_finished": 0,
         "errors_by_stage": {"reset_recipe": 1},
     }
@@ -224,7 +225,8 @@ def test_resume_after_a_kill_runs_only_what_was_missing(tmp_path: Path, fake_bac
     assert backend.provisioned == [("b", 1)]
     assert state2.pending() == [] and all(r.status == "passed" for r in state2.records())
     assert state2.unreadable_lines == 1
-    assert not (run_dir / "trials" / "b" / "1" / "stale.txt").exists()  # a fresh trial directory
+    assert not (run_dir / "trials" / "b" / "1" / "stale.txt").exists()  # a fresh trial directory ...
+    assert (run_dir / "trials" / "b" / "1" / "attempts" / "1" / "stale.txt").exists()  # ... losing nothing
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["totals"]["passed"] == 4 and summary["resumes"] == 1
 
@@ -316,3 +318,164 @@ def test_a_teardown_that_fails_outside_a_stop_is_reported_and_left_to_the_reaper
     assert "killed" in (ex._teardown_once((task.name, 0), handle) or "")
     assert stacks.names() == [] and ex._live == {}  # its labels let `forge reap` find it later
     assert ex._teardown_once((task.name, 0), handle) is None  # nothing left to do twice
+
+
+# ------------------------------------------------------------------------ evidence first, then teardown
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing of ours catches it."""
+
+
+class _RecordingBackend(FakeBackend):
+    """Checks at each teardown that the trial's verdict is already on disk and in the log; optionally
+    dies there (a kill while the stack is being removed)."""
+
+    def __init__(self, run_root: Path, die: bool = False) -> None:
+        super().__init__(good_answer)
+        self.run_root, self.die = run_root, die
+        self.seen_at_teardown: list[tuple[bool, bool, bool]] = []
+
+    def teardown(self, trial: Any, *, graceful: bool = True) -> float:
+        (run_dir,) = self.run_root.iterdir()
+        d = run_dir / "trials" / "read_widget" / "0"
+        kinds = [e["kind"] for e in ev.read_events(run_dir / ev.EVENTS_FILE)]
+        self.seen_at_teardown.append(
+            ((d / "trial.yaml").is_file(), (d / "grade.yaml").is_file(), ev.TRIAL_FINISHED in kinds)
+        )
+        if self.die:
+            raise _Killed
+        return super().teardown(trial, graceful=graceful)
+
+
+def test_the_verdict_is_durable_before_the_stack_is_torn_down(tmp_path: Path) -> None:
+    backend = _RecordingBackend(tmp_path / "runs")
+    run_dir, state, _ = run(plan(tmp_path, [widget_task()], repeats=1), backend)
+    assert backend.seen_at_teardown == [(True, True, True)]
+    trial = load(run_dir / "trials" / "read_widget" / "0" / "trial.yaml")
+    assert "teardown" in trial["timings"] and trial["teardown_error"] is None  # completed after the down
+    kinds = [e["kind"] for e in ev.read_events(run_dir / ev.EVENTS_FILE)]
+    assert kinds.index(ev.TRIAL_FINISHED) < kinds.index(ev.TRIAL_TORN_DOWN)
+    assert state.untorn() == [] and "teardown" in state.trials[("read_widget", 0)].timings
+
+
+def test_a_kill_during_teardown_keeps_the_verdict_and_resume_removes_the_stack_without_rerunning(
+    tmp_path: Path,
+) -> None:
+    dying = _RecordingBackend(tmp_path / "runs", die=True)
+    with pytest.raises(_Killed):
+        run_project(plan(tmp_path, [widget_task()], repeats=1), dying, lambda line: None)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
+    assert state.pending() == [] and state.trials[("read_widget", 0)].status == "passed"
+    assert state.untorn() == [("read_widget", 0)]
+    assert load(run_dir / "trials" / "read_widget" / "0" / "grade.yaml")["binary_pass"] is True
+
+    backend = FakeBackend(good_answer)
+    _, state2, out = run(plan(tmp_path, [widget_task()], resume=run_dir.name), backend)
+    assert backend.provisioned == []  # finished trials are never rerun ...
+    assert backend.leftovers_discarded == [run_dir.name]  # ... but what their killed teardown left goes
+    assert state2.completed and [r.status for r in state2.records()] == ["passed"]
+    assert "removed what 1 finished trial(s) left up" in out[0]
+
+
+# --------------------------------------------------------------------------------------------- retries
+
+
+def _times_out_first(n: int) -> Any:
+    """An oracle that times out on its first ``n`` runs, then succeeds."""
+    runs: list[int] = []
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == "python3":
+            runs.append(1)
+            if len(runs) <= n:
+                raise CommandTimeout(list(argv), 30, stdout=f"attempt {len(runs)}\n")
+        return good_answer(service, argv, kw)
+
+    return answer
+
+
+def test_a_timed_out_oracle_is_retried_on_a_fresh_stack_and_every_attempt_is_kept(
+    tmp_path: Path, fake_backend: Any
+) -> None:
+    backend = fake_backend(_times_out_first(1))
+    run_dir, state, out = run(
+        plan(tmp_path, [widget_task()], repeats=1, retries=2, junit=tmp_path / "j.xml"), backend
+    )
+    (rec,) = state.records()
+    assert rec.status == "passed" and rec.attempts == 2
+    names = [h for h in backend.torn_down]
+    assert len(names) == 2 and names[0] != names[1] and names[1].endswith("-a2")  # a fresh stack
+    d = run_dir / "trials" / "read_widget" / "0"
+    first = load(d / "attempts" / "1" / "trial.yaml")
+    assert first["termination_reason"] == "ORACLE_TIMEOUT" and first["retried"] is True
+    assert first["attempt"] == 1 and "teardown" in first["timings"]
+    assert (d / "attempts" / "1" / "oracle.stdout").read_text().strip() == "attempt 1"
+    assert (d / "attempts" / "1" / "services" / "app-db.log").is_file()  # its logs were captured
+    final = load(d / "trial.yaml")
+    assert final["attempt"] == 2 and final["status"] == "passed" and final["retried"] is False
+    assert [a["termination_reason"] for a in final["earlier_attempts"]] == ["ORACLE_TIMEOUT"]
+    assert final["earlier_attempts"][0]["dir"] == "attempts/1"
+    events = list(ev.read_events(run_dir / ev.EVENTS_FILE))
+    ends = [
+        (e["kind"], e.get("attempt")) for e in events if e["kind"] in (ev.TRIAL_ATTEMPT, ev.TRIAL_FINISHED)
+    ]
+    assert ends == [(ev.TRIAL_ATTEMPT, 1), (ev.TRIAL_FINISHED, 2)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["all_passed"] is True
+    assert summary["totals"]["retried_attempts"] == 1 and summary["totals"]["failed_attempts"] == 1
+    assert summary["totals"]["errors_by_stage"] == {"oracle": 1}
+    assert summary["trials"][0]["earlier_attempts"][0]["termination_reason"] == "ORACLE_TIMEOUT"
+    case = ET.parse(tmp_path / "j.xml").getroot().find("./testsuite/testcase")
+    assert case is not None and case.find("failure") is None and case.find("error") is None
+    flaky = case.find("flakyError")
+    assert flaky is not None and flaky.get("type") == "ORACLE_TIMEOUT"
+    assert any("retrying" in line for line in out)
+
+
+def test_retries_run_out_and_the_last_attempt_is_the_verdict(tmp_path: Path, fake_backend: Any) -> None:
+    backend = fake_backend(_times_out_first(99))
+    run_dir, state, _ = run(
+        plan(tmp_path, [widget_task()], repeats=1, retries=1, junit=tmp_path / "j.xml"), backend
+    )
+    (rec,) = state.records()
+    assert rec.status == "error" and rec.termination is not None
+    assert rec.termination.value == "ORACLE_TIMEOUT" and rec.attempts == 2 and len(rec.earlier) == 1
+    assert len(backend.provisioned) == 2
+    case = ET.parse(tmp_path / "j.xml").getroot().find("./testsuite/testcase")
+    assert case is not None and case.find("error") is not None and case.find("rerunError") is not None
+    assert json.loads((run_dir / "summary.json").read_text())["totals"]["failed_attempts"] == 2
+
+
+def test_a_provision_error_is_never_retried(tmp_path: Path, fake_backend: Any) -> None:
+    backend = fake_backend(fail={("read_widget", 0): ProvisionError("reset_recipe", RECIPE_REASON)})
+    run_dir, state, _ = run(plan(tmp_path, [widget_task()], repeats=1, retries=3), backend)
+    assert backend.provisioned == [("read_widget", 0)]
+    assert state.records()[0].termination is not None
+    assert state.records()[0].termination.value == "PROVISION_ERROR"  # type: ignore[union-attr]
+    assert not (run_dir / "trials" / "read_widget" / "0" / "attempts").exists()
+
+
+def test_a_lost_engine_is_retried(tmp_path: Path, fake_backend: Any) -> None:
+    lost: list[int] = []
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == "python3" and not lost:
+            lost.append(1)
+            raise CommandError(
+                ["docker", "compose", "exec"], 1,
+                stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock.",
+            )  # fmt: skip
+        return good_answer(service, argv, kw)
+
+    _, state, _ = run(plan(tmp_path, [widget_task()], repeats=1, retries=1), fake_backend(answer))
+    (rec,) = state.records()
+    assert rec.status == "passed" and rec.earlier[0]["termination_reason"] == "ENGINE_LOST"
+    assert rec.earlier[0]["error_stage"] == "engine"
+
+
+def test_without_retries_a_timeout_is_final(tmp_path: Path, fake_backend: Any) -> None:
+    backend = fake_backend(_times_out_first(1))
+    _, state, _ = run(plan(tmp_path, [widget_task()], repeats=1), backend)
+    assert state.records()[0].status == "error" and len(backend.provisioned) == 1
