@@ -22,7 +22,7 @@ from forgelib.custody import reap
 from forgelib.engine import ensure_engine
 from forgelib.errors import ForgeError, ProvisionError, UsageError
 from forgelib.images import STAND_INS, ensure_images
-from forgelib.provision import SERVICES_DIR, provision_trial, teardown_trial
+from forgelib.provision import SERVICES_DIR, ProvisionCache, provision_trial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
@@ -46,6 +46,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
     trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
     keep_dir = keep
     stacks = LiveStacks()
+    cache = ProvisionCache()
     try:
         # Ctrl-C/SIGTERM while provisioning: provision_trial's own failure path tears the stack down; the
         # registry covers everything after it returned, until the stack is down (or kept, as asked).
@@ -53,7 +54,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
             try:
                 trial = provision_trial(
                     proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
-                    runner=stop.guard(runner), keep=keep,
+                    runner=stop.guard(runner), keep=keep, cache=cache,
                 )  # fmt: skip
             except ProvisionError:
                 keep_dir = True
@@ -79,6 +80,8 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
     finally:
         if not keep_dir:
             shutil.rmtree(trial_dir, ignore_errors=True)
+        if not keep:  # a kept stack keeps the image it runs; removing the stack is the user's call
+            cache.builds.finish(runner, timeouts.command)
     print(json.dumps(report, indent=2) if as_json else render_report(report))
     return 0
 

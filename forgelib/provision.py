@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
+from forgelib.builds import Builds, build_services
 from forgelib.compose import ComposeProject, project_name, write_override
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.images import ImageFacts
@@ -88,6 +89,7 @@ class ProvisionCache:
 
     images: ImageFacts = field(default_factory=ImageFacts)
     seeds: Memo = field(default_factory=Memo)
+    builds: Builds = field(default_factory=Builds)  # images of build: services, once per run
 
 
 # ---------------------------------------------------------------------------------------- public API
@@ -109,6 +111,7 @@ def provision_trial(
     cache: ProvisionCache | None = None,
     warm: bool = False,
     attempt: int = 1,
+    profiles: Sequence[str] = (),
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
@@ -119,7 +122,8 @@ def provision_trial(
     fresh one when None). ``warm``: also prepare each seed for in-place resets (``provision_stack``; the
     pytest plugin's module/session-scoped stacks). Raises ``ProvisionError(stage, reason)`` only after the
     logs were captured and the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
-    it never lands on what an earlier attempt's failed teardown left.
+    it never lands on what an earlier attempt's failed teardown left. ``profiles``: the compose profiles to
+    enable.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -131,7 +135,7 @@ def provision_trial(
                 project=project, env=env, name=shared_name(project, run_id, env),
                 labels=lab.run_labels(run_id, "shared"),
                 trial_dir=trial_dir, timeouts=timeouts, runner=runner, cache=cache, on_phase=on_phase,
-                log_tail_lines=log_tail_lines, shared=True,
+                log_tail_lines=log_tail_lines, shared=True, profiles=tuple(profiles),
             ).run(),
             trial_dir,
         )  # fmt: skip
@@ -147,6 +151,7 @@ def provision_trial(
         on_phase=on_phase,
         log_tail_lines=log_tail_lines,
         warm=warm,
+        profiles=profiles,
     )
 
 
@@ -163,6 +168,7 @@ def provision_stack(
     on_phase: PhaseCallback | None = None,
     log_tail_lines: int = DEFAULT_LOG_TAIL,
     warm: bool = False,
+    profiles: Sequence[str] = (),
 ) -> ProvisionedTrial:
     """One stack of ``env`` named ``name`` (a compose project name) carrying ``labels``; ``warm``: also
     prepare every seed for in-place resets (``ProvisionedTrial.prepared``). Fails as ``provision_trial``."""
@@ -178,6 +184,7 @@ def provision_stack(
         on_phase=on_phase,
         log_tail_lines=log_tail_lines,
         warm=warm,
+        profiles=tuple(profiles),
     ).run()
 
 
@@ -214,25 +221,29 @@ class _Provisioning:
     log_tail_lines: int = DEFAULT_LOG_TAIL
     shared: bool = False
     warm: bool = False  # prepare each seed for in-place resets (forgelib.warm)
+    profiles: tuple[str, ...] = ()  # compose profiles enabled (the run config's `profiles`)
     timings: dict[str, float] = field(default_factory=dict)
 
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
         prepared: tuple[PreparedSeed, ...] = ()
         env = self.cache.images.env(self.runner)
-        compose = ComposeProject(self.name, self.env.compose_files, self.runner, self.timeouts, env)
+        compose = ComposeProject(
+            self.name, self.env.compose_files, self.runner, self.timeouts, env, profiles=self.profiles
+        )
         try:
             bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
             with self._phase("compose_config", "compose_config"):
                 config = compose.config()
-                images = [str(s.get("image", "")) for s in (config.get("services") or {}).values()]
-                declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-                loopback = _loopback(bindings, config)
-                override = write_override(
-                    self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback
-                )
-                compose = compose.with_files(*self.env.compose_files, override)
-            services = config.get("services") or {}
+                if not build_services(config):
+                    compose, services, declared, loopback = self._override(compose, config, bindings, {})
+            if build_services(config):
+                with self._phase("build", "build"):  # the run's first trial builds; the others wait, ~0 s
+                    timeout = self.timeouts.compose_up
+                    built = self.cache.builds.images(
+                        self.project.name, compose, config, self.labels, self.trial_dir, timeout
+                    )
+                    compose, services, declared, loopback = self._override(compose, config, bindings, built)
             absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
             first = _closure([b.service for b in bindings], services)
             if first:
@@ -276,6 +287,24 @@ class _Provisioning:
             ports=ports,
             prepared=prepared,
         )
+
+    def _override(
+        self,
+        compose: ComposeProject,
+        config: Mapping[str, Any],
+        bindings: Sequence[_Binding],
+        built: Mapping[str, str],
+    ) -> tuple[ComposeProject, dict[str, Any], dict[str, tuple[str, ...]], dict[str, list[int]]]:
+        """Write this trial's override; the compose project with it, the services (built ones naming the
+        run's image), their images' declared VOLUMEs and the ports published for direct connections."""
+        services = {n: {**s, "image": built.get(n, s.get("image"))} for n, s in config["services"].items()}
+        images = [str(s.get("image", "")) for s in services.values()]
+        declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
+        loopback = _loopback(bindings, config)
+        override = write_override(
+            self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback, built
+        )
+        return compose.with_files(*self.env.compose_files, override), services, declared, loopback
 
     @contextmanager
     def _phase(self, phase: str, stage: str | None) -> Iterator[None]:

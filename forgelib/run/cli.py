@@ -76,7 +76,9 @@ def main_run(
     print_notices(project.notices, prefix="forge: ")
     with interruptible(stacks) as stop:
         heal_leftovers(runner)
-        backend = DockerBackend(project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines)
+        backend = DockerBackend(
+            project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines, profiles=cfg.profiles
+        )
         if live.wanted(as_json):
             with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
                 _, state = run_project(
@@ -178,6 +180,7 @@ class DockerBackend:
     log_tail_lines: int = 200
     shared: SharedStacks = field(default_factory=SharedStacks)
     cache: ProvisionCache = field(default_factory=ProvisionCache)
+    profiles: tuple[str, ...] = ()  # the run config's compose profiles
 
     def provision(
         self,
@@ -202,6 +205,7 @@ class DockerBackend:
             shared=self.shared,
             cache=self.cache,
             attempt=attempt,
+            profiles=self.profiles,
         )
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
@@ -218,7 +222,10 @@ class DockerBackend:
             )
 
     def finish_run(self, run_id: str) -> None:
-        self.shared.teardown_run(run_id)
+        try:
+            self.shared.teardown_run(run_id)
+        finally:
+            self.cache.builds.finish(self.runner, self.timeouts.command)
 
 
 __all__ = ["DockerBackend", "build_plan", "main_run", "render_table"]

@@ -469,6 +469,7 @@ def collect_run_config(
             capture_logs_on_success=data.get("capture_logs_on_success", False),
             log_tail_lines=data.get("log_tail_lines", 200),
             timeouts=Timeouts(**{k: float(v) for k, v in (data.get("timeouts") or {}).items()}),
+            profiles=tuple(data.get("profiles", ())),
         ),
         [],
     )

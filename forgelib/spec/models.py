@@ -156,6 +156,7 @@ class RunConfig:
     capture_logs_on_success: bool = False
     log_tail_lines: int = 200
     timeouts: Timeouts = field(default_factory=Timeouts)
+    profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
 
 
 @dataclass(frozen=True)
