@@ -59,6 +59,8 @@ class ServiceDef:
         for key, ws in self.keys.items():
             if key in LIST_KEYS and all(isinstance(w.value, list) for w in ws):
                 out[key] = [item for w in ws for item in w.value]
+            elif len(ws) > 1 and all(isinstance(w.value, dict) for w in ws):
+                out[key] = {k: v for w in ws for k, v in w.value.items()}  # environment, labels: merged
             else:
                 out[key] = ws[-1].value
         return out
@@ -151,7 +153,7 @@ class _Loader:
             sdef = self.out.services.setdefault(name, ServiceDef(name, Written(svc, doc, at)))
             for key, value in svc.items():
                 w = Written(value, doc, (*at, key))
-                if key in LIST_KEYS and isinstance(value, list):
+                if (key in LIST_KEYS and isinstance(value, list)) or isinstance(value, dict):
                     sdef.keys.setdefault(key, []).append(w)
                 else:
                     sdef.keys[key] = [w]
@@ -202,7 +204,8 @@ class _Loader:
             self._extend(base, depth + 1)
         merged = {k: list(v) for k, v in base.keys.items()}
         for key, ws in sdef.keys.items():
-            merged[key] = [*merged.get(key, []), *ws] if key in LIST_KEYS else ws
+            accumulates = key in LIST_KEYS or all(isinstance(w.value, dict) for w in ws)
+            merged[key] = [*merged.get(key, []), *ws] if accumulates else ws
         sdef.keys = merged
 
 

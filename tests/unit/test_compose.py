@@ -86,6 +86,11 @@ def test_argv_builders() -> None:
         "docker", "compose", "--ansi", "never", "--project-name", "p",
         "--file", "/a.yaml", "--file", "/b.yaml",
     ]  # fmt: skip
+    # The run config's profiles: flags, since every ambient COMPOSE_* variable (COMPOSE_PROFILES) is dropped
+    assert c.base_argv("p", [Path("/a.yaml")], ["extra", "debug"])[-4:] == [
+        "--profile", "extra", "--profile", "debug",
+    ]  # fmt: skip
+    assert c.build_argv(["tool"]) == ["build", "tool"]
     assert c.up_argv(["db"], wait_timeout=300) == ["up", "--detach", "--wait", "--wait-timeout", "300", "db"]
     assert c.up_argv(wait=False) == ["up", "--detach"]
     assert c.down_argv() == ["down", "--volumes", "--remove-orphans"]

@@ -9,7 +9,7 @@ import pytest
 
 from forgelib.errors import SpecError
 from forgelib.spec.composefiles import load_compose_set
-from forgelib.spec.loader import load_project_config
+from forgelib.spec.loader import load_project_config, load_run_config
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -54,7 +54,7 @@ def test_a_list_of_files_include_extends_and_anchors_merge_as_compose_does(tmp_p
     app = cset.services["app"].data()
     assert app["image"] == "forgelib/python:3.11"  # from the anchor
     assert app["ports"] == ["8000:8000", "9000:9000"]  # ports accumulate across files
-    assert app["environment"] == {"B": "2"}  # the later file wins a mapping key (as written, unmerged)
+    assert app["environment"] == {"A": "1", "B": "2"}  # mappings merge across files, the later file wins
     worker = cset.services["worker"]
     assert worker.data()["command"] == ["run"] and worker.data()["privileged"] is True
     priv = worker.last("privileged")
@@ -116,3 +116,25 @@ def test_broken_compose_sets_are_located(
     with pytest.raises(SpecError) as e:
         load_project_config(tmp_path)
     assert expected in str(e.value)
+
+
+def test_the_byo_fixture_loads_every_service_and_its_run_config_selects_a_profile() -> None:
+    root = Path(__file__).resolve().parents[2] / "fixtures" / "byo_compose"
+    project = load_project_config(root)
+    env = project.environment
+    assert [f.name for f in env.compose_files] == ["compose.yaml", "compose.more.yaml"]
+    assert set(env.services) == {"web", "cache", "tool", "probe"}  # cache from include, tool via extends
+    assert env.compose["services"]["tool"]["command"][0] == "sh"  # extends: the template's command
+    assert env.compose["services"]["web"]["environment"]["ANCHORED"] == "yes"  # the anchor's merge key
+    assert load_run_config(root / "run_configs" / "parallel.yaml", project).profiles == ("extra",)
+
+
+def test_a_profile_name_compose_would_refuse_is_a_run_config_error(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {"compose.yaml": "services: {app: {image: x}}\n", "run.yaml": "project: .\nprofiles: ['-x']\n"},
+    )
+    _project(tmp_path, "compose.yaml")
+    with pytest.raises(SpecError) as e:
+        load_run_config(tmp_path / "run.yaml")
+    assert "run.yaml:2:" in str(e.value) and "$.profiles[0]" in str(e.value)
