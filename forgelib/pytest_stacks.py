@@ -230,20 +230,14 @@ class StackPool:
         return self.stop.guard(self.runner) if self.stop is not None else self.runner
 
     def _heal_once(self) -> None:
-        """The reaper, once per process before its first stack: leftovers of killed sessions (and killed
-        workers) go; live owners are kept, so workers reaping at once cannot hurt each other."""
-        if self._healed:
-            return
-        self._healed = True
-        from forgelib.custody import reap_dead_owners
+        """The reaper, once per process before its first stack, as ``forge run`` does at start: leftovers
+        of killed sessions (and killed workers) go; live owners are kept, so workers reaping at once cannot
+        hurt each other. What it did goes into the session summary."""
+        if not self._healed:
+            self._healed = True
+            from forgelib.run.cli import heal_leftovers
 
-        try:
-            report = reap_dead_owners(self.runner)
-        except ForgeError as e:  # a courtesy to earlier sessions: it never stops this one
-            self.notes.append(f"could not look for leftovers of dead forge processes: {e}")
-            return
-        if report.removed or report.failed:
-            self.notes.append(f"removed leftovers of dead forge processes:\n{report.table()}")
+            heal_leftovers(self.runner, self.notes.append)
 
     def root(self) -> Path:
         if self._root is None:

@@ -98,16 +98,18 @@ def main_run(
     return EXIT_OK if summary["all_passed"] else EXIT_USER
 
 
-def heal_leftovers(runner: Runner) -> None:
+def heal_leftovers(runner: Runner, say: Callable[[str], None] | None = None) -> None:
     """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
-    rules; live owners, other hosts and unproven owners are kept), and say what was removed."""
+    rules; live owners, other hosts and unproven owners are kept), and ``say`` (default: ``progress``)
+    what was removed. ``forge run`` calls it at start, the pytest plugin before a process's first stack."""
+    say = say or progress
     try:
         report = reap_dead_owners(runner)
     except ForgeError as e:  # healing is a courtesy to earlier runs: it never stops this one
-        progress(f"warning: could not look for leftovers of dead forge processes: {e}")
+        say(f"warning: could not look for leftovers of dead forge processes: {e}")
         return
     if report.removed or report.failed:
-        progress(f"removed leftovers of dead forge processes:\n{report.table()}")
+        say(f"removed leftovers of dead forge processes:\n{report.table()}")
 
 
 def build_plan(
