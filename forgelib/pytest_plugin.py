@@ -163,14 +163,14 @@ class _Scoped:
         got = self.stacks.get(key)
         if isinstance(got, Exception):
             raise got
-        if got is None:
-            try:
+        try:
+            if got is None:
                 got = self.pool.provision(spec.project, spec.task, warm=True)
-            except Exception as e:
-                self.stacks[key] = e
-                raise
-        else:
-            got = self.pool.reset(got)  # the same stack reset, or a fresh one replacing it
+            else:
+                got = self.pool.reset(got)  # the same stack reset, or a fresh one replacing it
+        except Exception as e:
+            self.stacks[key] = e
+            raise
         self.stacks[key] = got
         return got
 
