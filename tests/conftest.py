@@ -3,6 +3,8 @@ and the stand-in images exist (both idempotent), so `nox -s integration` works o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from forgelib.runner import SubprocessRunner
@@ -20,3 +22,19 @@ def docker_ready(runner: SubprocessRunner) -> None:
 
     ensure_engine(runner)
     ensure_images(runner)
+
+
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """A directory kept after the test for what a person should look at (screenshots): under
+    ``$FORGE_TEST_ARTIFACTS`` (default ``<checkout>/build/test-artifacts``), one per test."""
+    import os
+    import re
+
+    root = Path(
+        os.environ.get("FORGE_TEST_ARTIFACTS")
+        or Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
+    )
+    d = root / re.sub(r"[^\w.-]+", "_", request.node.nodeid)
+    d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -7,6 +7,8 @@ no binding) must observe 'factory_default' — otherwise a green dev run would n
 
 from __future__ import annotations
 
+import json
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,3 +63,65 @@ def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:
     for args in (["validate", "--project", str(PACK)], ["stamp", "--check", "--project", str(PACK)]):
         proc = forge(*args)
         assert proc.returncode == 0, f"forge {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
+
+
+def test_the_runs_report_in_a_real_browser(
+    forge_run: Callable[..., Any], tmp_path: Path, artifacts: Path
+) -> None:
+    """Both tasks (one passes, the control fails its check) on two workers, `--report`, then the page in
+    headless Chromium: one row and one bar per trial, the failure marked, a filter applied, a screenshot."""
+    from support.browser import chromium
+
+    config = tmp_path / "both.yaml"
+    config.write_text(
+        f"project: {PACK}\ntasks: []\nrepeats: 1\nworkers: 2\n"
+        "timeouts: {compose_up: 180, recipe: 120, oracle: 60, grading: 60, teardown: 120}\n"
+    )
+    run = forge_run(config, "--report")
+    assert run.rc == 1, run.explain()  # the control trial fails, as it must
+    report = run.run_dir / "report.html"
+    assert report.is_file(), run.explain()
+    expected = {f"{t['task']}[{t['index']}]": t["status"] for t in run.summary["trials"]}
+    assert sorted(expected.values()) == ["failed", "passed"], run.summary
+
+    with chromium(tmp_path / "chromium-profile") as browser:
+        browser.open(report.as_uri())
+        rows = browser.run(
+            "return [...document.querySelectorAll('#rows tr')].map(r =>"
+            " [r.cells[0].textContent, r.cells[1].textContent, r.hidden])"
+        )
+        assert {key: status for key, status, _ in rows} == expected
+        assert not any(hidden for *_, hidden in rows)
+        bars = browser.run(
+            "return [...document.querySelectorAll('#timeline rect.hit')].map(b =>"
+            " [b.dataset.key, b.dataset.failed === '1', b.getBBox().width > 0])"
+        )
+        assert sorted(key for key, *_ in bars) == sorted(expected)  # one attempt each
+        assert {key for key, failed, _ in bars if failed} == {k for k, s in expected.items() if s == "failed"}
+        assert all(visible for *_, visible in bars)
+        lanes = browser.run("return [...document.querySelectorAll('#timeline text')].map(t => t.textContent)")
+        assert {"w0", "w1"} & set(lanes), lanes
+        # A file link of each row points at a file the run wrote.
+        links = browser.run("return [...document.querySelectorAll('#rows a')].map(a => a.href)")
+        assert links and all(
+            Path(urllib.parse.unquote(urllib.parse.urlparse(u).path)).is_file() for u in links
+        )
+        browser.screenshot(artifacts / "report.png")
+
+        # The status filter, through the page's own control.
+        browser.click("#f-status option[value='failed']")
+        browser.wait_for("return document.body.dataset.shown === '1'")
+        shown = browser.run(
+            "return [...document.querySelectorAll('#rows tr')].filter(r => !r.hidden)"
+            ".map(r => r.cells[0].textContent)"
+        )
+        assert shown == [k for k, s in expected.items() if s == "failed"]
+        lit = browser.run(
+            "return [...document.querySelectorAll('#timeline rect.hit:not(.off)')].map(b => b.dataset.key)"
+        )
+        assert lit == shown
+        assert browser.run("return location.hash") == "#status=failed"
+        assert browser.run("return document.getElementById('shown').textContent") == "1 of 2 trial(s) shown"
+        browser.screenshot(artifacts / "report-failed-only.png")
+        timing = browser.run("return window.forgeReport")
+    (artifacts / "render.json").write_text(json.dumps(timing))  # for a person to read; not asserted
