@@ -10,4 +10,4 @@ PY=${PYTHON:-python3}
 bash scripts/engine.sh
 "$PY" -m pip install -q --disable-pip-version-check -e '.[dev]' nox uv
 "$PY" -m forgelib images
-echo "setup: ready — try: forge provision --project examples/multi_service_postgres_reset --keep" >&2
+echo "setup: ready — try: forge run --config examples/multi_service_postgres_reset/run_configs/dev.yaml --report" >&2
