@@ -18,7 +18,7 @@ from forgelib.run.events import Attempt, RunState, Session, TrialRecord, summari
 from forgelib.run.lifecycle import Phase
 
 # The timeline's colours: provisioning is split into the stack itself and the seeds going in.
-CATEGORIES = ("provision", "recipes", "oracle", "grading", "capture_logs", "teardown")
+CATEGORIES = ("provision", "recipes", "oracle", "grading", "capture_logs", "record", "teardown")
 # Timing keys that are provisioning's inner steps applying state (a seed recipe, a reset, a restore).
 _STATE_STEPS = ("recipe", "reset", "restore", "golden", "seed")
 # Timing keys that are not provisioning's inner steps: the phases themselves and the trial's total.
@@ -83,6 +83,7 @@ def _trial(r: TrialRecord, sessions: list[Session], files: FileLister | None) ->
         "score": r.score,
         "reasons": list(r.reasons),
         "attempts": r.attempts,
+        "earlier": r.earlier,  # the retried attempts, as summary.json lists them
         "worker": r.worker,
         "phase": r.phase,
         "total": r.timings.get("total"),
@@ -105,11 +106,17 @@ def stage(r: TrialRecord) -> str | None:
 def bar(a: Attempt, sessions: list[Session]) -> dict[str, Any]:
     """One attempt on the timeline: its phases as [category, start, end] segments (wall-clock seconds).
 
-    The last phase ends at the ``trial_finished`` event; an attempt without one (its session was killed,
-    or is still running) ends at its session's latest event and is marked ``open``.
+    The last phase ends when the stack was recorded as removed (``trial_torn_down``), or, in a log from
+    before that event, at the verdict. An attempt still busy (its session was killed, or is still running)
+    ends at its session's latest event and is marked ``open``.
     """
     session = sessions[a.session] if a.session < len(sessions) else None
-    end = a.ended if a.ended is not None else (session.last if session else None)
+    if a.torn_down is not None:
+        end: float | None = max(a.torn_down, a.ended or a.torn_down)
+    elif not a.busy:
+        end = a.ended
+    else:
+        end = session.last if session else None
     if end is None and a.phases:
         end = a.phases[-1][1]
     segs: list[list[Any]] = []
@@ -125,7 +132,9 @@ def bar(a: Attempt, sessions: list[Session]) -> dict[str, Any]:
         "worker": a.worker,
         "start": a.phases[0][1] if a.phases else None,
         "end": end,
-        "open": a.ended is None,
+        "open": a.busy,
+        "attempt": a.number,
+        "retried": a.retried,
         "termination": a.termination.value if a.termination else None,
         "stage": a.error_stage,
         "segs": [[c, round(s, 3), round(e, 3)] for c, s, e in segs],

@@ -44,6 +44,13 @@ def write_report(run_dir: Path, state: RunState | None = None, output: Path | No
         services = d / "services"
         if services.is_dir():
             found += sorted(f"services/{p.name}" for p in services.iterdir() if p.is_file())
+        # Earlier attempts (retried, or cut off by a kill) keep their files under attempts/<n>/.
+        attempts = d / "attempts"
+        if attempts.is_dir():
+            for n in sorted((p.name for p in attempts.iterdir() if p.is_dir()), key=_number):
+                found += [
+                    f"attempts/{n}/{f}" for f in ("trial.yaml", "grade.yaml") if (attempts / n / f).is_file()
+                ]
         return (Path(base) / "trials" / task / str(index)).as_posix(), found
 
     html = render(build(state, files))
@@ -52,6 +59,10 @@ def write_report(run_dir: Path, state: RunState | None = None, output: Path | No
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def _number(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
 def load(run_dir: Path) -> RunState:

@@ -136,8 +136,9 @@ def parse_line(raw: bytes | str) -> list[dict[str, Any]]:
 class Attempt:
     """One start of a trial, as the log saw it: who ran it, when each phase began, how it ended.
 
-    ``phases`` are (phase, wall-clock start) in order; the last phase ends at ``ended`` (the
-    ``trial_finished`` event), or is still running, or was cut off by a kill (``ended`` is None).
+    ``phases`` are (phase, wall-clock start) in order. ``ended`` is the verdict (``trial_finished`` or
+    ``trial_attempt``); the teardown that follows it ends at ``torn_down`` (``trial_torn_down``). An
+    attempt with neither is still running, or was cut off by a kill.
     """
 
     session: int  # 0: the first session of the run; n: the n-th resume
@@ -150,6 +151,18 @@ class Attempt:
     number: int | None = None  # 1-based, as the writer counted it (None: a log from before retries)
     retried: bool = False  # ended retryably and was run again (a ``trial_attempt`` event)
     reason: str = ""  # a retried attempt's first reason
+    torn_down: float | None = None  # when its stack was recorded as removed
+
+    @property
+    def busy(self) -> bool:
+        """Its worker is still on it: no verdict yet, or the verdict's teardown not yet recorded (a log
+        from before ``trial_torn_down`` tore down before the verdict, so a verdict there is the end)."""
+        if self.ended is None:
+            return True
+        tearing = (
+            bool(self.phases) and self.phases[-1][0] == Phase.TEARDOWN and self.phases[-1][1] >= self.ended
+        )
+        return tearing and self.torn_down is None
 
     def summary(self) -> dict[str, Any]:
         term = self.termination
@@ -308,6 +321,11 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             t = _trial(s, e)
             t.stack_up = False
             t.timings["teardown"] = float(e.get("seconds") or 0.0)
+            number = e.get("attempt")
+            for a in reversed(t.history):
+                if number is None or a.number in (None, int(number)):
+                    a.torn_down = _ts(e)
+                    break
         elif kind == TRIAL_FINISHED:
             t = _trial(s, e)
             t.phase = Phase.DONE.value

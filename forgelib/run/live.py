@@ -63,18 +63,20 @@ def render(state: ev.RunState, now: float, workers: int) -> list[str]:
             stages[key] = stages.get(key, 0) + 1
     failed = sum(stages.values())
     session = state.sessions[-1] if state.sessions else None
+    # Busy workers: a trial not finished yet, or finished and still tearing its stack down.
     running = [
         r
         for r in recs
-        if r.history and r.history[-1].ended is None and r.history[-1].session == len(state.sessions) - 1
+        if r.history and r.history[-1].busy and r.history[-1].session == len(state.sessions) - 1
     ]
+    unfinished = [r for r in running if not r.finished]
     head = f"{len(done)}/{len(recs)} done · {passed} passed · {failed} failed"
     if stages:
         head += " (" + ", ".join(f"{k} {n}" for k, n in sorted(stages.items())) + ")"
     interrupted = sum(r.status == "interrupted" for r in recs)
     if interrupted:
         head += f" · {interrupted} interrupted"
-    head += f" · {len(running)} running"
+    head += f" · {len(unfinished)} running"
     if session is not None and session.started is not None:
         end = session.ended if session.ended is not None else now
         head += f" · elapsed {_clock(max(0.0, end - session.started))}"
@@ -84,8 +86,8 @@ def render(state: ev.RunState, now: float, workers: int) -> list[str]:
         head += f" · {session.end.removeprefix('run_')}"
     elif totals and remaining:
         med = _median(totals)
-        left = sum(max(0.0, med - (now - _started(r))) for r in running)
-        queued = max(0, remaining - len(running))
+        left = sum(max(0.0, med - (now - _started(r))) for r in unfinished)
+        queued = max(0, remaining - len(unfinished))
         head += f" · ETA {_clock((left + queued * med) / max(1, workers))}"
     elif remaining:
         head += " · ETA after the first trial"

@@ -24,6 +24,23 @@ def ev_started(plan: list[tuple[str, int]], ts: float = T0, workers: int = 1) ->
     }  # fmt: skip
 
 
+_REASONS = {
+    "failed": (
+        "COMPLETED",
+        None,
+        "submission_reads_baseline: expected 'baseline', observed 'factory_default'",
+    ),
+    "provision_error": (
+        "PROVISION_ERROR",
+        "reset_recipe",
+        "Provisioning failed at reset_recipe: psql: ERROR: relation widgets does not exist",
+    ),
+    "oracle_error": ("ORACLE_ERROR", "oracle", "oracle exited 1: Traceback ... KeyError: 'widget'"),
+    "oracle_timeout": ("ORACLE_TIMEOUT", "oracle", "oracle timed out after 60 s"),
+    "interrupted": ("INTERRUPTED", None, "interrupted before the trial finished"),
+}
+
+
 def trial_events(
     task: str,
     index: int,
@@ -34,119 +51,119 @@ def trial_events(
     oracle: float = 2.0,
     grading: float = 0.5,
     teardown: float = 1.0,
-    outcome: str = "passed",  # passed | failed | provision_error | oracle_error | interrupted
+    outcome: str = "passed",  # passed, failed, provision_error, oracle_error, oracle_timeout, interrupted
+    attempt: int = 1,
+    retried: bool = False,  # the attempt is followed by another (a trial_attempt event, not trial_finished)
+    old: bool = False,  # as a writer from before RECORD/trial_torn_down: teardown before the verdict
 ) -> list[dict[str, Any]]:
-    """The events of one attempt, as the executor writes them (phase starts, then trial_finished)."""
+    """The events of one attempt, in the order the executor writes them."""
     steps = dict(steps or {"compose_config": 0.3, "up_seeded": 2.0, "recipe:app-db": 0.7, "up_rest": 0.5})
-    provision = sum(steps.values()) + 0.1
+    if outcome == "provision_error":
+        steps = {"compose_config": 0.3, "up_seeded": 2.0, "recipe:app-db": 0.4}
+    provision = round(sum(steps.values()) + 0.1, 3)
+    # (phase, seconds in it), in order
+    seq: list[tuple[str, float]] = [("provisioning", provision)]
+    if outcome == "interrupted":
+        seq.append(("oracle", oracle / 2))
+    elif outcome != "provision_error":
+        seq.append(("oracle", oracle))
+        if outcome in ("passed", "failed"):
+            seq.append(("grading", grading))
+        if outcome != "passed":
+            seq.append(("capture_logs", 0.2))
+    if not old:
+        seq.append(("record", 0.05))
+    stack = outcome != "provision_error"
+    if old and stack:
+        seq.append(("teardown", teardown))
+    term, stage, reason = _REASONS.get(outcome, ("COMPLETED", None, ""))
+    passed = outcome == "passed"
     out: list[dict[str, Any]] = []
     t = start
-
-    def state(phase: str, seconds: float) -> None:
-        out.append({"v": 1, "kind": ev.TRIAL_STATE, "ts": round(t, 3), "task": task, "index": index,
-                    "phase": phase, "seconds": seconds, "worker": worker})  # fmt: skip
-
-    state("provisioning", 0.0)
-    timings: dict[str, float] = {}
-    term, passed, score, reasons, stage = "COMPLETED", True, 1.0, [], None
-    if outcome == "provision_error":
-        timings.update({"compose_config": 0.3, "up_seeded": 2.0, "recipe:app-db": 0.4, "provision": 2.8})
-        t += 2.8
-        term, passed, score, stage = "PROVISION_ERROR", False, 0.0, "reset_recipe"
-        reasons = ["Provisioning failed at reset_recipe: psql: ERROR: relation widgets does not exist"]
-    else:
-        timings.update(steps)
-        timings["provision"] = provision
-        t += provision
-        state("oracle", provision)
-        if outcome == "interrupted":
-            t += oracle / 2
-            timings["oracle"] = oracle / 2
-            state("teardown", oracle / 2)
-            term, passed, score, reasons = (
-                "INTERRUPTED",
-                False,
-                0.0,
-                ["interrupted before the trial finished"],
-            )
-        elif outcome == "oracle_error":
-            t += oracle
-            timings["oracle"] = oracle
-            state("capture_logs", oracle)
-            t += 0.2
-            timings["capture_logs"] = 0.2
-            state("teardown", 0.2)
-            term, passed, score, stage = "ORACLE_ERROR", False, 0.0, "oracle"
-            reasons = ["oracle exited 1: Traceback ... KeyError: 'widget'"]
-        else:
-            t += oracle
-            timings["oracle"] = oracle
-            state("grading", oracle)
-            t += grading
-            timings["grading"] = grading
-            if outcome == "failed":
-                state("capture_logs", grading)
-                t += 0.2
-                timings["capture_logs"] = 0.2
-                passed, score = False, 0.0
-                reasons = ["submission_reads_baseline: expected 'baseline', observed 'factory_default'"]
-            state("teardown", 0.2 if outcome == "failed" else grading)
-        t += teardown  # every attempt that got a stack tears it down, interrupted ones too
-        timings["teardown"] = teardown
+    before = 0.0
+    timings: dict[str, float] = dict(steps)
+    for phase, secs in seq:
+        e = {"v": 1, "kind": ev.TRIAL_STATE, "ts": round(t, 3), "task": task, "index": index, "phase": phase,
+             "seconds": before, "worker": worker}  # fmt: skip
+        if not old:
+            e["attempt"] = attempt
+        out.append(e)
+        timings[{"provisioning": "provision"}.get(phase, phase)] = secs
+        t += secs
+        before = secs
+    timings.pop("record", None)
     status = {"COMPLETED": "passed" if passed else "failed", "INTERRUPTED": "interrupted"}.get(term, "error")
-    out.append({
-        "v": 1, "kind": ev.TRIAL_FINISHED, "ts": round(t, 3), "task": task, "index": index, "status": status,
-        "termination_reason": term, "retryable": term == "INTERRUPTED", "binary_pass": passed, "score": score,
-        "error_stage": stage, "reasons": reasons, "timings": {**timings, "total": round(t - start, 3)},
-    })  # fmt: skip
+    verdict = {
+        "v": 1, "kind": ev.TRIAL_ATTEMPT if retried else ev.TRIAL_FINISHED, "ts": round(t, 3), "task": task,
+        "index": index, "status": status, "termination_reason": term,
+        "retryable": term in ("INTERRUPTED", "ORACLE_TIMEOUT"), "binary_pass": passed,
+        "score": 1.0 if passed else 0.0, "error_stage": stage, "reasons": [reason] if reason else [],
+        "timings": {**timings, "total": round(t - start, 3)},
+    }  # fmt: skip
+    if not old:
+        verdict["attempt"] = attempt
+    out.append(verdict)
+    if stack and not old:
+        out.append({"v": 1, "kind": ev.TRIAL_STATE, "ts": round(t, 3), "task": task, "index": index,
+                    "phase": "teardown", "seconds": 0.05, "worker": worker, "attempt": attempt})  # fmt: skip
+        t += teardown
+        out.append({"v": 1, "kind": ev.TRIAL_TORN_DOWN, "ts": round(t, 3), "task": task, "index": index,
+                    "attempt": attempt, "seconds": teardown, "error": None})  # fmt: skip
     return out
 
 
 def synthetic_run(n: int, workers: int = 4, seed: int = 7) -> list[dict[str, Any]]:
     """``n`` trials over three tasks on ``workers`` workers: ~8% graded failures, ~3% provisioning errors,
-    ~2% oracle errors; interrupted at 60% and resumed (the interrupted trials run again)."""
+    ~2% oracle errors, ~2% an oracle timeout retried once (then passing); interrupted at 60% and resumed
+    ten minutes later (the interrupted trials run again)."""
     rng = random.Random(seed)
     tasks = ["read_widget", "update_order", "cache_debug"]
     plan = [(tasks[i % 3], i // 3) for i in range(n)]
     events = [ev_started(plan, workers=workers)]
     free = [T0 + 0.2] * workers
+    attempts: dict[tuple[str, int], int] = {}
     cut = int(n * 0.6)
 
-    def one(key: tuple[str, int], outcome: str) -> None:
+    def one(key: tuple[str, int], outcome: str, retried: bool = False) -> None:
         w = min(range(workers), key=lambda i: free[i])
+        attempts[key] = attempts.get(key, 0) + 1
         evs = trial_events(
-            key[0], key[1], free[w], str(w), outcome=outcome,
+            key[0], key[1], free[w], str(w), outcome=outcome, attempt=attempts[key], retried=retried,
             oracle=rng.uniform(1.0, 6.0), grading=rng.uniform(0.2, 0.8), teardown=rng.uniform(0.6, 1.4),
         )  # fmt: skip
         events.extend(evs)
         free[w] = evs[-1]["ts"] + 0.05
 
-    def outcome() -> str:
+    def run(key: tuple[str, int]) -> None:
         r = rng.random()
-        return (
-            "failed"
-            if r < 0.08
-            else "provision_error"
-            if r < 0.11
-            else "oracle_error"
-            if r < 0.13
-            else "passed"
-        )
+        if r < 0.02:
+            one(key, "oracle_timeout", retried=True)
+            one(key, "passed")
+        else:
+            one(
+                key,
+                "failed"
+                if r < 0.10
+                else "provision_error"
+                if r < 0.13
+                else "oracle_error"
+                if r < 0.15
+                else "passed",
+            )
 
     for key in plan[:cut]:
-        one(key, outcome())
+        run(key)
     cut_off = plan[cut : cut + workers]
     for key in cut_off:
         one(key, "interrupted")
     stop = max(free)
     events.append({"v": 1, "kind": ev.RUN_INTERRUPTED, "ts": stop})
-    resume = stop + 600.0  # ten minutes later
-    events.append(
-        {"v": 1, "kind": ev.RUN_RESUMED, "ts": resume, "pending": [], "origin": events[0]["origin"]}
-    )
+    resume = stop + 600.0
+    origin = events[0]["origin"]
+    events.append({"v": 1, "kind": ev.RUN_RESUMED, "ts": resume, "pending": [], "origin": origin})
     free = [resume + 0.2] * workers
     for key in cut_off + plan[cut + workers :]:
-        one(key, outcome())
+        run(key)
     events.append({"v": 1, "kind": ev.RUN_FINISHED, "ts": max(free)})
     return events
 

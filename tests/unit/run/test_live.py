@@ -66,10 +66,14 @@ def test_before_any_trial_finished_there_is_no_eta_and_after_the_run_none_is_nee
 
 
 def test_finished_lines_say_the_outcome_and_the_first_reason() -> None:
-    a, b = trial_events("a", 0, T0, "0")[-1], trial_events("a", 1, T0, "0", outcome="provision_error")[-1]
+    a, b = (
+        next(e for e in trial_events("a", i, T0, "0", outcome=o) if e["kind"] == ev.TRIAL_FINISHED)
+        for i, o in ((0, "passed"), (1, "provision_error"))
+    )
     assert live.finished_line(a) == f"a[0] passed {a['timings']['total']:.1f}s"
-    assert live.finished_line(b).startswith(
-        "a[1] error at reset_recipe 2.8s: Provisioning failed at reset_recipe"
+    assert live.finished_line(b) == (
+        f"a[1] error at reset_recipe {b['timings']['total']:.1f}s: "
+        "Provisioning failed at reset_recipe: psql: ERROR: relation widgets does not exist"
     )
 
 
@@ -95,11 +99,10 @@ def test_the_display_keeps_other_output_above_it_and_restores_the_terminal() -> 
     text = out.getvalue()
     assert text.startswith("\x1b[?25l") and text.endswith("\n\x1b[?25h")  # cursor hidden, then shown again
     screen = _screen(text)
+    verdicts = [live.finished_line(e) for e in mid_run() if e["kind"] == ev.TRIAL_FINISHED]
+    assert [v.split(" ")[:2] for v in verdicts] == [["a[0]", "passed"], ["a[1]", "error"], ["a[2]", "failed"]]
     assert screen[:5] == [
-        "forge: a[0] passed 11.0s",
-        "forge: a[1] error at reset_recipe 2.8s: Provisioning failed at reset_recipe: psql: ERROR: "
-        "relation widgets does not exist",
-        "forge: a[2] failed 7.3s: submission_reads_baseline: expected 'baseline', observed 'factory_default'",
+        *(f"forge: {v}" for v in verdicts),  # each finished trial once, in the order they finished
         "forge: warning: something worth reading",
         "forge: SIGINT: stopping",
     ]

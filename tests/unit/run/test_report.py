@@ -51,15 +51,19 @@ def test_a_resumed_run_shows_both_sessions_and_both_attempts() -> None:
     first, second = a1["bars"]
     assert (first["session"], first["worker"], first["termination"]) == (0, "1", "INTERRUPTED")
     assert (second["session"], second["worker"], second["termination"]) == (1, "0", "COMPLETED")
-    # The interrupted attempt went provisioning -> oracle -> teardown (no grading).
-    assert [s[0] for s in first["segs"]] == ["provision", "recipes", "provision", "oracle", "teardown"]
+    # The interrupted attempt went provisioning -> oracle -> record -> teardown (no grading).
+    cats = ["provision", "recipes", "provision", "oracle", "record", "teardown"]
+    assert [s[0] for s in first["segs"]] == cats
+    torn = [e["ts"] for e in log if e["kind"] == ev.TRIAL_TORN_DOWN and e["index"] == 1]
+    assert not first["open"] and first["end"] == torn[0]  # its stack's removal (trial_torn_down)
 
 
 def test_a_bar_is_the_attempt_phase_by_phase_with_the_recipe_inside_provisioning() -> None:
     log = [ev_started([("a", 0)]), *trial_events("a", 0, T0 + 1, "0", steps=STEPS, oracle=2.0, grading=0.5)]
     (t,) = build(ev.fold(log))["trials"]
     (b,) = t["bars"]
-    # provisioning = 4.0 s of steps + 0.1 s unaccounted; the recipe at 2.5 s into it, lasting 1.0 s
+    # provisioning = 4.0 s of steps + 0.1 s unaccounted; the recipe at 2.5 s into it, lasting 1.0 s; the
+    # verdict is recorded before the teardown, which ends when trial_torn_down says so.
     p0 = T0 + 1
     assert b["segs"] == [
         ["provision", p0, p0 + 2.5],
@@ -67,10 +71,11 @@ def test_a_bar_is_the_attempt_phase_by_phase_with_the_recipe_inside_provisioning
         ["provision", p0 + 3.5, p0 + 4.1],
         ["oracle", p0 + 4.1, p0 + 6.1],
         ["grading", p0 + 6.1, p0 + 6.6],
-        ["teardown", p0 + 6.6, p0 + 7.6],
+        ["record", p0 + 6.6, p0 + 6.65],
+        ["teardown", p0 + 6.65, p0 + 7.65],
     ]
-    assert (b["start"], b["end"], b["open"]) == (p0, p0 + 7.6, False)
-    assert t["total"] == pytest.approx(7.6)
+    assert (b["start"], b["end"], b["open"], b["attempt"]) == (p0, p0 + 7.65, False, 1)
+    assert t["total"] == pytest.approx(6.65) and t["timings"]["teardown"] == 1.0
     assert category("recipe:app-db") == "recipes" and category("up_rest") == "provision"
 
 
@@ -96,9 +101,38 @@ def test_a_failed_run_names_the_stage_of_each_failure() -> None:
     assert d["totals"]["errors_by_stage"] == {"oracle": 1, "reset_recipe": 1}
     assert d["trials"][0]["reasons"][0].startswith("Provisioning failed at reset_recipe")
     # A failed provisioning has no oracle segment; the oracle error captured logs before teardown.
-    assert {s[0] for s in d["trials"][0]["bars"][0]["segs"]} == {"provision", "recipes"}
-    assert [s[0] for s in d["trials"][1]["bars"][0]["segs"]][-3:] == ["oracle", "capture_logs", "teardown"]
+    assert {s[0] for s in d["trials"][0]["bars"][0]["segs"]} == {"provision", "recipes", "record"}
+    tail = [s[0] for s in d["trials"][1]["bars"][0]["segs"]][-4:]
+    assert tail == ["oracle", "capture_logs", "record", "teardown"]
     assert d["phases"]["oracle"]["count"] == 3 and len(d["phases"]["oracle"]["values"]) == 3
+
+
+def test_a_retried_attempt_is_its_own_bar_and_counts_as_a_failed_attempt() -> None:
+    log = [ev_started([("a", 0)])]
+    log += trial_events("a", 0, T0 + 1, "0", outcome="oracle_timeout", retried=True)
+    log += trial_events("a", 0, log[-1]["ts"] + 0.1, "0", attempt=2)
+    log.append({"v": 1, "kind": ev.RUN_FINISHED, "ts": log[-1]["ts"] + 1})
+    d = build(ev.fold(log))
+    (t,) = d["trials"]
+    assert (t["status"], t["attempts"]) == ("passed", 2)
+    first, second = t["bars"]
+    assert (first["attempt"], first["retried"], first["termination"], first["stage"]) == (
+        1, True, "ORACLE_TIMEOUT", "oracle",
+    )  # fmt: skip
+    assert (second["attempt"], second["retried"], second["termination"]) == (2, False, "COMPLETED")
+    assert first["end"] <= second["start"]  # the retry starts after the first attempt's stack is gone
+    assert t["earlier"] == [
+        {"attempt": 1, "termination_reason": "ORACLE_TIMEOUT", "retryable": True, "error_stage": "oracle",
+         "reason": "oracle timed out after 60 s", "dir": "attempts/1"},
+    ]  # fmt: skip
+    assert d["totals"]["failed_attempts"] == 1 and d["totals"]["retried_attempts"] == 1
+
+
+def test_a_log_from_before_record_and_torn_down_ends_bars_at_the_verdict() -> None:
+    log = [ev_started([("a", 0)]), *trial_events("a", 0, T0 + 1, "0", old=True)]
+    (b,) = build(ev.fold(log))["trials"][0]["bars"]
+    assert [s[0] for s in b["segs"]][-2:] == ["grading", "teardown"]
+    assert not b["open"] and b["end"] == log[-1]["ts"] and b["attempt"] is None
 
 
 def test_a_killed_session_leaves_an_open_bar_ending_at_its_last_event() -> None:
