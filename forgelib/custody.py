@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -45,11 +46,12 @@ from forgelib.labels import (
     pid_start_time,
 )
 from forgelib.runner import Runner
+from forgelib.snapshots import store
 
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant
 
-Kind = Literal["container", "network", "volume"]
+Kind = Literal["container", "network", "volume", "image"]
 
 
 # ---------------------------------------------------------------------------------------------- pure part
@@ -187,7 +189,9 @@ def plan_removal(project: FoundProject) -> Plan:
     """What to remove of a project whose owner is gone: all its containers; its networks and volumes unless
     a container that is not one of ours still uses them (Docker would refuse, or that container break)."""
     ours = {r.id for r in project.of_kind("container")}
-    remove: list[Resource] = list(project.of_kind("container"))
+    # A golden image left untagged (a golden discarded, or replaced by a newer capture of its key) is the
+    # only kind of image the reaper sees; nothing else uses it once its owner is gone.
+    remove: list[Resource] = list(project.of_kind("container")) + project.of_kind("image")
     keep: list[tuple[Resource, str]] = []
     for r in project.of_kind("network") + project.of_kind("volume"):
         if r.users is None:
@@ -267,7 +271,9 @@ def _with_users(runner: Runner, project: FoundProject) -> FoundProject:
     return FoundProject(
         project.name,
         tuple(
-            dataclasses.replace(r, users=_users(runner, f"{r.kind}={r.id}")) if r.kind != "container" else r
+            dataclasses.replace(r, users=_users(runner, f"{r.kind}={r.id}"))
+            if r.kind in ("network", "volume")
+            else r
             for r in project.resources
         ),
     )
@@ -304,6 +310,14 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     for v in _inspect(runner, "volume", vnames):
         name = str(v.get("Name", ""))
         found.append(Resource("volume", name, name, _labels(v)))
+    # Goldens: only untagged ones (a complete golden is tagged, and is the user's to prune, never ours).
+    golden = ["--filter", "dangling=true", "--filter", f"label={store.GOLDEN}"]
+    gids = _ids(runner, ["docker", "image", "ls", "-q", "--no-trunc", *_filters(run_id), *golden])
+    for i in _inspect(runner, "image", gids):
+        labels = _labels(i.get("Config") or {})
+        iid = str(i.get("Id", ""))
+        name = f"golden {labels.get(store.KEY, '?')[:12]} ({iid.removeprefix('sha256:')[:12]})"
+        found.append(Resource("image", iid, name, labels))
     return group_projects(found)
 
 
@@ -314,6 +328,7 @@ def _remove(runner: Runner, r: Resource) -> str | None:
         "container": ["docker", "rm", "-f", "-v", r.id],
         "network": ["docker", "network", "rm", r.id],
         "volume": ["docker", "volume", "rm", r.id],
+        "image": ["docker", "image", "rm", r.id],
     }[r.kind]
     try:
         res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
@@ -399,7 +414,9 @@ def reap(
     per resource and the reaper goes on with the rest."""
     facts = facts or local_facts()
     report = ReapReport(dry_run)
-    for project in discover(runner, run_id):
+    # Untagged goldens last: a container of a stack removed here may still be using one.
+    projects = sorted(discover(runner, run_id), key=lambda p: all(r.kind == "image" for r in p.resources))
+    for project in projects:
         d = decide(project, facts)
         o = ReapOutcome(project.name, project.label(RUN), project.label(TRIAL), "kept", d.code, d.reason)
         report.outcomes.append(o)
@@ -419,7 +436,25 @@ def reap(
             else:
                 o.errors.append(f"{r.display}: {err}")
                 o.action = "failed"
+    if run_id is None:
+        _reap_build_dirs(report, facts)
     return report
+
+
+def _reap_build_dirs(report: ReapReport, facts: HostFacts) -> None:
+    """A golden capture killed mid-write leaves its host build directory (the image itself is only tagged
+    once whole): removed once its owner, named in the directory, is provably gone."""
+
+    def alive(pid: str, start: str) -> bool:
+        return facts.boot_id is None or facts.pid_start_time(int(pid)) == start
+
+    for d in store.stale_build_dirs(alive):
+        o = ReapOutcome(f"(golden build {d.name})", "-", "-", "would remove" if report.dry_run else "removed",
+                    "owner_gone", "a golden capture whose owner is not running left it")  # fmt: skip
+        if not report.dry_run:
+            shutil.rmtree(d, ignore_errors=True)
+        o.removed.append(f"directory {d}")
+        report.outcomes.append(o)
 
 
 def reap_dead_owners(runner: Runner, run_id: str | None = None) -> ReapReport:

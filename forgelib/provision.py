@@ -11,6 +11,7 @@ provision leaves no container, network or volume behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -31,6 +32,8 @@ from forgelib.images import ImageFacts
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
 from forgelib.seeds.base import PreparedSeed
+from forgelib.signals import StopAwareRunner
+from forgelib.snapshots.trial import GOLDEN_OVERRIDE_FILE, GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
@@ -79,6 +82,8 @@ class ProvisionedTrial:
     prepared: tuple[PreparedSeed, ...] = ()
     # How the trial got its stack: {"mode": "fresh"|"warm", "name", "reuse", "replaced"} (trial.yaml).
     stack: Mapping[str, Any] = field(default_factory=dict)
+    # service -> what its golden did (restored / captured / none, discarded with the reason): trial.yaml
+    snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -112,6 +117,7 @@ def provision_trial(
     warm: bool = False,
     attempt: int = 1,
     profiles: Sequence[str] = (),
+    snapshots: bool = False,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
@@ -123,7 +129,8 @@ def provision_trial(
     pytest plugin's module/session-scoped stacks). Raises ``ProvisionError(stage, reason)`` only after the
     logs were captured and the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
     it never lands on what an earlier attempt's failed teardown left. ``profiles``: the compose profiles to
-    enable.
+    enable. ``snapshots``: reset services of kinds with goldens start from their golden when one exists
+    (``forgelib.snapshots``); the first trial of a key captures it.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -152,6 +159,7 @@ def provision_trial(
         log_tail_lines=log_tail_lines,
         warm=warm,
         profiles=profiles,
+        snapshots=snapshots,
     )
 
 
@@ -169,6 +177,7 @@ def provision_stack(
     log_tail_lines: int = DEFAULT_LOG_TAIL,
     warm: bool = False,
     profiles: Sequence[str] = (),
+    snapshots: bool = False,
 ) -> ProvisionedTrial:
     """One stack of ``env`` named ``name`` (a compose project name) carrying ``labels``; ``warm``: also
     prepare every seed for in-place resets (``ProvisionedTrial.prepared``). Fails as ``provision_trial``."""
@@ -185,6 +194,7 @@ def provision_stack(
         log_tail_lines=log_tail_lines,
         warm=warm,
         profiles=tuple(profiles),
+        snapshots=snapshots,
     ).run()
 
 
@@ -222,58 +232,104 @@ class _Provisioning:
     shared: bool = False
     warm: bool = False  # prepare each seed for in-place resets (forgelib.warm)
     profiles: tuple[str, ...] = ()  # compose profiles enabled (the run config's `profiles`)
+    snapshots: bool = False  # start reset services from goldens (forgelib.snapshots)
     timings: dict[str, float] = field(default_factory=dict)
+    _compose: ComposeProject | None = None  # the stack as far as it got (clean-up needs all its files)
 
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
-        prepared: tuple[PreparedSeed, ...] = ()
+        goldens = None
+        if self.snapshots and not self.shared and not self.warm:
+            run_id = self.labels.get(lab.RUN, "")
+            goldens = TrialGoldens(
+                self.runner, self.timeouts, run_id, self.project.name, _stopping(self.runner)
+            )
+        while True:
+            try:
+                trial = self._attempt(goldens)
+            except GoldenFailed as e:
+                # The golden is at fault, not the trial: discard it, say so (trial.yaml, an event), and
+                # provision this trial again the normal way (that service seeded from its seed).
+                assert goldens is not None
+                goldens.discard(e.plan, e.reason)
+                continue
+            self.timings["provision"] = time.monotonic() - t0
+            return dataclasses.replace(trial, timings=dict(self.timings), snapshots=_records(goldens))
+
+    def _attempt(self, goldens: TrialGoldens | None) -> ProvisionedTrial:
         env = self.cache.images.env(self.runner)
-        compose = ComposeProject(
+        compose = self._compose = ComposeProject(
             self.name, self.env.compose_files, self.runner, self.timeouts, env, profiles=self.profiles
         )
-        try:
-            bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
-            with self._phase("compose_config", "compose_config"):
-                config = compose.config()
-                if not build_services(config):
-                    compose, services, declared, loopback = self._override(compose, config, bindings, {})
-            if build_services(config):
-                with self._phase("build", "build"):  # the run's first trial builds; the others wait, ~0 s
-                    timeout = self.timeouts.compose_up
-                    built = self.cache.builds.images(
-                        self.project.name, compose, config, self.labels, self.trial_dir, timeout
-                    )
-                    compose, services, declared, loopback = self._override(compose, config, bindings, built)
-            absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
-            first = _closure([b.service for b in bindings], services)
-            if first:
-                with self._phase("up_seeded", None):
-                    _up(compose, first, absent, no_deps=False)
-            contexts = []
-            for b in bindings:
-                with self._phase(f"recipe:{b.service}", None):
-                    ctx = _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
-                    contexts.append(ctx)
-            if self.warm and contexts:
-                # Before any dependent starts: the template/pristine copy is the seeded state alone.
-                with self._phase("warm_prepare", None):
-                    prepared = tuple(_prepare(b, ctx) for b, ctx in zip(bindings, contexts, strict=True))
-            rest = [s for s in services if s not in first]
-            if rest or not first:
-                with self._phase("up_rest", None):
-                    # After the seeded phase, only the rest: their dependencies in `first` are up and
-                    # healthy, and `--no-deps` spares compose re-checking them (~0.4 s a trial).
-                    _up(compose, rest if first else (), absent, no_deps=bool(first))
-        except BaseException as e:  # ProvisionError, a bug, Ctrl-C: never leave a stack behind
-            self._clean_up(compose, e)
-            raise
-        try:
-            publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
-            ports = compose.published_ports() if publishes else {}
-        except BaseException as e:
-            self._clean_up(compose, e)
-            raise
-        self.timings["provision"] = time.monotonic() - t0
+        with contextlib.ExitStack() as locks:  # golden key locks this trial holds while it captures
+            try:
+                return self._provision(compose, goldens, locks)
+            except GoldenFailed:
+                self._compose.down(check=True)
+                raise
+            except BaseException as e:  # ProvisionError, a bug, Ctrl-C: never leave a stack behind
+                self._clean_up(self._compose, e)  # with every file: the overrides name our resources
+                raise
+
+    def _provision(
+        self, compose: ComposeProject, goldens: TrialGoldens | None, locks: contextlib.ExitStack
+    ) -> ProvisionedTrial:
+        prepared: tuple[PreparedSeed, ...] = ()
+        bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
+        with self._phase("compose_config", "compose_config"):
+            config = compose.config()
+            if not build_services(config):
+                compose, services, declared, loopback = self._override(compose, config, bindings, {})
+        if build_services(config):
+            with self._phase("build", "build"):  # the run's first trial builds; the others wait, ~0 s
+                timeout = self.timeouts.compose_up
+                built = self.cache.builds.images(
+                    self.project.name, compose, config, self.labels, self.trial_dir, timeout
+                )
+                compose, services, declared, loopback = self._override(compose, config, bindings, built)
+        self._compose = compose
+        plans: dict[str, Plan] = {}
+        if goldens is not None:
+            with self._phase("golden_plan", "compose_config"):
+                plans = goldens.plan(bindings, services, locks)
+                golden_override = goldens.override(self.trial_dir / GOLDEN_OVERRIDE_FILE, plans)
+            if golden_override is not None:
+                compose = self._compose = compose.with_files(*compose.files, golden_override)
+        absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
+        # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
+        # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
+        normal = [b for b in bindings if b.service not in plans or plans[b.service].golden is None]
+        first = _closure([b.service for b in normal], services)
+        if first:
+            with self._phase("up_seeded", None):
+                self._up(compose, first, absent, plans, goldens, no_deps=False)
+        contexts = []
+        for b in normal:
+            with self._phase(f"recipe:{b.service}", None):
+                ctx = _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+                contexts.append(ctx)
+            plan = plans.get(b.service)
+            if goldens is not None and plan is not None and plan.capture:
+                with self._phase(f"golden_capture:{b.service}", "reset_recipe"):
+                    goldens.capture(plan, b.recipe, ctx, b.seed, _restart(compose, b.service))
+        if self.warm and contexts:
+            # Before any dependent starts: the template/pristine copy is the seeded state alone.
+            with self._phase("warm_prepare", None):
+                prepared = tuple(_prepare(b, ctx) for b, ctx in zip(normal, contexts, strict=True))
+        rest = [s for s in services if s not in first]
+        if rest or not first:
+            with self._phase("up_rest", None):
+                # After the seeded phase, only the rest: their dependencies in `first` are up and
+                # healthy, and `--no-deps` spares compose re-checking them (~0.4 s a trial).
+                self._up(compose, rest if first else (), absent, plans, goldens, no_deps=bool(first))
+        for b in bindings:
+            plan = plans.get(b.service)
+            if goldens is not None and plan is not None and plan.golden is not None:
+                ctx = _context(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+                with self._phase(f"golden_verify:{b.service}", None):
+                    goldens.verify(plan, b.recipe, ctx)
+        publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
+        ports = compose.published_ports() if publishes else {}
         return ProvisionedTrial(
             name=self.name,
             environment=self.env,
@@ -305,6 +361,23 @@ class _Provisioning:
             self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback, built
         )
         return compose.with_files(*self.env.compose_files, override), services, declared, loopback
+
+    def _up(
+        self,
+        compose: ComposeProject,
+        services: Sequence[str],
+        absent: Mapping[str, str],
+        plans: Mapping[str, Plan],
+        goldens: TrialGoldens | None,
+        *,
+        no_deps: bool,
+    ) -> None:
+        try:
+            _up(compose, services, absent, no_deps=no_deps)
+        except ProvisionError as e:
+            if goldens is not None:  # a restored service that did not start: its golden is at fault
+                goldens.check_started(compose, plans, services, e)
+            raise
 
     @contextmanager
     def _phase(self, phase: str, stage: str | None) -> Iterator[None]:
@@ -395,12 +468,18 @@ def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: s
     return ProvisionError("reset_recipe", f"reset recipe for service '{service}'{about} failed: {text}")
 
 
+def _context(
+    b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
+) -> ApplyContext:
+    return ApplyContext(
+        b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t, memo=memo
+    )
+
+
 def _apply(
     b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
 ) -> ApplyContext:
-    ctx = ApplyContext(
-        b.service, b.seed, b.options, compose=compose, service_config=service_config, timeouts=t, memo=memo
-    )
+    ctx = _context(b, compose, service_config, t, memo)
     try:
         _verify_digest(ctx)  # right before applying: a seed edited since load fails loud
         b.recipe.apply(ctx)
@@ -418,6 +497,20 @@ def _prepare(b: _Binding, ctx: ApplyContext) -> PreparedSeed:
         raise ProvisionError(
             "warm_prepare", _recipe_error(b.service, b.seed.name, b.seed.kind, str(e)).reason
         ) from e
+
+
+def _restart(compose: ComposeProject, service: str) -> Callable[[], None]:
+    """Start ``service`` again after its golden was captured (it was stopped for a consistent copy)."""
+    return lambda: _up(compose, [service], {}, no_deps=True)
+
+
+def _stopping(runner: Runner) -> Callable[[], bool]:
+    """Whether a stop (Ctrl-C) was requested, for waits that issue no command (a golden's key lock)."""
+    return lambda: isinstance(runner, StopAwareRunner) and runner.state.requested
+
+
+def _records(goldens: TrialGoldens | None) -> dict[str, dict[str, Any]]:
+    return {k: dict(v) for k, v in goldens.records.items()} if goldens is not None else {}
 
 
 def _verify_digest(target: SeedTarget) -> None:

@@ -12,6 +12,7 @@ from forgelib.cli import guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
+from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 
@@ -76,6 +77,8 @@ def teardown(c: Context, name: str = "") -> None:
         "junit": "also write JUnit XML here",
         "report": "also write the run's HTML report (report.html in the run directory)",
         "retries": "rerun a retryable failed attempt on a fresh stack up to N times (overrides the config)",
+        "snapshots": "start reset services from golden snapshots (overrides the config's `snapshots`)",
+        "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
     }
 )
 def run(
@@ -89,6 +92,8 @@ def run(
     junit: str = "",
     report: bool = False,
     retries: int = UNSET,
+    snapshots: bool = False,
+    no_snapshots: bool = False,
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
@@ -102,6 +107,8 @@ def run(
         junit=junit or None,
         report=report,
         retries=None if retries == UNSET else retries,
+        snapshots=snapshots,
+        no_snapshots=no_snapshots,
     )
 
 
@@ -130,4 +137,33 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
     guarded(main_reap, dry_run=dry_run, run_id=run or None, as_json=json)
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, reap)
+@task(
+    positional=["action"],
+    help={
+        "action": "ls | prune | verify",
+        "all": "prune: every golden",
+        "older_than": "prune: goldens taken more than DAYS days ago",
+        "unused": "prune: goldens no trial can restore any more (their image is gone, or another format)",
+        "json": "print the result as JSON",
+    },
+)
+def snapshots(
+    c: Context,
+    action: str,
+    all: bool = False,
+    older_than: float = -1.0,
+    unused: bool = False,
+    json: bool = False,
+) -> None:
+    """Golden snapshots on this engine: ls, prune (--all | --older-than DAYS | --unused), verify."""
+    guarded(
+        main_snapshots,
+        action=action,
+        all=all,
+        older_than=None if older_than == -1.0 else older_than,
+        unused=unused,
+        as_json=json,
+    )
+
+
+ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, reap, snapshots)

@@ -38,3 +38,10 @@ def artifacts(request: pytest.FixtureRequest) -> Path:
     d = root / re.sub(r"[^\w.-]+", "_", request.node.nodeid)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """forge's state directory (golden locks, last-use marks, capture build dirs) per test session, never
+    the user's: a test that reaps must not see another process's build directories."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))

@@ -45,7 +45,11 @@ def main_run(
     junit: str | None = None,
     report: bool = False,
     retries: int | None = None,
+    snapshots: bool = False,
+    no_snapshots: bool = False,
 ) -> int:
+    if snapshots and no_snapshots:
+        raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
     if not config:
         raise UsageError("--config is required: a run config, e.g. PACK/run_configs/dev.yaml")
     if repeats is not None and repeats < 1:
@@ -77,8 +81,9 @@ def main_run(
     with interruptible(stacks) as stop:
         heal_leftovers(runner)
         backend = DockerBackend(
-            project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines, profiles=cfg.profiles
-        )
+            project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines, profiles=cfg.profiles,
+            snapshots=(cfg.snapshots or snapshots) and not no_snapshots,
+        )  # fmt: skip
         if live.wanted(as_json):
             with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
                 _, state = run_project(
@@ -183,6 +188,7 @@ class DockerBackend:
     shared: SharedStacks = field(default_factory=SharedStacks)
     cache: ProvisionCache = field(default_factory=ProvisionCache)
     profiles: tuple[str, ...] = ()  # the run config's compose profiles
+    snapshots: bool = False  # start reset services of fresh stacks from goldens (forgelib.snapshots)
 
     def provision(
         self,
@@ -208,6 +214,7 @@ class DockerBackend:
             cache=self.cache,
             attempt=attempt,
             profiles=self.profiles,
+            snapshots=self.snapshots,
         )
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:

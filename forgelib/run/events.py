@@ -46,6 +46,9 @@ TRIAL_FINISHED = "trial_finished"
 TRIAL_ATTEMPT = "trial_attempt"
 TRIAL_TORN_DOWN = "trial_torn_down"  # task, index, attempt, seconds, error: the attempt's stack is gone
 RUN_INTERRUPTED = "run_interrupted"
+# task, index, service, golden, reason: a golden failed its restore or state check and was discarded; the
+# trial fell back to seeding that service the normal way (informational: the fold only counts them)
+GOLDEN_DISCARDED = "golden_discarded"
 RUN_FINISHED = "run_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
@@ -234,6 +237,7 @@ class RunState:
     resumes: int = 0
     sessions: list[Session] = field(default_factory=list)
     unknown_kinds: dict[str, int] = field(default_factory=dict)
+    goldens_discarded: int = 0
     unreadable_lines: int = 0
 
     def pending(self) -> list[TrialKey]:
@@ -352,6 +356,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
         elif kind == RUN_FINISHED:
             s.completed = not s.pending()
             _end_session(s, e)
+        elif kind == GOLDEN_DISCARDED:
+            s.goldens_discarded += 1
         elif kind == "_unreadable":
             s.unreadable_lines += 1
         else:
@@ -416,6 +422,7 @@ def summarize(s: RunState) -> dict[str, Any]:
             for r in recs
         ],
         "skipped_events": {"unknown_kinds": dict(s.unknown_kinds), "unreadable_lines": s.unreadable_lines},
+        "goldens_discarded": s.goldens_discarded,
     }
 
 

@@ -69,6 +69,11 @@ class TrialHandle(Protocol):
         """The resolved compose config (state checks connect as the services are configured)."""
         ...
 
+    @property
+    def snapshots(self) -> Mapping[str, Mapping[str, Any]]:
+        """service -> what its golden did (restored, captured, discarded and why); may be empty."""
+        ...
+
 
 class Backend(Protocol):
     """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
@@ -131,6 +136,7 @@ class _Trial:
     oracle: dict[str, Any] | None = None
     teardown_error: str | None = None
     log_capture_error: str | None = None
+    snapshots: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
     earlier: list[dict[str, Any]] = field(default_factory=list)  # the retried attempts, oldest first
     result: TrialResult | None = None  # the current attempt's, once RECORD wrote it
@@ -141,7 +147,7 @@ class _Trial:
         self.started = time.time()
         self.timings, self.handle, self.grade, self.provision_stage = {}, None, None, None
         self.error, self.oracle, self.teardown_error, self.log_capture_error = None, None, None, None
-        self.result, self.ports = None, {}
+        self.result, self.ports, self.snapshots = None, {}, {}
 
 
 class Executor:
@@ -287,7 +293,23 @@ class Executor:
                 self._stacks.add(handle.name, lambda graceful: self._teardown_once(key, handle, graceful))
         t.timings.update({k: float(v) for k, v in handle.timings.items()})
         t.timings["provision"] = time.monotonic() - t0
+        self._record_goldens(t, handle.snapshots)
         return Outcome.OK, None
+
+    def _record_goldens(self, t: _Trial, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
+        """trial.yaml's ``snapshots``; a discarded golden is also an event and a warning (loud fallback)."""
+        t.snapshots = {svc: dict(rec) for svc, rec in snapshots.items()}
+        for svc, rec in snapshots.items():
+            gone = rec.get("discarded")
+            if gone:
+                self.events.append(
+                    ev.GOLDEN_DISCARDED, task=t.task.name, index=t.index, service=svc,
+                    golden=gone.get("golden"), reason=gone.get("reason"),
+                )  # fmt: skip
+                self.say(
+                    f"{t.task.name}[{t.index}] WARNING golden {gone.get('golden')} of {svc} discarded "
+                    f"({gone.get('reason')}); seeded the normal way"
+                )
 
     def _provision_phase(self, t: _Trial, phase: str, seconds: float) -> None:
         # Recorded as they happen, so a failed provision still shows where its time went.
@@ -384,6 +406,7 @@ class Executor:
             oracle=t.oracle,
             teardown_error=t.teardown_error,
             log_capture_error=t.log_capture_error,
+            snapshots=t.snapshots,
             attempt=t.attempt,
             retried=retried,
             earlier_attempts=tuple(t.earlier),

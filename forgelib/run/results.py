@@ -49,6 +49,7 @@ class TrialResult:
     attempt: int = 1  # 1-based
     retried: bool = False  # this attempt ended retryably and another one follows
     earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt
+    snapshots: dict[str, Any] = field(default_factory=dict)  # service -> what its golden did
 
     @property
     def status(self) -> str:
@@ -140,6 +141,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "attempt": r.attempt,
         "retried": r.retried,
         "earlier_attempts": list(r.earlier_attempts),
+        **({"snapshots": r.snapshots} if r.snapshots else {}),
     }
 
 

@@ -34,3 +34,15 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
     return {}
+
+
+RECIPE_VERSION = 1
+SUPPORTS_GOLDEN = False
+
+
+def golden_path(ctx: ApplyContext) -> str | None:
+    return None  # no golden: applying this kind is already the copy a golden restore would be
+
+
+def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
+    return fingerprint(ctx)

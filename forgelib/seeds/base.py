@@ -152,4 +152,24 @@ class Recipe(Protocol):
     def direct_port(self, service_config: Mapping[str, Any]) -> int | None:
         """The container port forge talks to directly (published on 127.0.0.1 by the override), or None
         when the recipe works through ``compose exec``/``cp`` only."""
+
+    @property
+    def RECIPE_VERSION(self) -> int:
+        """Part of every golden's key: bump it when ``apply`` would write different bytes."""
+        ...
+
+    @property
+    def SUPPORTS_GOLDEN(self) -> bool:
+        """Whether a fresh stack may start this kind's service from a golden (``forgelib.snapshots``)."""
+        ...
+
+    def golden_path(self, ctx: ApplyContext) -> str | None:
+        """The container directory holding the seeded state, asked of the live service (a golden captures
+        it); None when the kind has no golden (its ``apply`` is the copy a golden would be)."""
+        ...
+
+    def golden_fingerprint(self, ctx: ApplyContext) -> Fingerprint:
+        """``fingerprint`` plus whatever of the seeded state it leaves out (it may: a warm reset rewrites
+        that part anyway). Taken when a golden is captured and compared after each restore, so a golden
+        that restores wrong or empty state is caught. Raise ``RecipeError``."""
         ...

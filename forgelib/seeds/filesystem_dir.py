@@ -182,3 +182,15 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
             raise ctx.fail("fingerprint", f"could not list {path}: {r.stderr.strip()}")
         out[name] = fingerprint_part(sorted(r.stdout.splitlines()) if r.rc == 0 else ["(absent)"])
     return out
+
+
+RECIPE_VERSION = 1
+SUPPORTS_GOLDEN = False
+
+
+def golden_path(ctx: ApplyContext) -> str | None:
+    return None  # no golden: applying this kind is already the copy a golden restore would be
+
+
+def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
+    return fingerprint(ctx)

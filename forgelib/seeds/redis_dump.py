@@ -377,3 +377,20 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
             client.close()
     except redis_lib.RedisError as e:
         raise ctx.fail("fingerprint", f"{type(e).__name__}: {e}") from e
+
+
+# ------------------------------------------------------------------------------------------------ goldens
+
+RECIPE_VERSION = 1
+SUPPORTS_GOLDEN = True
+
+
+def golden_path(ctx: ApplyContext) -> str | None:
+    """The server's ``dir`` (where dump.rdb lives), as the running server reports it."""
+    return _config(ctx).get("dir") or None
+
+
+def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
+    """``fingerprint``: its keyspace part (every key's name and type) already tells an empty or other
+    keyspace from the golden's."""
+    return fingerprint(ctx)

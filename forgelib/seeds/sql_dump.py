@@ -179,3 +179,41 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
             return out
     except (psycopg.Error, ForgeError) as e:
         raise _fail(ctx, "fingerprint", e) from e
+
+
+# ------------------------------------------------------------------------------------------------ goldens
+
+RECIPE_VERSION = 1
+SUPPORTS_GOLDEN = True
+
+# The seeded database's content, which ``fingerprint`` leaves out (a warm reset recreates it whole): how
+# many user tables, and an md5 over each table's name and rows (as text, sorted), so an empty, partial or
+# different database never matches the golden's.
+SEEDED_ROWS = r"""
+select count(*) || ' tables ' || coalesce(md5(string_agg(t || '=' || (xpath('/row/h/text()',
+  query_to_xml(format('select md5(coalesce(string_agg(x::text, E''\n'' order by x::text), '''')) as h '
+                      'from %s x', t), false, true, '')))[1]::text, ',' order by t)), '-')
+from (select format('%I.%I', n.nspname, c.relname) as t
+      from pg_class c join pg_namespace n on n.oid = c.relnamespace
+      where c.relkind in ('r', 'p') and n.nspname <> 'information_schema' and n.nspname !~ '^pg_') s
+"""
+
+
+def golden_path(ctx: ApplyContext) -> str | None:
+    """The server's data directory, as the running server reports it."""
+    try:
+        with _params(ctx).connect() as conn:
+            row = conn.execute("show data_directory").fetchone()
+    except (psycopg.Error, ForgeError) as e:
+        raise _fail(ctx, "golden", e) from e
+    return str(row[0]) if row and row[0] else None
+
+
+def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
+    _, database = credentials(ctx)
+    try:
+        with _params(ctx).connect(dbname=database) as conn:
+            row = conn.execute(SEEDED_ROWS).fetchone()
+    except (psycopg.Error, ForgeError) as e:
+        raise _fail(ctx, "golden", e) from e
+    return {**fingerprint(ctx), "seeded_rows": fingerprint_part([row[0] if row else None])}

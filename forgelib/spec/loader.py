@@ -470,6 +470,7 @@ def collect_run_config(
             log_tail_lines=data.get("log_tail_lines", 200),
             timeouts=Timeouts(**{k: float(v) for k, v in (data.get("timeouts") or {}).items()}),
             profiles=tuple(data.get("profiles", ())),
+            snapshots=data.get("snapshots", False),
         ),
         [],
     )

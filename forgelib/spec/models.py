@@ -157,6 +157,7 @@ class RunConfig:
     log_tail_lines: int = 200
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
+    snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)
 
 
 @dataclass(frozen=True)

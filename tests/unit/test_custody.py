@@ -20,6 +20,7 @@ from forgelib.labels import (
     RUN,
     TRIAL,
 )
+from forgelib.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
 HOST, BOOT = "box", "boot-1"
@@ -278,6 +279,7 @@ def scripted(
     networks: list[dict[str, object]] = (),  # type: ignore[assignment]
     volumes: list[dict[str, object]] = (),  # type: ignore[assignment]
     users: dict[str, str] | None = None,
+    images: list[dict[str, object]] = (),  # type: ignore[assignment]
 ) -> FakeRunner:
     r = FakeRunner()
     flt = ["--filter", f"label={MANAGED}=true"]
@@ -291,12 +293,15 @@ def scripted(
     r.expect("docker", "network", "inspect", stdout=json.dumps(list(networks)))
     r.expect("docker", "volume", "ls", "-q", *flt, stdout="".join(f"{v['Name']}\n" for v in volumes))
     r.expect("docker", "volume", "inspect", stdout=json.dumps(list(volumes)))
+    r.expect("docker", "image", "ls", stdout="".join(f"{i['Id']}\n" for i in images))
+    r.expect("docker", "image", "inspect", stdout=json.dumps(list(images)))
     for flt_value, ids in (users or {}).items():
         r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt_value, exact=True, stdout=ids)
     r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", ANY, exact=True, stdout="")
     r.expect("docker", "rm", "-f", "-v", ANY, exact=True)
     r.expect("docker", "network", "rm", ANY, exact=True)
     r.expect("docker", "volume", "rm", ANY, exact=True)
+    r.expect("docker", "image", "rm", ANY, exact=True)
     return r
 
 
@@ -353,7 +358,7 @@ def test_run_scoping_adds_a_label_filter() -> None:
     r.expect("docker", ANY, ANY, ANY, stdout="")
     custody.reap(r, run_id="my-run", facts=facts())
     listings = [a for a in r.argvs() if "-q" in a]
-    assert len(listings) == 3
+    assert len(listings) == 4  # containers, networks, volumes, untagged goldens
     assert all(f"label={RUN}=my-run" in a and f"label={MANAGED}=true" in a for a in listings)
 
 
@@ -392,6 +397,7 @@ def test_network_removed_between_listing_and_inspect_is_skipped() -> None:
         rc=1, stdout=json.dumps([live]), stderr="Error response from daemon: network n1 not found\n",
     )  # fmt: skip
     r.expect("docker", "volume", "ls", stdout="")
+    r.expect("docker", "image", "ls", stdout="")
     (o,) = custody.reap(r, facts=facts()).outcomes
     assert (o.project, o.action, o.code) == ("p1", "kept", "owner_alive")
     # a kept project costs no lookup of who uses its networks (forge run reaps at every start)
@@ -438,3 +444,48 @@ def test_main_reap_json_and_exit_code(
     monkeypatch.setattr(custody, "local_facts", facts)
     assert commands.main_reap(dry_run=True, run_id=None, as_json=True) == 0
     assert json.loads(capsys.readouterr().out)["projects"][0]["action"] == "would remove"
+
+
+# ------------------------------------------------------------------------------------------------ goldens
+
+
+def _golden_image(image_id: str, **kw: str) -> dict[str, object]:
+    lb = {k: v for k, v in labels(**kw).items() if k != COMPOSE_PROJECT}
+    lb.update({store.GOLDEN: "1", store.KEY: "ab" * 32})
+    return {"Id": image_id, "Config": {"Labels": lb}}
+
+
+def test_an_untagged_golden_of_a_dead_owner_is_removed_after_the_stacks_and_a_live_ones_kept() -> None:
+    dead = _golden_image("sha256:dead", pid="300", start="1")
+    live = _golden_image("sha256:live", pid="100", start="5000")
+    stack = _inspect_container("s1", labels(pid="300", start="1", project="p9"), running=True)
+    r = scripted([stack], images=[dead, live])
+    report = custody.reap(r, facts=facts())
+    by_name = {o.project: o for o in report.outcomes}
+    gone = by_name[f"(image golden {'ab' * 6} (dead))"]
+    assert by_name[f"(image golden {'ab' * 6} (live))"].code == "owner_alive"
+    assert report.outcomes[0].project == "p9"  # stacks first: they may use the image
+    removed = [list(a) for a in r.argvs() if list(a[:3]) == ["docker", "image", "rm"]]
+    assert removed == [["docker", "image", "rm", "sha256:dead"]]
+    assert gone.action == "removed" and gone.code == "owner_gone"
+    # only untagged goldens are ever listed: a complete (tagged) golden is never the reaper's
+    (ls,) = [list(a) for a in r.argvs() if list(a[:3]) == ["docker", "image", "ls"]]
+    assert "dangling=true" in ls and f"label={store.GOLDEN}" in ls
+
+
+def test_a_capture_build_dir_of_a_dead_owner_is_removed_and_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    base = store.state_dir()
+    dead, live = base / "build-300-1-aaaaaa", base / "build-100-5000-bbbbbb"
+    for d in (dead, live):
+        (d).mkdir(parents=True)
+        (d / "data.tar").write_bytes(b"half")
+    r = scripted([])
+    report = custody.reap(r, facts=facts(), dry_run=True)
+    assert dead.exists()  # dry run
+    assert [o.action for o in report.outcomes] == ["would remove"]
+    report = custody.reap(scripted([]), facts=facts())
+    assert not dead.exists() and live.exists()
+    assert [o.project for o in report.outcomes] == [f"(golden build {dead.name})"]

@@ -1,0 +1,242 @@
+"""``forge snapshots ls | prune | verify``: the goldens on this engine, as the user sees and manages them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from forgelib import labels as lab
+from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
+from forgelib.runner import Runner, SubprocessRunner
+from forgelib.snapshots import store
+from forgelib.snapshots.key import FORMAT_VERSION
+
+ACTIONS = ("ls", "prune", "verify")
+USAGE = """usage: forge snapshots ls [--json]
+       forge snapshots prune (--all | --older-than DAYS | --unused) [--json]
+       forge snapshots verify [--json]
+
+ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use
+prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (their image is gone from
+        the engine, or their format is not this forgelib's: no trial can ever restore them); discarded
+        (untagged) goldens always go; a golden a container is using stays
+verify  check every golden can be restored: its format, its image, and its data (every entry readable);
+        a golden that fails is discarded, so no trial restores it (exit 1)"""
+
+
+def main_snapshots(
+    action: str,
+    all: bool = False,
+    older_than: float | None = None,
+    unused: bool = False,
+    as_json: bool = False,
+) -> int:
+    if action in ("-h", "--help", "help"):
+        print(USAGE)
+        return EXIT_OK
+    if action not in ACTIONS:
+        raise UsageError(f"unknown snapshots action {action!r}: use one of {', '.join(ACTIONS)}\n{USAGE}")
+    if action != "prune" and (all or older_than is not None or unused):
+        raise UsageError(f"--all, --older-than and --unused select what `prune` removes, not `{action}`")
+    runner = SubprocessRunner()
+    if action == "ls":
+        rows = [describe(g, runner) for g in store.list_goldens(runner)]
+        _print(rows, as_json, render_ls)
+        return EXIT_OK
+    if action == "prune":
+        chosen = [bool(all), older_than is not None, bool(unused)]
+        if sum(chosen) != 1:
+            raise UsageError("prune needs exactly one of --all, --older-than DAYS, --unused")
+        if older_than is not None and older_than < 0:
+            raise UsageError("--older-than takes a number of days >= 0")
+        report = prune(runner, all=all, older_than=older_than, unused=unused)
+        _print(report, as_json, render_actions)
+        return EXIT_USER if any(r["action"] == "failed" for r in report) else EXIT_OK
+    report = verify(runner)
+    _print(report, as_json, render_actions)
+    return EXIT_USER if any(r["action"] in ("discarded", "failed") for r in report) else EXIT_OK
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool, render: Any) -> None:
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render(rows))
+
+
+# --------------------------------------------------------------------------------------------------- ls
+
+
+def describe(g: store.Golden, runner: Runner | None = None, now: datetime | None = None) -> dict[str, Any]:
+    now = now or datetime.now(UTC)
+    used = store.last_used(g.key) if g.key else None
+    return {
+        "key": g.key,
+        "image": g.id,
+        "complete": g.complete,
+        "format": g.format,
+        "service": g.part("service"),
+        "project": g.part("project"),
+        "seed": g.part("seed"),
+        "seed_digest": g.part("seed_digest"),
+        "kind": g.part("kind"),
+        "recipe_version": g.part("recipe_version"),
+        "base_image": g.part("image_id"),
+        "config_digest": g.part("config_digest"),
+        "path": g.part("path"),
+        "bytes": int(g.part("bytes") or 0),
+        "created": g.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "age_days": round((now - g.created).total_seconds() / 86400, 2),
+        "last_used": used.strftime("%Y-%m-%dT%H:%M:%SZ") if used else None,
+    }
+
+
+def render_ls(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no goldens on this engine"
+    table = [
+        (
+            "KEY",
+            "SERVICE",
+            "PROJECT",
+            "SEED",
+            "KIND/RECIPE",
+            "FORMAT",
+            "BASE IMAGE",
+            "SIZE",
+            "AGE",
+            "LAST USE",
+        )
+    ]
+    for r in rows:
+        key = r["key"][:12] + ("" if r["complete"] else " (discarded)")
+        table.append(
+            (
+                key, r["service"], r["project"], r["seed"], f"{r['kind']}/v{r['recipe_version']}",
+                str(r["format"]), r["base_image"].removeprefix("sha256:")[:12], _size(r["bytes"]),
+                _age(r["age_days"]), r["last_used"] or "never (here)",
+            )
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    total = sum(r["bytes"] for r in rows)
+    lines.append(f"{len(rows)} golden(s), {_size(total)} of captured data")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _age(days: float) -> str:
+    return f"{days * 24:.1f} h" if days < 2 else f"{days:.1f} d"
+
+
+# ------------------------------------------------------------------------------------------------ prune
+
+
+def prune(runner: Runner, *, all: bool, older_than: float | None, unused: bool) -> list[dict[str, Any]]:
+    goldens = store.list_goldens(runner)
+    present = _present_images(runner, {g.part("image_id") for g in goldens if g.part("image_id")})
+    now = datetime.now(UTC)
+    out = []
+    for g in goldens:
+        why = select(g, all=all, older_than=older_than, unused=unused, present=present, now=now)
+        if why is None:
+            continue
+        err = store.remove(runner, g)
+        row = {"key": g.key, "image": g.id, "service": g.part("service"), "why": why}
+        if err is None:
+            store.forget(g.key) if g.complete else None
+            out.append({**row, "action": "removed"})
+        else:
+            out.append({**row, "action": "kept" if "in use" in err else "failed", "error": err})
+    return out
+
+
+def select(
+    g: store.Golden,
+    *,
+    all: bool,
+    older_than: float | None,
+    unused: bool,
+    present: set[str],
+    now: datetime,
+) -> str | None:
+    """Why ``prune`` removes ``g`` with these options, or None (pure: unit-tested)."""
+    if not g.complete:
+        return "discarded (untagged)"
+    if all:
+        return "--all"
+    if older_than is not None and now - g.created > timedelta(days=older_than):
+        return f"taken {(now - g.created).total_seconds() / 86400:.1f} days ago"
+    if unused:
+        if g.format != str(FORMAT_VERSION):
+            return f"snapshot format {g.format}, this forgelib restores format {FORMAT_VERSION}"
+        if g.part("image_id") not in present:
+            return f"its image {g.part('image_id')[:19]} is no longer on the engine"
+    return None
+
+
+def _present_images(runner: Runner, ids: set[str]) -> set[str]:
+    if not ids:
+        return set()
+    res = runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", *sorted(ids)], check=False)
+    return {line.strip() for line in res.stdout.splitlines() if line.strip()}
+
+
+# ----------------------------------------------------------------------------------------------- verify
+
+
+def verify(runner: Runner) -> list[dict[str, Any]]:
+    """Each complete golden: this format, its image present, its data all readable (the number of entries
+    under its path equals the count taken at capture). A failing golden is discarded (untagged)."""
+    goldens = [g for g in store.list_goldens(runner) if g.complete]
+    present = _present_images(runner, {g.part("image_id") for g in goldens})
+    out = []
+    for g in goldens:
+        problem = check(runner, g, present)
+        row: dict[str, Any] = {"key": g.key, "image": g.id, "service": g.part("service")}
+        if problem is None:
+            out.append({**row, "action": "ok", "why": f"{g.part('entries')} entries readable"})
+            continue
+        err = store.remove(runner, g, force_untag=True)
+        out.append({**row, "action": "discarded" if err is None else "failed", "why": problem, "error": err})
+    return out
+
+
+def check(runner: Runner, g: store.Golden, present: set[str]) -> str | None:
+    if g.format != str(FORMAT_VERSION):
+        return f"snapshot format {g.format}, this forgelib restores format {FORMAT_VERSION}"
+    if g.part("image_id") not in present:
+        return f"its image {g.part('image_id')[:19]} is no longer on the engine"
+    path, expected = g.part("path"), g.part("entries")
+    # `find` prints one line per entry and fails on anything unreadable; run as root, without the
+    # image's entrypoint, removed afterwards, labelled like every container of ours.
+    argv = ["docker", "run", "--rm", "--user", "0", "--entrypoint", "find", "--network", "none"]
+    for k, v in lab.run_labels("snapshots-verify").items():
+        argv += ["--label", f"{k}={v}"]
+    argv += [g.id, path]
+    try:
+        res = runner.run(argv, timeout=300, check=False)
+    except ForgeError as e:
+        return f"could not read it: {e}"
+    if res.rc != 0:
+        return f"reading {path} failed: {res.stderr.strip()[-300:]}"
+    found = len([ln for ln in res.stdout.splitlines() if ln])
+    if str(found) != expected:
+        return f"{path} holds {found} entries, the capture recorded {expected or 'none'}"
+    return None
+
+
+def render_actions(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "nothing to do"
+    lines = []
+    for r in rows:
+        extra = f" ({r['error']})" if r.get("error") else ""
+        lines.append(f"{r['action']:<10} {r['key'][:12]}  {r['service']:<16} {r['why']}{extra}")
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""Where goldens live: labelled Docker images on the engine, one tag per key.
+
+A golden is the service's image plus one layer holding its data directory as it stood right after the
+first successful seeding (``FROM <image id>``, ``ADD data.tar``). Restoring is choosing that image for the
+trial's service: Docker fills the trial's fresh volume from the image's content when it creates the
+container, **before the service starts**, so neither the init scripts nor the seed run again, and no helper
+container is needed per trial.
+
+Why an image and not a volume: ``docker build`` tags the image only once every layer is written, so a
+golden is either whole or absent — a capture cut short (Ctrl-C, SIGKILL, a full disk) leaves at most a
+build directory on the host and an untagged image, which lookups never see and ``forge reap`` removes once
+their owner is provably gone. Docker refuses to remove an image a container still uses, so ``prune`` never
+pulls a golden from under a trial.
+
+Every golden carries ``io.forgelib.managed``, the capturing run and owner labels, and its key and key parts
+(``io.forgelib.golden.*``) — what ``forge snapshots ls`` shows. Two workers or processes needing the same
+golden take it once: the first holds the key's lock (``flock`` on a file in the state directory) while it
+seeds and captures; the others wait on it, then restore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from forgelib import labels as lab
+from forgelib.errors import CommandError, ForgeError
+from forgelib.runner import Runner
+from forgelib.snapshots.key import FORMAT_VERSION, GoldenKey
+
+log = logging.getLogger("forgelib.snapshots")
+
+REPOSITORY = "forgelib-golden"
+GOLDEN = "io.forgelib.golden"  # the snapshot format version; marks an image as a golden
+PREFIX = GOLDEN + "."
+KEY = PREFIX + "key"
+SERVICE = PREFIX + "service"
+PROJECT = PREFIX + "project"
+SEED = PREFIX + "seed"
+PATH = PREFIX + "path"  # the container path the golden holds
+STATE = (
+    PREFIX + "fingerprint"
+)  # the seed kind's golden_fingerprint right after seeding (JSON), checked after each restore
+CREATED = PREFIX + "created"
+DATA_BYTES = PREFIX + "bytes"  # the captured data directory's size (the image's size includes its base)
+ENTRIES = PREFIX + "entries"  # files and directories in it, the directory itself included (verify)
+BUILD_DIR = "build-"  # <state>/goldens/build-<pid>-<start time>-<random>: a capture in progress
+LOCK_POLL = 0.2
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/forgelib/goldens`` (default ``~/.local/state``): locks, last-use marks, builds."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "forgelib" / "goldens"
+
+
+def tag_of(key: str) -> str:
+    return f"{REPOSITORY}:{key}"
+
+
+@dataclass(frozen=True)
+class Golden:
+    id: str  # image id
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    created: datetime
+    size: int
+
+    @property
+    def key(self) -> str:
+        return self.labels.get(KEY, "")
+
+    @property
+    def format(self) -> str:
+        return self.labels.get(GOLDEN, "")
+
+    @property
+    def complete(self) -> bool:
+        """Tagged under its own key: ``docker build`` tags only a fully written image."""
+        return tag_of(self.key) in self.tags
+
+    def part(self, name: str) -> str:
+        return self.labels.get(PREFIX + name, "")
+
+    @classmethod
+    def from_inspect(cls, info: Mapping[str, Any]) -> Golden:
+        cfg = info.get("Config") or {}
+        raw = cfg.get("Labels") or {}
+        created = str(info.get("Created", ""))
+        try:  # Docker prints nanoseconds; fromisoformat takes at most microseconds
+            head, _, frac = created.rstrip("Z").partition(".")
+            when = datetime.fromisoformat(f"{head}.{(frac or '0')[:6]}").replace(tzinfo=UTC)
+        except ValueError:
+            when = datetime.fromtimestamp(0, UTC)
+        return cls(
+            id=str(info.get("Id", "")),
+            tags=tuple(info.get("RepoTags") or ()),
+            labels={str(k): str(v) for k, v in raw.items()},
+            created=when,
+            size=int(info.get("Size") or 0),
+        )
+
+
+def inspect(runner: Runner, refs: Sequence[str], timeout: float = 60.0) -> list[Golden]:
+    """The goldens among ``refs`` (missing ones are skipped)."""
+    if not refs:
+        return []
+    res = runner.run(["docker", "image", "inspect", *refs], timeout=timeout, check=False)
+    try:
+        data = json.loads(res.stdout or "[]")
+    except json.JSONDecodeError:
+        raise CommandError(res.argv, res.rc, res.stdout, res.stderr, reason="printed no JSON") from None
+    return [Golden.from_inspect(d) for d in data if isinstance(d, dict) and _is_golden(d)]
+
+
+def _is_golden(info: Mapping[str, Any]) -> bool:
+    return GOLDEN in ((info.get("Config") or {}).get("Labels") or {})
+
+
+def find(runner: Runner, key: GoldenKey, timeout: float = 60.0) -> Golden | None:
+    """The complete golden of ``key``, or None. An image tagged with the key whose labels disagree (edited
+    by hand, another format) is not trusted: it is reported and treated as absent."""
+    digest = key.digest
+    found = inspect(runner, [tag_of(digest)], timeout)
+    if not found:
+        return None
+    g = found[0]
+    if g.key != digest or g.format != str(FORMAT_VERSION) or not g.complete:
+        log.warning("ignoring %s: its labels do not match the key it is tagged with", tag_of(digest))
+        return None
+    return g
+
+
+def list_goldens(runner: Runner, timeout: float = 60.0) -> list[Golden]:
+    """Every golden on the engine, oldest first; an untagged one was discarded (or lost its tag to a newer
+    capture of the same key) and waits until no container uses it."""
+    res = runner.run(
+        ["docker", "image", "ls", "--quiet", "--no-trunc", "--filter", f"label={GOLDEN}"],
+        timeout=timeout,
+    )
+    ids = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+    return sorted(inspect(runner, ids, timeout), key=lambda g: g.created)
+
+
+# ----------------------------------------------------------------------------------------------- capture
+
+
+def build(
+    runner: Runner,
+    *,
+    key: GoldenKey,
+    path: str,
+    data_tar: Path,
+    labels: Mapping[str, str],
+    timeout: float,
+) -> Golden:
+    """Build the golden of ``key``: ``FROM`` the key's image, ``ADD`` the data tar (from ``docker cp
+    CONTAINER:path -``, whose top entry is ``basename(path)``) at ``path``'s parent, tagged last."""
+    parent = str(Path(path).parent)
+    # LABEL last: the only image carrying the golden labels is the finished one (an intermediate layer
+    # left by a build cut short is unlabelled build cache, never mistaken for a golden).
+    pairs = " ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in labels.items())
+    lines = [f"FROM {key.image_id}", f"ADD {data_tar.name} {parent.rstrip('/')}/", f"LABEL {pairs}"]
+    (data_tar.parent / "Dockerfile").write_text("\n".join(lines) + "\n")
+    tag = tag_of(key.digest)
+    runner.run(
+        ["docker", "build", "--quiet", "--force-rm", "--tag", tag, str(data_tar.parent)],
+        timeout=timeout,
+        env={"DOCKER_BUILDKIT": "0"},  # the classic builder: present on every engine, no buildx needed
+    )
+    golden = find(runner, key)
+    if golden is None:
+        raise ForgeError(f"built {tag}, but it does not inspect as a complete golden")
+    return golden
+
+
+def golden_labels(
+    key: GoldenKey,
+    *,
+    service: str,
+    project: str,
+    seed: str,
+    path: str,
+    state: str,
+    run_id: str,
+    data_bytes: int,
+    entries: int,
+) -> dict[str, str]:
+    out = {lab.MANAGED: "true", lab.RUN: run_id, **lab.current_owner().labels()}
+    out[GOLDEN] = str(FORMAT_VERSION)
+    out[KEY] = key.digest
+    out.update({PREFIX + k: v for k, v in key.parts().items() if k != "format"})
+    out.update({SERVICE: service, PROJECT: project, SEED: seed, PATH: path, STATE: state})
+    out[DATA_BYTES] = str(data_bytes)
+    out[ENTRIES] = str(entries)
+    out[CREATED] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return out
+
+
+@contextlib.contextmanager
+def build_dir() -> Iterator[Path]:
+    """A host directory for one capture, named for its owner so ``forge reap`` can tell a dead one's;
+    removed however the capture ends."""
+    me = lab.current_owner()
+    d = state_dir() / f"{BUILD_DIR}{me.pid}-{me.start_time}-{secrets.token_hex(3)}"
+    d.mkdir(parents=True)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def stale_build_dirs(alive: Callable[[str, str], bool]) -> list[Path]:
+    """Build directories whose owner (pid, start time in the name) is no longer ``alive``."""
+    base = state_dir()
+    out = []
+    for d in sorted(base.glob(BUILD_DIR + "*")) if base.is_dir() else []:
+        pid, _, rest = d.name.removeprefix(BUILD_DIR).partition("-")
+        start = rest.rpartition("-")[0]
+        if pid.isdigit() and not alive(pid, start):
+            out.append(d)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- removal
+
+
+def remove(
+    runner: Runner, golden: Golden, *, force_untag: bool = False, timeout: float = 120.0
+) -> str | None:
+    """Remove a golden; the reason when it stays. Docker refuses while a container uses the image; with
+    ``force_untag`` (a golden found bad) its tag goes anyway, so no new trial can restore it, and the
+    untagged image is removed once the last container using it is gone (``forge reap``/``prune``)."""
+    refs = [t for t in golden.tags if t.startswith(REPOSITORY + ":")]
+    argv = ["docker", "image", "rm", *(["--force"] if force_untag else []), *(refs or [golden.id])]
+    res = runner.run(argv, timeout=timeout, check=False)
+    if res.rc == 0 or "No such image" in res.stderr:
+        return None
+    said = (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
+    return "in use by a container" if "being used" in said or "conflict" in said else said
+
+
+# ------------------------------------------------------------------------------------------ key locks
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def key_lock(key: str, *, timeout: float, stopping: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Hold the lock of ``key`` across threads and processes of this host (``flock``), so one of them seeds
+    and captures while the others wait, then restore. Raises ``ForgeError`` after ``timeout`` seconds, or
+    ``stopping()`` turning true (Ctrl-C), without the lock."""
+    with _thread_guard:
+        tlock = _thread_locks.setdefault(key, threading.Lock())
+    deadline = time.monotonic() + timeout
+    while not tlock.acquire(timeout=LOCK_POLL):
+        _check_wait(key, deadline, stopping)
+    try:
+        path = state_dir() / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            _flock(f, key, deadline, stopping)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        tlock.release()
+
+
+def _flock(f: IO[str], key: str, deadline: float, stopping: Callable[[], bool]) -> None:
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            _check_wait(key, deadline, stopping)
+            time.sleep(LOCK_POLL)  # another process holds it; flock has no timed wait
+
+
+def _check_wait(key: str, deadline: float, stopping: Callable[[], bool]) -> None:
+    if stopping():
+        raise ForgeError(f"stopped while waiting for the lock of golden {key[:12]}")
+    if time.monotonic() > deadline:
+        raise ForgeError(f"another forge process held the lock of golden {key[:12]} for too long")
+
+
+# ---------------------------------------------------------------------------------------------- last use
+
+
+def mark_used(key: str) -> None:
+    """Record that a trial on this host restored ``key`` now (the file's mtime; best-effort)."""
+    path = state_dir() / f"{key}.used"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as e:
+        log.warning("could not record the use of golden %s: %s", key[:12], e)
+
+
+def last_used(key: str) -> datetime | None:
+    try:
+        return datetime.fromtimestamp((state_dir() / f"{key}.used").stat().st_mtime, UTC)
+    except OSError:
+        return None
+
+
+def forget(key: str) -> None:
+    for suffix in (".used", ".lock"):
+        with contextlib.suppress(OSError):
+            (state_dir() / f"{key}{suffix}").unlink()

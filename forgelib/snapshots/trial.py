@@ -1,0 +1,288 @@
+"""The golden side of provisioning one fresh trial: plan (restore, or capture under the key's lock),
+capture after the seed, verify after a restore, discard a golden that fails.
+
+``forgelib.provision`` calls it; every decision about *what* a kind captures and how its state is read
+stays in the seed module (``golden_path``, ``state_digest``, ``RECIPE_VERSION``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from forgelib.compose import ComposeProject
+from forgelib.errors import ForgeError
+from forgelib.runner import Runner
+from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
+from forgelib.snapshots import store
+from forgelib.snapshots.key import GoldenKey, canonical, make_key
+from forgelib.spec.models import Seed, Timeouts
+
+log = logging.getLogger("forgelib.snapshots")
+
+GOLDEN_OVERRIDE_FILE = "compose.golden.yaml"
+
+
+class GoldenFailed(Exception):
+    """A restored golden did not come up, or came up with state other than the golden's: the trial's
+    stack is discarded and provisioned again the normal way (internal control flow, never user-facing)."""
+
+    def __init__(self, plan: Plan, reason: str) -> None:
+        super().__init__(f"{plan.service}: {reason}")
+        self.plan = plan
+        self.reason = reason
+
+
+@dataclass
+class Plan:
+    service: str
+    key: GoldenKey | None = None
+    golden: store.Golden | None = None  # restore the service from this golden
+    capture: bool = False  # this trial holds the key's lock: seed normally, then capture
+    lock: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def release(self) -> None:
+        self.lock.close()
+
+
+class Binding(Protocol):
+    """What the planner needs of a reset binding (``provision._Binding`` satisfies it)."""
+
+    @property
+    def service(self) -> str: ...
+    @property
+    def seed(self) -> Seed: ...
+    @property
+    def recipe(self) -> Recipe: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class TrialGoldens:
+    runner: Runner
+    timeouts: Timeouts
+    run_id: str
+    project: str
+    stopping: Callable[[], bool] = lambda: False
+    disabled: set[str] = field(default_factory=set)  # services whose golden failed in this provisioning
+    # service -> what happened, for trial.yaml: outcome restored | captured | none, golden (key prefix),
+    # reason, and `discarded: {golden, reason}` when a golden failed and the trial fell back.
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------------------------ plan
+
+    def plan(
+        self, bindings: Sequence[Binding], services: Mapping[str, Any], locks: contextlib.ExitStack
+    ) -> dict[str, Plan]:
+        """A plan per reset service of a kind with goldens: restore when a complete golden of its key
+        exists; otherwise take the key's lock (waiting while another trial captures it), look again, and
+        capture after seeding if it is still missing."""
+        plans: dict[str, Plan] = {}
+        wanted = [b for b in bindings if b.recipe.SUPPORTS_GOLDEN and b.service not in self.disabled]
+        images = self._image_ids([str((services.get(b.service) or {}).get("image") or "") for b in wanted])
+        capturing: set[str] = set()
+        for b in sorted(wanted, key=lambda b: b.service):
+            cfg = services.get(b.service) or {}
+            image = images.get(str(cfg.get("image") or ""))
+            if not image:
+                self._note(b.service, "none", reason=f"image {cfg.get('image')!r} is not on the engine yet")
+                continue
+            key = make_key(
+                kind=b.seed.kind.value,
+                recipe_version=b.recipe.RECIPE_VERSION,
+                image_id=image,
+                seed_digest=b.seed.digest,
+                options=b.options,
+                service_config=cfg,
+            )
+            p = Plan(b.service, key)
+            p.golden = store.find(self.runner, key, self.timeouts.command)
+            if p.golden is None and key.digest not in capturing:
+                p.lock.enter_context(
+                    store.key_lock(key.digest, timeout=self._lock_timeout(), stopping=self.stopping)
+                )
+                locks.callback(p.release)
+                p.golden = store.find(self.runner, key, self.timeouts.command)  # taken while we waited?
+                if p.golden is None:
+                    p.capture = True
+                    capturing.add(key.digest)
+                else:
+                    p.release()
+            plans[b.service] = p
+        return plans
+
+    def _lock_timeout(self) -> float:
+        # The holder seeds and captures one service: bounded by its own up, recipe and build timeouts.
+        return self.timeouts.compose_up + 3 * self.timeouts.recipe
+
+    def _image_ids(self, refs: Sequence[str]) -> dict[str, str]:
+        todo = sorted({r for r in refs if r})
+        if not todo:
+            return {}
+        res = self.runner.run(
+            ["docker", "image", "inspect", *todo], timeout=self.timeouts.command, check=False
+        )
+        try:
+            found = json.loads(res.stdout or "[]")
+        except json.JSONDecodeError:
+            return {}
+        out: dict[str, str] = {}
+        for info in found if isinstance(found, list) else []:
+            names = [*(info.get("RepoTags") or []), info.get("Id")]
+            names += [n.removesuffix(":latest") for n in names if isinstance(n, str)]
+            for ref in todo:
+                if ref in names:
+                    out[ref] = str(info.get("Id"))
+        return out
+
+    def override(self, path: Path, plans: Mapping[str, Plan]) -> Path | None:
+        """A compose override starting each restored service from its golden image (by ID: a tag can be
+        moved or removed meanwhile), or None when nothing is restored."""
+        restored = {s: p.golden.id for s, p in plans.items() if p.golden is not None}
+        if not restored:
+            return None
+        doc = {"services": {s: {"image": i} for s, i in sorted(restored.items())}}
+        path.write_text(
+            "# generated by forgelib: services started from golden snapshots\n" + yaml.safe_dump(doc)
+        )
+        return path
+
+    # --------------------------------------------------------------------------------------- capture
+
+    def capture(
+        self, plan: Plan, recipe: Recipe, ctx: ApplyContext, seed: Seed, up: Callable[[], None]
+    ) -> None:
+        """Capture the freshly seeded service into a golden, then start it again (``up``). A golden that
+        cannot be taken costs the trial nothing but a note: it goes on from its normally seeded state."""
+        assert plan.key is not None
+        svc = ctx.service
+        stopped = False
+        try:
+            state = canonical(recipe.golden_fingerprint(ctx))
+            path = recipe.golden_path(ctx)
+            why = unrestorable(ctx.service_config, path)
+            if why:
+                self._note(svc, "none", plan.key, reason=why)
+                return
+            assert path is not None
+            ctx.compose.stop([svc], timeout=self.timeouts.recipe)  # a clean shutdown: consistent files
+            stopped = True
+            with store.build_dir() as d:
+                tar = d / "data.tar"
+                ctx.compose.run(["cp", f"{svc}:{path}", "-"], stdout_path=tar, timeout=self.timeouts.recipe)
+                labels = store.golden_labels(
+                    plan.key, service=svc, project=self.project, seed=seed.name, path=path, state=state,
+                    run_id=self.run_id, data_bytes=tar.stat().st_size, entries=tar_entries(tar),
+                )  # fmt: skip
+                golden = store.build(
+                    self.runner, key=plan.key, path=path, data_tar=tar, labels=labels,
+                    timeout=self.timeouts.recipe,
+                )  # fmt: skip
+            self._note(svc, "captured", plan.key, bytes=int(golden.labels.get(store.DATA_BYTES, 0)))
+        except ForgeError as e:
+            log.warning("could not capture a golden of %s: %s", svc, e)
+            self._note(svc, "none", plan.key, reason=f"capturing the golden failed: {e}")
+        finally:
+            plan.release()
+            if stopped:
+                up()
+
+    # ---------------------------------------------------------------------------------------- restore
+
+    def restored(self, plans: Mapping[str, Plan]) -> list[str]:
+        return [s for s, p in plans.items() if p.golden is not None]
+
+    def verify(self, plan: Plan, recipe: Recipe, ctx: ApplyContext) -> None:
+        """The restored service's golden fingerprint must equal the one taken when the golden was captured."""
+        assert plan.golden is not None and plan.key is not None
+        try:
+            expected = json.loads(plan.golden.labels.get(store.STATE, ""))
+        except ValueError:
+            expected = None
+        if not isinstance(expected, dict) or not expected:
+            raise GoldenFailed(plan, "the golden carries no fingerprint to check its restore against")
+        try:
+            found = recipe.golden_fingerprint(ctx)
+        except ForgeError as e:
+            raise GoldenFailed(plan, f"could not read the restored state: {e}") from e
+        differ = fingerprint_diff(expected, found)
+        if differ:
+            raise GoldenFailed(
+                plan,
+                f"the restored state is not the golden's (fingerprint parts differ: {', '.join(differ)})",
+            )
+        store.mark_used(plan.key.digest)
+        self._note(ctx.service, "restored", plan.key)
+
+    def check_started(
+        self, compose: ComposeProject, plans: Mapping[str, Plan], services: Sequence[str], cause: ForgeError
+    ) -> None:
+        """After a failed ``up``: a restored service among ``services`` that is not running (or unhealthy)
+        failed because of its golden (a corrupt data directory), so that golden is at fault."""
+        restored = [s for s in self.restored(plans) if not services or s in services]
+        if not restored:
+            return
+        try:
+            rows = {str(r.get("Service")): r for r in compose.ps(restored)}
+        except ForgeError:
+            rows = {}
+        for svc in restored:
+            row = rows.get(svc) or {}
+            if row.get("State") != "running" or row.get("Health") not in ("", None, "healthy"):
+                tail = compose.log_tail(svc, 10)
+                raise GoldenFailed(plans[svc], f"did not start from the golden ({cause}); log tail:\n{tail}")
+
+    def discard(self, plan: Plan, reason: str) -> None:
+        """Untag the failed golden (no trial restores it again; its image goes once unused) and record
+        why, loudly: the trial falls back to the normal path."""
+        assert plan.golden is not None and plan.key is not None
+        log.warning("discarding golden %s of %s: %s", plan.key.digest[:12], plan.service, reason)
+        err = store.remove(self.runner, plan.golden, force_untag=True)
+        if err:
+            log.warning("removing golden %s: %s", plan.key.digest[:12], err)
+        self.disabled.add(plan.service)
+        self.records[plan.service] = {"discarded": {"golden": plan.key.digest[:12], "reason": reason}}
+
+    def _note(self, service: str, outcome: str, key: GoldenKey | None = None, **extra: Any) -> None:
+        rec = self.records.setdefault(service, {})
+        rec["outcome"] = outcome
+        if key is not None:
+            rec["golden"] = key.digest[:12]
+        rec.update(extra)
+
+
+def tar_entries(path: Path) -> int:
+    """Members of a tar archive (streamed: only the headers are read)."""
+    with tarfile.open(path, "r|") as tf:
+        return sum(1 for _ in tf)
+
+
+def unrestorable(service_config: Mapping[str, Any], path: str | None) -> str | None:
+    """Why a golden of ``path`` could not be restored into this service, or None. A golden is the image's
+    content at ``path``: Docker copies it into a fresh *volume* mounted there (or the container's own file
+    system holds it), but a bind mount hides it and ``nocopy`` skips the copy."""
+    if not path or not path.startswith("/"):
+        return f"the service reported no usable data directory ({path!r})"
+    for m in service_config.get("volumes") or []:
+        if not isinstance(m, Mapping):
+            continue
+        target = str(m.get("target") or "").rstrip("/")
+        covers = path == target or path.startswith(target + "/")
+        if covers and m.get("type") == "bind":
+            return (
+                f"its data directory {path} is a bind mount ({m.get('source')}), which a golden cannot fill"
+            )
+        if covers and m.get("type") == "volume" and (m.get("volume") or {}).get("nocopy"):
+            return f"the volume at {target} is mounted with nocopy, so Docker would not fill it from a golden"
+        if covers and m.get("type") == "tmpfs":
+            return f"its data directory {path} is a tmpfs"
+    return None

@@ -1,0 +1,151 @@
+"""Golden snapshots, the pure parts: the key (every part that determines the bytes changes it), what
+prune selects, where a golden cannot be restored, and the lock two trials of one key share."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgelib.errors import ForgeError
+from forgelib.snapshots import cli, key, store
+from forgelib.snapshots.trial import unrestorable
+
+BASE: dict[str, Any] = {
+    "kind": "sql_dump",
+    "recipe_version": 1,
+    "image_id": "sha256:aaa",
+    "seed_digest": "sha256:bbb",
+    "options": {},
+}
+
+
+def _svc(init: Path) -> dict[str, Any]:
+    return {
+        "image": "postgres:16",
+        "environment": {"POSTGRES_USER": "app"},
+        "volumes": [{"type": "bind", "source": str(init), "target": "/docker-entrypoint-initdb.d/init.sql"}],
+        "healthcheck": {"interval": "1s"},
+    }
+
+
+def test_every_part_that_determines_the_bytes_changes_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    init = tmp_path / "init.sql"
+    init.write_text("create table t (a int);\n")
+    svc = _svc(init)
+    k0 = key.make_key(**BASE, service_config=svc).digest
+    assert key.make_key(**BASE, service_config=_svc(init)).digest == k0  # deterministic
+    changed = [
+        key.make_key(**{**BASE, "image_id": "sha256:other"}, service_config=svc),
+        key.make_key(**{**BASE, "seed_digest": "sha256:other"}, service_config=svc),
+        key.make_key(**{**BASE, "recipe_version": 2}, service_config=svc),
+        key.make_key(**{**BASE, "options": {"database": "x"}}, service_config=svc),
+        key.make_key(**BASE, service_config={**svc, "environment": {"POSTGRES_USER": "other"}}),
+        key.make_key(**BASE, service_config={**svc, "command": ["postgres", "-c", "fsync=off"]}),
+    ]
+    init.write_text("create table t (a int, b int);\n")  # an init file's content, not its path
+    changed.append(key.make_key(**BASE, service_config=svc))
+    init.write_text("create table t (a int);\n")
+    monkeypatch.setattr(key, "FORMAT_VERSION", key.FORMAT_VERSION + 1)
+    changed.append(key.make_key(**BASE, service_config=svc))
+    digests = [k.digest for k in changed]
+    assert k0 not in digests and len(set(digests)) == len(digests)
+
+
+def test_what_does_not_touch_state_leaves_the_key_alone(tmp_path: Path) -> None:
+    init = tmp_path / "init.sql"
+    init.write_text("x")
+    svc = _svc(init)
+    k0 = key.make_key(**BASE, service_config=svc).digest
+    quiet = {**svc, "healthcheck": {"interval": "5s"}, "ports": ["5432"], "labels": {"a": "b"}}
+    assert key.make_key(**BASE, service_config=quiet).digest == k0
+
+
+@pytest.mark.parametrize(
+    ("volumes", "why"),
+    [
+        ([], None),
+        ([{"type": "volume", "source": "v", "target": "/var/lib/postgresql/data"}], None),
+        ([{"type": "volume", "source": "v", "target": "/var/lib/postgresql"}], None),
+        ([{"type": "bind", "source": "/h", "target": "/var/lib/postgresql/data"}], "bind mount"),
+        ([{"type": "bind", "source": "/h", "target": "/var/lib"}], "bind mount"),
+        ([{"type": "volume", "target": "/var/lib/postgresql/data", "volume": {"nocopy": True}}], "nocopy"),
+        ([{"type": "tmpfs", "target": "/var/lib/postgresql/data"}], "tmpfs"),
+        ([{"type": "bind", "source": "/h", "target": "/var/lib/postgresql/data2"}], None),
+    ],
+)
+def test_a_golden_restores_only_where_docker_fills_the_path_from_the_image(
+    volumes: list[dict[str, Any]], why: str | None
+) -> None:
+    got = unrestorable({"volumes": volumes}, "/var/lib/postgresql/data")
+    assert (got is None) if why is None else (got is not None and why in got)
+
+
+def _golden(
+    created: datetime, *, tagged: bool = True, fmt: str = "1", image: str = "sha256:aaa"
+) -> store.Golden:
+    k = "ab" * 32
+    labels = {store.GOLDEN: fmt, store.KEY: k, store.PREFIX + "image_id": image}
+    return store.Golden("sha256:g", (store.tag_of(k),) if tagged else (), labels, created, 1)
+
+
+def test_prune_selects_by_option_and_always_takes_discarded_ones() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    old, new = _golden(now - timedelta(days=10)), _golden(now - timedelta(hours=1))
+    kw: dict[str, Any] = {
+        "all": False,
+        "older_than": None,
+        "unused": False,
+        "present": {"sha256:aaa"},
+        "now": now,
+    }
+    assert cli.select(new, **{**kw, "all": True}) == "--all"
+    assert cli.select(old, **{**kw, "older_than": 7}) is not None
+    assert cli.select(new, **{**kw, "older_than": 7}) is None
+    assert cli.select(new, **{**kw, "unused": True}) is None  # its image is here, its format current
+    assert "no longer on the engine" in str(cli.select(new, **{**kw, "unused": True, "present": set()}))
+    assert "format" in str(cli.select(_golden(now, fmt="0"), **{**kw, "unused": True}))
+    assert cli.select(_golden(now, tagged=False), **kw) == "discarded (untagged)"
+
+
+def test_a_golden_whose_labels_disagree_with_its_tag_is_not_complete() -> None:
+    now = datetime.now(UTC)
+    g = _golden(now)
+    assert g.complete
+    moved = store.Golden(g.id, (store.tag_of("cd" * 32),), g.labels, now, 1)
+    assert not moved.complete
+
+
+def test_the_key_lock_lets_one_holder_in_and_gives_up_when_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    inside = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def holder() -> None:
+        with store.key_lock("k1", timeout=30):
+            order.append("first in")
+            inside.set()
+            release.wait(30)
+            order.append("first out")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert inside.wait(30)
+    with (
+        pytest.raises(ForgeError, match="stopped while waiting"),
+        store.key_lock("k1", timeout=30, stopping=lambda: True),
+    ):
+        pass
+    release.set()
+    with store.key_lock("k1", timeout=30):
+        order.append("second in")
+    t.join()
+    assert order == ["first in", "first out", "second in"]
