@@ -54,7 +54,9 @@ def apply(ctx: ApplyContext) -> None:
     try:
         ctx.compose.exec(ctx.service, argv(user, database), stdin=ctx.seed.path, timeout=ctx.timeouts.recipe)
     except CommandError as e:
-        raise ctx.fail("psql", str(e)) from e
+        # The dump goes in on stdin, so the argv cannot show which file failed: name it (the error itself
+        # carries psql's rc and stderr).
+        raise ctx.fail("psql", f"seed file {ctx.seed.path} (on psql's stdin): {e}") from e
 
 
 def direct_port(service_config: Mapping[str, Any]) -> int:

@@ -108,7 +108,7 @@ def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, run_id: 
     assert err.value.stage == "reset_recipe"
     assert err.value.reason.startswith(
         "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
-        "psql step on service 'app-db': command docker compose "
+        f"psql step on service 'app-db': seed file {seed.resolve()} (on psql's stdin): command docker "
     )
     assert 'syntax error at or near "selec"' in err.value.reason
     logs = tmp_path / "trial-0" / "services"

@@ -287,7 +287,8 @@ def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Pa
     argv = " ".join((*s.full, *PSQL))
     assert e.reason == (
         "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
-        f"psql step on service 'app-db': command {argv} exited with rc=3\n"
+        f"psql step on service 'app-db': seed file {tmp_path / 'base.sql'} (on psql's stdin): "
+        f"command {argv} exited with rc=3\n"
         "stderr (tail):\n"
         '  psql:<stdin>:2: ERROR:  syntax error at or near "selec"'
     )
