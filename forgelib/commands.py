@@ -68,7 +68,7 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
                 "trial_dir": str(trial_dir),
                 "services": {**{svc: [] for svc in trial.environment.services}, **trial.ports},
                 "timings": {k: round(v, 3) for k, v in trial.timings.items()},
-                "bare_seeds": {k: str(v) for k, v in trial.bare_seeds.items()},
+                "bare_seeds": {k: m.record() for k, m in trial.bare_seeds.items()},
                 "kept": keep,
             }
             if keep:
@@ -91,8 +91,8 @@ def render_report(report: Mapping[str, Any]) -> str:
     width = max((len(s) for s in report["services"]), default=0)
     for svc, ports in sorted(report["services"].items()):
         lines.append(f"  {svc:<{width}}  {', '.join(ports) or '(no published ports)'}")
-    for svc, path in sorted(report["bare_seeds"].items()):
-        lines.append(f"  {svc:<{width}}  bare seed: {path}")
+    for svc, m in sorted(report["bare_seeds"].items()):
+        lines.append(f"  {svc:<{width}}  bare seed: {m['host_path']} at {m['path']} (${m['env']}, read-only)")
     lines.append("timings:")
     for phase, seconds in report["timings"].items():
         lines.append(f"  {phase:<24} {seconds:7.2f}s")

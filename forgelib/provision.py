@@ -30,7 +30,7 @@ from forgelib.compose import ComposeProject, project_name, write_override
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.images import ImageFacts
 from forgelib.runner import Runner
-from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
+from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget, bare
 from forgelib.seeds.base import PreparedSeed
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GOLDEN_OVERRIDE_FILE, GoldenFailed, Plan, TrialGoldens
@@ -71,7 +71,7 @@ class ProvisionedTrial:
     environment: EnvironmentManifest
     compose: ComposeProject
     timings: dict[str, float]
-    bare_seeds: dict[str, Path]  # service -> absolute seed path, for services bound to a `bare` seed
+    bare_seeds: dict[str, bare.BareMount]  # service -> its `bare` seed's read-only mount (seeds.bare)
     trial_dir: Path
     labels: Mapping[str, str] = field(default_factory=dict)
     shared: bool = False  # the run's shared stack: teardown_trial leaves it to teardown_run
@@ -335,7 +335,7 @@ class _Provisioning:
             environment=self.env,
             compose=compose,
             timings=dict(self.timings),
-            bare_seeds={b.service: b.seed.path for b in bindings if b.seed.kind is SeedKind.BARE},
+            bare_seeds=_bare_mounts(bindings),
             trial_dir=self.trial_dir,
             labels=dict(self.labels),
             shared=self.shared,
@@ -357,9 +357,12 @@ class _Provisioning:
         images = [str(s.get("image", "")) for s in services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         loopback = _loopback(bindings, config)
+        bares = _bare_mounts(bindings)
         override = write_override(
-            self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback, built
-        )
+            self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback, built,
+            mounts={m.service: [m.volume()] for m in bares.values()},
+            environment={m.service: {m.env_var: m.path} for m in bares.values()},
+        )  # fmt: skip
         return compose.with_files(*self.env.compose_files, override), services, declared, loopback
 
     def _up(
@@ -445,6 +448,14 @@ class _Binding:
     @property
     def target(self) -> SeedTarget:
         return SeedTarget(self.service, self.seed, self.options)
+
+
+def _bare_mounts(bindings: Sequence[_Binding]) -> dict[str, bare.BareMount]:
+    return {
+        b.service: bare.mount(b.service, b.seed.name, b.seed.path)
+        for b in bindings
+        if b.seed.kind is SeedKind.BARE
+    }
 
 
 def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[str, list[int]]:

@@ -101,8 +101,9 @@ class ForgeStack:
 
     @property
     def bare_seeds(self) -> Mapping[str, Path]:
-        """service -> the absolute path of its ``bare`` seed."""
-        return self.trial.bare_seeds
+        """service -> the absolute host path of its ``bare`` seed (mounted read-only in the service at
+        ``/run/forge/seeds/<seed>``, named by ``FORGE_SEED_<SEED>`` there)."""
+        return {svc: m.host_path for svc, m in self.trial.bare_seeds.items()}
 
     def exec(
         self,

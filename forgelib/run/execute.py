@@ -36,6 +36,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
+from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Task, Timeouts
 
@@ -62,6 +63,11 @@ class TrialHandle(Protocol):
     @property
     def ports(self) -> Mapping[str, list[str]]:
         """service -> published ports as ``127.0.0.1:49153->5432/tcp`` (for trial.yaml)."""
+        ...
+
+    @property
+    def bare_seeds(self) -> Mapping[str, BareMount]:
+        """service -> its ``bare`` seed's read-only mount."""
         ...
 
     @property
@@ -329,7 +335,9 @@ class Executor:
         assert t.task.oracle is not None and t.handle is not None
         oracle = t.task.oracle
         timeout = effective_timeout(oracle, self.s.timeouts.oracle)
-        r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir)
+        # A bare seed bound to the oracle's service: its variable names where the file is mounted.
+        seed_env = {m.env_var: m.path for m in t.handle.bare_seeds.values() if m.service == oracle.service}
+        r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
         t.timings["oracle"] = r.seconds
         t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
         if r.ok:
@@ -401,6 +409,9 @@ class Executor:
             timings={k: round(v, 3) for k, v in t.timings.items()},
             compose_project=t.handle.name if t.handle is not None else None,
             ports=t.ports,
+            bare_seeds={s: m.record() for s, m in t.handle.bare_seeds.items()}
+            if t.handle is not None
+            else {},
             provision_stage=t.provision_stage,
             error=t.error,
             oracle=t.oracle,

@@ -6,6 +6,7 @@ into memory, never quoted into a shell string). The timeout is the task's, cappe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,16 @@ def effective_timeout(oracle: Oracle, cap: float) -> float:
     return min(oracle.timeout, cap)
 
 
-def run_oracle(stack: Stack, oracle: Oracle, *, timeout: float, out_dir: Path | None = None) -> OracleResult:
-    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given."""
+def run_oracle(
+    stack: Stack,
+    oracle: Oracle,
+    *,
+    timeout: float,
+    out_dir: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> OracleResult:
+    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given. ``extra_env``:
+    what forge tells the oracle (a bare seed's path); the task's own ``env`` wins on a clash."""
     argv = list(oracle.command) if oracle.command is not None else list(oracle.interpreter)
     stdin = oracle.script if oracle.command is None else None
     shown = " ".join(argv) + (f" < {stdin}" if stdin else "")
@@ -43,7 +52,7 @@ def run_oracle(stack: Stack, oracle: Oracle, *, timeout: float, out_dir: Path | 
             argv,
             stdin=stdin,
             timeout=timeout,
-            env=dict(oracle.env) or None,
+            env={**(extra_env or {}), **oracle.env} or None,
             workdir=oracle.workdir,
             check=False,
         )

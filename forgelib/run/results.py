@@ -46,6 +46,7 @@ class TrialResult:
     oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
     teardown_error: str | None = None
     log_capture_error: str | None = None
+    bare_seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> BareMount.record()
     attempt: int = 1  # 1-based
     retried: bool = False  # this attempt ended retryably and another one follows
     earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt
@@ -127,6 +128,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "index": r.index,
         "compose_project": r.compose_project,
         "ports": r.ports,
+        "bare_seeds": r.bare_seeds,
         "status": r.status,
         "termination_reason": r.termination.value,
         "retryable": r.retryable,

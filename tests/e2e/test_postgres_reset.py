@@ -3,6 +3,7 @@
 init.sql leaves widget 1 as 'factory_default'; the postgres_baseline seed makes it 'baseline'. The dev run
 must observe 'baseline' on both trials; the control (the same pack with app-db out of reset isolation, so
 no binding) must observe 'factory_default' — otherwise a green dev run would not prove the seed ran.
+The bare run proves a `bare` seed reaches the trial: the oracle reads it inside the container.
 """
 
 from __future__ import annotations
@@ -57,6 +58,25 @@ def test_control_without_the_reset_binding_observes_factory_default(forge_run: C
     assert t.observed(CHECK) == "factory_default"
     assert not _recipe_timings(t.trial), t.trial["timings"]  # no binding, no recipe
     assert any(CHECK in r and "factory_default" in r for r in t.grade["reasons"]), t.grade["reasons"]
+
+
+def test_a_bare_seed_reaches_the_oracle_inside_its_service(forge_run: Callable[..., Any]) -> None:
+    """The bare convention: widget_order is bind-mounted read-only in runner and FORGE_SEED_WIDGET_ORDER
+    names it in the oracle's exec; the oracle's submission is built from the file's content."""
+    run = forge_run(PACK / "run_configs" / "bare.yaml")
+    assert run.rc == 0, run.explain()
+    (t,) = run.trials("read_bare_order")
+    assert t.status == "passed", t.grade
+    assert t.observed("order_from_the_bare_seed") == "7 x baseline (PO-2291)"
+    assert t.observed("seed_mounted_read_only") == "read-only"
+    assert t.trial["bare_seeds"] == {
+        "runner": {
+            "seed": "widget_order",
+            "host_path": str(PACK / "assets" / "widget_order.json"),
+            "path": "/run/forge/seeds/widget_order",
+            "env": "FORGE_SEED_WIDGET_ORDER",
+        }
+    }
 
 
 def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:

@@ -9,6 +9,7 @@ import yaml
 
 from forgelib import compose as c
 from forgelib.errors import ForgeError
+from forgelib.seeds import bare
 from forgelib.spec.models import Timeouts
 from forgelib.testing import FakeRunner
 from tests.support.override import load_override
@@ -125,6 +126,24 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
 def _override(tmp_path: Path, config: dict[str, Any], **kw: Any) -> dict[str, Any]:
     text = c.write_override(tmp_path / "o.yaml", config, {"l": "v"}, **kw).read_text()
     return load_override(text)
+
+
+def test_bare_seed_mounts_and_variables_go_to_their_service_only(tmp_path: Path) -> None:
+    seed = tmp_path / "order.json"
+    m = bare.mount("runner", "widget-order", seed)
+    assert (m.path, m.env_var) == ("/run/forge/seeds/widget-order", "FORGE_SEED_WIDGET_ORDER")
+    out = _override(
+        tmp_path,
+        {"services": {"runner": {"environment": {"A": "1"}}, "db": {}}},
+        mounts={"runner": [m.volume()]},
+        environment={"runner": {m.env_var: m.path}},
+    )
+    runner = out["services"]["runner"]
+    assert runner["volumes"] == [
+        {"type": "bind", "source": str(seed), "target": "/run/forge/seeds/widget-order", "read_only": True}
+    ]
+    assert runner["environment"] == {"FORGE_SEED_WIDGET_ORDER": "/run/forge/seeds/widget-order"}
+    assert set(out["services"]["db"]) == {"labels"}
 
 
 def test_loopback_ports_are_added_to_the_named_services_only(tmp_path: Path) -> None:

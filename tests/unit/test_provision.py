@@ -267,8 +267,14 @@ def test_bare_seed_path_is_exposed(tmp_path: Path) -> None:
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     trial = s.provision()
-    assert trial.bare_seeds == {"data": tmp_path / "f.csv"}
+    (m,) = trial.bare_seeds.values()
+    assert (m.service, m.seed, m.host_path) == ("data", "fixture", tmp_path / "f.csv")
     assert [v.split()[0] for v in s.verbs()] == ["config", "up"]  # no container action for bare
+    override = yaml.safe_load((s.trial_dir / "compose.forge.yaml").read_text())["services"]["data"]
+    assert {"type": "bind", "source": str(tmp_path / "f.csv"), "target": m.path, "read_only": True} in (
+        override["volumes"]
+    )  # mounted read-only in its service, before that service starts
+    assert override["environment"] == {"FORGE_SEED_FIXTURE": "/run/forge/seeds/fixture"}
 
 
 # ------------------------------------------------------------------------------------------- failures

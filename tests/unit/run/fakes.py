@@ -54,6 +54,7 @@ class FakeHandle:
     compose: FakeStack
     timings: dict[str, float] = field(default_factory=lambda: {"compose_up": 1.0, "seed:app-db": 0.5})
     config: Mapping[str, Any] = field(default_factory=dict)  # the resolved compose config
+    bare_seeds: Mapping[str, Any] = field(default_factory=dict)  # service -> BareMount
     ports: Mapping[str, list[str]] = field(default_factory=dict)
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

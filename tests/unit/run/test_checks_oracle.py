@@ -180,6 +180,13 @@ def test_oracle_command_is_execd_with_env_and_workdir(tmp_path: Path) -> None:
     assert (tmp_path / "oracle.stdout").read_text() == "done\n"
 
 
+def test_oracle_gets_forges_variables_but_its_own_env_wins() -> None:
+    st = stack_answering()
+    o = Oracle(service="runner", command=("true",), env={"K": "v", "FORGE_SEED_X": "mine"})
+    run_oracle(st, o, timeout=5, extra_env={"FORGE_SEED_X": "/run/forge/seeds/x", "FORGE_SEED_Y": "/y"})
+    assert st.calls[0][2]["env"] == {"K": "v", "FORGE_SEED_X": "mine", "FORGE_SEED_Y": "/y"}
+
+
 def test_oracle_script_streams_on_stdin(tmp_path: Path) -> None:
     script = tmp_path / "solve.py"
     script.write_text("print(1)\n")
