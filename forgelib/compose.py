@@ -102,8 +102,13 @@ def up_argv(
     wait: bool = True,
     wait_timeout: float | None = None,
     no_deps: bool = False,
+    force_recreate: bool = False,
 ) -> list[str]:
-    return ["up", *flags(detach=True, wait=wait, wait_timeout=wait_timeout, no_deps=no_deps), *services]
+    # --renew-anon-volumes with --force-recreate: a recreated container must not inherit the old one's
+    # anonymous volumes (compose keeps them by default).
+    opts = flags(detach=True, wait=wait, wait_timeout=wait_timeout, no_deps=no_deps)
+    opts += flags(force_recreate=force_recreate, renew_anon_volumes=force_recreate)
+    return ["up", *opts, *services]
 
 
 def down_argv(*, volumes: bool = True, remove_orphans: bool = True, timeout: int | None = None) -> list[str]:
@@ -364,12 +369,17 @@ class ComposeProject:
         wait: bool = True,
         timeout: float | None = None,
         no_deps: bool = False,
+        force_recreate: bool = False,
     ) -> Result:
         """``no_deps``: start only ``services`` (their dependencies are up already); compose then skips
-        re-checking those dependencies' health, which costs a healthcheck round per call."""
+        re-checking those dependencies' health, which costs a healthcheck round per call.
+        ``force_recreate``: new containers (and anonymous volumes) even where the old ones are up."""
         limit = self.timeouts.compose_up if timeout is None else timeout
+        wait_timeout = int(limit) if wait else None
         return self.run(
-            up_argv(services, wait=wait, wait_timeout=int(limit) if wait else None, no_deps=no_deps),
+            up_argv(
+                services, wait=wait, wait_timeout=wait_timeout, no_deps=no_deps, force_recreate=force_recreate
+            ),
             timeout=limit + _WAIT_GRACE,
         )
 

@@ -342,6 +342,12 @@ class _Provisioning:
             config=config,
             ports=ports,
             prepared=prepared,
+            stack={
+                "mode": "shared" if self.shared else "fresh",
+                "name": self.name,
+                "reuse": 0,
+                "replaced": None,
+            },
         )
 
     def _override(

@@ -27,10 +27,11 @@ from forgelib.run import live
 from forgelib.run.events import summarize
 from forgelib.run.execute import RunPlan, TrialHandle, run_project
 from forgelib.runner import Runner, SubprocessRunner
-from forgelib.signals import LiveStacks, interruptible
+from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, RunConfig, Task, Timeouts
 from forgelib.spec.validate import print_notices
+from forgelib.warm import WarmPool
 
 MAX_RETRIES = 100  # as the run config schema's bound
 
@@ -47,6 +48,7 @@ def main_run(
     retries: int | None = None,
     snapshots: bool = False,
     no_snapshots: bool = False,
+    stacks: str | None = None,
 ) -> int:
     if snapshots and no_snapshots:
         raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
@@ -58,6 +60,8 @@ def main_run(
         raise UsageError("--workers must be at least 1")
     if retries is not None and not 0 <= retries <= MAX_RETRIES:
         raise UsageError(f"--retries must be between 0 and {MAX_RETRIES}")
+    if stacks is not None and stacks not in STACK_MODES:
+        raise UsageError(f"--stacks must be one of {', '.join(STACK_MODES)}, not {stacks!r}")
     if resume and repeats is not None:
         raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
     cfg = load_run_config(Path(config))
@@ -72,25 +76,26 @@ def main_run(
         junit=junit,
         report=report,
         retries=retries,
+        stacks=stacks,
     )
     runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
-    stacks = LiveStacks()
+    live_stacks = LiveStacks()
     # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
     # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
     print_notices(project.notices, prefix="forge: ")
-    with interruptible(stacks) as stop:
+    with interruptible(live_stacks) as stop:
         heal_leftovers(runner)
-        backend = DockerBackend(
-            project, cfg.timeouts, stop.guard(runner), cfg.log_tail_lines, profiles=cfg.profiles,
+        backend = make_backend(
+            plan, project, cfg, stop.guard(runner), live_stacks, stop,
             snapshots=(cfg.snapshots or snapshots) and not no_snapshots,
         )  # fmt: skip
         if live.wanted(as_json):
             with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
                 _, state = run_project(
-                    plan, backend, display.say, stacks=stacks, stop=stop, observer=display.observe
+                    plan, backend, display.say, stacks=live_stacks, stop=stop, observer=display.observe
                 )
         else:
-            _, state = run_project(plan, backend, progress, stacks=stacks, stop=stop)
+            _, state = run_project(plan, backend, progress, stacks=live_stacks, stop=stop)
     summary = summarize(state)
     if state.unknown_kinds or state.unreadable_lines:
         skipped = sum(state.unknown_kinds.values()) + state.unreadable_lines
@@ -128,6 +133,7 @@ def build_plan(
     junit: str | None = None,
     report: bool = False,
     retries: int | None = None,
+    stacks: str | None = None,
 ) -> RunPlan:
     """The run config with the command line's options on top."""
     tasks: tuple[Task, ...] = (
@@ -150,6 +156,7 @@ def build_plan(
         config=str(cfg.path),
         junit=Path(junit).resolve() if junit else None,
         report=report,
+        stacks=stacks or cfg.stacks,
     )
 
 
@@ -237,4 +244,80 @@ class DockerBackend:
             self.cache.builds.finish(self.runner, self.timeouts.command)
 
 
-__all__ = ["DockerBackend", "build_plan", "main_run", "render_table"]
+@dataclass(frozen=True)
+class WarmBackend(DockerBackend):
+    """``--stacks warm``: trials get stacks from a ``WarmPool`` (reset in place, verified, or replaced);
+    an environment whose services are all ``shared`` keeps its one run-wide stack as in fresh mode."""
+
+    pool: WarmPool | None = None
+
+    def provision(
+        self,
+        task: Task,
+        *,
+        run_id: str,
+        trial_index: int,
+        trial_dir: Path,
+        on_phase: Callable[[str, float], None] | None = None,
+        attempt: int = 1,
+    ) -> TrialHandle:
+        if self.pool is None or not task.environment.requires_per_trial:
+            return super().provision(
+                task,
+                run_id=run_id,
+                trial_index=trial_index,
+                trial_dir=trial_dir,
+                on_phase=on_phase,
+                attempt=attempt,
+            )
+        return self.pool.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
+
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        t = cast(ProvisionedTrial, trial)
+        if self.pool is None or t.stack.get("mode") != "warm":
+            return super().teardown(trial, graceful=graceful)
+        return self.pool.release(t, graceful=graceful)
+
+    def finish_run(self, run_id: str) -> None:
+        try:
+            if self.pool is not None:
+                self.pool.close()
+        finally:
+            super().finish_run(run_id)
+
+
+STACK_MODES = ("fresh", "warm")
+
+
+def make_backend(
+    plan: RunPlan,
+    project: Project,
+    cfg: RunConfig,
+    runner: Runner,
+    stacks: LiveStacks | None,
+    stop: StopState | None,
+    *,
+    snapshots: bool = False,
+) -> DockerBackend:
+    """The backend for ``plan.stacks``."""
+    cfg_timeouts, tail = plan.timeouts, plan.log_tail_lines
+    if plan.stacks != "warm":
+        return DockerBackend(project, cfg_timeouts, runner, tail, profiles=cfg.profiles, snapshots=snapshots)
+    cache = ProvisionCache()
+    pool = WarmPool(
+        project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
+        profiles=cfg.profiles, stopping=(lambda: stop.requested) if stop is not None else (lambda: False),
+    )  # fmt: skip
+    return WarmBackend(
+        project,
+        cfg_timeouts,
+        runner,
+        tail,
+        profiles=cfg.profiles,
+        snapshots=snapshots,
+        cache=cache,
+        pool=pool,
+    )
+
+
+__all__ = ["DockerBackend", "WarmBackend", "build_plan", "main_run", "make_backend", "render_table"]

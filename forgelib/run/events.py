@@ -49,6 +49,7 @@ RUN_INTERRUPTED = "run_interrupted"
 # task, index, service, golden, reason: a golden failed its restore or state check and was discarded; the
 # trial fell back to seeding that service the normal way (informational: the fold only counts them)
 GOLDEN_DISCARDED = "golden_discarded"
+STACK_REPLACED = "stack_replaced"  # task, index, stack, reason: a warm stack not provably clean was replaced
 RUN_FINISHED = "run_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
@@ -236,6 +237,7 @@ class RunState:
     completed: bool = False  # a session reached run_finished with nothing left pending
     resumes: int = 0
     sessions: list[Session] = field(default_factory=list)
+    stacks_replaced: int = 0  # warm stacks replaced because they could not be proven clean
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     goldens_discarded: int = 0
     unreadable_lines: int = 0
@@ -350,6 +352,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
                 )
             if t.termination is Termination.PROVISION_ERROR:
                 t.stack_up = False  # provisioning removed its stack before reporting
+        elif kind == STACK_REPLACED:
+            s.stacks_replaced += 1
         elif kind == RUN_INTERRUPTED:
             s.interrupted = True
             _end_session(s, e)
@@ -405,6 +409,10 @@ def summarize(s: RunState) -> dict[str, Any]:
         "all_passed": bool(recs) and all(r.status == "passed" for r in recs),
         "interrupted": s.interrupted,
         "resumes": s.resumes,
+        "stacks": {
+            "mode": (s.started.get("settings") or {}).get("stacks", "fresh"),
+            "replaced": s.stacks_replaced,
+        },
         "timings": {name: timing_stats(v) for name, v in sorted(phases.items())},
         "trials": [
             {

@@ -71,6 +71,12 @@ class TrialHandle(Protocol):
         ...
 
     @property
+    def stack(self) -> Mapping[str, Any]:
+        """How the trial got its stack: ``mode`` (fresh/warm/shared), ``name``, ``reuse`` (trials it ran
+        before this one), ``replaced`` (why a warm stack was replaced by a fresh one, else None)."""
+        ...
+
+    @property
     def config(self) -> Mapping[str, Any]:
         """The resolved compose config (state checks connect as the services are configured)."""
         ...
@@ -138,6 +144,7 @@ class _Trial:
     grade: Grade | None = None
     provision_stage: str | None = None
     ports: dict[str, list[str]] = field(default_factory=dict)
+    stack: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     oracle: dict[str, Any] | None = None
     teardown_error: str | None = None
@@ -290,6 +297,13 @@ class Executor:
             return self._provision_failed(t, "provision", str(e), t0)
         t.handle = handle
         t.ports = {svc: list(p) for svc, p in handle.ports.items() if p}
+        t.stack = dict(handle.stack)
+        if t.stack.get("replaced"):
+            self.events.append(
+                ev.STACK_REPLACED, task=t.task.name, index=t.index, stack=t.stack.get("name"),
+                reason=t.stack["replaced"],
+            )  # fmt: skip
+            self.say(f"{t.task.name}[{t.index}] warm stack replaced by a fresh one: {t.stack['replaced']}")
         key = (t.task.name, t.index)
         with self._live_lock:
             self._live[key] = handle
@@ -412,6 +426,7 @@ class Executor:
             bare_seeds={s: m.record() for s, m in t.handle.bare_seeds.items()}
             if t.handle is not None
             else {},
+            stack=t.stack,
             provision_stage=t.provision_stage,
             error=t.error,
             oracle=t.oracle,
@@ -514,6 +529,7 @@ class RunPlan:
     config: str = ""
     junit: Path | None = None
     report: bool = False  # also write report.html (forgelib.report) beside summary.json
+    stacks: str = "fresh"  # recorded in run_started; the backend implements it
 
 
 def run_project(
@@ -543,7 +559,12 @@ def run_project(
             project=plan.project,
             config=plan.config,
             plan=[{"task": t.name, "index": i} for t, i in todo],
-            settings={"repeats": plan.repeats, "workers": plan.workers, "retries": plan.retries},
+            settings={
+                "repeats": plan.repeats,
+                "workers": plan.workers,
+                "retries": plan.retries,
+                "stacks": plan.stacks,
+            },
             origin=ev.origin(),
         )
     else:

@@ -41,6 +41,7 @@ class TrialResult:
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     compose_project: str | None = None
     ports: dict[str, list[str]] = field(default_factory=dict)  # service -> "127.0.0.1:49153->5432/tcp"
+    stack: dict[str, Any] = field(default_factory=dict)  # mode, name, reuse, replaced (TrialHandle.stack)
     provision_stage: str | None = None  # ProvisionError.stage
     error: str | None = None  # the one-line reason the attempt broke
     oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
@@ -129,6 +130,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "compose_project": r.compose_project,
         "ports": r.ports,
         "bare_seeds": r.bare_seeds,
+        "stack": r.stack,
         "status": r.status,
         "termination_reason": r.termination.value,
         "retryable": r.retryable,
@@ -162,6 +164,8 @@ def metrics_doc(r: TrialResult) -> dict[str, Any]:
     checks = r.grade.checks
     return {
         "wall_seconds": r.wall_seconds,
+        "stack_mode": r.stack.get("mode"),
+        "stack_reuse": r.stack.get("reuse"),
         "phase_seconds": {k: round(v, 3) for k, v in r.timings.items()},
         "checks_total": len(checks),
         "checks_passed": sum(c.passed for c in checks),

@@ -153,6 +153,7 @@ class RunConfig:
         0  # a retryable attempt (oracle timeout, lost engine, judge failure, bug) reruns this often
     )
     output: Path | None = None  # default: <project>/runs
+    stacks: str = "fresh"  # fresh: a stack per trial; warm: one per worker, reset in place (forgelib.warm)
     capture_logs_on_success: bool = False
     log_tail_lines: int = 200
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -125,6 +125,12 @@ def _forge_run(config: Path, output: Path, *extra: str) -> RunResult:
     return result
 
 
+@pytest.fixture(params=["fresh", "warm"])
+def stacks(request: pytest.FixtureRequest) -> str:
+    """The stack mode a pack's runs use (``--stacks``): every pack passes, and fails its control, in both."""
+    return str(request.param)
+
+
 @pytest.fixture
 def forge_run(
     tmp_path: Path, runner: SubprocessRunner, docker_ready: None

@@ -33,8 +33,8 @@ def _reads(note: str) -> tuple[str, ...]:
     return tuple(m.group(1) for m in found.values() if m is not None)
 
 
-def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any]) -> None:
-    run = forge_run(PACK / "run_configs" / "dev.yaml")
+def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any], stacks: str) -> None:
+    run = forge_run(PACK / "run_configs" / "dev.yaml", "--stacks", stacks)
     assert run.rc == 0, run.explain()
     totals = run.summary["totals"]
     assert (totals["trials"], totals["passed"], totals["failed"]) == (2, 2, 0), run.explain()
@@ -61,11 +61,24 @@ def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any])
             assert (t.dir / "services" / f"{svc}.log").is_file(), f"no log captured for {svc}"
 
 
-def test_control_that_posts_a_status_update_fails_on_the_gate(forge_run: Callable[..., Any]) -> None:
-    run = forge_run(PACK / "run_configs" / "control.yaml")
+def test_control_that_posts_a_status_update_fails_on_the_gate(
+    forge_run: Callable[..., Any], stacks: str
+) -> None:
+    # Warm: twice, so the second trial runs on the stack the first one wrote to: it must see its own one
+    # update, not two (app-db was reset in place).
+    repeats = "2" if stacks == "warm" else "1"
+    run = forge_run(PACK / "run_configs" / "control.yaml", "--stacks", stacks, "--repeats", repeats)
     assert run.rc == 1, run.explain()
 
-    (t,) = run.trials("diagnose_stale_order_with_update")
+    trials = run.trials("diagnose_stale_order_with_update")
+    assert len(trials) == int(repeats)
+    if stacks == "warm":
+        assert trials[1].trial["stack"]["reuse"] == 1, trials[1].trial
+    for t in trials:
+        _control_failed_on_the_gate(t)
+
+
+def _control_failed_on_the_gate(t: Any) -> None:
     assert t.trial["termination_reason"] == "COMPLETED", t.trial  # graded, not an error
     assert t.status == "failed"
     assert t.grade["binary_pass"] is False

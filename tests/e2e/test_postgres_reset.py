@@ -27,9 +27,10 @@ def _recipe_timings(trial: Mapping[str, Any]) -> list[str]:
     return [k for k in trial["timings"] if k.startswith("recipe") and "app-db" in k]
 
 
-def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any]) -> None:
-    run = forge_run(PACK / "run_configs" / "dev.yaml")
+def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any], stacks: str) -> None:
+    run = forge_run(PACK / "run_configs" / "dev.yaml", "--stacks", stacks)
     assert run.rc == 0, run.explain()
+    assert run.summary["stacks"] == {"mode": stacks, "replaced": 0}
     totals = run.summary["totals"]
     assert (totals["trials"], totals["passed"], totals["failed"]) == (2, 2, 0), run.explain()
 
@@ -41,13 +42,21 @@ def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any]) -> 
         assert t.grade["binary_pass"] is True
         assert t.grade["score"] == 1.0
         assert t.observed(CHECK) == "baseline"
-        # each trial applied the seed itself, on its own compose project
-        assert _recipe_timings(t.trial), t.trial["timings"]
-    assert len({t.trial["compose_project"] for t in trials}) == 2
+    first, second = (t.trial for t in trials)
+    assert _recipe_timings(first), first["timings"]  # the first trial applied the seed itself
+    if stacks == "fresh":  # ... and so did the second, on its own compose project
+        assert _recipe_timings(second), second["timings"]
+        assert first["compose_project"] != second["compose_project"]
+    else:  # ... while the second reset the same stack in place
+        assert "reset:app-db" in second["timings"] and not _recipe_timings(second), second["timings"]
+        assert first["compose_project"] == second["compose_project"]
+        assert (first["stack"]["reuse"], second["stack"]["reuse"]) == (0, 1)
 
 
-def test_control_without_the_reset_binding_observes_factory_default(forge_run: Callable[..., Any]) -> None:
-    run = forge_run(PACK / "run_configs" / "control.yaml")
+def test_control_without_the_reset_binding_observes_factory_default(
+    forge_run: Callable[..., Any], stacks: str
+) -> None:
+    run = forge_run(PACK / "run_configs" / "control.yaml", "--stacks", stacks)
     assert run.rc == 1, run.explain()  # a red trial: exit 1, not a crash or usage error
 
     (t,) = run.trials("read_widget_without_reset")

@@ -18,6 +18,7 @@ from forgelib import labels as lab
 from forgelib.errors import RecipeError
 from forgelib.provision import ProvisionedTrial, provision_stack, teardown_trial
 from forgelib.runner import SubprocessRunner
+from forgelib.seeds import sql_dump
 from forgelib.seeds.base import PreparedSeed, fingerprint_diff
 from forgelib.spec.models import SeedKind
 
@@ -152,8 +153,11 @@ def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> No
 
 def test_a_reset_that_cannot_run_is_loud(stack: ProvisionedTrial) -> None:
     p = _seed(stack, "db")
-    with connect.postgres(stack, "db").connect() as conn:  # the template is gone
-        conn.execute(f'alter database "{p.prepared.template}" is_template false')  # type: ignore[attr-defined]
-        conn.execute(f'drop database "{p.prepared.template}"')  # type: ignore[attr-defined]
-    with pytest.raises(RecipeError, match="reset step on service 'db'"):
+    pg = p.prepared
+    assert isinstance(pg, sql_dump.Prepared)
+    pg.wait()  # the background job making the next ready copy
+    assert pg.ready is not None
+    with connect.postgres(stack, "db").connect() as conn:  # a trial opening the ready copy changes its row
+        conn.execute(f'alter database "{pg.ready[0]}" with allow_connections true')
+    with pytest.raises(RecipeError, match=r"reset step on service 'db'.*was changed"):
         p.reset()

@@ -1,0 +1,436 @@
+"""Warm stacks (``forge run --stacks warm``): each worker keeps a stack up for the whole run and resets it
+in place between trials, instead of a fresh ``up``/``down`` per trial.
+
+Isolation on a warm stack, per service label:
+
+* ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/seeds/<kind>``:
+  a template-database clone, a redis keyspace RESTORE, a pristine-tree copy), then **verified**: the
+  recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
+  right after the first seeding. Any difference, or any reset error, and the stack is torn down and a fresh
+  one provisioned in its place (the trial records why): a trial never starts on state nobody proved clean.
+* ``ephemeral`` (and unlabelled) — killed when a trial ends (after its logs were captured), so nothing of
+  theirs runs on while the reset services are reset; recreated for the next trial (``up --no-deps
+  --force-recreate --renew-anon-volumes``, in ``depends_on`` waves); named volumes only ephemeral services
+  mount are removed with them. Ready when the container's own healthcheck command, run by us through
+  ``docker exec``, first passes (compose's ``--wait`` sees health only at the healthcheck's interval).
+* ``shared`` — up for the whole run, never touched between trials (it must tolerate its reset
+  dependencies being reset under it, e.g. reconnect per request).
+
+Stacks are keyed by environment (tasks with the same services share stacks), at most ``workers`` at once;
+an idle stack of another environment is torn down to make room. Every warm stack is registered in
+``LiveStacks`` for its whole life, so Ctrl-C tears it down like a fresh one; ``close`` (the run's end)
+tears down the rest. Labels, the reaper and ``--resume`` see ordinary forge stacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgelib import labels as lab
+from forgelib.compose import ComposeProject, labels_override, project_name
+from forgelib.errors import ForgeError, Interrupted
+from forgelib.provision import (
+    DEFAULT_LOG_TAIL,
+    PhaseCallback,
+    ProvisionCache,
+    ProvisionedTrial,
+    provision_stack,
+)
+from forgelib.runner import Runner
+from forgelib.seeds.base import fingerprint_diff
+from forgelib.signals import LiveStacks
+from forgelib.spec.models import EnvironmentManifest, Isolation, Project, Task, Timeouts
+
+log = logging.getLogger("forgelib.warm")
+
+PROBE_INTERVAL = 0.05  # seconds between two runs of a recreated container's healthcheck command
+
+
+class DirtyStack(ForgeError):
+    """A warm stack could not be proven clean (reset error or fingerprint difference)."""
+
+
+@dataclass
+class _Stack:
+    trial: ProvisionedTrial  # as provisioned (compose, resolved config, prepared seeds)
+    key: str
+    waves: list[list[str]]  # ephemeral services, in depends_on order
+    renew: list[str]  # named volumes only ephemeral services mount (removed with them)
+    reuse: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    gone: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.trial.name
+
+    @property
+    def compose(self) -> ComposeProject:
+        return self.trial.compose
+
+    @property
+    def ephemeral(self) -> list[str]:
+        return [s for wave in self.waves for s in wave]
+
+
+def environment_key(env: EnvironmentManifest) -> str:
+    """Stacks are interchangeable between tasks whose environments are equal (files, labels, bindings)."""
+    doc = {
+        "files": [str(f) for f in env.compose_files],
+        "services": {
+            n: [
+                s.isolation.value,
+                s.reset.seed if s.reset else None,
+                dict(s.reset.options) if s.reset else {},
+            ]
+            for n, s in sorted(env.services.items())
+        },
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+class WarmPool:
+    """The warm stacks of one run. ``acquire`` hands a trial a clean stack; ``release`` takes it back."""
+
+    def __init__(
+        self,
+        project: Project,
+        timeouts: Timeouts,
+        runner: Runner,
+        *,
+        workers: int = 1,
+        cache: ProvisionCache | None = None,
+        log_tail_lines: int = DEFAULT_LOG_TAIL,
+        stacks: LiveStacks | None = None,
+        stopping: Callable[[], bool] = lambda: False,
+        profiles: Sequence[str] = (),
+    ) -> None:
+        self.project = project
+        self.timeouts = timeouts
+        self.runner = runner
+        self.workers = max(1, workers)
+        self.cache = cache if cache is not None else ProvisionCache()
+        self.log_tail_lines = log_tail_lines
+        self.stacks = stacks
+        self.stopping = stopping
+        self.profiles = tuple(profiles)
+        self._lock = threading.Lock()
+        self._all: dict[str, _Stack] = {}  # name -> stack, idle or in use
+        self._idle: list[_Stack] = []
+        self._count = 0
+
+    # ------------------------------------------------------------------------------------------ acquire
+
+    def acquire(
+        self,
+        task: Task,
+        *,
+        run_id: str,
+        trial_dir: Path,
+        on_phase: PhaseCallback | None = None,
+    ) -> ProvisionedTrial:
+        """A clean stack of ``task``'s environment: an idle one reset, verified and with its ephemeral
+        services recreated, else (none idle, or it could not be proven clean) a freshly provisioned one.
+        Raises ``ProvisionError`` like ``provision_trial`` (nothing left behind)."""
+        env = task.environment
+        key = environment_key(env)
+        evict: _Stack | None = None
+        with self._lock:
+            stack = next((s for s in self._idle if s.key == key), None)
+            if stack is not None:
+                self._idle.remove(stack)
+            elif len(self._all) >= self.workers and self._idle:
+                evict = self._idle.pop(0)  # room for this environment: the oldest idle stack of another
+        if evict is not None:
+            self._destroy(evict)
+        replaced: str | None = None
+        if stack is not None:
+            try:
+                timings = self._recycle(stack, on_phase)
+            except (ForgeError, OSError) as e:
+                if isinstance(e, Interrupted) or self.stopping():
+                    self._destroy(stack, graceful=False)
+                    raise
+                replaced = str(e)
+                log.warning("warm stack %s replaced: %s", stack.name, replaced)
+                self._destroy(stack)
+            else:
+                stack.reuse += 1
+                return self._handle(stack, trial_dir, timings, None)
+        stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
+        return self._handle(stack, trial_dir, dict(stack.trial.timings), replaced)
+
+    def _handle(
+        self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
+    ) -> ProvisionedTrial:
+        info = {"mode": "warm", "name": stack.name, "reuse": stack.reuse, "replaced": replaced}
+        return dataclasses.replace(stack.trial, trial_dir=trial_dir, timings=dict(timings), stack=info)
+
+    def _provision(
+        self,
+        task: Task,
+        env: EnvironmentManifest,
+        key: str,
+        run_id: str,
+        trial_dir: Path,
+        on_phase: PhaseCallback | None,
+    ) -> _Stack:
+        with self._lock:
+            n = self._count
+            self._count += 1
+        tag = f"warm{key[:6]}"
+        name = project_name(self.project.name, run_id, tag, n)
+        # Registered before the first `up`: Ctrl-C mid-provisioning is covered by provisioning's own
+        # clean-up, and from here on by this registration.
+        trial = provision_stack(
+            self.project,
+            env,
+            name=name,
+            labels=lab.run_labels(run_id, lab.trial_label(tag, n)),
+            trial_dir=trial_dir,
+            timeouts=self.timeouts,
+            runner=self.runner,
+            cache=self.cache,
+            on_phase=on_phase,
+            log_tail_lines=self.log_tail_lines,
+            profiles=self.profiles,
+            warm=True,
+        )
+        images = [str(s.get("image", "")) for s in (trial.config.get("services") or {}).values()]
+        declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
+        stack = _Stack(trial, key, *_ephemeral_plan(trial, declared))
+        with self._lock:
+            self._all[name] = stack
+        if self.stacks is not None:
+            try:
+                self.stacks.add(_live_name(name), lambda graceful: self._destroy(stack, graceful=graceful))
+            except Interrupted:
+                self._destroy(stack, graceful=False)
+                raise
+        return stack
+
+    def _recycle(self, stack: _Stack, on_phase: PhaseCallback | None) -> dict[str, float]:
+        """Reset, verify, recreate: the timings of each step (``reset:<svc>``, ``fingerprint:<svc>``,
+        ``recreate``, ``ready``). Raises ``DirtyStack``/``ForgeError`` unless the stack is provably clean."""
+        timings: dict[str, float] = {}
+
+        def timed(phase: str, step: Callable[[], object]) -> object:
+            t0 = time.monotonic()
+            try:
+                return step()
+            finally:
+                timings[phase] = time.monotonic() - t0
+                if on_phase is not None:
+                    on_phase(phase, timings[phase])
+
+        for p in stack.trial.prepared:
+            timed(f"reset:{p.ctx.service}", p.reset)
+        for p in stack.trial.prepared:
+            now = timed(f"fingerprint:{p.ctx.service}", p.fingerprint)
+            differ = fingerprint_diff(p.baseline, now)  # type: ignore[arg-type]
+            if differ:
+                raise DirtyStack(
+                    f"service {p.ctx.service!r} changed beyond its reset's reach ({', '.join(differ)} "
+                    "differ from the first seeding)"
+                )
+        for wave in stack.waves:
+            timed("recreate", functools.partial(self._recreate, stack, wave))
+            timed("ready", functools.partial(self._ready, stack, wave))
+        return timings
+
+    # ------------------------------------------------------------------------------------------ release
+
+    def release(self, trial: ProvisionedTrial, *, graceful: bool = True) -> float:
+        """The trial is over: kill its ephemeral services (nothing of theirs may run on into the next
+        reset) and put the stack back; during a stop, or when that fails, tear it down instead."""
+        t0 = time.monotonic()
+        with self._lock:
+            stack = self._all.get(trial.name)
+        if stack is None or stack.gone:
+            return 0.0
+        if self.stopping() or not graceful:
+            self._destroy(stack, graceful=graceful)
+            return time.monotonic() - t0
+        try:
+            if stack.ephemeral:
+                stack.compose.run(["kill", *stack.ephemeral])
+            if stack.renew:
+                stack.compose.run(["rm", "--force", *stack.ephemeral])
+                self.runner.run(["docker", "volume", "rm", *stack.renew], timeout=self.timeouts.command)
+        except ForgeError as e:
+            log.warning("warm stack %s could not be released (%s); tearing it down", stack.name, e)
+            self._destroy(stack)
+            return time.monotonic() - t0
+        with self._lock:
+            if not stack.gone:
+                self._idle.append(stack)
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        """Tear every warm stack down (the run is over, however it ended)."""
+        with self._lock:
+            stacks = list(self._all.values())
+        errors = []
+        for s in stacks:
+            try:
+                self._destroy(s, raise_errors=True)
+            except ForgeError as e:
+                errors.append(f"{s.name}: {e}")
+        if errors:
+            raise ForgeError("tearing down warm stacks failed:\n" + "\n".join(errors))
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._all)
+
+    def _destroy(self, stack: _Stack, *, graceful: bool = True, raise_errors: bool = False) -> None:
+        with stack.lock:
+            if stack.gone:
+                return
+            try:
+                stack.compose.down(stop_timeout=None if graceful else 0)
+            except ForgeError as e:
+                log.warning("tearing down warm stack %s failed: %s", stack.name, e)
+                if raise_errors:
+                    raise
+                return  # still registered: the run's end (or Ctrl-C's sweep) tries again
+            stack.gone = True
+        with self._lock:
+            self._all.pop(stack.name, None)
+            with contextlib.suppress(ValueError):
+                self._idle.remove(stack)
+        if self.stacks is not None:
+            self.stacks.discard(_live_name(stack.name))
+
+    # ---------------------------------------------------------------------------------------- readiness
+
+    def _recreate(self, stack: _Stack, services: Sequence[str]) -> None:
+        stack.compose.up(services, wait=False, no_deps=True, force_recreate=True)
+
+    def _ready(self, stack: _Stack, services: Sequence[str]) -> None:
+        """Wait until each recreated container is ready, in parallel: running, and its healthcheck command
+        (the one Docker would run, read from the container) passes once when run through ``docker exec``."""
+        # Compose names a service's (single) container <project>-<service>-1: inspect those directly and ask
+        # `compose ps` only when one is not found (one call fewer on every trial).
+        rows = {s: f"{stack.name}-{s}-1" for s in services}
+        res = self.runner.run(
+            ["docker", "inspect", *rows.values()], timeout=self.timeouts.command, check=False
+        )
+        if res.rc != 0:
+            rows = {
+                str(r.get("Service")): str(r.get("ID") or r.get("Name")) for r in stack.compose.ps(services)
+            }
+            missing = [s for s in services if s not in rows]
+            if missing:
+                raise ForgeError(f"recreated service(s) {', '.join(missing)} have no container")
+            res = self.runner.run(["docker", "inspect", *rows.values()], timeout=self.timeouts.command)
+        info = [i for i in json.loads(res.stdout or "[]") if isinstance(i, dict)]
+
+        def inspected(ref: str) -> Mapping[str, Any]:  # ps gives a short id (or a name), inspect the full one
+            found = (i for i in info if str(i.get("Id", "")).startswith(ref) or i.get("Name") == f"/{ref}")
+            return next(found, {})
+
+        with ThreadPoolExecutor(max_workers=len(rows)) as pool:
+            futures = [pool.submit(self._probe, stack, svc, ref, inspected(ref)) for svc, ref in rows.items()]
+            for f in futures:
+                f.result()
+
+    def _probe(self, stack: _Stack, service: str, cid: str, info: Mapping[str, Any]) -> None:
+        argv, per_probe = _health_argv(info)
+        deadline = time.monotonic() + self.timeouts.compose_up
+        tries = 0
+        while True:
+            state = info.get("State") or {}
+            if tries % 10 == 0 and tries:
+                state = _state(self.runner, cid, self.timeouts.command)
+            if state and state.get("Status") not in ("running", "created"):
+                tail = stack.compose.log_tail(service, 20)
+                raise ForgeError(f"recreated service {service!r} is {state.get('Status')}:\n{tail}")
+            if argv is None:
+                return  # no healthcheck: running is ready, as for `up --wait`
+            r = self.runner.run(["docker", "exec", cid, *argv], timeout=per_probe, check=False)
+            if r.rc == 0:
+                return
+            tries += 1
+            if time.monotonic() >= deadline:
+                raise ForgeError(
+                    f"recreated service {service!r} not healthy within {self.timeouts.compose_up:g}s "
+                    f"(its healthcheck said: {(r.stdout + r.stderr).strip()[-300:] or r.rc})"
+                )
+            time.sleep(PROBE_INTERVAL)
+
+
+def _live_name(name: str) -> str:
+    return f"{name} (warm)"
+
+
+def _state(runner: Runner, cid: str, timeout: float) -> dict[str, Any]:
+    out = runner.run(["docker", "inspect", "--format", "{{json .State}}", cid], timeout=timeout, check=False)
+    try:
+        state = json.loads(out.stdout or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _health_argv(info: Mapping[str, Any]) -> tuple[list[str] | None, float]:
+    """The container's healthcheck as an argv for ``docker exec`` (None: it has none), and its timeout."""
+    hc = (info.get("Config") or {}).get("Healthcheck") or {}
+    test = hc.get("Test") or []
+    per_probe = (hc.get("Timeout") or 30_000_000_000) / 1e9
+    if not test or test[0] == "NONE":
+        return None, per_probe
+    if test[0] == "CMD":
+        return [str(a) for a in test[1:]], per_probe
+    if test[0] == "CMD-SHELL":
+        return ["/bin/sh", "-c", str(test[1])], per_probe
+    return None, per_probe
+
+
+def _ephemeral_plan(
+    trial: ProvisionedTrial, image_volumes: Mapping[str, Sequence[str]]
+) -> tuple[list[list[str]], list[str]]:
+    """The ephemeral (and unlabelled) services in ``depends_on`` waves, and the named volumes only they
+    mount (their full engine names), the override's volumes for image-declared VOLUMEs included."""
+    services: Mapping[str, Any] = trial.config.get("services") or {}
+    env = trial.environment
+    keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
+    eph = [n for n in services if n not in keep]
+    waves: list[list[str]] = []
+    placed: set[str] = set()
+    while len(placed) < len(eph):
+        wave = [
+            s
+            for s in eph
+            if s not in placed
+            and all(d in placed or d not in eph for d in (services[s].get("depends_on") or {}))
+        ]
+        if not wave:  # a cycle compose itself would refuse: one wave, compose orders it
+            wave = [s for s in eph if s not in placed]
+        waves.append(wave)
+        placed.update(wave)
+    users: dict[str, set[str]] = {}
+    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
+    for n, svc in services.items():
+        for m in [*(svc.get("volumes") or []), *((added.get(n) or {}).get("volumes") or [])]:
+            if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
+                users.setdefault(str(m["source"]), set()).add(n)
+    declared: Mapping[str, Any] = trial.config.get("volumes") or {}
+    renew = [
+        str((declared.get(v) or {}).get("name") or f"{trial.name}_{v}")
+        for v, who in sorted(users.items())
+        if who <= set(eph) and not (declared.get(v) or {}).get("external")
+    ]
+    return waves, renew
