@@ -199,8 +199,11 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
             if _xmin(conn, copy) != made:
                 raise ctx.fail("reset", f"the ready copy {copy!r} was changed or removed since it was made")
             if conn.execute("select 1 from pg_database where datname = %s", (p.database,)).fetchone():
-                # No new sessions, then end the open ones (superusers included), then rename it away.
-                conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(db))
+                # No new sessions, then end the open ones (superusers included), then rename it away; not
+                # a template (a trial may have made it one), so the background job can drop it.
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false ALLOW_CONNECTIONS false").format(db)
+                )
                 _drain(conn, p.database)
                 conn.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(db, sql.Identifier(trash)))
                 p._trash = trash

@@ -1,0 +1,75 @@
+"""The contamination suite: ``forge run --stacks warm --repeats 4`` on tests/fixtures/contamination.
+
+Each trial's oracle first records everything it observes (postgres rows, schema, tables, databases and
+roles; every redis index's keys and values, a config value and the ACL users; the workspace tree with
+modes and hashes, dotfiles included; stray background processes), then vandalises all of it and leaves a
+background process writing into the workspace. ``within_reach`` only does what the in-place resets undo;
+``beyond_reach`` also creates a role, a database and a redis ACL user, which no in-place reset undoes.
+
+Every trial must observe exactly what the first (freshly provisioned) trial observed. The within-reach
+trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a replaced
+stack, the fingerprint naming what differed. Nothing is left on the engine afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forgelib import labels as lab
+from forgelib.run.cli import main_run
+from forgelib.runner import SubprocessRunner
+
+pytestmark = pytest.mark.integration
+
+CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "contamination" / "run_configs" / "warm.yaml"
+
+
+def _trial(run_dir: Path, task: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    d = run_dir / "trials" / task / str(index)
+    return yaml.safe_load((d / "trial.yaml").read_text()), json.loads((d / "oracle.stdout").read_text())
+
+
+def test_every_warm_trial_observes_what_the_first_fresh_one_did(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    rc = main_run(str(CONFIG), output=str(tmp_path), as_json=True)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    try:
+        assert rc == 0, (run_dir / "summary.json").read_text()
+        first_trial, first = _trial(run_dir, "within_reach", 0)
+        assert first["t_rows"] == [["seeded"]] and first["redis"] and first["tree"]
+        assert first_trial["stack"]["reuse"] == 0 and first_trial["stack"]["replaced"] is None
+        assert "recipe:db" in first_trial["timings"]
+
+        stacks = []
+        for task in ("within_reach", "beyond_reach"):
+            for i in range(4):
+                trial, observed = _trial(run_dir, task, i)
+                assert observed == first, f"{task}[{i}] observed something the first trial did not"
+                stacks.append(trial["stack"])
+                if trial["stack"]["reuse"]:
+                    # reset in place: every reset service restored, then verified
+                    assert {"reset:db", "reset:cache", "reset:ws", "fingerprint:db"} <= set(trial["timings"])
+
+        # within_reach[1..3] and beyond_reach[0] reuse the first stack, reset in place each time ...
+        assert [s["reuse"] for s in stacks[:5]] == [0, 1, 2, 3, 4], stacks
+        assert all(s["name"] == stacks[0]["name"] and s["replaced"] is None for s in stacks[:5]), stacks
+        # ... and after each beyond-reach trial the fingerprint catches the role and the database (the
+        # redis ACL user too, unless postgres's difference already condemned the stack): a new stack.
+        for s in stacks[5:]:
+            assert s["reuse"] == 0 and "changed beyond its reset's reach" in s["replaced"], s
+            assert "roles" in s["replaced"] and "databases" in s["replaced"], s
+        assert len({s["name"] for s in stacks}) == 4
+
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stacks"] == {"mode": "warm", "replaced": 3}
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        assert sum(e["kind"] == "stack_replaced" for e in events) == 3
+    finally:
+        left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
+        assert lab.is_empty(left), f"leaked: {left}"

@@ -1,0 +1,90 @@
+"""Warm-stack planning without an engine: which services are recreated, in what order, which volumes go
+with them, how a recreated container's readiness is probed, and how `--stacks` is read. (The resets,
+fingerprints and the pool itself: tests/integration/test_warm_*.py, on the real engine.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgelib.errors import UsageError
+from forgelib.provision import ProvisionedTrial
+from forgelib.run.cli import main_run
+from forgelib.seeds.base import fingerprint_diff, fingerprint_part
+from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
+from forgelib.warm import _ephemeral_plan, _health_argv, environment_key
+
+
+def _trial(
+    services: dict[str, Any], labels: dict[str, Isolation], volumes: dict[str, Any]
+) -> ProvisionedTrial:
+    env = EnvironmentManifest(
+        (Path("/x/compose.yaml"),),
+        {n: Service(n, labels.get(n, Isolation.EPHEMERAL)) for n in services},
+    )
+    config = {"services": services, "volumes": volumes}
+    return ProvisionedTrial("p1", env, None, {}, {}, Path("/t"), config=config)  # type: ignore[arg-type]
+
+
+def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volumes_along() -> None:
+    vol = {"type": "volume"}
+    services = {
+        "db": {"volumes": [{**vol, "source": "data", "target": "/d"}]},
+        "api": {"depends_on": {"db": {}}, "volumes": [{**vol, "source": "shared", "target": "/s"}]},
+        "worker": {
+            "depends_on": {"api": {}, "db": {}},
+            "volumes": [{**vol, "source": "scratch", "target": "/x"}],
+        },
+        "runner": {"volumes": [{**vol, "source": "shared", "target": "/s"}], "image": "img"},
+    }
+    trial = _trial(
+        services,
+        {"db": Isolation.RESET, "api": Isolation.EPHEMERAL},
+        {"data": {}, "shared": {}, "scratch": {}},
+    )
+    waves, renew = _ephemeral_plan(trial, {"img": ("/var/lib/img",)})
+    # db is reset (not recreated); worker waits for api; runner has no ephemeral dependency.
+    assert waves == [["api", "runner"], ["worker"]]
+    # scratch and shared are mounted by ephemeral services only; data also by the reset db; the image's
+    # declared VOLUME gets the override's named volume, renewed with its container.
+    assert renew == ["p1_forge-image-vol-runner-0", "p1_scratch", "p1_shared"]
+
+
+def test_shared_services_are_never_recreated() -> None:
+    trial = _trial({"api": {}, "runner": {}}, {"api": Isolation.SHARED}, {})
+    assert _ephemeral_plan(trial, {}) == ([["runner"]], [])
+
+
+def test_health_argv_is_what_docker_would_run() -> None:
+    hc = {"Timeout": 3_000_000_000}
+    assert _health_argv({"Config": {"Healthcheck": {**hc, "Test": ["CMD", "test", "-d", "/w"]}}}) == (
+        ["test", "-d", "/w"],
+        3.0,
+    )
+    shell = _health_argv({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f x || exit 1"]}}})
+    assert shell == (["/bin/sh", "-c", "curl -f x || exit 1"], 30.0)
+    assert _health_argv({"Config": {"Healthcheck": {"Test": ["NONE"]}}})[0] is None
+    assert _health_argv({"Config": {}})[0] is None
+
+
+def test_environment_key_separates_environments_that_differ_in_labels_or_bindings() -> None:
+    f = (Path("/x/c.yaml"),)
+    a = EnvironmentManifest(f, {"db": Service("db", Isolation.RESET, ResetBinding("s"))})
+    b = EnvironmentManifest(f, {"db": Service("db", Isolation.EPHEMERAL)})
+    c = EnvironmentManifest(f, {"db": Service("db", Isolation.RESET, ResetBinding("s", {"user": "u"}))})
+    assert environment_key(a) == environment_key(EnvironmentManifest(f, dict(a.services)))
+    assert len({environment_key(e) for e in (a, b, c)}) == 3
+
+
+def test_fingerprint_diff_names_the_parts_that_differ() -> None:
+    base = {"roles": fingerprint_part([("app",)]), "databases": fingerprint_part([("app", True)])}
+    assert fingerprint_diff(base, dict(base)) == []
+    now = {**base, "roles": fingerprint_part([("app",), ("intruder",)]), "extra": "x"}
+    assert fingerprint_diff(base, now) == ["extra", "roles"]
+
+
+def test_unknown_stack_mode_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="--stacks must be one of fresh, warm"):
+        main_run("whatever.yaml", stacks="tepid")
