@@ -214,6 +214,7 @@ def run_forge(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     sample_every: float = 0.05,
+    extra: Sequence[str] = (),
 ) -> ForgeRun:
     """``python -m forgelib run --config CONFIG --repeats N [--workers W] --json --output DIR`` as a child.
 
@@ -225,7 +226,7 @@ def run_forge(
     argv = [*FORGE_ARGV, "run", "--config", str(config), "--repeats", str(repeats)]
     if workers:
         argv += ["--workers", str(workers)]
-    argv += ["--json", "--output", str(output)]
+    argv += [*extra, "--json", "--output", str(output)]  # extra: e.g. ["--stacks", "warm"]
     limit = timeout if timeout is not None else FORGE_TIMEOUT_PER_TRIAL * max(repeats, 1)
     out_f = (workdir / "stdout.txt").open("w+b")
     err_f = (workdir / "stderr.txt").open("w+b")

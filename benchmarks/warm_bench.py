@@ -1,0 +1,122 @@
+"""Warm stacks against fresh ones: the same 8 trials of each reference pack with ``--stacks warm`` and with
+``--stacks fresh``, at ``--workers 1`` and ``--workers 4``, alternating in one run. Reports per-trial wall
+(the run's wall ÷ its trials) warm ÷ fresh (target ≤ 0.2), the in-place reset step's median per reset service
+(target ≤ 0.1 s for postgres and redis, ≤ 0.2 s for the endpoint pack's tree), and where a reused warm
+trial's time goes (median of each phase).
+
+Size: ``FORGE_BENCH_WARM_TRIALS`` (8) / ``--trials``, ``FORGE_BENCH_WARM_WORKERS`` ("1,4") / ``--workers``,
+``FORGE_BENCH_WARM_PACKS`` (all three) / ``--packs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.phases_bench import (
+    REPO,
+    ForgeRun,
+    busy_now,
+    env_int,
+    leftovers,
+    loadavg,
+    median,
+    ratio,
+    report,
+    run_forge,
+    trial_timings,
+)
+
+NAME = "warm"
+TARGET = 0.2
+PACKS = {
+    "postgres": REPO / "examples/multi_service_postgres_reset/run_configs/dev.yaml",
+    "cache": REPO / "examples/multi_service_cache_debug/run_configs/dev.yaml",
+    "endpoint": REPO / "examples/multi_service_endpoint_add/run_configs/dev.yaml",
+}
+RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
+# Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
+WARM_PHASES = ("reset", "fingerprint", "recreate", "ready", "oracle", "grading", "record", "teardown")
+
+
+def _run(config: Path, mode: str, trials: int, workers: int, root: Path) -> ForgeRun:
+    work = Path(tempfile.mkdtemp(prefix=f"{mode}-w{workers}-", dir=root))
+    run = run_forge(config, repeats=trials, workers=workers, workdir=work, extra=["--stacks", mode])
+    if run.rc != 0 or run.passed() != trials:
+        raise SystemExit(f"{config} --stacks {mode} --workers {workers}: {run.describe_failure()}")
+    left = leftovers(run.run_id)
+    if left:
+        raise SystemExit(f"{run.run_id} left {left}")
+    return run
+
+
+def _phase_medians(run: ForgeRun) -> dict[str, float]:
+    """Median seconds of each phase over the trials that reused a stack (reset:<svc> etc. summed by kind)."""
+    per: dict[str, list[float]] = {}
+    for t in run.trials():
+        if not (t.get("stack") or {}).get("reuse"):
+            continue
+        sums: dict[str, float] = {}
+        for name, secs in trial_timings(t).items():
+            kind = name.split(":", 1)[0]
+            if kind in WARM_PHASES:
+                sums[kind] = sums.get(kind, 0.0) + secs
+            if kind in ("reset", "fingerprint"):
+                sums[name] = secs
+        for k, v in sums.items():
+            per.setdefault(k, []).append(v)
+    return {k: round(median(v), 3) for k, v in sorted(per.items())}
+
+
+def main(argv: Sequence[str]) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
+    ap.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_WARM_TRIALS", 8))
+    ap.add_argument("--workers", default=os.environ.get("FORGE_BENCH_WARM_WORKERS", "1,4"))
+    ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_WARM_PACKS", ",".join(PACKS)))
+    args = ap.parse_args(list(argv))
+    workers = [int(w) for w in args.workers.split(",") if w]
+    packs = [p for p in args.packs.split(",") if p]
+    busy = busy_now()
+    root = Path(tempfile.mkdtemp(prefix="forge-bench-warm-"))
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    try:
+        for pack in packs:
+            for w in workers:
+                # Fresh first, then warm: the same images, the same machine minutes apart.
+                fresh = _run(PACKS[pack], "fresh", args.trials, w, root)
+                warm = _run(PACKS[pack], "warm", args.trials, w, root)
+                per_fresh, per_warm = fresh.wall / args.trials, warm.wall / args.trials
+                phases = _phase_medians(warm)
+                resets = {k: v for k, v in phases.items() if k.startswith("reset:")}
+                ok = ratio(per_warm, per_fresh) <= TARGET
+                reset_ok = all(v <= RESET_TARGET[pack] for v in resets.values())
+                rows.append(
+                    {
+                        "pack": pack,
+                        "workers": w,
+                        "fresh_s_per_trial": round(per_fresh, 2),
+                        "warm_s_per_trial": round(per_warm, 2),
+                        "warm/fresh": round(ratio(per_warm, per_fresh), 3),
+                        "target": f"<= {TARGET} {'OK' if ok else 'MISSED'}",
+                        "reset_median_s": resets,
+                        "reset_target": f"<= {RESET_TARGET[pack]} {'OK' if reset_ok else 'MISSED'}",
+                        "replaced": (warm.summary.get("stacks") or {}).get("replaced"),
+                        "reused_trial_phase_medians_s": phases,
+                    }
+                )
+                print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    notes.append(f"cores busy in the 2 s before: {busy:.2f}; load average {loadavg()}")
+    return report(NAME, rows, meta={"trials": args.trials, "workers": workers, "packs": packs}, notes=notes)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
