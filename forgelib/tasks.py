@@ -146,7 +146,7 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
         "action": "ls | prune | verify",
         "all": "prune: every golden",
         "older_than": "prune: goldens taken more than DAYS days ago",
-        "unused": "prune: goldens no trial can restore any more (their image is gone, or another format)",
+        "unused": "prune: goldens no trial can restore (no tag names their image, or another format)",
         "json": "print the result as JSON",
     },
 )

@@ -19,8 +19,8 @@ USAGE = """usage: forge snapshots ls [--json]
        forge snapshots verify [--json]
 
 ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use
-prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (their image is gone from
-        the engine, or their format is not this forgelib's: no trial can ever restore them); discarded
+prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (no tag names their image
+        any more, or their format is not this forgelib's: no trial can ever restore them); discarded
         (untagged) goldens always go; a golden a container is using stays
 verify  check every golden can be restored: its format, its image, and its data (every entry readable);
         a golden that fails is discarded, so no trial restores it (exit 1)"""
@@ -177,15 +177,20 @@ def select(
         if g.format != str(FORMAT_VERSION):
             return f"snapshot format {g.format}, this forgelib restores format {FORMAT_VERSION}"
         if g.part("image_id") not in present:
-            return f"its image {g.part('image_id')[:19]} is no longer on the engine"
+            return f"no tag names its image {g.part('image_id')[:19]} any more"
     return None
 
 
 def _present_images(runner: Runner, ids: set[str]) -> set[str]:
+    """The ids among ``ids`` that some tag still names. A golden keeps its base image's layers alive, so
+    the id alone always exists; once no tag names it (a newer build took the tag, or it was removed), no
+    compose file resolves to it and its goldens can never be restored again."""
     if not ids:
         return set()
-    res = runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", *sorted(ids)], check=False)
-    return {line.strip() for line in res.stdout.splitlines() if line.strip()}
+    argv = ["docker", "image", "inspect", "--format", "{{.Id}} {{len .RepoTags}}", *sorted(ids)]
+    res = runner.run(argv, check=False)
+    rows = (line.split() for line in res.stdout.splitlines())
+    return {r[0] for r in rows if len(r) == 2 and r[1] != "0"}
 
 
 # ----------------------------------------------------------------------------------------------- verify
@@ -212,7 +217,7 @@ def check(runner: Runner, g: store.Golden, present: set[str]) -> str | None:
     if g.format != str(FORMAT_VERSION):
         return f"snapshot format {g.format}, this forgelib restores format {FORMAT_VERSION}"
     if g.part("image_id") not in present:
-        return f"its image {g.part('image_id')[:19]} is no longer on the engine"
+        return f"no tag names its image {g.part('image_id')[:19]} any more"
     path, expected = g.part("path"), g.part("entries")
     # `find` prints one line per entry and fails on anything unreadable; run as root, without the
     # image's entrypoint, removed afterwards, labelled like every container of ours.

@@ -108,7 +108,7 @@ def test_prune_selects_by_option_and_always_takes_discarded_ones() -> None:
     assert cli.select(old, **{**kw, "older_than": 7}) is not None
     assert cli.select(new, **{**kw, "older_than": 7}) is None
     assert cli.select(new, **{**kw, "unused": True}) is None  # its image is here, its format current
-    assert "no longer on the engine" in str(cli.select(new, **{**kw, "unused": True, "present": set()}))
+    assert "no tag names its image" in str(cli.select(new, **{**kw, "unused": True, "present": set()}))
     assert "format" in str(cli.select(_golden(now, fmt="0"), **{**kw, "unused": True}))
     assert cli.select(_golden(now, tagged=False), **kw) == "discarded (untagged)"
 

@@ -1,0 +1,230 @@
+"""Golden snapshots on the real engine: taken once and restored after; any change to what determines the
+bytes (image, seed, init file, format version) takes a new golden and never restores the old one; a
+corrupt golden is discarded and the trial passes the normal way; ls / verify / prune on real goldens;
+Ctrl-C while a golden is written leaves nothing a later run would restore; two workers take it once."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.stacks import PG, make_project, provision
+
+from forgelib.provision import ProvisionedTrial, teardown_trial
+from forgelib.runner import SubprocessRunner
+from forgelib.seeds import sql_dump
+from forgelib.snapshots import key, store
+from forgelib.spec.models import Project, SeedKind
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _goldens(runner: SubprocessRunner, project: str) -> list[store.Golden]:
+    return [g for g in store.list_goldens(runner) if g.part("project") == project]
+
+
+@pytest.fixture
+def name(runner: SubprocessRunner) -> Iterator[str]:
+    """A project name of its own; every golden taken under it is removed afterwards."""
+    n = f"gold{secrets.token_hex(3)}"
+    yield n
+    for g in _goldens(runner, n):
+        store.remove(runner, g, force_untag=True)
+    assert not _goldens(runner, n)
+
+
+def _project(
+    root: Path, name: str, *, image: str = "forgelib/postgres:15", seed: str = "baseline"
+) -> Project:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "seed.sql").write_text(f"update t set v = '{seed}';\n")
+    init = root / "init.sql"
+    if not init.exists():
+        init.write_text("create table t (v text); insert into t values ('factory');\n")
+    db = {**PG, "image": image, "volumes": [f"{init}:/docker-entrypoint-initdb.d/init.sql:ro"]}
+    return make_project(
+        root, {"db": db}, seeds={"s": (root / "seed.sql", SeedKind.SQL_DUMP)}, reset={"db": "s"}, name=name
+    )
+
+
+def _trial(
+    project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int
+) -> tuple[dict[str, Any], str]:
+    """Provision with snapshots, read the seeded row, tear down: (what the golden did, the row)."""
+    t: ProvisionedTrial = provision(project, run_id, tmp_path, runner, idx, snapshots=True)
+    try:
+        row = t.compose.exec(
+            "db", ["psql", "-U", "postgres", "-Atc", "select v from t"], timeout=30
+        ).stdout.strip()
+        return dict(t.snapshots["db"]), row
+    finally:
+        teardown_trial(t)
+
+
+def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "p"
+    first, row = _trial(_project(root, name), run_id, tmp_path, runner, 0)
+    assert (first["outcome"], row) == ("captured", "baseline")
+    again, row = _trial(_project(root, name), run_id, tmp_path, runner, 1)
+    assert (again, row) == ({"outcome": "restored", "golden": first["golden"]}, "baseline")
+    seen = {first["golden"]}
+
+    def changed(project: Project, idx: int, expect_row: str = "baseline") -> None:
+        rec, row = _trial(project, run_id, tmp_path, runner, idx)
+        assert rec["outcome"] == "captured" and rec["golden"] not in seen, rec  # never the old golden
+        assert row == expect_row
+        seen.add(rec["golden"])
+
+    changed(_project(root, name, seed="other"), 2, "other")  # the seed
+    (root / "init.sql").write_text("create table t (v text, w int); insert into t values ('factory', 1);\n")
+    changed(_project(root, name), 3)  # an init file's content
+    monkeypatch.setattr(key, "FORMAT_VERSION", key.FORMAT_VERSION + 1)
+    changed(_project(root, name), 4)  # forgelib's snapshot format
+    monkeypatch.undo()
+    # the image: a second tag of the stand-in with one changed file
+    tag = f"forgelib-test/postgres-golden:{secrets.token_hex(3)}"
+    img = tmp_path / "image"
+    img.mkdir()
+    (img / "marker").write_text("changed\n")
+    (img / "Dockerfile").write_text("FROM forgelib/postgres:15\nCOPY marker /etc/forge-golden-test\n")
+    runner.run(["docker", "build", "-q", "-t", tag, str(img)], timeout=300, env={"DOCKER_BUILDKIT": "0"})
+    try:
+        changed(_project(root, name, image=tag), 5)
+        assert len(_goldens(runner, name)) == 5
+
+        # ls / verify / prune on these real goldens
+        ls = _forge("snapshots", "ls", "--json")
+        mine = [r for r in json.loads(ls.stdout) if r["project"] == name]
+        assert {r["key"][:12] for r in mine} == seen and all(r["complete"] and r["bytes"] > 0 for r in mine)
+        assert {r["seed"] for r in mine} == {"s"} and {r["kind"] for r in mine} == {"sql_dump"}
+        verify = json.loads(_forge("snapshots", "verify", "--json").stdout)
+        assert {r["key"][:12]: r["action"] for r in verify if r["key"][:12] in seen} == dict.fromkeys(
+            seen, "ok"
+        )
+        older = json.loads(_forge("snapshots", "prune", "--older-than", "1000", "--json").stdout)
+        assert not [r for r in older if r["key"][:12] in seen]
+    finally:
+        runner.run(["docker", "image", "rm", tag], timeout=120, check=False)
+    # the second tag is gone: its golden can never be restored again, so --unused takes exactly it
+    pruned = json.loads(_forge("snapshots", "prune", "--unused", "--json").stdout)
+    assert [r["action"] for r in pruned if r["key"][:12] in seen] == ["removed"]
+    assert len(_goldens(runner, name)) == 4
+
+
+def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str
+) -> None:
+    root = tmp_path / "p"
+    project = _project(root, name)
+    first, _ = _trial(project, run_id, tmp_path, runner, 0)
+    (golden,) = _goldens(runner, name)
+    path = golden.part("path")
+    # Replace the golden under its own tag with one whose pg_control is truncated (the archive cut short):
+    # postgres cannot start from it.
+    ctx = tmp_path / "corrupt"
+    ctx.mkdir()
+    (ctx / "pg_control").write_bytes(b"")
+    (ctx / "Dockerfile").write_text(f"FROM {golden.id}\nADD pg_control {path}/global/pg_control\n")
+    runner.run(
+        ["docker", "build", "-q", "-t", store.tag_of(golden.key), str(ctx)],
+        timeout=300,
+        env={"DOCKER_BUILDKIT": "0"},
+    )
+    rec, row = _trial(project, run_id, tmp_path, runner, 1)
+    assert row == "baseline"  # the trial went on, seeded the normal way
+    assert (
+        rec["discarded"]["golden"] == first["golden"]
+        and "did not start from the golden" in rec["discarded"]["reason"]
+    )
+    # A golden that starts but restores other state than it was taken from: its fingerprint says so.
+    runner.run(["docker", "image", "rm", "--force", golden.id], timeout=120, check=False)
+    _trial(project, run_id, tmp_path, runner, 2)  # captures afresh (the bad one went with the discard)
+    (golden,) = [g for g in _goldens(runner, name) if g.complete]
+    fp = json.loads(golden.labels[store.STATE])
+    fp["seeded_rows"] = "0" * 64
+    (ctx / "Dockerfile").write_text(
+        f"FROM {golden.id}\nLABEL {json.dumps(store.STATE)}={json.dumps(json.dumps(fp))}\n"
+    )
+    runner.run(
+        ["docker", "build", "-q", "-t", store.tag_of(golden.key), str(ctx)],
+        timeout=300,
+        env={"DOCKER_BUILDKIT": "0"},
+    )
+    rec, row = _trial(project, run_id, tmp_path, runner, 3)
+    assert row == "baseline" and "fingerprint parts differ: seeded_rows" in rec["discarded"]["reason"]
+    assert not [g for g in _goldens(runner, name) if g.complete]  # discarded: no trial restores it again
+
+
+def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_once(
+    tmp_path: Path, runner: SubprocessRunner, name: str
+) -> None:
+    state = Path(os.environ["XDG_STATE_HOME"]) / "forgelib" / "goldens"
+    pack = tmp_path / "pack"
+    subprocess.run(["cp", "-r", str(REPO / "tests/fixtures/run_project"), str(pack)], check=True)
+    yaml_path = pack / "project.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("name: run_project", f"name: {name}"))
+    cfg = pack / "run_configs" / "dev.yaml"
+    before = set(state.glob("build-*")) if state.is_dir() else set()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--snapshots", "--repeats", "1",
+         "--output", str(tmp_path / "runs")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # The capture's build directory appears once the seeded service is stopped for the copy.
+        deadline = time.monotonic() + 240
+        while not (set(state.glob("build-*")) - before) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the capture never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert not (set(state.glob("build-*")) - before)  # the host side of the capture is gone
+    assert _goldens(runner, name) == []  # nothing tagged, nothing labelled left behind
+    # A later run takes the golden afresh, once, though two workers need it at the same moment.
+    res = subprocess.run(
+        [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--snapshots", "--repeats", "2",
+         "--workers", "2", "--output", str(tmp_path / "runs2")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    outcomes = sorted(_snapshot_outcomes(tmp_path / "runs2"))
+    assert outcomes == ["captured", "restored"], outcomes
+    assert len(_goldens(runner, name)) == 1
+
+
+def _snapshot_outcomes(runs: Path) -> list[str]:
+    import yaml
+
+    out = []
+    for f in runs.glob("*/trials/*/*/trial.yaml"):
+        out.append(yaml.safe_load(f.read_text())["snapshots"]["app-db"]["outcome"])
+    return out
+
+
+def _forge(*args: str) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        [sys.executable, "-m", "forgelib", *args], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_the_seed_kinds_with_goldens_name_their_recipe_version() -> None:
+    assert isinstance(sql_dump.RECIPE_VERSION, int) and sql_dump.SUPPORTS_GOLDEN
