@@ -427,6 +427,22 @@ class ComposeProject:
             secrets=secrets,
         )
 
+    def container(self, service: str) -> str:
+        """The name of ``service``'s (first) container: compose v2 names it ``<project>-<service>-1`` (the
+        override drops any ``container_name``)."""
+        return f"{self.name}-{service}-1"
+
+    def exec_fast(
+        self, service: str, argv: Sequence[str], *, timeout: float | None = None, check: bool = True
+    ) -> Result:
+        """``docker exec`` straight into the service's container: ~0.1 s less than ``compose exec`` (no
+        compose CLI start, no project load). For the per-trial hot path of warm stacks."""
+        return self.runner.run(
+            ["docker", "exec", self.container(service), *argv],
+            timeout=self.timeouts.command if timeout is None else timeout,
+            check=check,
+        )
+
     def build(self, services: Sequence[str], *, timeout: float | None = None) -> Result:
         return self.run(build_argv(services), timeout=timeout)
 

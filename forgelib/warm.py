@@ -265,9 +265,13 @@ class WarmPool:
             return time.monotonic() - t0
         try:
             if stack.ephemeral:
-                stack.compose.run(["kill", *stack.ephemeral])
+                # Killed and removed at once (with their anonymous volumes), by plain docker: no compose
+                # start-up on every trial. A container already gone is fine; anything else, compose tries.
+                names = [stack.compose.container(svc) for svc in stack.ephemeral]
+                rm = ["docker", "rm", "--force", "--volumes", *names]
+                if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
+                    stack.compose.run(["rm", "--stop", "--force", "--volumes", *stack.ephemeral])
             if stack.renew:
-                stack.compose.run(["rm", "--force", *stack.ephemeral])
                 self.runner.run(["docker", "volume", "rm", *stack.renew], timeout=self.timeouts.command)
         except ForgeError as e:
             log.warning("warm stack %s could not be released (%s); tearing it down", stack.name, e)
@@ -322,9 +326,8 @@ class WarmPool:
     def _ready(self, stack: _Stack, services: Sequence[str]) -> None:
         """Wait until each recreated container is ready, in parallel: running, and its healthcheck command
         (the one Docker would run, read from the container) passes once when run through ``docker exec``."""
-        # Compose names a service's (single) container <project>-<service>-1: inspect those directly and ask
-        # `compose ps` only when one is not found (one call fewer on every trial).
-        rows = {s: f"{stack.name}-{s}-1" for s in services}
+        # Inspect the containers by name (ComposeProject.container); `compose ps` only when one is not found.
+        rows = {s: stack.compose.container(s) for s in services}
         res = self.runner.run(
             ["docker", "inspect", *rows.values()], timeout=self.timeouts.command, check=False
         )

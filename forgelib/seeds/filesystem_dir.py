@@ -138,6 +138,11 @@ _PREPARE_SH = 'rm -rf "$2" && mkdir -p "$2" && cp -a "$1/." "$2/"'
 # mode, owner, group, size, type, link target and path of every entry, the target itself included
 # (NUL-free: a name holding a newline would only shift lines, which still changes the digest).
 _LISTING_FORMAT = "%m %U %G %s %y %l\\t%P\\n"
+_SEPARATOR = "--forge-pristine--\n"
+# The target's listing, a separator line, the pristine copy's listing (nothing when it does not exist yet).
+_FINGERPRINT_SH = (
+    'find "$1" -printf "$3" && echo --forge-pristine-- && { [ ! -d "$2" ] || find "$2" -printf "$3"; }'
+)
 
 
 def pristine_dir(digest: str) -> str:
@@ -159,29 +164,28 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     target = target_dir(ctx).rstrip("/")
     try:
         argv = ["sh", "-c", _RESET_SH, "forge-reset", target, str(prepared)]
-        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
+        ctx.compose.exec_fast(ctx.service, argv, timeout=ctx.timeouts.recipe)
     except CommandError as e:
         raise ctx.fail("reset", f"could not restore {target} from {prepared}: {e}") from e
 
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
     """The target's listing digest (every entry's path, type, mode, owner, size, link target; the target
-    directory itself included), and the same of the pristine copy when there is one. File contents are not
-    hashed (that is the fresh ``apply``'s verify, and costs a read of the tree): a reset rewrites every file
-    from the pristine copy, which lives in the reset service's own container, outside the target."""
+    directory itself included), and the same of the pristine copy (``(absent)`` before ``prepare``). File
+    contents are not hashed (that is the fresh ``apply``'s verify, and costs a read of the tree): a reset
+    rewrites every file from the pristine copy, which lives in the reset service's own container, outside
+    the target. One ``docker exec`` for both listings."""
     target = target_dir(ctx).rstrip("/")
-    paths = [target]
-    if ctx.seed.digest:
-        paths.append(pristine_dir(ctx.seed.digest))
-    out: Fingerprint = {}
-    for name, path in zip(("tree", "pristine"), paths, strict=False):
-        r = ctx.compose.exec(
-            ctx.service, ["find", path, "-printf", _LISTING_FORMAT], timeout=ctx.timeouts.recipe, check=False
-        )
-        if r.rc != 0 and name == "tree":
-            raise ctx.fail("fingerprint", f"could not list {path}: {r.stderr.strip()}")
-        out[name] = fingerprint_part(sorted(r.stdout.splitlines()) if r.rc == 0 else ["(absent)"])
-    return out
+    pristine = pristine_dir(ctx.seed.digest)
+    argv = ["sh", "-c", _FINGERPRINT_SH, "forge-fingerprint", target, pristine, _LISTING_FORMAT]
+    r = ctx.compose.exec_fast(ctx.service, argv, timeout=ctx.timeouts.recipe, check=False)
+    tree, sep, copy = r.stdout.partition(_SEPARATOR)
+    if r.rc != 0 or not sep:
+        raise ctx.fail("fingerprint", f"could not list {target}: {r.stderr.strip() or r.rc}")
+    return {
+        "tree": fingerprint_part(sorted(tree.splitlines())),
+        "pristine": fingerprint_part(sorted(copy.splitlines()) or ["(absent)"]),
+    }
 
 
 RECIPE_VERSION = 1
