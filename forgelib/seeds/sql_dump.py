@@ -6,9 +6,12 @@ and the dump goes to stdin straight from the file, so its size never matters.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -52,12 +55,178 @@ def argv(user: str, database: str) -> list[str]:
 
 def apply(ctx: ApplyContext) -> None:
     user, database = credentials(ctx)
+    header = read_header(ctx.seed.path)
+    if header.needs_preflight:
+        preflight(ctx, header, service_versions(ctx, user, database))
+    tool = "pg_restore" if header.custom else "psql"
+    cmd = restore_argv(user, database) if header.custom else argv(user, database)
     try:
-        ctx.compose.exec(ctx.service, argv(user, database), stdin=ctx.seed.path, timeout=ctx.timeouts.recipe)
+        ctx.compose.exec(ctx.service, cmd, stdin=ctx.seed.path, timeout=ctx.timeouts.recipe)
     except CommandError as e:
         # The dump goes in on stdin, so the argv cannot show which file failed: name it (the error itself
-        # carries psql's rc and stderr).
-        raise ctx.fail("psql", f"seed file {ctx.seed.path} (on psql's stdin): {e}") from e
+        # carries the tool's rc and stderr).
+        raise ctx.fail(tool, f"seed file {ctx.seed.path} (on {tool}'s stdin): {e}") from e
+
+
+def restore_argv(user: str, database: str) -> list[str]:
+    """A custom-format archive (``pg_dump -Fc``) streamed on stdin; the first error stops it, as
+    ``ON_ERROR_STOP`` does for psql."""
+    return ["pg_restore", "--exit-on-error", "-U", user, "-d", database]
+
+
+# ------------------------------------------------------------------------------------- format preflight
+#
+# Like redis_dump's RDB check: read what made the dump (its header) and what the service runs, and refuse a
+# pair that cannot work before anything is applied, with both versions and the fix in one sentence.
+#
+# * pg_dump writes SQL for its own server version: an older server fails on it (pg_dump 17 emits
+#   `SET transaction_timeout`, unknown before 17), so pg_dump's major must not exceed the server's.
+# * pg_dump of the August 2025 releases brackets a plain dump in `\restrict KEY` / `\unrestrict KEY`,
+#   meta-commands only psql of those releases (or newer) knows; an older psql stops at the first one.
+# * a custom-format archive carries its format version; pg_restore refuses versions newer than its own.
+
+PGDMP = b"PGDMP"
+HEADER_BYTES = 64 * 1024  # pg_dump's header comments and \restrict come first; no need to read further
+# The first psql of each major that understands \restrict (CVE-2025-8714 fix, 2025-08-14); 18+ all do.
+RESTRICT_SINCE = {13: (13, 22), 14: (14, 19), 15: (15, 14), 16: (16, 10), 17: (17, 6)}
+# The newest custom-archive format version each pg_restore major reads (K_VERS_1_x in pg_backup_archiver.h).
+ARCHIVE_BY_RESTORE: tuple[tuple[int, tuple[int, int]], ...] = (
+    (17, (1, 16)),
+    (16, (1, 15)),
+    (12, (1, 14)),
+    (11, (1, 13)),
+    (10, (1, 12)),
+)
+
+
+@dataclass(frozen=True)
+class DumpHeader:
+    custom: bool = False  # a pg_dump -Fc archive (PGDMP magic)
+    archive_version: tuple[int, int, int] | None = None
+    dumped_by: str | None = None  # pg_dump's version ("17.6")
+    dumped_from: str | None = None  # the source server's version
+    restrict: bool = False  # a plain dump with \restrict (needs a psql that knows it)
+
+    @property
+    def needs_preflight(self) -> bool:
+        return self.custom or self.dumped_by is not None or self.restrict
+
+
+def read_header(path: Path) -> DumpHeader:
+    """What made the dump, from its first bytes (a plain SQL file without pg_dump's header: nothing)."""
+    with path.open("rb") as f:
+        head = f.read(HEADER_BYTES)
+    if head.startswith(PGDMP):
+        return _custom_header(head)
+    text = head.decode("utf-8", "replace")
+    by = re.search(r"^-- Dumped by pg_dump version (\S+)", text, re.MULTILINE)
+    source = re.search(r"^-- Dumped from database version (\S+)", text, re.MULTILINE)
+    restrict = re.search(r"^\\restrict\s+\S", text, re.MULTILINE) is not None
+    return DumpHeader(False, None, by[1] if by else None, source[1] if source else None, restrict)
+
+
+def _custom_header(head: bytes) -> DumpHeader:
+    """The archive's format version and, when the header is complete, the two version strings."""
+    version = (head[5], head[6], head[7]) if len(head) >= 8 else None
+    by = source = None
+    try:
+        int_size = head[8]
+        pos = 11  # magic(5) + version(3) + intSize + offSize + format
+        if version is not None and version[:2] >= (1, 15):
+            pos += 1  # compression algorithm
+        else:
+            pos += 1 + int_size  # compression level as an int (sign byte + intSize bytes)
+        pos += 7 * (1 + int_size)  # creation time: sec, min, hour, mday, mon, year, isdst
+
+        def string() -> str | None:
+            nonlocal pos
+            sign, raw = head[pos], head[pos + 1 : pos + 1 + int_size]
+            n = int.from_bytes(raw, "little") * (-1 if sign else 1)
+            pos += 1 + int_size
+            if n < 0:
+                return None
+            value = head[pos : pos + n].decode("utf-8", "replace")
+            pos += n
+            return value
+
+        string()  # the database name
+        source, by = string(), string()
+    except IndexError:
+        pass
+    return DumpHeader(True, version, by, source, False)
+
+
+@dataclass(frozen=True)
+class ServiceVersions:
+    server: str  # "15.14"
+    psql: str
+    pg_restore: str
+
+
+def service_versions(ctx: ApplyContext, user: str, database: str) -> ServiceVersions:
+    """The service's psql and pg_restore versions and its server's, in one exec (once per service image
+    and backend: ``ctx.memo``)."""
+    script = 'psql --version && pg_restore --version && psql -XAtq -U "$1" -d "$2" -c "show server_version"'
+    cmd = ["sh", "-c", script, "forge-versions", user, database]
+
+    def ask() -> ServiceVersions:
+        try:
+            out = ctx.compose.exec(ctx.service, cmd, timeout=ctx.timeouts.command).stdout
+        except CommandError as e:
+            raise ctx.fail("preflight", f"could not ask the service its PostgreSQL versions: {e}") from e
+        lines = [*out.strip().splitlines(), "", "", ""]
+        # "psql (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)" -> 15.14; the server: "15.14 (Debian ...)"
+        return ServiceVersions(_version_in(lines[2]), _version_in(lines[0]), _version_in(lines[1]))
+
+    return ctx.memo.get(("pg_versions", ctx.service, str(ctx.service_config.get("image") or "")), ask)
+
+
+def _version_in(line: str) -> str:
+    m = re.search(r"(?<![\w.])(\d+(?:\.\d+)?)", line)
+    return m[1] if m else ""
+
+
+def _parse(version: str | None) -> tuple[int, int]:
+    m = re.match(r"(\d+)(?:\.(\d+))?", version or "")
+    return (int(m[1]), int(m[2] or 0)) if m else (0, 0)
+
+
+def compatibility(header: DumpHeader, server: str, client: str) -> str | None:
+    """Why this dump cannot be applied with this server and client (psql, or pg_restore for an archive),
+    or None. Pure: the rules above, one sentence naming both versions and the fix."""
+    srv, cli = _parse(server), _parse(client)
+    if header.dumped_by and srv[0] and _parse(header.dumped_by)[0] > srv[0]:
+        return (
+            f"the dump was made by pg_dump {header.dumped_by}, but the service runs PostgreSQL {server}, "
+            f"which cannot load what a newer pg_dump writes: re-dump with pg_dump {srv[0]} (or older), "
+            "or use a newer image"
+        )
+    if header.restrict and cli[0]:
+        since = RESTRICT_SINCE.get(cli[0], (0, 0) if cli[0] > max(RESTRICT_SINCE) else (999, 0))
+        if cli < since:
+            need = f"{since[0]}.{since[1]}" if since[0] != 999 else "13.22"
+            return (
+                f"the dump has \\restrict lines (pg_dump {header.dumped_by or 'of August 2025 or later'}), "
+                f"which psql {client} in the service does not understand (psql {need} or newer does): "
+                "re-dump with an older pg_dump, or use a newer image"
+            )
+    if header.custom and header.archive_version and cli[0]:
+        newest = next((v for major, v in ARCHIVE_BY_RESTORE if cli[0] >= major), (1, 11))
+        if header.archive_version[:2] > newest:
+            got = ".".join(map(str, header.archive_version))
+            return (
+                f"the archive is custom format {got} (pg_dump {header.dumped_by or '?'}), but the service's "
+                f"pg_restore {client} reads formats up to {newest[0]}.{newest[1]}: re-dump with an older "
+                "pg_dump, or use a newer image"
+            )
+    return None
+
+
+def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) -> None:
+    client = versions.pg_restore if header.custom else versions.psql
+    why = compatibility(header, versions.server, client)
+    if why:
+        raise ctx.fail("preflight", f"seed {ctx.seed.name!r} ({ctx.seed.path}): {why}")
 
 
 def direct_port(service_config: Mapping[str, Any]) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from support.stacks import PG, make_project, provision
 
+from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.seeds import sql_dump
@@ -228,3 +229,62 @@ def _forge(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_seed_kinds_with_goldens_name_their_recipe_version() -> None:
     assert isinstance(sql_dump.RECIPE_VERSION, int) and sql_dump.SUPPORTS_GOLDEN
+
+
+def test_custom_format_dumps_restore_and_incompatible_dumps_are_refused_before_applying(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str
+) -> None:
+    root = tmp_path / "src"
+    src = _project(root, "pgdumpsrc")
+    t = provision(src, run_id, tmp_path, runner, 0)
+    archive = tmp_path / "seed.dump"
+    try:  # a real pg_dump -Fc archive of the seeded database, from the stand-in's own pg_dump
+        t.compose.run(
+            ["exec", "-T", "db", "pg_dump", "-Fc", "-U", "postgres", "-d", "postgres"],
+            stdout_path=archive,
+            timeout=60,
+        )
+    finally:
+        teardown_trial(t)
+    assert archive.read_bytes().startswith(b"PGDMP")
+    fresh = {**PG}  # no init file: the archive holds the table itself
+    project = make_project(
+        tmp_path / "c",
+        {"db": fresh},
+        seeds={"s": (archive, SeedKind.SQL_DUMP)},
+        reset={"db": "s"},
+        name="pgrestore",
+    )
+    t = provision(project, run_id, tmp_path, runner, 1)
+    try:
+        row = t.compose.exec(
+            "db", ["psql", "-U", "postgres", "-Atc", "select v from t"], timeout=30
+        ).stdout.strip()
+        assert row == "baseline"
+    finally:
+        teardown_trial(t)
+    # refused before anything is applied, naming both versions and the fix
+    newer = tmp_path / "newer.sql"
+    newer.write_text(
+        "--\n-- Dumped from database version 17.6\n-- Dumped by pg_dump version 17.6\n--\n"
+        "SET transaction_timeout = 0;\n"
+    )
+    future = tmp_path / "future.dump"
+    head = bytearray(archive.read_bytes())
+    head[5:8] = bytes([1, 99, 0])  # an archive format no pg_restore of today reads
+    future.write_bytes(bytes(head))
+    for seed, words in (
+        (newer, "pg_dump 17.6, but the service runs PostgreSQL 15."),
+        (future, "custom format 1.99"),
+    ):
+        bad = make_project(
+            tmp_path / seed.stem,
+            {"db": fresh},
+            seeds={"s": (seed, SeedKind.SQL_DUMP)},
+            reset={"db": "s"},
+            name="pgrefuse",
+        )
+        with pytest.raises(ProvisionError) as err:
+            provision(bad, run_id, tmp_path, runner, 2)
+        assert err.value.stage == "reset_recipe" and "preflight step" in err.value.reason
+        assert words in err.value.reason and "re-dump" in err.value.reason, err.value.reason

@@ -149,3 +149,78 @@ def test_the_key_lock_lets_one_holder_in_and_gives_up_when_stopping(
         order.append("second in")
     t.join()
     assert order == ["first in", "first out", "second in"]
+
+
+# ---------------------------------------------------------------------- sql_dump: the dump format preflight
+
+
+def _archive(version: tuple[int, int, int], by: str = "17.6", source: str = "17.6") -> bytes:
+    """The head of a pg_dump -Fc archive as pg_dump writes it (intSize 4)."""
+
+    def i(n: int) -> bytes:
+        return bytes([n < 0]) + abs(n).to_bytes(4, "little")
+
+    def s(text: str) -> bytes:
+        return i(len(text)) + text.encode()
+
+    compression = b"\x00" if version[:2] >= (1, 15) else i(-1)
+    return (
+        b"PGDMP"
+        + bytes(version)
+        + bytes([4, 8, 1])
+        + compression
+        + b"".join(i(n) for n in range(7))
+        + s("app")
+        + s(source)
+        + s(by)
+    )
+
+
+def test_the_dump_header_says_what_made_it(tmp_path: Path) -> None:
+    from forgelib.seeds.sql_dump import DumpHeader, read_header
+
+    plain = tmp_path / "plain.sql"
+    plain.write_text("create table t (a int);\n")
+    assert read_header(plain) == DumpHeader() and not read_header(plain).needs_preflight
+    dumped = tmp_path / "dumped.sql"
+    dumped.write_text(
+        "--\n-- PostgreSQL database dump\n--\n\n\\restrict AbC123\n\n"
+        "-- Dumped from database version 17.5\n-- Dumped by pg_dump version 17.6\n\nSET x = 0;\n"
+    )
+    assert read_header(dumped) == DumpHeader(False, None, "17.6", "17.5", True)
+    archive = tmp_path / "a.dump"
+    archive.write_bytes(_archive((1, 16, 0)) + b"rest of the archive")
+    assert read_header(archive) == DumpHeader(True, (1, 16, 0), "17.6", "17.6", False)
+    old = tmp_path / "old.dump"
+    old.write_bytes(_archive((1, 14, 0), by="15.4", source="15.4"))
+    assert read_header(old) == DumpHeader(True, (1, 14, 0), "15.4", "15.4", False)
+
+
+@pytest.mark.parametrize(
+    ("header", "server", "client", "problem"),
+    [
+        ({}, "15.20", "15.20", None),  # plain SQL without a header: nothing to check
+        ({"dumped_by": "15.4"}, "16.2", "16.2", None),  # an older pg_dump into a newer server is fine
+        ({"dumped_by": "17.6"}, "15.20", "15.20", "pg_dump 17.6, but the service runs PostgreSQL 15.20"),
+        ({"restrict": True, "dumped_by": "15.14"}, "15.13", "15.13", "psql 15.13 in the service"),
+        ({"restrict": True, "dumped_by": "15.14"}, "15.14", "15.14", None),
+        ({"restrict": True, "dumped_by": "16.10"}, "18.0", "18.0", None),
+        (
+            {"custom": True, "archive_version": (1, 16, 0), "dumped_by": "17.6"},
+            "17.6",
+            "15.20",
+            "reads formats up to 1.14",
+        ),
+        ({"custom": True, "archive_version": (1, 14, 0), "dumped_by": "15.4"}, "15.20", "15.20", None),
+    ],
+)
+def test_an_incompatible_dump_is_refused_naming_both_versions_and_the_fix(
+    header: dict[str, Any], server: str, client: str, problem: str | None
+) -> None:
+    from forgelib.seeds.sql_dump import DumpHeader, compatibility
+
+    why = compatibility(DumpHeader(**header), server, client)
+    if problem is None:
+        assert why is None
+    else:
+        assert why is not None and problem in why and ("re-dump" in why and "newer image" in why)
