@@ -8,8 +8,10 @@ container is needed per trial.
 
 Why an image and not a volume: ``docker build`` tags the image only once every layer is written, so a
 golden is either whole or absent — a capture cut short (Ctrl-C, SIGKILL, a full disk) leaves at most a
-build directory on the host and an untagged image, which lookups never see and ``forge reap`` removes once
-their owner is provably gone. Docker refuses to remove an image a container still uses, so ``prune`` never
+build directory on the host (removed on Ctrl-C, or by ``forge reap`` once its owner is provably gone) and
+unlabelled build cache; the labels come in the build's last step, so no half-built image looks like a
+golden. A golden discarded (or whose tag a newer capture of its key took) is untagged: lookups never see it,
+and the reaper removes it once its owner is gone and no container uses it. Docker refuses to remove an image a container still uses, so ``prune`` never
 pulls a golden from under a trial.
 
 Every golden carries ``io.forgelib.managed``, the capturing run and owner labels, and its key and key parts

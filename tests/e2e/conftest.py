@@ -131,6 +131,20 @@ def stacks(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=["fresh", "warm", "snapshots"])
+def dev_stacks(request: pytest.FixtureRequest, runner: SubprocessRunner) -> Iterator[str]:
+    """How a pack's dev run gets its stacks: fresh, warm, or fresh from golden snapshots (``--snapshots``:
+    the first trial captures the golden, the next restores it). Goldens a run took are removed after."""
+    from forgelib.snapshots import store
+
+    before = {g.id for g in store.list_goldens(runner)} if request.param == "snapshots" else set()
+    yield str(request.param)
+    if request.param == "snapshots":
+        for g in store.list_goldens(runner):
+            if g.id not in before:
+                store.remove(runner, g, force_untag=True)
+
+
 @pytest.fixture
 def forge_run(
     tmp_path: Path, runner: SubprocessRunner, docker_ready: None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.modes import stack_args
 
 pytestmark = pytest.mark.e2e
 
@@ -33,8 +34,8 @@ def _reads(note: str) -> tuple[str, ...]:
     return tuple(m.group(1) for m in found.values() if m is not None)
 
 
-def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any], stacks: str) -> None:
-    run = forge_run(PACK / "run_configs" / "dev.yaml", "--stacks", stacks)
+def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any], dev_stacks: str) -> None:
+    run = forge_run(PACK / "run_configs" / "dev.yaml", *stack_args(dev_stacks))
     assert run.rc == 0, run.explain()
     totals = run.summary["totals"]
     assert (totals["trials"], totals["passed"], totals["failed"]) == (2, 2, 0), run.explain()
@@ -59,6 +60,9 @@ def test_dev_run_passes_on_the_seeded_stale_cache(forge_run: Callable[..., Any],
         assert re.search(r"Done loading RDB, keys loaded: 2\b", redis_log), redis_log[-2000:]
         for svc in SERVICES:
             assert (t.dir / "services" / f"{svc}.log").is_file(), f"no log captured for {svc}"
+    if dev_stacks == "snapshots":  # the second trial's redis started from the first one's golden
+        outcomes = [t.trial["snapshots"]["redis"]["outcome"] for t in run.trials("diagnose_stale_order")]
+        assert outcomes[0] in ("captured", "restored") and outcomes[1] == "restored", outcomes
 
 
 def test_control_that_posts_a_status_update_fails_on_the_gate(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.modes import stack_args
 
 pytestmark = pytest.mark.e2e
 
@@ -53,8 +54,9 @@ def test_seed_reaches_runner_and_the_suite_goes_from_fail_to_pass(provision_keep
     assert _post_run_tests(testrunner)["result"] == "PASS"  # and it stays green on a re-run
 
 
-def test_dev_run_passes_with_the_marker_reading_pass(forge_run: Callable[..., Any], stacks: str) -> None:
-    run = forge_run(PACK / "run_configs" / "dev.yaml", "--stacks", stacks)
+def test_dev_run_passes_with_the_marker_reading_pass(forge_run: Callable[..., Any], dev_stacks: str) -> None:
+    # snapshots: filesystem_dir has no goldens (its apply is the copy one would be); the run still passes
+    run = forge_run(PACK / "run_configs" / "dev.yaml", *stack_args(dev_stacks))
     assert run.rc == 0, run.explain()
     totals = run.summary["totals"]
     assert (totals["trials"], totals["passed"], totals["failed"]) == (2, 2, 0), run.explain()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.modes import stack_args
 
 pytestmark = pytest.mark.e2e
 
@@ -27,9 +28,10 @@ def _recipe_timings(trial: Mapping[str, Any]) -> list[str]:
     return [k for k in trial["timings"] if k.startswith("recipe") and "app-db" in k]
 
 
-def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any], stacks: str) -> None:
-    run = forge_run(PACK / "run_configs" / "dev.yaml", "--stacks", stacks)
+def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any], dev_stacks: str) -> None:
+    run = forge_run(PACK / "run_configs" / "dev.yaml", *stack_args(dev_stacks))
     assert run.rc == 0, run.explain()
+    stacks = "fresh" if dev_stacks == "snapshots" else dev_stacks
     assert run.summary["stacks"] == {"mode": stacks, "replaced": 0}
     totals = run.summary["totals"]
     assert (totals["trials"], totals["passed"], totals["failed"]) == (2, 2, 0), run.explain()
@@ -43,6 +45,12 @@ def test_dev_run_observes_the_seeded_baseline(forge_run: Callable[..., Any], sta
         assert t.grade["score"] == 1.0
         assert t.observed(CHECK) == "baseline"
     first, second = (t.trial for t in trials)
+    if dev_stacks == "snapshots":  # app-db of the second trial started from the golden (the first took it,
+        # or found one an earlier run on this engine took): no recipe, the golden's fingerprint checked
+        outcomes = [t["snapshots"]["app-db"]["outcome"] for t in (first, second)]
+        assert outcomes[0] in ("captured", "restored") and outcomes[1] == "restored", outcomes
+        assert not _recipe_timings(second) and "golden_verify:app-db" in second["timings"], second["timings"]
+        return
     assert _recipe_timings(first), first["timings"]  # the first trial applied the seed itself
     if stacks == "fresh":  # ... and so did the second, on its own compose project
         assert _recipe_timings(second), second["timings"]
