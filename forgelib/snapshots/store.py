@@ -11,8 +11,8 @@ golden is either whole or absent — a capture cut short (Ctrl-C, SIGKILL, a ful
 build directory on the host (removed on Ctrl-C, or by ``forge reap`` once its owner is provably gone) and
 unlabelled build cache; the labels come in the build's last step, so no half-built image looks like a
 golden. A golden discarded (or whose tag a newer capture of its key took) is untagged: lookups never see it,
-and the reaper removes it once its owner is gone and no container uses it. Docker refuses to remove an image a container still uses, so ``prune`` never
-pulls a golden from under a trial.
+and the reaper removes it once its owner is gone and no container uses it. Docker refuses to remove an
+image a container still uses, so ``prune`` never pulls a golden from under a trial.
 
 Every golden carries ``io.forgelib.managed``, the capturing run and owner labels, and its key and key parts
 (``io.forgelib.golden.*``) — what ``forge snapshots ls`` shows. Two workers or processes needing the same
