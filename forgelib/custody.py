@@ -433,6 +433,10 @@ def reap(
             err = _remove(runner, r)
             if err is None:
                 o.removed.append(r.display)
+            elif r.kind == "image" and ("being used" in err or "conflict" in err):
+                # a golden some live trial was started from: never pulled from under it; next time
+                o.kept.append(f"{r.display}: in use by a container")
+                o.action = "kept" if not o.removed else o.action
             else:
                 o.errors.append(f"{r.display}: {err}")
                 o.action = "failed"

@@ -489,3 +489,15 @@ def test_a_capture_build_dir_of_a_dead_owner_is_removed_and_a_live_ones_kept(
     report = custody.reap(scripted([]), facts=facts())
     assert not dead.exists() and live.exists()
     assert [o.project for o in report.outcomes] == [f"(golden build {dead.name})"]
+
+
+def test_an_untagged_golden_still_in_use_is_kept_not_failed() -> None:
+    dead = _golden_image("sha256:used", pid="300", start="1")
+    r = scripted([], images=[dead])
+    r.expect(
+        "docker", "image", "rm", "sha256:used", exact=True, rc=1,
+        stderr="Error response from daemon: conflict: unable to delete - image is being used",
+    )  # fmt: skip
+    r.expectations.insert(0, r.expectations.pop())  # before scripted()'s catch-all removal answer
+    (o,) = custody.reap(r, facts=facts()).outcomes
+    assert o.action == "kept" and "in use" in o.kept[0] and not o.errors
