@@ -88,3 +88,18 @@ def test_fingerprint_diff_names_the_parts_that_differ() -> None:
 def test_unknown_stack_mode_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--stacks must be one of fresh, warm"):
         main_run("whatever.yaml", stacks="tepid")
+
+
+def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
+    from forgelib.run import events as ev
+
+    events = [
+        {"kind": ev.RUN_STARTED, "run_id": "r", "plan": [{"task": "t", "index": 0}]}
+        | {"settings": {"stacks": "warm"}},
+        {"kind": ev.STACK_REPLACED, "task": "t", "index": 0, "stack": "s", "reason": "roles differ"},
+    ]
+    summary = ev.summarize(ev.fold(events))
+    assert summary["stacks"] == {"mode": "warm", "replaced": 1}
+    assert summary["skipped_events"]["unknown_kinds"] == {}  # a known kind, not skipped
+    fresh = ev.summarize(ev.fold([{**events[0], "settings": {}}]))  # a run from before --stacks existed
+    assert fresh["stacks"] == {"mode": "fresh", "replaced": 0}
