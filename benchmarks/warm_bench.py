@@ -9,6 +9,11 @@
 Also the in-place reset step's median per reset service (target ≤ 0.1 s for postgres and redis, ≤ 0.2 s for
 the endpoint pack's tree), and where a reused warm trial's time goes (median of each phase).
 
+Readiness of a recreated ephemeral service (``--readiness`` rounds, default 5; 0 skips): on a kept stack of
+the postgres pack, ``up --no-deps --force-recreate --wait runner`` (compose polls health at the healthcheck
+interval) against the same ``up`` without ``--wait`` followed by forge's probe (the container's healthcheck
+command through ``docker exec`` every 50 ms), interleaved.
+
 Size: ``FORGE_BENCH_WARM_TRIALS`` (8) / ``--trials``, ``FORGE_BENCH_WARM_WORKERS`` ("1,4") / ``--workers``,
 ``FORGE_BENCH_WARM_PACKS`` (all three) / ``--packs``.
 """
@@ -16,15 +21,19 @@ Size: ``FORGE_BENCH_WARM_TRIALS`` (8) / ``--trials``, ``FORGE_BENCH_WARM_WORKERS
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.phases_bench import (
+    FORGE_ARGV,
     REPO,
     ForgeRun,
     busy_now,
@@ -37,6 +46,9 @@ from benchmarks.phases_bench import (
     run_forge,
     trial_timings,
 )
+from forgelib.images import ImageFacts
+from forgelib.runner import SubprocessRunner
+from forgelib.warm import PROBE_INTERVAL
 
 NAME = "warm"
 TARGET = 0.2
@@ -89,11 +101,57 @@ def _phase_medians(run: ForgeRun) -> dict[str, float]:
     return {k: round(median(v), 3) for k, v in sorted(per.items())}
 
 
+def _readiness(rounds: int) -> dict[str, Any]:
+    """compose ``--wait`` against forge's probe, recreating the postgres pack's runner on a kept stack."""
+    pack = PACKS["postgres"].parent.parent
+    out = subprocess.run(
+        [*FORGE_ARGV, "provision", "--project", str(pack), "--keep", "--json"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    name = json.loads(out.stdout)["name"]
+    override = Path(json.loads(out.stdout)["trial_dir"]) / "compose.forge.yaml"
+    compose = [
+        "docker",
+        "compose",
+        "--project-name",
+        name,
+        "--file",
+        str(pack / "shared/environment.compose.yaml"),
+    ]
+    compose += ["--file", str(override)]
+    env = {**os.environ, **ImageFacts().env(SubprocessRunner())}
+    up = [*compose, "up", "--detach", "--no-deps", "--force-recreate", "runner"]
+    waited, probed = [], []
+    try:
+        for _ in range(rounds):
+            t0 = time.monotonic()
+            subprocess.run([*up, "--wait"], env=env, cwd=pack, capture_output=True, check=True, timeout=300)
+            waited.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            subprocess.run(up, env=env, cwd=pack, capture_output=True, check=True, timeout=300)
+            probe = ["docker", "exec", f"{name}-runner-1", "test", "-d", "/work"]  # the runner's healthcheck
+            while subprocess.run(probe, capture_output=True, check=False, timeout=60).returncode != 0:
+                time.sleep(PROBE_INTERVAL)
+            probed.append(time.monotonic() - t0)
+    finally:
+        subprocess.run(
+            [*FORGE_ARGV, "teardown", "--name", name], capture_output=True, check=False, timeout=300
+        )
+    return {
+        "pack": "readiness (postgres runner)",
+        "compose_wait_median_s": round(median(waited), 3),
+        "up_then_probe_median_s": round(median(probed), 3),
+        "probe/wait": round(ratio(median(probed), median(waited)), 3),
+        "rounds": rounds,
+    }
+
+
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
     ap.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_WARM_TRIALS", 8))
     ap.add_argument("--workers", default=os.environ.get("FORGE_BENCH_WARM_WORKERS", "1,4"))
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_WARM_PACKS", ",".join(PACKS)))
+    ap.add_argument("--readiness", type=int, default=env_int("FORGE_BENCH_WARM_READINESS", 5))
     args = ap.parse_args(list(argv))
     workers = [int(w) for w in args.workers.split(",") if w]
     packs = [p for p in args.packs.split(",") if p]
@@ -102,6 +160,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     try:
+        if args.readiness:
+            rows.append(_readiness(args.readiness))
+            print(rows[-1], file=sys.stderr, flush=True)
         for pack in packs:
             for w in workers:
                 # Fresh first, then warm: the same images, the same machine minutes apart.

@@ -129,6 +129,8 @@ class WarmPool:
         self._lock = threading.Lock()
         self._all: dict[str, _Stack] = {}  # name -> stack, idle or in use
         self._idle: list[_Stack] = []
+        self._cond = threading.Condition(self._lock)
+        self._provisioning: dict[str, int] = {}  # environment key -> stacks being provisioned now
         self._count = 0
 
     # ------------------------------------------------------------------------------------------ acquire
@@ -146,13 +148,7 @@ class WarmPool:
         Raises ``ProvisionError`` like ``provision_trial`` (nothing left behind)."""
         env = task.environment
         key = environment_key(env)
-        evict: _Stack | None = None
-        with self._lock:
-            stack = next((s for s in self._idle if s.key == key), None)
-            if stack is not None:
-                self._idle.remove(stack)
-            elif len(self._all) >= self.workers and self._idle:
-                evict = self._idle.pop(0)  # room for this environment: the oldest idle stack of another
+        stack, evict = self._take(key)
         if evict is not None:
             self._destroy(evict)
         replaced: str | None = None
@@ -166,11 +162,45 @@ class WarmPool:
                 replaced = str(e)
                 log.warning("warm stack %s replaced: %s", stack.name, replaced)
                 self._destroy(stack)
+                with self._cond:
+                    self._provisioning[key] = self._provisioning.get(key, 0) + 1
             else:
                 stack.reuse += 1
                 return self._handle(stack, trial_dir, timings, None)
-        stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
+        try:
+            stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
+        finally:
+            with self._cond:
+                self._provisioning[key] -= 1
+                self._cond.notify_all()
         return self._handle(stack, trial_dir, dict(stack.trial.timings), replaced)
+
+    def _take(self, key: str) -> tuple[_Stack | None, _Stack | None]:
+        """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear
+        down first, or None) with a provisioning slot of ``key`` reserved; waits until one of them holds.
+
+        Stacks grow one at a time per environment: while one is being provisioned, other trials wait for it
+        or for a release. On a small machine several provisions at once cost more than queueing trials on
+        the stacks there are (a reused trial takes ~1 s, a new stack ~7 s), and a long run still grows to
+        ``workers`` stacks once the existing ones stay busy."""
+        with self._cond:
+            while True:
+                stack = next((s for s in self._idle if s.key == key), None)
+                if stack is not None:
+                    self._idle.remove(stack)
+                    return stack, None
+                if self.stopping():
+                    raise Interrupted("stopping: no warm stack handed out")
+                if not self._provisioning.get(key):
+                    evict = None
+                    if len(self._all) + sum(self._provisioning.values()) >= self.workers:
+                        evict = self._idle.pop(0) if self._idle else None  # another environment's
+                        if evict is None:
+                            self._cond.wait(timeout=0.5)
+                            continue
+                    self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                    return None, evict
+                self._cond.wait(timeout=0.5)  # woken by a release, a finished provision, a teardown
 
     def _handle(
         self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
@@ -277,9 +307,10 @@ class WarmPool:
             log.warning("warm stack %s could not be released (%s); tearing it down", stack.name, e)
             self._destroy(stack)
             return time.monotonic() - t0
-        with self._lock:
+        with self._cond:
             if not stack.gone:
                 self._idle.append(stack)
+                self._cond.notify_all()
         return time.monotonic() - t0
 
     def close(self) -> None:
@@ -311,10 +342,11 @@ class WarmPool:
                     raise
                 return  # still registered: the run's end (or Ctrl-C's sweep) tries again
             stack.gone = True
-        with self._lock:
+        with self._cond:
             self._all.pop(stack.name, None)
             with contextlib.suppress(ValueError):
                 self._idle.remove(stack)
+            self._cond.notify_all()
         if self.stacks is not None:
             self.stacks.discard(_live_name(stack.name))
 
@@ -358,6 +390,8 @@ class WarmPool:
             state = info.get("State") or {}
             if tries % 10 == 0 and tries:
                 state = _state(self.runner, cid, self.timeouts.command)
+            if argv is None and state.get("Status") == "exited" and state.get("ExitCode") == 0:
+                return  # a one-shot job (a migration, say) that finished: what `up` waits for too
             if state and state.get("Status") not in ("running", "created"):
                 tail = stack.compose.log_tail(service, 20)
                 raise ForgeError(f"recreated service {service!r} is {state.get('Status')}:\n{tail}")

@@ -1,0 +1,60 @@
+"""Ctrl-C during a warm run on the real engine: the stack being reused (registered both as the trial's and
+as the pool's) is torn down like a fresh one, the run exits 130 with the interruption on record, and
+nothing labelled with the run is left."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from forgelib import labels as lab
+from forgelib.run.events import EVENTS_FILE, read_events
+from forgelib.runner import SubprocessRunner
+
+pytestmark = pytest.mark.integration
+
+DEV = Path(__file__).resolve().parents[1] / "fixtures" / "run_project" / "run_configs" / "dev.yaml"
+
+
+def test_sigint_on_a_reused_warm_stack_removes_everything(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(DEV), "--stacks", "warm"]
+    argv += ["--repeats", "3", "--json", "--output", str(tmp_path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    run_id = ""
+    try:
+        deadline = time.monotonic() + 300
+        # Wait until trial 1 is in its oracle: it runs on the stack trial 0 left, reset in place.
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("forge: run ") and not run_id:
+                run_id = line.split()[2].rstrip(":")
+            if "write_file[1] oracle" in line:
+                break
+        else:
+            pytest.fail("trial 1 never reached its oracle:\n" + "".join(lines))
+        assert any("reset:app-db" in ln for ln in lines), "".join(lines)
+        assert not lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    kinds = [e.get("kind") for e in read_events(tmp_path / run_id / EVENTS_FILE)]
+    assert "run_interrupted" in kinds, kinds
+    left = lab.resources_with_labels(runner, {lab.RUN: run_id})
+    assert lab.is_empty(left), f"leaked: {left}"
