@@ -137,7 +137,7 @@ class TrialGoldens:
             return {}
         out: dict[str, str] = {}
         for info in found if isinstance(found, list) else []:
-            names = [*(info.get("RepoTags") or []), info.get("Id")]
+            names = [*(info.get("RepoTags") or []), *(info.get("RepoDigests") or []), info.get("Id")]
             names += [n.removesuffix(":latest") for n in names if isinstance(n, str)]
             for ref in todo:
                 if ref in names:

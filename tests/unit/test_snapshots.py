@@ -224,3 +224,28 @@ def test_an_incompatible_dump_is_refused_naming_both_versions_and_the_fix(
         assert why is None
     else:
         assert why is not None and problem in why and ("re-dump" in why and "newer image" in why)
+
+
+def test_a_restore_is_trusted_only_when_its_fingerprint_equals_the_captured_one() -> None:
+    import json
+    from types import SimpleNamespace
+
+    from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    k = key.make_key(**BASE, service_config={})
+    captured = {"roles": "r1", "seeded_rows": "s1"}
+    labels = {store.GOLDEN: "1", store.KEY: k.digest, store.STATE: json.dumps(captured)}
+    golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
+    goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
+    ctx: Any = SimpleNamespace(service="db")
+    empty: Any = SimpleNamespace(golden_fingerprint=lambda ctx: {"roles": "r1", "seeded_rows": "EMPTY"})
+    with pytest.raises(GoldenFailed, match="fingerprint parts differ: seeded_rows"):
+        goldens.verify(Plan("db", k, golden), empty, ctx)
+    same: Any = SimpleNamespace(golden_fingerprint=lambda ctx: dict(captured))
+    goldens.verify(Plan("db", k, golden), same, ctx)
+    assert goldens.records["db"] == {"outcome": "restored", "golden": k.digest[:12]}
+    unlabelled = store.Golden("sha256:g", golden.tags, {**labels, store.STATE: ""}, golden.created, 1)
+    with pytest.raises(GoldenFailed, match="no fingerprint"):
+        goldens.verify(Plan("db", k, unlabelled), same, ctx)
