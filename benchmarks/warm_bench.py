@@ -59,7 +59,9 @@ PACKS = {
 }
 RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
-WARM_PHASES = ("reset", "fingerprint", "recreate", "ready", "oracle", "grading", "record", "teardown")
+WARM_PHASES = (
+    *("reset", "fingerprint", "recreate", "ready", "oracle", "grading", "capture_logs", "record", "teardown"),
+)
 
 
 def _run(config: Path, mode: str, trials: int, workers: int, root: Path) -> ForgeRun:

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -131,6 +132,8 @@ class WarmPool:
         self._idle: list[_Stack] = []
         self._cond = threading.Condition(self._lock)
         self._provisioning: dict[str, int] = {}  # environment key -> stacks being provisioned now
+        self._freed: dict[str, float] = {}  # environment key -> when one of its stacks last came free
+        self._provision_s: dict[str, list[float]] = {}  # environment key -> seconds each provision took
         self._count = 0
 
     # ------------------------------------------------------------------------------------------ acquire
@@ -167,11 +170,15 @@ class WarmPool:
             else:
                 stack.reuse += 1
                 return self._handle(stack, trial_dir, timings, None)
+        t0 = time.monotonic()
         try:
             stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
+            with self._cond:
+                self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
         finally:
             with self._cond:
                 self._provisioning[key] -= 1
+                self._freed[key] = time.monotonic()
                 self._cond.notify_all()
         return self._handle(stack, trial_dir, dict(stack.trial.timings), replaced)
 
@@ -179,10 +186,12 @@ class WarmPool:
         """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear
         down first, or None) with a provisioning slot of ``key`` reserved; waits until one of them holds.
 
-        Stacks grow one at a time per environment: while one is being provisioned, other trials wait for it
-        or for a release. On a small machine several provisions at once cost more than queueing trials on
-        the stacks there are (a reused trial takes ~1 s, a new stack ~7 s), and a long run still grows to
-        ``workers`` stacks once the existing ones stay busy."""
+        When every stack of the environment is busy, a trial waits for a release rather than provision a
+        new stack — until it has gone as long without any stack of the environment coming free as
+        provisioning one takes (the median so far): ski rental, never worse than twice the better choice.
+        Short trials then queue on the stacks there are (a reused trial takes ~1 s, a new stack ~7 s, and
+        several provisions at once on a small machine take longer still); long ones grow the pool towards
+        ``workers`` stacks, one provisioning at a time per environment."""
         with self._cond:
             while True:
                 stack = next((s for s in self._idle if s.key == key), None)
@@ -191,16 +200,19 @@ class WarmPool:
                     return stack, None
                 if self.stopping():
                     raise Interrupted("stopping: no warm stack handed out")
-                if not self._provisioning.get(key):
+                waited = time.monotonic() - self._freed.get(key, 0.0)
+                took = self._provision_s.get(key)
+                patience = statistics.median(took) if took else 0.0
+                exists = any(s.key == key for s in self._all.values())
+                if not self._provisioning.get(key) and (not exists or waited >= patience):
                     evict = None
                     if len(self._all) + sum(self._provisioning.values()) >= self.workers:
                         evict = self._idle.pop(0) if self._idle else None  # another environment's
-                        if evict is None:
-                            self._cond.wait(timeout=0.5)
-                            continue
-                    self._provisioning[key] = self._provisioning.get(key, 0) + 1
-                    return None, evict
-                self._cond.wait(timeout=0.5)  # woken by a release, a finished provision, a teardown
+                    if evict is not None or len(self._all) + sum(self._provisioning.values()) < self.workers:
+                        self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                        return None, evict
+                # Woken by a release, a finished provision or a teardown; or to see the patience run out.
+                self._cond.wait(timeout=min(0.5, max(patience - waited, 0.05)))
 
     def _handle(
         self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
@@ -310,6 +322,7 @@ class WarmPool:
         with self._cond:
             if not stack.gone:
                 self._idle.append(stack)
+                self._freed[stack.key] = time.monotonic()
                 self._cond.notify_all()
         return time.monotonic() - t0
 

@@ -103,3 +103,51 @@ def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
     assert summary["skipped_events"]["unknown_kinds"] == {}  # a known kind, not skipped
     fresh = ev.summarize(ev.fold([{**events[0], "settings": {}}]))  # a run from before --stacks existed
     assert fresh["stacks"] == {"mode": "fresh", "replaced": 0}
+
+
+def _pool(workers: int = 4) -> Any:
+    from forgelib.testing import FakeRunner
+    from forgelib.warm import WarmPool
+
+    return WarmPool(None, None, FakeRunner(), workers=workers)  # type: ignore[arg-type]
+
+
+def _stack(name: str, key: str) -> Any:
+    from forgelib.warm import _Stack
+
+    trial = ProvisionedTrial(name, None, None, {}, {}, Path("/t"))  # type: ignore[arg-type]
+    return _Stack(trial, key, [], [])
+
+
+def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned() -> None:
+    pool = _pool()
+    s = _stack("a", "k")
+    pool._all["a"], pool._idle = s, [s]
+    assert pool._take("k") == (s, None)
+    assert pool._take("other") == (None, None) and pool._provisioning == {"other": 1}
+
+
+def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster() -> None:
+    import time as _time
+
+    from forgelib.errors import Interrupted
+
+    pool = _pool()
+    pool._all["a"] = _stack("a", "k")  # busy: not idle
+    pool._provision_s["k"] = [3600.0]  # provisioning takes an hour: better wait for the release
+    pool._freed["k"] = _time.monotonic()
+    asked = []
+    pool.stopping = lambda: bool(asked.append(1)) or len(asked) > 1  # the second look ends the wait
+    with pytest.raises(Interrupted):
+        pool._take("k")
+    assert pool._provisioning == {}  # it waited, it did not provision
+    pool.stopping = lambda: False
+    pool._freed["k"] = _time.monotonic() - 7200  # nothing came free for longer than a provision takes
+    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 1}
+
+
+def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
+    pool = _pool(workers=1)
+    other = _stack("b", "other")
+    pool._all["b"], pool._idle = other, [other]
+    assert pool._take("k") == (None, other)
