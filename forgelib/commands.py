@@ -74,8 +74,11 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
             if keep:
                 report["teardown_command"] = f"forge teardown --name {trial.name}"
             else:
-                report["timings"]["teardown"] = round(teardown_trial(trial), 3)
-                stacks.discard(trial.name)
+                t0 = time.monotonic()
+                failed = stacks.teardown(trial.name)
+                if failed is not None:
+                    raise ForgeError(f"tearing down {trial.name} failed: {failed}; `forge reap` removes it")
+                report["timings"]["teardown"] = round(time.monotonic() - t0, 3)
                 del report["trial_dir"]  # removed below
     finally:
         if not keep_dir:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from forgelib.errors import ForgeError
-from forgelib.runner import Result, Runner
+from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
 MAX_NAME = 63
@@ -332,6 +332,9 @@ class ComposeProject:
     image_env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None  # None: the first compose file's directory
     profiles: tuple[str, ...] = ()  # compose profiles to enable (the run config's `profiles`)
+    # Values redacted from every call's log line and error (the services' passwords, once the config is
+    # resolved: ``with_secrets``).
+    secrets: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not is_valid_name(self.name):
@@ -340,9 +343,24 @@ class ComposeProject:
     def with_files(self, *files: Path) -> ComposeProject:
         return dataclasses.replace(self, files=tuple(files))
 
+    def with_secrets(self, config: Mapping[str, Any]) -> ComposeProject:
+        """This project, redacting the secret-named environment values of every service in ``config``."""
+        found = set(self.secrets)
+        for svc in (config.get("services") or {}).values():
+            env = (svc or {}).get("environment")
+            found |= secret_values(env if isinstance(env, Mapping) else None)
+        return dataclasses.replace(self, secrets=frozenset(found))
+
     def run(
-        self, args: Sequence[str], *, timeout: float | None = None, check: bool = True, **kw: Any
+        self,
+        args: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        secrets: Iterable[str] = (),
+        **kw: Any,
     ) -> Result:
+        """One ``docker compose`` call, tagged with its verb (``args[0]``) so a stop can find it."""
         cwd = self.cwd or (self.files[0].parent if self.files else None)
         return self.runner.run(
             [*base_argv(self.name, self.files, self.profiles), *args],
@@ -350,6 +368,8 @@ class ComposeProject:
             env=clean_env(self.image_env),
             cwd=cwd,
             check=check,
+            secrets=(*self.secrets, *secrets),
+            tag=args[0] if args else "",
             **kw,
         )
 
@@ -477,9 +497,10 @@ class ComposeProject:
         return out
 
     def logs(self, service: str, dest: Path, *, tail: int | None = None) -> Result:
-        """The service's log tail into ``dest`` (streamed to the file, never held in memory)."""
+        """The service's last ``tail`` log lines into ``dest`` (streamed to the file, never held in memory);
+        ``tail`` None or 0: the whole log (``--tail 0`` would capture nothing)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
-        return self.run(logs_argv([service], tail=tail), stdout_path=dest, check=False)
+        return self.run(logs_argv([service], tail=tail or None), stdout_path=dest, check=False)
 
     def log_tail(self, service: str, lines: int) -> str:
         """The last ``lines`` log lines as text, for error messages (never raises: it explains a failure)."""

@@ -35,12 +35,11 @@ from forgelib.seeds.base import PreparedSeed
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GOLDEN_OVERRIDE_FILE, GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
 log = logging.getLogger("forgelib.provision")
 
 DEFAULT_TASK = "default"  # the trial label's task part when the project's own environment is provisioned
-DEFAULT_LOG_TAIL = 200
 OVERRIDE_FILE = "compose.forge.yaml"
 SERVICES_DIR = "services"
 
@@ -110,7 +109,7 @@ def provision_trial(
     timeouts: Timeouts,
     runner: Runner,
     on_phase: PhaseCallback | None = None,
-    log_tail_lines: int = DEFAULT_LOG_TAIL,
+    log_tail_lines: int = LOG_TAIL_LINES,
     keep: bool = False,
     shared: SharedStacks | None = None,
     cache: ProvisionCache | None = None,
@@ -174,7 +173,7 @@ def provision_stack(
     runner: Runner,
     cache: ProvisionCache | None = None,
     on_phase: PhaseCallback | None = None,
-    log_tail_lines: int = DEFAULT_LOG_TAIL,
+    log_tail_lines: int = LOG_TAIL_LINES,
     warm: bool = False,
     profiles: Sequence[str] = (),
     snapshots: bool = False,
@@ -228,7 +227,7 @@ class _Provisioning:
     runner: Runner
     cache: ProvisionCache
     on_phase: PhaseCallback | None = None
-    log_tail_lines: int = DEFAULT_LOG_TAIL
+    log_tail_lines: int = LOG_TAIL_LINES
     shared: bool = False
     warm: bool = False  # prepare each seed for in-place resets (forgelib.warm)
     profiles: tuple[str, ...] = ()  # compose profiles enabled (the run config's `profiles`)
@@ -369,7 +368,9 @@ class _Provisioning:
             mounts={m.service: [m.volume()] for m in bares.values()},
             environment={m.service: {m.env_var: m.path} for m in bares.values()},
         )  # fmt: skip
-        return compose.with_files(*self.env.compose_files, override), services, declared, loopback
+        # from here on, the services' passwords never reach a log line or an error
+        compose = compose.with_files(*self.env.compose_files, override).with_secrets(config)
+        return compose, services, declared, loopback
 
     def _up(
         self,

@@ -4,6 +4,10 @@ argv lists only (never a shell string), a timeout on every call, stdin streamed 
 is never read into memory), the child in its own process group so a timeout or Ctrl-C kills it and its
 children, and failures raised as ``CommandError`` with argv, rc and output tails, secrets redacted.
 
+Every child is tracked while it runs, tagged by the caller (``ComposeProject`` tags each call with its verb:
+``up``, ``exec``, ``down``...), so a stop can kill exactly the in-flight launches (``kill_tagged``) without
+guessing from /proc what they are.
+
 Built on ``subprocess`` rather than ``sh``: the seam needs a process group it can kill, stdout redirected
 to a file for large outputs (service logs), and bounded error text — all direct in ``subprocess``.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol, TypedDict, Unpack
 
 from forgelib.errors import CommandError, CommandTimeout, ProgramNotFound
 
@@ -31,6 +36,8 @@ REDACTED = "***"
 _INSTALL_HINTS = {
     "docker": "run `forge engine` (or scripts/engine.sh) to install and start Docker",
 }
+# Environment variable names whose values must never reach a log line or an error message.
+_SECRET_NAME = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|_KEY$|^KEY$|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -42,29 +49,38 @@ class Result:
     seconds: float
 
 
+class RunOptions(TypedDict, total=False):
+    """The keywords of ``Runner.run`` (``SubprocessRunner.run`` documents each): written once, here, for every
+    runner that only passes them on (the stop guard, the fake)."""
+
+    timeout: float | None
+    stdin: Path | None
+    input: str | None
+    env: Mapping[str, str | None] | None
+    cwd: Path | None
+    check: bool
+    stdout_path: Path | None
+    secrets: Iterable[str]
+    tag: str
+
+
 class Runner(Protocol):
     """What code that shells out depends on: ``SubprocessRunner``, or ``testing.FakeRunner`` in tests."""
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        stdin: Path | None = None,
-        input: str | None = None,
-        env: Mapping[str, str | None] | None = None,
-        cwd: Path | None = None,
-        check: bool = True,
-        stdout_path: Path | None = None,
-        secrets: Iterable[str] = (),
-    ) -> Result: ...
+    def run(self, argv: Sequence[str], **options: Unpack[RunOptions]) -> Result: ...
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    for s in secrets:
-        if s:
-            text = text.replace(s, REDACTED)
+    """``text`` with every whole occurrence of a secret replaced by ``***``. Whole: not inside a longer
+    name (a password ``app`` leaves the service ``app-db`` readable, but not ``PGPASSWORD=app``)."""
+    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w-]){re.escape(s)}(?![\w-])", REDACTED, text)
     return text
+
+
+def secret_values(env: Mapping[str, Any] | None) -> set[str]:
+    """The values of ``env`` whose names say they are secret (``*_PASSWORD``, ``*_TOKEN``, ``*SECRET*``)."""
+    return {str(v) for k, v in (env or {}).items() if v not in (None, "") and _SECRET_NAME.search(str(k))}
 
 
 def merged_env(overlay: Mapping[str, str | None] | None) -> dict[str, str]:
@@ -82,6 +98,12 @@ def merged_env(overlay: Mapping[str, str | None] | None) -> dict[str, str]:
 class SubprocessRunner:
     default_timeout: float = DEFAULT_TIMEOUT
     secrets: set[str] = field(default_factory=set)  # redacted from every error and log line
+    # The children running now: pid -> (process, tag). Read by ``kill_tagged`` from a signal handler, so it
+    # is only ever touched with single dict operations (atomic under the GIL), never under a lock.
+    _live: dict[int, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict, repr=False)
+    # Every ``kill_tagged`` request's tags, append-only: a child that was starting while one came in (not yet
+    # in ``_live``) checks the requests made since it started, and dies too.
+    _kills: list[frozenset[str]] = field(default_factory=list, repr=False)
 
     def run(
         self,
@@ -95,7 +117,14 @@ class SubprocessRunner:
         check: bool = True,
         stdout_path: Path | None = None,
         secrets: Iterable[str] = (),
+        tag: str = "",
     ) -> Result:
+        """Run ``argv`` to completion (or ``timeout`` seconds: then its whole process group is killed).
+
+        ``stdin``: a file streamed to it; ``input``: text; ``stdout_path``: its stdout goes to this file
+        (not into memory); ``check``: a non-zero exit raises ``CommandError``; ``secrets``: more values to
+        redact; ``tag``: what the command is (e.g. its compose verb), for ``kill_tagged``.
+        """
         argv = tuple(str(a) for a in argv)
         if not argv:
             raise ValueError("empty argv")
@@ -106,6 +135,7 @@ class SubprocessRunner:
         if shutil.which(argv[0], path=merged_env(env).get("PATH")) is None:
             raise ProgramNotFound(argv[0], _INSTALL_HINTS.get(argv[0], ""))
         limit = self.default_timeout if timeout is None else timeout
+        kills_before = len(self._kills)
         start = time.monotonic()
         log.debug("run %s (timeout %gs)", " ".join(shown), limit)
         with _open_or_none(stdin, "rb") as in_f, _open_or_none(stdout_path, "wb") as out_f:
@@ -123,6 +153,10 @@ class SubprocessRunner:
                 cwd=cwd,
                 start_new_session=True,  # our own process group: Ctrl-C reaches us, and we decide
             )
+            self._live[proc.pid] = (proc, tag)
+            if any(tag in tags for tags in self._kills[kills_before:]):  # asked to die while starting
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             try:
                 out_b, err_b = proc.communicate(
                     input=input.encode() if input is not None else None, timeout=limit
@@ -135,6 +169,8 @@ class SubprocessRunner:
             except BaseException:  # KeyboardInterrupt, SystemExit from a signal handler: never orphan a child
                 _kill(proc)
                 raise
+            finally:
+                self._live.pop(proc.pid, None)
         seconds = time.monotonic() - start
         result = Result(shown, proc.returncode, _text(out_b), _text(err_b), seconds)
         log.debug("rc=%s in %.2fs: %s", proc.returncode, seconds, " ".join(shown))
@@ -143,6 +179,25 @@ class SubprocessRunner:
                 shown, proc.returncode, redact(result.stdout, hidden), redact(result.stderr, hidden)
             )
         return result
+
+    def kill_tagged(self, tags: Iterable[str]) -> list[int]:
+        """SIGKILL the process group of every running child whose tag is in ``tags``; their pids.
+
+        Safe from a signal handler: no lock, one dict copy. Its ``run`` then sees the child die (a failed
+        command, or the group's exit) and returns or raises as usual.
+        """
+        wanted, killed = frozenset(tags), []
+        self._kills.append(wanted)
+        for pid, (proc, tag) in list(self._live.items()):
+            if tag in wanted and proc.returncode is None:  # not reaped yet: the pid is still this child's
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(pid)
+        return killed
+
+    def running(self) -> list[tuple[int, str]]:
+        """(pid, tag) of the children running now."""
+        return [(pid, tag) for pid, (_, tag) in list(self._live.items())]
 
 
 def _text(b: bytes | None) -> str:

@@ -2,9 +2,10 @@
 
 Three pieces, small on purpose:
 
-* ``LiveStacks`` — a thread-safe registry of the stacks that are up (or being brought up) right now, each
-  with its teardown callable. Register a stack *before* its first ``compose up`` (an interrupted ``up``
-  leaves containers too) and discard it after its teardown.
+* ``LiveStacks`` — the one registry of the stacks that are up right now, each with its teardown. Whoever
+  brought a stack up registers it (``add``) and tears it down through the registry (``teardown``), so a
+  stack is torn down once however many parties (the worker, the signal path's sweep) ask: a second caller
+  waits for the first, then finds it gone.
 * ``interruptible(stacks)`` — a context manager for the main thread. Inside it SIGTERM takes the same path
   as SIGINT. The first signal requests a graceful stop (``StopState.requested``; no new stack can be
   registered) and raises ``KeyboardInterrupt`` in the main thread; when that (or any exception) leaves the
@@ -13,66 +14,48 @@ Three pieces, small on purpose:
   its ``compose down``) and redoes it, and the rest, without waits (``graceful=False``: e.g.
   ``down --timeout 0``). Further signals are ignored with a note: the hurried teardown is already the
   fastest, and SIGKILL leaves labelled leftovers that ``forge reap`` (or the next ``forge run``) removes.
-* On each signal, ``kill_launches()`` SIGKILLs this process's in-flight launch commands (a worker blocked
-  in ``up --wait`` or a long oracle ``exec`` cannot otherwise be interrupted); teardown commands run on,
-  until a second signal, which kills graceful ``down``s too for the hurried sweep to redo without waits.
 * ``StopState.guard(runner)`` — a runner that, once a stop is requested, refuses to *launch* anything
-  (``compose up/run/exec/cp/start...``) but lets teardown and inspection through (``down``, ``rm``,
-  ``logs``, ``ps``, ``inspect``). Worker threads keep running after the main thread is interrupted (signals
-  reach only the main thread, and the runner's children run in their own sessions): with the guard, a
-  worker's next phase fails with ``Interrupted`` and its own failure path tears its stack down.
+  (calls tagged ``up``/``run``/``exec``/``cp``/``start``...) but lets teardown and inspection through
+  (``down``, ``rm``, ``logs``, ``ps``, ``inspect``). On each signal the guarded runner kills its in-flight
+  launches (a worker blocked in ``up --wait`` or a long oracle ``exec`` cannot otherwise be interrupted:
+  signals reach only the main thread); the second signal kills graceful ``down``s too, for the hurried
+  sweep to redo without waits. The runner knows what each child is from the tag its caller gave it
+  (``ComposeProject`` tags each call with its verb), not from /proc.
 
 How ``forge run`` (``run/execute.py``) uses it::
 
     stacks = LiveStacks()
     with interruptible(stacks) as stop:        # raises Interrupted(130) after tearing down on a signal
         runner = stop.guard(runner)
-        pool = ThreadPoolExecutor(workers)     # not `with`: its exit waits for every running trial
-        try:
-            for trial in pending:
-                if stop.requested:             # stop launching
-                    break
-                pool.submit(run_trial, ..., runner=runner, stacks=stacks)
-            ...                                # wait for futures
-        finally:
-            pool.shutdown(wait=not stop.requested, cancel_futures=True)
+        ...                                    # workers: stacks.add(name, teardown) once provisioned,
+                                               # stacks.teardown(name) in their teardown phase
 
-and in the trial / ``provision_trial``: ``stacks.add(name, lambda graceful: down(name, graceful))`` before
-the first ``up``; ``stacks.discard(name)`` after ``teardown_trial``. ``forge provision`` wraps its one
-``provision_trial`` call the same way (``--keep``: discard the stack once provisioned, so a Ctrl-C after
-that does not remove what the user asked to keep). Catch ``Interrupted`` around the block to record the
-interruption in the event log, then re-raise.
+``forge provision`` wraps its one ``provision_trial`` call the same way (``--keep``: the stack is never
+registered, so a Ctrl-C after provisioning does not remove what the user asked to keep). Catch
+``Interrupted`` around the block to record the interruption in the event log, then re-raise.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Unpack
 
 from forgelib.errors import Interrupted
-from forgelib.runner import Result, Runner
+from forgelib.runner import Result, Runner, RunOptions
 
 Teardown = Callable[[bool], object]  # called with graceful=True, or False to skip waits (down -t 0)
 
-# Verbs that start something. After a stop these are refused; everything else (down, rm, kill, stop, logs,
-# ps, inspect, port...) passes, so teardown and log capture keep working.
+# Tags (compose verbs) of commands that start something. After a stop these are refused; everything else
+# (down, rm, kill, stop, logs, ps, inspect, port...) passes, so teardown and log capture keep working.
 LAUNCH_VERBS = frozenset({"up", "run", "exec", "create", "start", "restart", "cp", "build", "pull"})
 # Teardown verbs a second signal kills too: a graceful `down` waits out each container's stop timeout.
 HURRY_VERBS = frozenset({"down", "stop"})
-# Options of `docker` and `docker compose` that take a value, to find the verb behind them.
-_VALUE_OPTIONS = frozenset(
-    {"-p", "--project-name", "-f", "--file", "--project-directory", "--env-file", "--profile", "--ansi"}
-    | {"--progress", "--parallel", "-H", "--host", "-c", "--context", "--config", "-l", "--log-level"}
-)
 
 
 @dataclass
@@ -82,22 +65,31 @@ class TeardownReport:
     hurried: bool = False  # a second signal switched to graceful=False
 
 
+@dataclass
+class _Stack:
+    teardown: Teardown
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one teardown of this stack at a time
+
+
 class LiveStacks:
     """The stacks that are up now, each with its teardown; safe to use from any thread."""
 
     def __init__(self) -> None:
         # RLock: teardown_all may be re-entered from a signal handler frame in the same (main) thread
         self._lock = threading.RLock()
-        self._stacks: dict[str, Teardown] = {}
+        self._stacks: dict[str, _Stack] = {}
         # a plain bool, set from the signal handler without taking a lock (a handler must never block)
         self.closed = False
+        self.hurried = False  # likewise: a second signal; every teardown from now on skips graceful waits
+        self.swept = TeardownReport()  # what the stop's sweeps removed or could not, for its summary
 
-    def add(self, name: str, teardown: Teardown) -> None:
-        """Register a stack before its first ``up``; after a stop request, refuse (nothing new starts)."""
+    def add(self, name: str, teardown: Teardown, *, started: bool = False) -> None:
+        """Register a stack; after a stop request, refuse (nothing new starts) — unless ``started``: it is up
+        already, and whoever brought it up tears it down next through ``teardown(name)``."""
         with self._lock:
-            if self.closed:
+            if self.closed and not started:
                 raise Interrupted(f"stop requested: not starting stack {name}")
-            self._stacks[name] = teardown
+            self._stacks[name] = _Stack(teardown)
 
     def discard(self, name: str) -> None:
         with self._lock:
@@ -107,12 +99,36 @@ class LiveStacks:
         with self._lock:
             return sorted(self._stacks)
 
-    def _next(self, skip: set[str]) -> tuple[str, Teardown] | None:
+    def teardown(self, name: str, graceful: bool = True) -> str | None:
+        """Tear ``name`` down unless someone already did; None, or why it failed.
+
+        A failure while stopping keeps the stack registered, so the stop's hurried sweep redoes it instead of
+        believing it gone (a second Ctrl-C killed its graceful ``down``); otherwise the stack is forgotten
+        (its labels let ``forge reap`` remove it later). An interrupt (``KeyboardInterrupt``) propagates and
+        leaves it registered.
+        """
         with self._lock:
-            for name in sorted(self._stacks):
-                if name not in skip:
-                    return name, self._stacks[name]
-        return None
+            entry = self._stacks.get(name)
+        if entry is None:
+            return None
+        with entry.lock:
+            graceful = graceful and not self.hurried
+            with self._lock:
+                if self._stacks.get(name) is not entry:
+                    return None  # torn down while we waited
+            try:
+                entry.teardown(graceful)
+            except Exception as e:  # noqa: BLE001 - reported to the caller, never raised past the registry
+                if not self.closed:
+                    self._forget(name, entry)
+                return str(e) or type(e).__name__
+            self._forget(name, entry)
+            return None
+
+    def _forget(self, name: str, entry: _Stack) -> None:
+        with self._lock:
+            if self._stacks.get(name) is entry:
+                del self._stacks[name]
 
     def teardown_all(self, *, graceful: bool = True) -> TeardownReport:
         """Tear down every live stack (and any registered meanwhile), one at a time, in the calling thread.
@@ -122,29 +138,35 @@ class LiveStacks:
         stack stays registered until its teardown returned, so an interrupt can never lose one.
         """
         self.closed = True
+        self.hurried |= not graceful
         report = TeardownReport(hurried=not graceful)
         done: set[str] = set()
         current: str | None = None
         while True:
             try:
-                item = self._next(done)
-                if item is None:
-                    return report
-                current, teardown = item
-                try:
-                    teardown(graceful)
-                except Exception as e:  # noqa: BLE001 - one stack's failure must not leave the others up
-                    report.failed[current] = str(e).splitlines()[0] if str(e) else type(e).__name__
-                else:
+                with self._lock:
+                    todo = [n for n in sorted(self._stacks) if n not in done]
+                if not todo:
+                    break
+                current = todo[0]
+                why = self.teardown(current, graceful)
+                if why is None:
                     report.removed.append(current)
-                self.discard(current)
+                else:
+                    report.failed[current] = why.splitlines()[0]
+                    self.discard(current)
                 done.add(current)
             except KeyboardInterrupt:
                 if graceful:
-                    graceful, report.hurried = False, True  # redo `current` without waits
+                    graceful, report.hurried, self.hurried = False, True, True  # redo `current` without waits
                 elif current is not None:
                     report.failed[current] = "abandoned: interrupted again"
+                    self.discard(current)
                     done.add(current)
+        self.swept.removed.extend(report.removed)
+        self.swept.failed.update(report.failed)
+        self.swept.hurried |= report.hurried
+        return report
 
 
 class StopState:
@@ -153,6 +175,8 @@ class StopState:
     def __init__(self) -> None:
         self.signals = 0  # plain int: the handler (main thread) is its only writer
         self.signal_name = ""
+        # ``kill_tagged`` of each runner ``guard`` wrapped (a SubprocessRunner): their launches die on a stop
+        self._killers: list[Callable[[Iterable[str]], list[int]]] = []
 
     @property
     def requested(self) -> bool:
@@ -162,9 +186,13 @@ class StopState:
     def hurry(self) -> bool:
         return self.signals > 1
 
-    def request(self, name: str = "SIGINT") -> None:
+    def request(self, name: str = "SIGINT") -> list[int]:
+        """Record a stop and kill the guarded runners' in-flight launches (and, from the second on, their
+        graceful ``down``s); the pids killed. Called from the signal handler: no locks."""
         self.signals += 1
         self.signal_name = self.signal_name or name
+        tags = LAUNCH_VERBS | HURRY_VERBS if self.hurry else LAUNCH_VERBS
+        return [pid for kill in list(self._killers) for pid in kill(tags)]
 
     def check(self) -> None:
         """Raise ``Interrupted`` if a stop was requested (for worker threads, between phases)."""
@@ -172,26 +200,10 @@ class StopState:
             raise Interrupted(f"stop requested ({self.signal_name})")
 
     def guard(self, runner: Runner) -> Runner:
+        kill = getattr(runner, "kill_tagged", None)
+        if kill is not None:
+            self._killers.append(kill)
         return StopAwareRunner(runner, self)
-
-
-def command_verb(argv: Sequence[str]) -> str | None:
-    """The verb of a ``docker`` / ``docker compose`` command line (``up``, ``exec``, ``rm``...), else None."""
-    if not argv or Path(argv[0]).name != "docker":
-        return None
-    args = list(argv[1:])
-    if args[:1] == ["compose"]:
-        args = args[1:]
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in _VALUE_OPTIONS:
-            i += 2
-        elif a.startswith("-"):
-            i += 1
-        else:
-            return a
-    return None
 
 
 @dataclass
@@ -201,64 +213,11 @@ class StopAwareRunner:
     inner: Runner
     state: StopState
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        stdin: Path | None = None,
-        input: str | None = None,
-        env: Mapping[str, str | None] | None = None,
-        cwd: Path | None = None,
-        check: bool = True,
-        stdout_path: Path | None = None,
-        secrets: Iterable[str] = (),
-    ) -> Result:
-        if self.state.requested and command_verb(argv) in LAUNCH_VERBS:
-            raise Interrupted(
-                f"stop requested ({self.state.signal_name}): not running `{command_verb(argv)}`"
-            )
-        return self.inner.run(
-            argv,
-            timeout=timeout,
-            stdin=stdin,
-            input=input,
-            env=env,
-            cwd=cwd,
-            check=check,
-            stdout_path=stdout_path,
-            secrets=secrets,
-        )
-
-
-def kill_launches(verbs: frozenset[str] = LAUNCH_VERBS, proc: Path = Path("/proc")) -> list[int]:
-    """SIGKILL every in-flight *launch* command of this process (``compose up``, ``exec``, ``cp``...).
-
-    Signals reach only the main thread; a worker thread blocked in ``up --wait`` on a never-healthy
-    service or in a long oracle ``exec`` would otherwise hold the run for its whole timeout. The runner
-    starts every child as a session leader (pgid == pid), so its whole group is killed; the worker sees a
-    failed command and its own failure path tears the stack down (``down`` is not a launch, so it is never
-    killed here, nor refused by the guard). Reads /proc; elsewhere it does nothing.
-    """
-    me, killed = os.getpid(), list[int]()
-    try:
-        entries = [e for e in proc.iterdir() if e.name.isdigit()]
-    except OSError:
-        return killed
-    for entry in entries:
-        try:
-            stat = (entry / "stat").read_text()
-            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-        except OSError:  # exited meanwhile, or not ours to read
-            continue
-        rest = stat.rpartition(")")[2].split()  # fields 3.. : state, ppid, pgrp
-        if len(rest) < 3 or int(rest[1]) != me or int(rest[2]) != int(entry.name):
-            continue
-        if command_verb(argv) in verbs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-    return killed
+    def run(self, argv: Sequence[str], **options: Unpack[RunOptions]) -> Result:
+        tag = options.get("tag", "")
+        if self.state.requested and tag in LAUNCH_VERBS:
+            raise Interrupted(f"stop requested ({self.state.signal_name}): not running `{tag}`")
+        return self.inner.run(argv, **options)
 
 
 def _note(text: str) -> None:
@@ -275,13 +234,11 @@ def interruptible(stacks: LiveStacks) -> Iterator[StopState]:
     state = StopState()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        # Only plain assignments here: the handler runs between two bytecodes of the main thread, which
-        # may hold any lock at that moment.
+        # Only plain assignments and lock-free kills here: the handler runs between two bytecodes of the
+        # main thread, which may hold any lock at that moment.
         state.request(signal.Signals(signum).name)
         stacks.closed = True
-        # In-flight up/exec/cp of worker threads. On the second signal also their graceful `down`s: the
-        # stack stays registered, and the hurried sweep redoes it without waits (`down --timeout 0`).
-        kill_launches(LAUNCH_VERBS | HURRY_VERBS if state.hurry else LAUNCH_VERBS)
+        stacks.hurried = stacks.hurried or state.hurry
         if state.signals == 1:
             _note(f"{state.signal_name}: stopping; tearing down live stacks (again to skip graceful waits)")
             raise KeyboardInterrupt
@@ -300,10 +257,10 @@ def interruptible(stacks: LiveStacks) -> Iterator[StopState]:
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt) and not state.requested:
                 state.request("SIGINT")  # a KeyboardInterrupt raised without our handler (not main thread)
-            report = stacks.teardown_all(graceful=not state.hurry)
+            stacks.teardown_all(graceful=not state.hurry)
             if not isinstance(e, KeyboardInterrupt | Interrupted):
                 raise  # a bug or a user error: stacks are down, the original error is what matters
-            raise Interrupted(_summary(state, report)) from None
+            raise Interrupted(_summary(state, stacks.swept)) from None
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -319,12 +276,4 @@ def _summary(state: StopState, report: TeardownReport) -> str:
     return "; ".join(parts)
 
 
-__all__ = [
-    "LiveStacks",
-    "StopAwareRunner",
-    "StopState",
-    "TeardownReport",
-    "command_verb",
-    "interruptible",
-    "kill_launches",
-]
+__all__ = ["LiveStacks", "StopAwareRunner", "StopState", "TeardownReport", "interruptible"]

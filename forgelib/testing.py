@@ -5,13 +5,13 @@ Like invoke's ``MockContext``: a command the test did not script is an error, ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from forgelib.errors import CommandError
-from forgelib.runner import Result
+from forgelib.runner import Result, RunOptions
 
 
 class _Any:
@@ -35,6 +35,8 @@ class Call:
     env: Mapping[str, str | None]
     cwd: Path | None
     stdout_path: Path | None
+    tag: str = ""
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass
@@ -82,21 +84,14 @@ class FakeRunner:
         self.expectations.append(e)
         return e
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        stdin: Path | None = None,
-        input: str | None = None,
-        env: Mapping[str, str | None] | None = None,
-        cwd: Path | None = None,
-        check: bool = True,
-        stdout_path: Path | None = None,
-        secrets: Iterable[str] = (),
-    ) -> Result:
+    def run(self, argv: Sequence[str], **options: Unpack[RunOptions]) -> Result:
         argv = tuple(str(a) for a in argv)
-        call = Call(argv, timeout, stdin, input, dict(env or {}), cwd, stdout_path)
+        o = options
+        call = Call(
+            argv, o.get("timeout"), o.get("stdin"), o.get("input"), dict(o.get("env") or {}), o.get("cwd"),
+            o.get("stdout_path"), o.get("tag", ""), tuple(o.get("secrets", ())),
+        )  # fmt: skip
+        stdout_path, check = call.stdout_path, o.get("check", True)
         self.calls.append(call)
         for e in self.expectations:
             if e.matches(argv):

@@ -43,7 +43,6 @@ from forgelib import labels as lab
 from forgelib.compose import ComposeProject, labels_override, project_name
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.provision import (
-    DEFAULT_LOG_TAIL,
     PhaseCallback,
     ProvisionCache,
     ProvisionedTrial,
@@ -52,7 +51,7 @@ from forgelib.provision import (
 from forgelib.runner import Runner
 from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
-from forgelib.spec.models import EnvironmentManifest, Isolation, Project, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Isolation, Project, Task, Timeouts
 
 log = logging.getLogger("forgelib.warm")
 
@@ -113,7 +112,7 @@ class WarmPool:
         *,
         workers: int = 1,
         cache: ProvisionCache | None = None,
-        log_tail_lines: int = DEFAULT_LOG_TAIL,
+        log_tail_lines: int = LOG_TAIL_LINES,
         stacks: LiveStacks | None = None,
         stopping: Callable[[], bool] = lambda: False,
         profiles: Sequence[str] = (),

@@ -37,6 +37,7 @@ class Stack(Protocol):
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         check: bool = True,
+        secrets: Sequence[str] = (),
     ) -> Result: ...
 
     def port(self, service: str, container_port: int) -> tuple[str, int]: ...

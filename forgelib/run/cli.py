@@ -29,7 +29,7 @@ from forgelib.run.execute import RunPlan, TrialHandle, run_project
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
-from forgelib.spec.models import Project, RunConfig, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
 from forgelib.spec.validate import print_notices
 from forgelib.warm import WarmPool
 
@@ -191,7 +191,7 @@ class DockerBackend:
     project: Project
     timeouts: Timeouts
     runner: Runner
-    log_tail_lines: int = 200
+    log_tail_lines: int = LOG_TAIL_LINES
     shared: SharedStacks = field(default_factory=SharedStacks)
     cache: ProvisionCache = field(default_factory=ProvisionCache)
     profiles: tuple[str, ...] = ()  # the run config's compose profiles

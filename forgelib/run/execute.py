@@ -8,7 +8,6 @@ the in-flight workers wind down, record ``run_interrupted``, re-raise.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forgelib.engine import unreachable
-from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.errors import ForgeError, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.checks import Stack, evaluate
@@ -38,7 +37,7 @@ from forgelib.run.results import (
 )
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Task, Timeouts
 
 log = logging.getLogger("forgelib.run")
 
@@ -126,7 +125,7 @@ class Settings:
     run_dir: Path
     timeouts: Timeouts = field(default_factory=Timeouts)
     capture_logs_on_success: bool = False
-    log_tail_lines: int = 200
+    log_tail_lines: int = LOG_TAIL_LINES
     workers: int = 1
     retries: int = 0
 
@@ -178,15 +177,12 @@ class Executor:
         self.events = events
         self.s = settings
         self._progress = progress
-        # From signals.interruptible (the CLI): SIGTERM acts like Ctrl-C, a second signal hurries the
-        # teardown, and live stacks are registered there too so nothing escapes the main thread's sweep.
-        self._stacks = stacks
+        # The one registry of live stacks: from signals.interruptible (the CLI), so its sweep sees every
+        # stack a worker brought up, or our own. SIGTERM acts like Ctrl-C; a second signal hurries.
+        self._stacks = stacks if stacks is not None else LiveStacks()
         self._signal_stop = stop
         self._print_lock = threading.Lock()
         self._stop = threading.Event()
-        self._live_lock = threading.Lock()
-        self._live: dict[ev.TrialKey, TrialHandle] = {}  # provisioned, not yet torn down
-        self._teardown_locks: dict[ev.TrialKey, threading.Lock] = {}
 
     # -------------------------------------------------------------------------------------- the pool
 
@@ -217,10 +213,7 @@ class Executor:
         self.say("interrupted: no new trials; tearing down the live ones")
         self.events.append(ev.RUN_INTERRUPTED)
         # Tearing the stacks down now also ends whatever the workers are exec'ing in them.
-        with self._live_lock:
-            live = list(self._live.items())
-        for key, handle in live:
-            self._teardown_once(key, handle)
+        self._stacks.teardown_all()
         pool.shutdown(wait=True, cancel_futures=True)
 
     def stopping(self) -> bool:
@@ -304,13 +297,10 @@ class Executor:
                 reason=t.stack["replaced"],
             )  # fmt: skip
             self.say(f"{t.task.name}[{t.index}] warm stack replaced by a fresh one: {t.stack['replaced']}")
-        key = (t.task.name, t.index)
-        with self._live_lock:
-            self._live[key] = handle
-        if self._stacks is not None:
-            # A stop that came first refuses the registration: the lifecycle sends it straight to teardown.
-            with contextlib.suppress(Interrupted):
-                self._stacks.add(handle.name, lambda graceful: self._teardown_once(key, handle, graceful))
+        # Up already, so registered even after a stop: the lifecycle sends it straight to teardown.
+        self._stacks.add(
+            handle.name, lambda graceful: self.backend.teardown(handle, graceful=graceful), started=True
+        )
         t.timings.update({k: float(v) for k, v in handle.timings.items()})
         t.timings["provision"] = time.monotonic() - t0
         self._record_goldens(t, handle.snapshots)
@@ -442,7 +432,9 @@ class Executor:
         if t.handle is None:
             return Outcome.OK, None
         t0 = time.monotonic()
-        t.teardown_error = self._teardown_once((t.task.name, t.index), t.handle)
+        t.teardown_error = self._stacks.teardown(t.handle.name)
+        if t.teardown_error is not None:
+            log.warning("teardown of %s failed: %s", t.handle.name, t.teardown_error)
         seconds = time.monotonic() - t0
         t.timings["teardown"] = seconds
         if t.result is not None:
@@ -464,40 +456,6 @@ class Executor:
         Phase.CAPTURE_LOGS: _capture_logs,
         Phase.TEARDOWN: _teardown,
     }
-
-    def _teardown_once(self, key: ev.TrialKey, handle: TrialHandle, graceful: bool = True) -> str | None:
-        """Tear ``handle`` down unless someone (the Ctrl-C path or the worker) already did.
-
-        One teardown per stack at a time: a second caller (the signal path's sweep) waits for the first,
-        then sees whether the stack is gone. A teardown cut short while stopping (a second Ctrl-C kills the
-        graceful ``down``, or raises here) leaves the stack live, here and in ``LiveStacks``, so the
-        hurried sweep redoes it instead of believing it gone.
-        """
-        with self._live_lock:
-            lock = self._teardown_locks.setdefault(key, threading.Lock())
-        with lock:
-            with self._live_lock:
-                if key not in self._live:
-                    return None
-            try:
-                self.backend.teardown(handle, graceful=graceful)
-            except ForgeError as e:
-                log.warning("teardown of %s failed: %s", handle.name, e)
-                if self.stopping():
-                    return str(e)  # still live: the interruption's hurried sweep tries again
-                self._drop(key, handle)
-                return str(e)  # the stack may be up: its labels let `forge reap` remove it later
-            self._drop(key, handle)
-            return None
-
-    def _drop(self, key: ev.TrialKey, handle: TrialHandle) -> None:
-        with self._live_lock:
-            self._live.pop(key, None)
-        self._forget(handle)
-
-    def _forget(self, handle: TrialHandle) -> None:
-        if self._stacks is not None:
-            self._stacks.discard(handle.name)
 
 
 def _threshold(task: Task) -> float:
@@ -523,7 +481,7 @@ class RunPlan:
     resume: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     capture_logs_on_success: bool = False
-    log_tail_lines: int = 200
+    log_tail_lines: int = LOG_TAIL_LINES
     retries: int = 0
     project: str = ""  # recorded in run_started (where it came from), informational
     config: str = ""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.run.checks import Stack, exec_failure
+from forgelib.runner import secret_values
 from forgelib.spec.models import Oracle
 
 
@@ -55,6 +56,7 @@ def run_oracle(
             env={**(extra_env or {}), **oracle.env} or None,
             workdir=oracle.workdir,
             check=False,
+            secrets=sorted(secret_values(oracle.env)),  # `--env NAME=value` is in the argv
         )
     except CommandTimeout as e:
         res = OracleResult(

@@ -17,6 +17,7 @@ from forgelib.spec import rules, schema
 from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (
+    LOG_TAIL_LINES,
     Check,
     EnvironmentManifest,
     Grading,
@@ -468,7 +469,7 @@ def collect_run_config(
             stacks=data.get("stacks", "fresh"),
             output=(base / output).resolve() if output else proj_dir / "runs",
             capture_logs_on_success=data.get("capture_logs_on_success", False),
-            log_tail_lines=data.get("log_tail_lines", 200),
+            log_tail_lines=data.get("log_tail_lines", LOG_TAIL_LINES),
             timeouts=Timeouts(**{k: float(v) for k, v in (data.get("timeouts") or {}).items()}),
             profiles=tuple(data.get("profiles", ())),
             snapshots=data.get("snapshots", False),

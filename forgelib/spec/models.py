@@ -142,6 +142,10 @@ class Timeouts:
     command: float = 60.0  # any other single command (ps, port, logs, inspect)
 
 
+# Lines of each service's log a trial keeps (``log_tail_lines``); 0 keeps the whole log.
+LOG_TAIL_LINES = 200
+
+
 @dataclass(frozen=True)
 class RunConfig:
     path: Path
@@ -155,7 +159,7 @@ class RunConfig:
     output: Path | None = None  # default: <project>/runs
     stacks: str = "fresh"  # fresh: a stack per trial; warm: one per worker, reset in place (forgelib.warm)
     capture_logs_on_success: bool = False
-    log_tail_lines: int = 200
+    log_tail_lines: int = LOG_TAIL_LINES
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
     snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)

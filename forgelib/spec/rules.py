@@ -23,9 +23,6 @@ from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
-# Recipe options per kind come from the recipes themselves, so the two cannot drift; the schema lists their
-# union (tests/unit/test_registry.py holds the schema to it).
-RESET_OPTIONS: Mapping[SeedKind, frozenset[str]] = {kind: r.OPTIONS for kind, r in REGISTRY.items()}
 CHECK_TYPES = ("file", "sql", "redis", "http")
 _APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
 
@@ -253,7 +250,7 @@ def _check_reset(
     if seed.kind is None:
         return []
     issues = []
-    allowed = RESET_OPTIONS[seed.kind]
+    allowed = REGISTRY[seed.kind].OPTIONS  # each recipe owns its options; the schema lists their union
     for option in reset:
         if option != "seed" and option not in allowed:
             can = (

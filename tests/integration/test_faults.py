@@ -270,12 +270,18 @@ def test_hanging_recipe_times_out(docker_ready: None, runner: SubprocessRunner, 
 
 
 def _forge_run(cfg: Path) -> subprocess.Popen[str]:
+    """``forge run`` as a child, its debug log (every command it starts) next to the config."""
     return subprocess.Popen(
         [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "FORGE_LOG": str(_log(cfg))},
     )
+
+
+def _log(cfg: Path) -> Path:
+    return cfg.parent / "forge.log"
 
 
 def _wait_for(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) -> tuple[str, list[str]]:
@@ -296,9 +302,37 @@ def _wait_for(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) -
     raise AssertionError(f"never saw {pattern!r}:\n{''.join(lines)}")
 
 
-def _interrupt(runner: SubprocessRunner, proc: subprocess.Popen[str], run_id: str, run_dir: Path) -> None:
-    """SIGINT; then exit 130, the interruption on record, and nothing left with the run's labels."""
-    proc.send_signal(signal.SIGINT)
+def _started(cfg: Path, *words: str, after: int = 0) -> int:
+    """Block until the child's debug log records a command containing every one of ``words`` (the runner
+    logs each command as it starts it), past the first ``after`` lines; that line's number. A condition,
+    not a guess at how long the child takes (bounded at 180 s)."""
+    deadline = time.monotonic() + 180
+    while True:
+        lines = _log(cfg).read_text().splitlines() if _log(cfg).exists() else []
+        for i, line in enumerate(lines[after:], start=after):
+            if " run " in line and all(w in line for w in words):
+                return i + 1
+        assert time.monotonic() < deadline, f"never started a command with {words}"
+        time.sleep(0.05)
+
+
+def _downs(cfg: Path) -> list[str]:
+    """The `compose down` commands the child started, in order."""
+    return [ln for ln in _log(cfg).read_text().splitlines() if " run docker compose" in ln and " down " in ln]
+
+
+def _interrupt(
+    runner: SubprocessRunner,
+    proc: subprocess.Popen[str],
+    run_id: str,
+    run_dir: Path,
+    *,
+    signal_sent: bool = False,
+) -> str:
+    """SIGINT (unless sent already); then exit 130, the interruption on record, and nothing left with the
+    run's labels. Returns stderr."""
+    if not signal_sent:
+        proc.send_signal(signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=120)
     finally:
@@ -310,6 +344,7 @@ def _interrupt(runner: SubprocessRunner, proc: subprocess.Popen[str], run_id: st
     kinds = [e.get("kind") for e in read_events(run_dir / run_id / EVENTS_FILE)]
     assert "run_interrupted" in kinds, kinds
     assert_no_leftovers(runner, run_id)
+    return err
 
 
 @pytest.mark.parametrize("moment", ["compose_up", "recipe", "oracle"])
@@ -331,51 +366,67 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
         timeouts={**RUN_TIMEOUTS, "compose_up": 600, "recipe": 600, "oracle": 600},
     )
     proc = _forge_run(cfg)
-    marker = {"compose_up": "(recipe:db", "recipe": "(up_seeded", "oracle": "] oracle"}[moment]
-    run_id, _ = _wait_for(proc, marker)
-    time.sleep(3)  # well inside the slow phase: `up` waiting on health / psql sleeping / oracle sleeping
+    run_id, _ = _wait_for(proc, "run ")
+    # the slow command has started: `up` waiting on health / psql sleeping / the oracle sleeping
+    slow = {"compose_up": ("--no-deps", "slow"), "recipe": ("exec", "psql"), "oracle": ("exec", "sleep 600")}
+    _started(cfg, *slow[moment])
     live = resources_with_labels(runner, {RUN: run_id})
     assert live["containers"], f"nothing was up at {moment}"
     _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
 
 
-def test_second_sigint_still_removes_everything(
-    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
-) -> None:
-    cfg = make_pack(tmp_path / "p", {"db": PG}, oracle=["sh", "-c", "sleep 600"])
-    proc = _forge_run(cfg)
-    run_id, _ = _wait_for(proc, "] oracle")
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)  # inside the graceful teardown
-    try:
-        _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
-    finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left
-        custody.reap(runner, run_id=run_id)
-
-
 # A service whose teardown takes its time: PID 1 without a handler ignores SIGTERM, so `down` waits out
 # the grace period before it kills.
 STUBBORN: dict[str, Any] = {**RUNNER, "command": ["sleep", "infinity"], "stop_grace_period": "20s"}
+HURRIED = "--timeout 0"  # what a hurried `down` carries; a graceful one waits out the grace period
+
+
+def test_second_sigint_during_the_stops_teardown_hurries_it(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """Ctrl-C in the oracle starts a graceful teardown (waiting on `stubborn`); a second Ctrl-C kills that
+    `down` and redoes it without waits."""
+    cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN}, oracle=["sh", "-c", "sleep 600"])
+    proc = _forge_run(cfg)
+    run_id, _ = _wait_for(proc, "run ")
+    seen = _started(cfg, "exec", "sleep 600")
+    proc.send_signal(signal.SIGINT)
+    _started(cfg, " down ", after=seen)  # the stop's graceful teardown is under way...
+    proc.send_signal(signal.SIGINT)  # ...and the second signal hurries it
+    try:
+        err = _interrupt(runner, proc, run_id, tmp_path / "p" / "runs", signal_sent=True)
+    finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left
+        custody.reap(runner, run_id=run_id)
+    assert "skipping graceful waits" in err
+    downs = _downs(cfg)
+    assert HURRIED not in downs[0] and HURRIED in downs[-1], downs  # graceful first, then redone hurried
 
 
 @pytest.mark.parametrize("signals", [1, 2])
 def test_sigint_during_teardown(
     signals: int, docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    """One SIGINT lets the graceful teardown finish; a second kills it and redoes it without waits. Both
-    exit 130 with nothing left."""
+    """One SIGINT during the trial's own teardown lets the graceful `down` finish (no hurried one); a
+    second kills it and redoes it without waits. Both exit 130 with nothing left."""
     cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN})
     proc = _forge_run(cfg)
     run_id, _ = _wait_for(proc, "] teardown")
-    time.sleep(1)  # inside `down`, which waits on `stubborn`
+    _started(cfg, " down ")  # inside `down`, which waits on `stubborn`
+    proc.send_signal(signal.SIGINT)
     if signals == 2:
+        _wait_for(proc, "stopping; tearing down")  # the first signal was handled
         proc.send_signal(signal.SIGINT)
-        time.sleep(1)
     try:
-        _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
+        err = _interrupt(runner, proc, run_id, tmp_path / "p" / "runs", signal_sent=True)
     finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left
         custody.reap(runner, run_id=run_id)
+    downs = _downs(cfg)
+    if signals == 1:
+        assert "skipping graceful waits" not in err
+        assert len(downs) == 1 and HURRIED not in downs[0], downs  # the graceful down was left to finish
+    else:
+        assert "skipping graceful waits" in err
+        assert HURRIED not in downs[0] and HURRIED in downs[-1], downs
 
 
 # ------------------------------------------------------------------------------------ the daemon stopped

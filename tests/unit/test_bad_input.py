@@ -67,10 +67,13 @@ def write_project(root: Path, **changes: object) -> None:
     (root / "project.yaml").write_text(yaml.safe_dump(project))
 
 
-def validate(root: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def validate(root: Path, timeout: float = 120, command: str = "validate") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FORGE_LOG": str(root.parent / "forge.log")}
+    bin_dir = root.parent / "bin"
+    if bin_dir.is_dir():  # a recording `docker` first on PATH
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
-        [sys.executable, "-m", "forgelib", "validate", "--project", str(root)],
+        [sys.executable, "-m", "forgelib", command, "--project", str(root)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -251,14 +254,25 @@ def test_hostile_spec_is_a_clean_error(case: str, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     mutate, expected = CORPUS[case]
     mutate(root)
+    hostile_name = False
     for f in root.rglob("*.yaml"):  # substitute the marker path into names carrying shell metacharacters
         raw = f.read_bytes()
         if b"{marker}" in raw:
             f.write_bytes(raw.replace(b"{marker}", str(marker).encode()))
-    out = validate(root, timeout=20 if case == "billion-laughs" else 120)
+            hostile_name = True
+    # A hostile name goes to `forge provision`, which does run commands (here a `docker` that records any
+    # call): it must refuse the spec before building a single command from the name.
+    calls = tmp_path / "docker-calls"
+    if hostile_name:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "docker").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+        (tmp_path / "bin" / "docker").chmod(0o755)
+    command = "provision" if hostile_name else "validate"
+    out = validate(root, timeout=20 if case == "billion-laughs" else 120, command=command)
     text = out.stdout + out.stderr
     assert out.returncode == 1, f"rc={out.returncode}\n{text[-3000:]}"
     assert "Traceback" not in text and "unexpected error" not in text, text[-3000:]
     assert expected in text, text[-3000:]
     assert len(text) < 20_000, f"{len(text)} characters of error output"  # a huge value is not echoed back
     assert not marker.exists(), "a name was run as a command"
+    assert not calls.exists(), f"docker ran before the spec was refused: {calls.read_text()}"

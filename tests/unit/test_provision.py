@@ -516,3 +516,23 @@ def test_exhausted_network_address_pools_read_as_a_fix_not_dockers_text(tmp_path
     assert "forge reap" in info.value.reason and "default-address-pools" in info.value.reason
     assert "non-overlapping IPv4 address pool" in info.value.reason  # docker's own words kept, last
     s.assert_cleaned_up()
+
+
+def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagged(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    s.config["services"]["app-db"]["environment"] = {"POSTGRES_USER": "app", "POSTGRES_PASSWORD": "s3cret"}
+    s.config["services"]["runner"]["environment"] = {"API_TOKEN": "tok-1", "HOME": "/root"}
+    s.expect_config()
+    s.fake.expect(*s.full, "up", exact=False)
+    s.fake.expect(*s.full, *PSQL, exact=False)
+    s.provision()
+    config_call, *after = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
+    assert config_call.secrets == ()  # the config is what names them
+    assert after and all({"s3cret", "tok-1"} <= set(c.secrets) and "/root" not in c.secrets for c in after)
+    # each compose call is tagged with its verb: what a stop kills (launches) is known, not guessed
+    assert [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")] == [
+        "config",
+        "up",
+        "exec",
+        "up",
+    ]

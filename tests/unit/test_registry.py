@@ -3,10 +3,18 @@ the spec checks accept must all agree."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+
 from forgelib.seeds import REGISTRY
 from forgelib.spec.models import SeedKind
-from forgelib.spec.rules import RESET_OPTIONS, SHORTHAND_KINDS
+from forgelib.spec.rules import SHORTHAND_KINDS
 from forgelib.spec.schema import schema
+from forgelib.spec.validate import validate_project
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "projects" / "basic"
 
 
 def test_schema_seed_kinds_equal_seed_kind_enum() -> None:
@@ -17,12 +25,43 @@ def test_registry_has_a_recipe_for_exactly_every_kind() -> None:
     assert set(REGISTRY) == set(SeedKind)
 
 
-def test_reset_options_match_what_each_recipe_understands() -> None:
-    assert set(RESET_OPTIONS) == set(SeedKind)
-    for kind, recipe in REGISTRY.items():
-        assert RESET_OPTIONS[kind] == recipe.OPTIONS, kind
+def test_the_schema_lists_exactly_the_options_the_recipes_understand() -> None:
     reset_keys = set(schema("project")["$defs"]["reset"]["properties"])
-    assert reset_keys == {"seed"}.union(*RESET_OPTIONS.values())
+    assert reset_keys == {"seed"}.union(*(r.OPTIONS for r in REGISTRY.values()))
+
+
+# The fixture's reset services and the kind of the seed each one binds.
+BOUND = {"app-db": SeedKind.SQL_DUMP, "cache": SeedKind.REDIS_DUMP, "files": SeedKind.FILESYSTEM_DIR}
+
+
+@pytest.mark.parametrize("service", sorted(BOUND))
+def test_validate_takes_a_recipes_own_options_and_refuses_others(tmp_path: Path, service: str) -> None:
+    project = tmp_path / "basic"
+    shutil.copytree(FIXTURE, project, symlinks=True)
+    kind = BOUND[service]
+    union = set().union(*(r.OPTIONS for r in REGISTRY.values()))
+    text = (project / "project.yaml").read_text()
+    for option in sorted(union):
+        (project / "project.yaml").write_text(_with_option(text, service, option))
+        problems = [str(i) for i in validate_project(str(project)).errors]
+        refused = [p for p in problems if f"option {option!r} does not apply" in p]
+        if option in REGISTRY[kind].OPTIONS:
+            assert refused == [], problems
+        else:
+            assert len(refused) == 1 and f"of kind {kind.value}" in refused[0], problems
+
+
+def _with_option(text: str, service: str, option: str) -> str:
+    """The project with ``option: /x`` (valid for every option) in ``service``'s reset binding."""
+    lines = text.splitlines(keepends=True)
+    i = next(n for n, ln in enumerate(lines) if ln.strip() == f"{service}:")
+    j = next(n for n in range(i, len(lines)) if lines[n].strip().startswith("reset:"))
+    if lines[j].strip() == "reset:":  # block form: the next lines, one deeper
+        indent = lines[j + 1][: len(lines[j + 1]) - len(lines[j + 1].lstrip())]
+        lines.insert(j + 1, f"{indent}{option}: /x\n")
+    else:
+        lines[j] = lines[j].replace("}", f", {option}: /x}}", 1)
+    return "".join(lines)
 
 
 def test_shorthand_kinds_are_seed_kinds() -> None:

@@ -13,7 +13,6 @@ from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, RecipeError
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, SeedTarget, filesystem_dir, redis_dump, sql_dump
 from forgelib.spec.models import Seed, SeedKind, Timeouts
-from forgelib.spec.rules import RESET_OPTIONS
 from forgelib.testing import FakeRunner
 
 BASE = ("docker", "compose", "--ansi", "never", "--project-name", "p1", "--file", "/x/c.yaml")
@@ -38,11 +37,6 @@ def ctx(
         service_config={"environment": dict(environment or {})},
         timeouts=T,
     )
-
-
-def test_registry_covers_every_kind_and_matches_the_spec_options() -> None:
-    assert set(REGISTRY) == set(SeedKind)
-    assert {k: r.OPTIONS for k, r in REGISTRY.items()} == dict(RESET_OPTIONS)
 
 
 # ------------------------------------------------------------------------------------------- sql_dump

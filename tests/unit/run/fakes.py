@@ -39,8 +39,9 @@ class FakeStack:
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         check: bool = True,
+        secrets: Sequence[str] = (),
     ) -> Result:
-        kw = {"stdin": stdin, "timeout": timeout, "env": env, "workdir": workdir}
+        kw = {"stdin": stdin, "timeout": timeout, "env": env, "workdir": workdir, "secrets": tuple(secrets)}
         self.calls.append((service, tuple(argv), kw))
         return self.answer(service, tuple(argv), kw)
 

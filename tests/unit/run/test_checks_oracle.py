@@ -171,12 +171,20 @@ def test_http_refused_is_a_failed_check(http_port: int) -> None:
 
 def test_oracle_command_is_execd_with_env_and_workdir(tmp_path: Path) -> None:
     st = stack_answering("done\n")
-    o = Oracle(service="runner", command=("python3", "/pack/o.py"), env={"K": "v"}, workdir="/work")
+    env = {"K": "v", "API_TOKEN": "tok-123", "DB_PASSWORD": "pw-456"}
+    o = Oracle(service="runner", command=("python3", "/pack/o.py"), env=env, workdir="/work")
     r = run_oracle(st, o, timeout=12, out_dir=tmp_path)
     assert r.ok and r.rc == 0
     service, argv, kw = st.calls[0]
     assert (service, argv) == ("runner", ("python3", "/pack/o.py"))
-    assert kw == {"stdin": None, "timeout": 12, "env": {"K": "v"}, "workdir": "/work"}
+    # the secret-named values go with the call, to be redacted from its log line and any error
+    assert kw == {
+        "stdin": None,
+        "timeout": 12,
+        "env": env,
+        "workdir": "/work",
+        "secrets": ("pw-456", "tok-123"),
+    }
     assert (tmp_path / "oracle.stdout").read_text() == "done\n"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
@@ -15,9 +17,8 @@ import yaml
 
 from forgelib.errors import CommandError, CommandTimeout, ProvisionError
 from forgelib.run import events as ev
-from forgelib.run.execute import Executor, RunPlan, Settings, new_run_id, run_project
+from forgelib.run.execute import RunPlan, new_run_id, run_project
 from forgelib.runner import Result
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Oracle, Task
 
 from .fakes import FakeBackend, good_answer, make_task, ok, widget_task
@@ -169,20 +170,35 @@ def test_workers_2_gives_the_same_results_as_workers_1(tmp_path: Path, fake_back
     assert outcome(1) == outcome(2)
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt for this test, whatever the process inherited: a shell's background
+    job, nohup and some CI runners start it with SIGINT ignored, and then `interrupt_main` does nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
-    tmp_path: Path, fake_backend: Any
+    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None
 ) -> None:
     tasks = [widget_task("a")]
+    torn_down = threading.Event()
 
     def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
-        if argv[0] == "python3" and not interrupted:
-            interrupted.append(True)
-            _thread.interrupt_main()  # Ctrl-C arrives while trial a[0]'s oracle runs
-            time.sleep(1.0)  # longer than the main thread's 0.25 s poll
+        if argv[0] == "python3" and not torn_down.is_set():
+            _thread.interrupt_main()  # Ctrl-C arrives while trial a[0]'s oracle runs...
+            # ...and the oracle runs on until the main thread's stop removed its stack, as a real exec does
+            assert torn_down.wait(60), "the main thread never tore the stack down"
         return good_answer(service, argv, kw)
 
-    interrupted: list[bool] = []
-    backend = fake_backend(answer)
+    class Backend(FakeBackend):
+        def teardown(self, trial: Any, *, graceful: bool = True) -> float:
+            seconds = super().teardown(trial, graceful=graceful)
+            torn_down.set()
+            return seconds
+
+    backend = Backend(answer)
     p = plan(tmp_path, tasks, repeats=3)
     with pytest.raises(KeyboardInterrupt):
         run_project(p, backend, lambda line: None)
@@ -255,69 +271,6 @@ def test_a_crashing_backend_is_an_internal_error_not_a_dead_run(tmp_path: Path, 
     assert rec.termination is not None and rec.termination.value == "INTERNAL_ERROR"
     assert rec.reasons == ("internal error in oracle: RuntimeError: bug",)
     assert len(backend.torn_down) == 1
-
-
-class _FlakyTeardown(FakeBackend):
-    """The first teardown fails (a second Ctrl-C killed its graceful `down`); later ones work."""
-
-    def __init__(self) -> None:
-        super().__init__(good_answer)
-        self.graceful: list[bool] = []
-
-    def teardown(self, trial: Any, *, graceful: bool = True) -> float:
-        self.graceful.append(graceful)
-        if len(self.graceful) == 1:
-            raise CommandError(["docker", "compose", "down"], -9, stderr="killed")
-        return super().teardown(trial, graceful=graceful)
-
-
-@pytest.fixture
-def event_log(tmp_path: Path) -> Iterator[ev.EventLog]:
-    with ev.EventLog(tmp_path / ev.EVENTS_FILE) as log:
-        yield log
-
-
-def _executor(
-    tmp_path: Path, log: ev.EventLog, backend: FakeBackend, stop: StopState
-) -> tuple[Executor, LiveStacks]:
-    stacks = LiveStacks()
-    return Executor(
-        backend, log, Settings("r1", tmp_path), lambda line: None, stacks=stacks, stop=stop
-    ), stacks
-
-
-def test_a_teardown_killed_while_stopping_stays_live_for_the_hurried_sweep(
-    tmp_path: Path, event_log: ev.EventLog
-) -> None:
-    stop = StopState()
-    backend = _FlakyTeardown()
-    ex, stacks = _executor(tmp_path, event_log, backend, stop)
-    task = widget_task()
-    handle = backend.provision(task, run_id="r1", trial_index=0, trial_dir=tmp_path / "t")
-    ex._live[(task.name, 0)] = handle
-    stacks.add(handle.name, lambda graceful: ex._teardown_once((task.name, 0), handle, graceful))
-    stop.request("SIGINT")
-    stop.request("SIGINT")  # the second signal: the graceful down was killed
-    assert ex._teardown_once((task.name, 0), handle) is not None
-    assert stacks.names() == [handle.name]  # not forgotten
-    report = stacks.teardown_all(graceful=False)
-    assert report.removed == [handle.name] and not report.failed
-    assert backend.graceful == [True, False]
-    assert backend.torn_down == [handle.name] and stacks.names() == []
-
-
-def test_a_teardown_that_fails_outside_a_stop_is_reported_and_left_to_the_reaper(
-    tmp_path: Path, event_log: ev.EventLog
-) -> None:
-    backend = _FlakyTeardown()
-    ex, stacks = _executor(tmp_path, event_log, backend, StopState())
-    task = widget_task()
-    handle = backend.provision(task, run_id="r1", trial_index=0, trial_dir=tmp_path / "t")
-    ex._live[(task.name, 0)] = handle
-    stacks.add(handle.name, lambda graceful: ex._teardown_once((task.name, 0), handle, graceful))
-    assert "killed" in (ex._teardown_once((task.name, 0), handle) or "")
-    assert stacks.names() == [] and ex._live == {}  # its labels let `forge reap` find it later
-    assert ex._teardown_once((task.name, 0), handle) is None  # nothing left to do twice
 
 
 # ------------------------------------------------------------------------ evidence first, then teardown

@@ -1,0 +1,164 @@
+"""The one seam every command goes through, on real small subprocesses: timeouts kill the whole process
+group, stdin from a file, stdout to a file, bounded tails, a missing program, redaction, tagged children."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgelib.errors import TAIL_LINES, CommandError, CommandTimeout, ProgramNotFound
+from forgelib.runner import REDACTED, SubprocessRunner, redact, secret_values
+
+PY = sys.executable
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    # sh starts a grandchild that would outlive it, records its pid, and waits (sh starts in milliseconds,
+    # so even a busy machine gets there well within the timeout).
+    script = f"sleep 120 & echo $! > {pidfile}; wait"
+    with pytest.raises(CommandTimeout) as info:
+        SubprocessRunner().run(["sh", "-c", script], timeout=5)
+    assert info.value.rc is None and "timed out after 5s (killed)" in str(info.value)
+    grandchild = int(pidfile.read_text())
+    # The group's SIGKILL was sent; wait for the kernel to finish it (a condition, bounded at 60 s).
+    deadline = time.monotonic() + 60
+    while alive(grandchild) and not _is_zombie(grandchild):
+        assert time.monotonic() < deadline, "the grandchild survived the timeout: the group was not killed"
+        time.sleep(0.01)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_child_runs_in_its_own_session() -> None:
+    out = SubprocessRunner().run([PY, "-c", "import os; print(os.getsid(0), os.getpgrp(), os.getpid())"])
+    sid, pgrp, pid = map(int, out.stdout.split())
+    assert sid == pgrp == pid != os.getsid(0)  # a Ctrl-C to our terminal's group does not reach it
+
+
+def test_stdin_streams_from_a_file_and_stdout_goes_to_a_file(tmp_path: Path) -> None:
+    src, dest = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_bytes(b"line\n" * 100_000)
+    r = SubprocessRunner().run(
+        [PY, "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())"], stdin=src, stdout_path=dest
+    )
+    assert r.stdout == "" and dest.read_bytes() == b"LINE\n" * 100_000
+
+
+def test_input_text_and_not_both() -> None:
+    r = SubprocessRunner().run([PY, "-c", "import sys; print(sys.stdin.read()[::-1])"], input="abc")
+    assert r.stdout == "cba\n" and r.rc == 0
+    with pytest.raises(ValueError, match="stdin or input"):
+        SubprocessRunner().run(["true"], stdin=Path("/dev/null"), input="x")
+
+
+def test_a_failure_carries_rc_and_bounded_tails() -> None:
+    script = "import sys\nfor i in range(500): print('out', i); print('err', i, file=sys.stderr)\nsys.exit(3)"
+    with pytest.raises(CommandError) as info:
+        SubprocessRunner().run([PY, "-c", script])
+    e = info.value
+    assert e.rc == 3
+    assert e.stderr_tail.splitlines()[-1] == "err 499" and "err 479" not in e.stderr_tail
+    assert len(e.stderr_tail.splitlines()) == TAIL_LINES + 1  # the tail and a "[... N earlier lines cut]"
+    assert "480 earlier lines cut" in e.stderr_tail
+    assert len(str(e)) < 2000  # never megabytes of output in a message
+    r = SubprocessRunner().run([PY, "-c", script], check=False)
+    assert r.rc == 3 and r.stdout.count("\n") == 500  # check=False: the whole output, no error
+
+
+def test_a_missing_program_names_itself_and_the_fix() -> None:
+    with pytest.raises(ProgramNotFound, match="'no-such-program-forge' was not found on PATH"):
+        SubprocessRunner().run(["no-such-program-forge", "x"])
+    with pytest.raises(ProgramNotFound, match="run `forge engine`"):
+        SubprocessRunner().run(["docker", "ps"], env={"PATH": "/nonexistent"})
+
+
+def test_secrets_are_redacted_from_argv_output_and_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="forgelib.runner")
+    runner = SubprocessRunner(secrets={"hunter2"})
+    script = "import sys; print('pw=hunter2 tok=t0k3n-xyz', file=sys.stderr); sys.exit(1)"
+    with pytest.raises(CommandError) as info:
+        runner.run([PY, "-c", script, "--password", "hunter2"], secrets=["t0k3n-xyz"])
+    text = str(info.value)
+    assert "hunter2" not in text and "t0k3n-xyz" not in text
+    assert f"pw={REDACTED} tok={REDACTED}" in text and f"--password {REDACTED}" in text
+    assert "hunter2" not in caplog.text and "t0k3n-xyz" not in caplog.text and REDACTED in caplog.text
+
+
+def test_redaction_is_of_whole_values_not_parts_of_names() -> None:
+    # A password "app" must not turn the service app-db into "***-db", yet PGPASSWORD=app is hidden.
+    assert redact("service app-db: PGPASSWORD=app postgres://u:app@h", ["app"]) == (
+        "service app-db: PGPASSWORD=*** postgres://u:***@h"
+    )
+    assert redact("x", ["", "y"]) == "x"
+
+
+def test_secret_values_pick_secret_names() -> None:
+    env = {"POSTGRES_PASSWORD": "pw", "API_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "k", "POSTGRES_USER": "app"}
+    assert secret_values(env) == {"pw", "t", "k"}
+    assert secret_values(None) == set() and secret_values({"DB_PASSWORD": ""}) == set()
+
+
+def test_running_children_are_tracked_by_tag_and_killed_by_tag() -> None:
+    runner = SubprocessRunner(default_timeout=120)
+    errors: list[CommandError] = []
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        try:
+            runner.run(["sleep", "60"], tag="exec")
+        except CommandError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(60)
+    while not runner.running():  # the child is registered right after it starts
+        t.join(0.01)
+    ((pid, tag),) = runner.running()
+    assert tag == "exec"
+    assert runner.kill_tagged(["up", "down"]) == []  # other tags: untouched
+    assert runner.kill_tagged(["exec"]) == [pid]
+    t.join(60)
+    assert not t.is_alive() and errors[0].rc == -9 and runner.running() == []
+
+
+def test_a_kill_requested_while_a_child_starts_still_kills_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stop's kill lands between the runner deciding to start `exec` and the child being registered:
+    # the child must still die (else a Ctrl-C at that moment leaves a launch running to its timeout).
+    from forgelib import runner as runner_mod
+
+    runner = SubprocessRunner(default_timeout=120)
+    real_popen = subprocess.Popen
+
+    def popen_after_a_kill(*args: Any, **kw: Any) -> subprocess.Popen[bytes]:
+        assert runner.kill_tagged(["exec"]) == []  # nothing registered yet
+        return real_popen(*args, **kw)
+
+    monkeypatch.setattr(runner_mod.subprocess, "Popen", popen_after_a_kill)
+    with pytest.raises(CommandError) as info:
+        runner.run(["sleep", "60"], tag="exec")
+    assert info.value.rc == -9
+    monkeypatch.setattr(runner_mod.subprocess, "Popen", real_popen)
+    assert runner.run(["true"], tag="exec").rc == 0  # a command started after the request runs
