@@ -525,6 +525,7 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.fake.expect(*s.full, *PSQL, exact=False)
+    s.expect_ps()
     s.provision()
     config_call, *after = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
     assert config_call.secrets == ()  # the config is what names them
