@@ -531,9 +531,5 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     assert config_call.secrets == ()  # the config is what names them
     assert after and all({"s3cret", "tok-1"} <= set(c.secrets) and "/root" not in c.secrets for c in after)
     # each compose call is tagged with its verb: what a stop kills (launches) is known, not guessed
-    assert [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")] == [
-        "config",
-        "up",
-        "exec",
-        "up",
-    ]
+    tags = [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
+    assert tags == ["config", "up", "exec", "up", "ps"]
