@@ -9,6 +9,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
 from forgelib import __version__
-from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
 
 log = logging.getLogger("forgelib")
 
@@ -46,12 +47,33 @@ def _setup_logging() -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Number:
+    """A numeric option as typed (``""``: left out). Converted inside ``guarded``, so ``forge`` and
+    ``invoke`` (whose own parser would raise a traceback on ``--repeats x``) say the same usage error."""
+
+    option: str  # "--repeats"
+    text: str
+    kind: type[int] | type[float] = int
+
+    def value(self) -> int | float | None:
+        if self.text == "":
+            return None
+        try:
+            return self.kind(self.text)
+        except ValueError:
+            what = "a whole number" if self.kind is int else "a number"
+            raise UsageError(f"{self.option} takes {what}, not {self.text!r}") from None
+
+
 def guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
-    """Call a command body and map what it returns or raises to an exit code."""
+    """Call a command body and map what it returns or raises to an exit code (``Number`` options are
+    converted first, as part of the command)."""
     path = _setup_logging()
     log.debug("command %s.%s %r", command.__module__, command.__qualname__, kwargs)
     try:
-        rc = command(**kwargs)
+        args = {k: v.value() if isinstance(v, Number) else v for k, v in kwargs.items()}
+        rc = command(**args)
     except ForgeError as e:
         log.debug("user error (exit %d): %s", e.exit_code, e)
         print(f"forge: error: {e}", file=sys.stderr)

@@ -8,7 +8,7 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.tasks import task
 
-from forgelib.cli import guarded
+from forgelib.cli import Number, guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
@@ -16,9 +16,9 @@ from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 
-# Invoke cannot tell an option left out from one given its default; this value marks "left out", so an
-# explicit `--repeats 0` still reaches the command's own check (a usage error) instead of meaning "unset".
-UNSET = -(2**31)
+# Numeric options are taken as text and converted by ``cli.Number`` inside the guard: invoke's own int()
+# cast raises a traceback on `--repeats x`, and "" tells an option left out from an explicit `--repeats 0`
+# (which still reaches the command's own check, a usage error).
 # Required options still get a default: invoke makes a parameter without one positional, and a positional
 # swallows `--help` as its value (`forge run --help` would try to load a config named "--help").
 
@@ -85,15 +85,15 @@ def teardown(c: Context, name: str = "") -> None:
 def run(
     c: Context,
     config: str = "",
-    repeats: int = UNSET,
-    workers: int = UNSET,
+    repeats: str = "",
+    workers: str = "",
     output: str = "",
     resume: str = "",
     stacks: str = "",
     json: bool = False,
     junit: str = "",
     report: bool = False,
-    retries: int = UNSET,
+    retries: str = "",
     snapshots: bool = False,
     no_snapshots: bool = False,
 ) -> None:
@@ -101,15 +101,15 @@ def run(
     guarded(
         main_run,
         config=config,
-        repeats=None if repeats == UNSET else repeats,
-        workers=None if workers == UNSET else workers,
+        repeats=Number("--repeats", repeats),
+        workers=Number("--workers", workers),
         stacks=stacks or None,
         output=output or None,
         resume=resume or None,
         as_json=json,
         junit=junit or None,
         report=report,
-        retries=None if retries == UNSET else retries,
+        retries=Number("--retries", retries),
         snapshots=snapshots,
         no_snapshots=no_snapshots,
     )
@@ -154,7 +154,7 @@ def snapshots(
     c: Context,
     action: str,
     all: bool = False,
-    older_than: float = -1.0,
+    older_than: str = "",
     unused: bool = False,
     json: bool = False,
 ) -> None:
@@ -163,7 +163,7 @@ def snapshots(
         main_snapshots,
         action=action,
         all=all,
-        older_than=None if older_than == -1.0 else older_than,
+        older_than=Number("--older-than", older_than, float),
         unused=unused,
         as_json=json,
     )

@@ -187,10 +187,14 @@ class _ProjectLoader:
             return Seed(spec.name, spec.path, spec.kind, declared or "")
         digest_at = spec.json_path if spec.shorthand else (*spec.json_path, "digest")
         if not declared:
-            why = "the shorthand form carries no digest" if spec.shorthand else "no digest"
-            self.issues.append(
-                doc.issue(digest_at, f"seed {spec.name!r} has {why}; {stamp_command(self.root)}")
-            )
+            if spec.shorthand:
+                msg = (
+                    f"seed {spec.name!r} is written in the shorthand form (a bare path), which carries no "
+                    f"digest; {stamp_command(self.root)} to expand it into the full form with its digest"
+                )
+            else:
+                msg = f"seed {spec.name!r} has no digest; {stamp_command(self.root)} to write it"
+            self.issues.append(doc.issue(digest_at, msg))
             return None
         if not (declared.startswith(PREFIX) and len(declared) == _DIGEST_LEN):
             self.issues.append(

@@ -99,3 +99,39 @@ def test_a_missing_required_option_is_a_usage_error(args: list[str], option: str
     done = forge(*args, tmp_path=tmp_path)
     assert done.returncode == EXIT_USAGE
     assert f"{option} is required" in done.stderr
+
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its tasks.py is what `invoke` runs
+
+
+def invoke(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {"FORGE_LOG": str(tmp_path / "forge.log"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
+        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--config", "x.yaml", "--repeats", "x"], "--repeats takes a whole number, not 'x'"),
+        (["run", "--config", "x.yaml", "--workers", "1.5"], "--workers takes a whole number, not '1.5'"),
+        (["run", "--config", "x.yaml", "--repeats", "0"], "--repeats must be at least 1"),
+        (["snapshots", "ls", "--older-than", "soon"], "--older-than takes a number, not 'soon'"),
+    ],
+)
+def test_forge_and_invoke_say_the_same_about_a_bad_option(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    for done in (forge(*args, tmp_path=tmp_path), invoke(*args, tmp_path=tmp_path)):
+        assert done.returncode == EXIT_USAGE, done.stderr
+        assert done.stderr.strip() == f"forge: error: {message}"  # one line, no traceback
+
+
+def test_a_command_line_invoke_cannot_parse_exits_1_under_invoke_and_2_under_forge(tmp_path: Path) -> None:
+    # invoke's own parser exits 1 before any forge code runs (README, "Exit codes"); forge maps it to 2.
+    assert forge("run", "--no-such-option", tmp_path=tmp_path).returncode == EXIT_USAGE
+    done = invoke("run", "--no-such-option", tmp_path=tmp_path)
+    assert done.returncode == 1 and "No idea what '--no-such-option' is" in done.stderr
+    assert "Traceback" not in done.stderr
