@@ -31,6 +31,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "forgelib", "tasks.py", "noxfile.py", "tests", "benchmarks")
     session.run("ruff", "format", "--check", "forgelib", "tasks.py", "noxfile.py")
     session.run("mypy")
+    session.run("python", "-m", "forgelib.docsgen", "--check")  # docs/ as the code generates it
 
 
 @nox.session(python="3.11")
@@ -63,3 +64,10 @@ def bench(session: nox.Session) -> None:
     """Benchmarks (opt-in): ratios against baselines measured in the same run; writes benchmarks/results/."""
     _install(session)
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Regenerate docs/lifecycle.md, commands.md and spec.md from the code (lint fails when they differ)."""
+    _install(session)
+    session.run("python", "-m", "forgelib.docsgen")
