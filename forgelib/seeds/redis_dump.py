@@ -259,6 +259,21 @@ def _functions(client: redis_lib.Redis) -> bytes | None:
     return bytes(out) if out is not None else b""
 
 
+def _each_key(
+    params: connect.RedisParams, db: int, ask: Callable[[Any, bytes], object]
+) -> tuple[list[bytes], list[Any]]:
+    """Every key of database ``db`` (sorted) and, pipelined, the answers to what ``ask`` queues per key."""
+    c = params.client(db=db)
+    try:
+        keys = sorted(c.scan_iter(count=_SCAN_COUNT))
+        pipe = c.pipeline(transaction=False)
+        for k in keys:
+            ask(pipe, k)
+        return keys, pipe.execute()
+    finally:
+        c.close()
+
+
 def _dump(
     client: redis_lib.Redis, params: connect.RedisParams
 ) -> dict[int, list[tuple[bytes, bytes, int]]] | None:
@@ -267,16 +282,7 @@ def _dump(
     out: Keyspace = {}
     size = 0
     for db in _databases(client):
-        c = params.client(db=db)
-        try:
-            keys = list(c.scan_iter(count=_SCAN_COUNT))
-            pipe = c.pipeline(transaction=False)
-            for k in keys:
-                pipe.dump(k)
-                pipe.pttl(k)
-            answers = pipe.execute()
-        finally:
-            c.close()
+        keys, answers = _each_key(params, db, lambda pipe, k: (pipe.dump(k), pipe.pttl(k)))
         records = []
         for k, payload, ttl in zip(keys, answers[0::2], answers[1::2], strict=True):
             if payload is None:  # expired between SCAN and DUMP: a fresh load would not have it either
@@ -362,15 +368,8 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
                 out["functions"] = fingerprint_part([repr(_cmd(client, "FUNCTION", "LIST", "WITHCODE"))])
             rows: list[tuple[int, bytes, bytes]] = []
             for db in _databases(client):
-                c = params.client(db=db)
-                try:
-                    keys = sorted(c.scan_iter(count=_SCAN_COUNT))
-                    pipe = c.pipeline(transaction=False)
-                    for k in keys:
-                        pipe.type(k)
-                    rows += [(db, k, t) for k, t in zip(keys, pipe.execute(), strict=True)]
-                finally:
-                    c.close()
+                keys, types = _each_key(params, db, lambda pipe, k: pipe.type(k))
+                rows += [(db, k, t) for k, t in zip(keys, types, strict=True)]
             out["keyspace"] = fingerprint_part(rows)
             return out
         finally:
