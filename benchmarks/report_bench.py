@@ -13,10 +13,7 @@ Size: ``--trials`` (default 1000, ``FORGE_BENCH_REPORT_TRIALS``); ``--rounds`` (
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -26,7 +23,6 @@ from typing import Any
 
 NAME = "report"
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
 TARGET_MS = 1000.0  # the bar: a 1,000-trial run on screen in under a second
 
 _BASELINE = (
@@ -58,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from support.browser import chromium
     from support.runlog import synthetic_run, write_log
 
+    from benchmarks.phases_bench import report
     from forgelib.report.page import write_report
 
     with tempfile.TemporaryDirectory(prefix="forge-bench-report-") as tmp:
@@ -79,37 +76,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 baseline.append(float(browser.run("return window.forgeReport.paintedMs")))
         size = page.stat().st_size
     med, med_base = statistics.median(painted), statistics.median(baseline)
-    doc = {
-        "benchmark": NAME,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
-        "trials": args.trials,
-        "rounds": args.rounds,
-        "page_bytes": size,
-        "painted_ms": [round(x, 1) for x in painted],
-        "render_script_ms": [round(x, 1) for x in rendered],
-        "baseline_painted_ms": [round(x, 1) for x in baseline],
-        "painted_ms_median": round(med, 1),
-        "painted_ms_min": round(min(painted), 1),
-        "baseline_ms_median": round(med_base, 1),
-        "ratio": round(med / med_base, 2),
-        "ok": med < TARGET_MS,
-    }
-    print(f"\n== {NAME} ==  report of {args.trials} trials in headless Chromium ({size / 1e6:.2f} MB page)")
-    print(
-        f"  on screen: median {med:.0f} ms, min {min(painted):.0f} ms (page script median "
-        f"{statistics.median(rendered):.0f} ms); target < {TARGET_MS:.0f} ms  {'OK' if doc['ok'] else 'OVER'}"
-    )
-    print(f"  baseline (same data, parse only): median {med_base:.0f} ms; ratio {doc['ratio']:.2f}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{NAME}.json"
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"  -> {out}")
-    return doc
+    rows = [
+        {"page": "report", "trials": args.trials, "bytes": size, "painted_ms_median": round(med, 1),
+         "painted_ms_min": round(min(painted), 1), "script_ms_median": round(statistics.median(rendered), 1)},
+        {"page": "baseline (parse only)", "trials": args.trials, "painted_ms_median": round(med_base, 1),
+         "painted_ms_min": round(min(baseline), 1)},
+    ]  # fmt: skip
+    verdict = "OK" if med < TARGET_MS else "OVER TARGET"
+    notes = [
+        f"report on screen: median {med:.0f} ms, target < {TARGET_MS:.0f} ms: {verdict}",
+        f"ratio report / baseline (median): {med / med_base:.2f}",
+    ]
+    meta = {"rounds": args.rounds, "painted_ms": [round(x, 1) for x in painted], "ok": med < TARGET_MS}
+    return report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

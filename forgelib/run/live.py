@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -43,12 +44,6 @@ def wanted(as_json: bool, stream: TextIO | None = None) -> bool:
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def render(state: ev.RunState, now: float, workers: int) -> list[str]:
@@ -85,7 +80,7 @@ def render(state: ev.RunState, now: float, workers: int) -> list[str]:
     if session is not None and session.end is not None:
         head += f" · {session.end.removeprefix('run_')}"
     elif totals and remaining:
-        med = _median(totals)
+        med = statistics.median(totals)
         left = sum(max(0.0, med - (now - _started(r))) for r in unfinished)
         queued = max(0, remaining - len(unfinished))
         head += f" · ETA {_clock((left + queued * med) / max(1, workers))}"
