@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from forgelib.errors import ForgeError
+from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
@@ -438,14 +438,19 @@ class ComposeProject:
         user: str | None = None,
         secrets: Sequence[str] = (),
     ) -> Result:
-        return self.run(
-            exec_argv(service, argv, env=env, workdir=workdir, user=user),
-            timeout=timeout,
-            stdin=stdin,
-            input=input,
-            check=check,
-            secrets=secrets,
-        )
+        try:
+            return self.run(
+                exec_argv(service, argv, env=env, workdir=workdir, user=user),
+                timeout=timeout,
+                stdin=stdin,
+                input=input,
+                check=check,
+                secrets=secrets,
+            )
+        except CommandTimeout:
+            raise
+        except CommandError as e:  # the cause first, then `psql` in service `app-db`, not the whole argv
+            raise ServiceCommandError(e, argv[0] if argv else "?", service) from e
 
     def container(self, service: str) -> str:
         """The name of ``service``'s (first) container: compose v2 names it ``<project>-<service>-1`` (the

@@ -6,6 +6,7 @@ names the file, the field and the fix. Anything else escaping a command is a bug
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,6 +106,46 @@ class CommandError(ForgeError):
             lines.append("stdout (tail):")
             lines.extend(f"  {ln}" for ln in self.stdout_tail.splitlines())
         return "\n".join(lines)
+
+
+# The lines that say why a tool failed (psql/postgres "ERROR:", "FATAL:", a redis "ERR ..."), and the lines
+# psql prints right after one to locate it.
+_CAUSE = re.compile(r"\b(?:ERROR|FATAL|PANIC):|^\(error\) |^ERR ", re.MULTILINE)
+_CONTEXT = ("LINE ", "DETAIL:", "HINT:", "CONTEXT:", "QUERY:", "^")
+
+
+def cause_of(stderr: str, stdout: str = "") -> str:
+    """The sentence that says why a command failed: its first ``ERROR:``/``FATAL:`` line with the lines
+    locating it, else its last stderr line (stdout only when stderr is empty: a pg_dump preamble's
+    ``set_config`` rows explain nothing)."""
+    lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("[... ")]
+    for i, line in enumerate(lines):
+        if _CAUSE.search(line):
+            ctx = []
+            for nxt in lines[i + 1 :]:
+                if not nxt.strip().startswith(_CONTEXT):
+                    break
+                ctx.append(" ".join(nxt.split()))
+            return " ".join([line.strip(), *ctx])
+    if lines:
+        return lines[-1].strip()
+    out = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    return out[-1] if out else "(no output)"
+
+
+class ServiceCommandError(CommandError):
+    """A command exec'd in a service failed. Its message leads with the cause, then the short command
+    (`` `psql` in service `app-db`, rc 3``); the full argv and output tails stay on the object (and in the
+    debug log), out of the reason a user reads."""
+
+    def __init__(self, failed: CommandError, program: str, service: str) -> None:
+        self.what = f"`{program}` in service `{service}`"
+        self.cause = cause_of(failed.stderr_tail, failed.stdout_tail)
+        self.full = str(failed)
+        super().__init__(failed.argv, failed.rc, failed.stdout_tail, failed.stderr_tail, reason=failed.reason)
+
+    def _render(self) -> str:
+        return f"{self.cause} ({self.what}, rc {self.rc})"
 
 
 class CommandTimeout(CommandError):

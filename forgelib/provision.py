@@ -435,6 +435,8 @@ class _Provisioning:
         return out
 
     def _clean_up(self, compose: ComposeProject, cause: BaseException) -> None:
+        if isinstance(cause, ForgeError):
+            write_failure_detail(self.trial_dir / FAILURE_FILE, cause)
         try:
             _capture(compose, self.env, self.trial_dir / SERVICES_DIR, self.log_tail_lines)
             compose.down(check=True)
@@ -443,6 +445,21 @@ class _Provisioning:
             cause.add_note(f"forge: tearing down {self.name} failed too: {e}")
             if not isinstance(e, Exception):
                 raise
+
+
+FAILURE_FILE = "provision-error.txt"
+
+
+def write_failure_detail(path: Path, error: BaseException) -> None:
+    """The whole failure for the trial's files: every error in the chain with its full command line and
+    output tails (the reason a user reads keeps only the cause and the short command)."""
+    parts: list[str] = []
+    e: BaseException | None = error
+    while e is not None:
+        parts.append(getattr(e, "full", None) or str(e))
+        e = e.__cause__
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\ncaused by:\n".join(parts) + "\n")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypedDict, Unpack
 
-from forgelib.errors import CommandError, CommandTimeout, ProgramNotFound
+from forgelib.errors import CommandError, CommandTimeout, ProgramNotFound, tail
 
 log = logging.getLogger("forgelib.runner")
 
@@ -175,6 +175,10 @@ class SubprocessRunner:
         result = Result(shown, proc.returncode, _text(out_b), _text(err_b), seconds)
         log.debug("rc=%s in %.2fs: %s", proc.returncode, seconds, " ".join(shown))
         if check and proc.returncode != 0:
+            # the whole story for the debug log; the error a user reads may keep only its cause
+            log.debug("failed: %s\nstderr: %s\nstdout: %s", " ".join(shown), *(
+                redact(tail(t), hidden) for t in (result.stderr, result.stdout)
+            ))  # fmt: skip
             raise CommandError(
                 shown, proc.returncode, redact(result.stdout, hidden), redact(result.stderr, hidden)
             )

@@ -291,13 +291,14 @@ def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Pa
     e = err.value
     assert e.stage == "reset_recipe"
     argv = " ".join((*s.full, *PSQL))
+    # the cause, then the short command: no 500-character compose argv in the reason a user reads
     assert e.reason == (
         "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
         f"psql step on service 'app-db': seed file {tmp_path / 'base.sql'} (on psql's stdin): "
-        f"command {argv} exited with rc=3\n"
-        "stderr (tail):\n"
-        '  psql:<stdin>:2: ERROR:  syntax error at or near "selec"'
+        'psql:<stdin>:2: ERROR:  syntax error at or near "selec" (`psql` in service `app-db`, rc 3)'
     )
+    detail = (s.trial_dir / prov.FAILURE_FILE).read_text()  # the whole command is in the trial's files
+    assert f"command {argv} exited with rc=3" in detail and "stderr (tail):" in detail
     s.assert_cleaned_up()
     assert "up --detach --wait --wait-timeout 100" not in s.verbs()  # the dependents never started
 

@@ -162,3 +162,61 @@ def test_a_kill_requested_while_a_child_starts_still_kills_it(monkeypatch: pytes
     assert info.value.rc == -9
     monkeypatch.setattr(runner_mod.subprocess, "Popen", real_popen)
     assert runner.run(["true"], tag="exec").rc == 0  # a command started after the request runs
+
+
+# The stderr of a psql run on a pg_dump file that failed half way, and its stdout (the preamble's rows).
+PSQL_STDERR = """psql:<stdin>:20: NOTICE:  table "w" does not exist, skipping
+psql:<stdin>:41: ERROR:  relation "widgets" does not exist
+LINE 1: insert into widgets values (1, 'a');
+                    ^
+HINT:  Perhaps you meant to reference the table "public.widget".
+psql:<stdin>:42: ERROR:  current transaction is aborted
+"""
+PSQL_STDOUT = " set_config \n------------\n \n(1 row)\n"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "stdout", "cause"),
+    [
+        (
+            PSQL_STDERR,
+            PSQL_STDOUT,
+            'psql:<stdin>:41: ERROR:  relation "widgets" does not exist '
+            "LINE 1: insert into widgets values (1, 'a'); ^ "
+            'HINT: Perhaps you meant to reference the table "public.widget".',
+        ),
+        ('psql: error: connection to server failed: FATAL:  role "x" does not exist\n', "", None),
+        ("something went wrong\nfinal words\n", "ignored", "final words"),
+        ("", "only stdout\n", "only stdout"),
+        ("", "", "(no output)"),
+    ],
+)
+def test_the_cause_is_the_first_error_line_and_its_context(
+    stderr: str, stdout: str, cause: str | None
+) -> None:
+    from forgelib.errors import cause_of
+
+    assert cause_of(stderr, stdout) == (cause or stderr.strip())
+
+
+def test_a_failed_exec_reads_cause_first_then_the_short_command() -> None:
+    from forgelib.errors import ServiceCommandError
+
+    argv = [
+        "docker",
+        "compose",
+        "--project-name",
+        "x" * 60,
+        "--file",
+        "/a/" + "b" * 200,
+        "exec",
+        "-T",
+        "app-db",
+    ]
+    e = ServiceCommandError(
+        CommandError([*argv, "psql", "-q"], 3, PSQL_STDOUT, PSQL_STDERR), "psql", "app-db"
+    )
+    assert str(e).startswith('psql:<stdin>:41: ERROR:  relation "widgets" does not exist')
+    assert str(e).endswith("(`psql` in service `app-db`, rc 3)")
+    assert "docker compose" not in str(e) and "set_config" not in str(e)
+    assert isinstance(e, CommandError) and e.rc == 3 and "docker compose" in e.full  # all kept for the files

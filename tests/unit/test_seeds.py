@@ -72,10 +72,10 @@ def test_sql_dump_error_carries_psql_stderr(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as err:
         sql_dump.apply(ctx(fake, dump, SeedKind.SQL_DUMP, "app-db"))
     text = str(err.value)
-    assert text.startswith(
-        f"psql step on service 'app-db': seed file {dump} (on psql's stdin): command docker "
+    assert text == (
+        f"psql step on service 'app-db': seed file {dump} (on psql's stdin): "
+        'psql:<stdin>:1: ERROR:  syntax error at or near "selec" (`psql` in service `app-db`, rc 3)'
     )
-    assert "exited with rc=3" in text and 'syntax error at or near "selec"' in text
 
 
 def test_sql_dump_guard(tmp_path: Path) -> None:
