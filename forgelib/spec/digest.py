@@ -43,7 +43,6 @@ from forgelib.errors import ForgeError
 from forgelib.spec.models import SeedKind
 
 PREFIX = "sha256:"
-_CHUNK = 1 << 20  # constant memory whatever the file size; large enough that syscalls do not dominate
 
 
 class DigestError(ForgeError):
@@ -51,16 +50,9 @@ class DigestError(ForgeError):
 
 
 def file_sha256(path: Path | str | bytes) -> str:
-    """Hex SHA-256 of a file's bytes, streamed in fixed-size chunks (constant memory)."""
-    # os-level calls: per-file overhead decides throughput on trees of many small files.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        h = hashlib.sha256()
-        while chunk := os.read(fd, _CHUNK):
-            h.update(chunk)
-    finally:
-        os.close(fd)
-    return h.hexdigest()
+    """Hex SHA-256 of a file's bytes, streamed (constant memory) by ``hashlib.file_digest``."""
+    with open(path, "rb", buffering=0) as f:  # unbuffered: file_digest reads straight into its own buffer
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def walk_tree(root: Path) -> Iterator[Path]:
