@@ -111,7 +111,7 @@ def test_the_runs_report_in_a_real_browser(
 
     config = tmp_path / "both.yaml"
     config.write_text(
-        f"project: {PACK}\ntasks: []\nrepeats: 1\nworkers: 2\n"
+        f"project: {PACK}\ntasks: [read_widget, read_widget_without_reset]\nrepeats: 1\nworkers: 2\n"
         "timeouts: {compose_up: 180, recipe: 120, oracle: 60, grading: 60, teardown: 120}\n"
     )
     run = forge_run(config, "--report")
