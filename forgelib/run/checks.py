@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.errors import CommandTimeout, ForgeError, tail
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
@@ -23,22 +23,23 @@ from forgelib.spec.models import Check
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
 
 
+class ExecOptions(TypedDict, total=False):
+    """The keywords of ``Stack.exec`` (``ComposeProject.exec`` documents them), written once for the
+    protocol and the test double."""
+
+    stdin: Path | None
+    input: str | None
+    timeout: Required[float]  # checks and the oracle always bound a command
+    env: Mapping[str, str] | None
+    workdir: str | None
+    check: bool
+    secrets: Sequence[str]
+
+
 class Stack(Protocol):
     """What checks and the oracle need from a provisioned trial (``compose.ComposeProject`` has it)."""
 
-    def exec(
-        self,
-        service: str,
-        argv: Sequence[str],
-        *,
-        stdin: Path | None = None,
-        input: str | None = None,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        check: bool = True,
-        secrets: Sequence[str] = (),
-    ) -> Result: ...
+    def exec(self, service: str, argv: Sequence[str], **options: Unpack[ExecOptions]) -> Result: ...
 
     def port(self, service: str, container_port: int) -> tuple[str, int]: ...
 

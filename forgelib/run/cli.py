@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
@@ -25,7 +25,7 @@ from forgelib.provision import (
 )
 from forgelib.run import live
 from forgelib.run.events import summarize
-from forgelib.run.execute import RunPlan, TrialHandle, run_project
+from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest, run_project
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
@@ -197,29 +197,16 @@ class DockerBackend:
     profiles: tuple[str, ...] = ()  # the run config's compose profiles
     snapshots: bool = False  # start reset services of fresh stacks from goldens (forgelib.snapshots)
 
-    def provision(
-        self,
-        task: Task,
-        *,
-        run_id: str,
-        trial_index: int,
-        trial_dir: Path,
-        on_phase: Callable[[str, float], None] | None = None,
-        attempt: int = 1,
-    ) -> TrialHandle:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         return provision_trial(
             self.project,
             task,
-            run_id=run_id,
-            trial_index=trial_index,
-            trial_dir=trial_dir,
+            **trial,
             timeouts=self.timeouts,
             runner=self.runner,
-            on_phase=on_phase,
             log_tail_lines=self.log_tail_lines,
             shared=self.shared,
             cache=self.cache,
-            attempt=attempt,
             profiles=self.profiles,
             snapshots=self.snapshots,
         )
@@ -251,26 +238,12 @@ class WarmBackend(DockerBackend):
 
     pool: WarmPool | None = None
 
-    def provision(
-        self,
-        task: Task,
-        *,
-        run_id: str,
-        trial_index: int,
-        trial_dir: Path,
-        on_phase: Callable[[str, float], None] | None = None,
-        attempt: int = 1,
-    ) -> TrialHandle:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         if self.pool is None or not task.environment.requires_per_trial:
-            return super().provision(
-                task,
-                run_id=run_id,
-                trial_index=trial_index,
-                trial_dir=trial_dir,
-                on_phase=on_phase,
-                attempt=attempt,
-            )
-        return self.pool.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
+            return super().provision(task, **trial)
+        return self.pool.acquire(
+            task, run_id=trial["run_id"], trial_dir=trial["trial_dir"], on_phase=trial.get("on_phase")
+        )
 
     def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
         t = cast(ProvisionedTrial, trial)

@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.engine import unreachable
 from forgelib.errors import ForgeError, ProvisionError
@@ -86,19 +86,21 @@ class TrialHandle(Protocol):
         ...
 
 
+class TrialRequest(TypedDict, total=False):
+    """Which trial ``Backend.provision`` provisions (the keywords of ``provision.provision_trial`` the
+    orchestrator decides), written once for the protocol and every backend."""
+
+    run_id: Required[str]
+    trial_index: Required[int]
+    trial_dir: Required[Path]
+    on_phase: Callable[[str, float], None] | None  # (phase, seconds) as each provisioning phase ends
+    attempt: int  # > 1: a retry, on a fresh stack
+
+
 class Backend(Protocol):
     """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
 
-    def provision(
-        self,
-        task: Task,
-        *,
-        run_id: str,
-        trial_index: int,
-        trial_dir: Path,
-        on_phase: Callable[[str, float], None] | None = None,
-        attempt: int = 1,
-    ) -> TrialHandle:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
 
         ``attempt`` > 1 is a retry: its stack must be a fresh one (a new compose project), never the last

@@ -7,9 +7,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from forgelib.errors import ProvisionError
+from forgelib.run.checks import ExecOptions
+from forgelib.run.execute import TrialRequest
 from forgelib.runner import Result
 from forgelib.spec.models import Check, EnvironmentManifest, Grading, Oracle, Task
 
@@ -28,20 +30,11 @@ class FakeStack:
     ports: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
 
-    def exec(
-        self,
-        service: str,
-        argv: Sequence[str],
-        *,
-        stdin: Path | None = None,
-        input: str | None = None,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        check: bool = True,
-        secrets: Sequence[str] = (),
-    ) -> Result:
-        kw = {"stdin": stdin, "timeout": timeout, "env": env, "workdir": workdir, "secrets": tuple(secrets)}
+    def exec(self, service: str, argv: Sequence[str], **o: Unpack[ExecOptions]) -> Result:
+        kw = {
+            "stdin": o.get("stdin"), "timeout": o["timeout"], "env": o.get("env"),
+            "workdir": o.get("workdir"), "secrets": tuple(o.get("secrets", ())),
+        }  # fmt: skip
         self.calls.append((service, tuple(argv), kw))
         return self.answer(service, tuple(argv), kw)
 
@@ -76,16 +69,9 @@ class FakeBackend:
     stacks: dict[tuple[str, int], FakeStack] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def provision(
-        self,
-        task: Task,
-        *,
-        run_id: str,
-        trial_index: int,
-        trial_dir: Path,
-        on_phase: Callable[[str, float], None] | None = None,
-        attempt: int = 1,
-    ) -> FakeHandle:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> FakeHandle:
+        run_id, trial_index, trial_dir = trial["run_id"], trial["trial_index"], trial["trial_dir"]
+        on_phase, attempt = trial.get("on_phase"), trial.get("attempt", 1)
         key = (task.name, trial_index)
         with self.lock:
             self.provisioned.append(key)
