@@ -1,6 +1,6 @@
 """``forge stamp``: compute seed digests and write them into project.yaml, changing nothing else.
 
-ruamel.yaml composes the file into nodes that carry exact start/end offsets; the new digests (and the full
+PyYAML composes the file into nodes that carry exact start/end offsets; the new digests (and the full
 form of shorthand entries) are spliced into the original text at those offsets. Every byte outside the
 changed values -- comments, key order, quoting, flow style, indentation, blank lines -- is the author's.
 The result is parsed again and compared with what was intended before anything is written.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+import yaml
+from yaml import YAMLError
 
 from forgelib.errors import ForgeError, SpecError, SpecIssue
 from forgelib.spec.digest import DigestError, seed_digest
@@ -87,7 +87,7 @@ def _quoted(digest: str, style: str | None) -> str:
 def stamp_text(text: str, stamps: Sequence[SeedStamp]) -> str:
     """``text`` (a project.yaml) with every needed stamp applied; nothing else changes."""
     nl = "\r\n" if "\r\n" in text else "\n"
-    root = YAML().compose(text)
+    root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes with exact offsets: all stamp needs
     assets = _child(root, "assets")
     seeds = _child(assets[1], "seeds") if assets else None
     if seeds is None:
