@@ -106,67 +106,57 @@ def image_env() -> dict[str, str]:
 
 
 def baseline_for(config: Path) -> Baseline:
-    """Derive the shell loop's arguments from the run config's pack: its one reset sql_dump service, its
-    first task's oracle and that task's first check (file or sql)."""
-    cfg = _load(config)
-    project_dir = (config.parent / str(cfg.get("project", ".."))).resolve()
-    project = _load(project_dir / "project.yaml")
-    env_spec = project.get("default_environment") or {}
-    compose_file = (project_dir / env_spec["compose_file"]).resolve()
-    seeds = (project.get("assets") or {}).get("seeds") or {}
-    reset = [
-        (name, svc["reset"])
-        for name, svc in (env_spec.get("services") or {}).items()
-        if isinstance(svc, Mapping) and isinstance(svc.get("reset"), Mapping)
-    ]
-    if len(reset) != 1:
-        raise SystemExit(f"{project_dir}: the shell baseline handles one reset service, found {reset}")
-    seed_service, binding = reset[0]
-    seed = seeds[binding["seed"]]
-    seed_path = seed if isinstance(seed, str) else seed["path"]
-    task_files = sorted(project_dir.glob((project.get("tasks") or {}).get("glob", "tasks/**/task.yaml")))
-    wanted = cfg.get("tasks") or []
-    if wanted:
-        task_files = [t for t in task_files if (_load(t).get("name") or t.parent.name) in wanted]
-    if not task_files:
-        raise SystemExit(f"{project_dir}: no task")
-    task_file = task_files[0]
-    task = _load(task_file)
+    """Derive the shell loop's arguments from the run config's pack, read by forge's own loader: its one
+    reset sql_dump service, its first task's oracle and that task's first check (file or sql)."""
+    from forgelib.seeds.sql_dump import postgres_credentials
+    from forgelib.spec.loader import load_project_config, load_run_config
+
+    cfg = load_run_config(config)
+    project = load_project_config(cfg.project)
+    env = project.environment
+    reset = [s for s in env.services.values() if s.reset is not None]
+    if len(reset) != 1 or reset[0].reset is None:
+        raise SystemExit(f"{project.root}: the shell baseline handles one reset service, found {reset}")
+    seed_service, binding = reset[0].name, reset[0].reset
+    tasks = [t for t in project.tasks if not cfg.tasks or t.name in cfg.tasks]
+    if not tasks:
+        raise SystemExit(f"{project.root}: no task")
+    task = tasks[0]
 
     oracle: list[str] = []
     oracle_stdin = None
-    if spec := task.get("oracle"):
-        for k, v in (spec.get("env") or {}).items():
+    if (spec := task.oracle) is not None:
+        for k, v in spec.env.items():
             oracle += ["-e", f"{k}={v}"]
-        if spec.get("workdir"):
-            oracle += ["-w", spec["workdir"]]
-        oracle.append(spec["service"])
-        if spec.get("script"):
-            oracle += list(spec.get("interpreter") or ["sh", "-s"])
-            oracle_stdin = (task_file.parent / spec["script"]).resolve()
+        if spec.workdir:
+            oracle += ["-w", spec.workdir]
+        oracle.append(spec.service)
+        if spec.script is not None:
+            oracle += list(spec.interpreter)
+            oracle_stdin = spec.script
         else:
-            oracle += list(spec["command"])
+            oracle += list(spec.command or ())
 
-    # user/database default to the service's POSTGRES_USER/POSTGRES_DB, as the sql_dump recipe does
-    svc_env = ((_load(compose_file).get("services") or {}).get(seed_service) or {}).get("environment") or {}
+    # user/database as the sql_dump recipe picks them (the binding's options, else the service's env)
+    svc_env = (env.compose.get("services") or {}).get(seed_service, {}).get("environment") or {}
     if isinstance(svc_env, list):
         svc_env = dict(item.split("=", 1) for item in svc_env if "=" in item)
-    user = str(binding.get("user") or svc_env.get("POSTGRES_USER") or "postgres")
-    database = str(binding.get("database") or svc_env.get("POSTGRES_DB") or user)
-    binding = {**binding, "user": user, "database": database}
-
-    grading_file = (task_file.parent / str(task.get("grading") or "grading.yaml")).resolve()
-    checks = _load(grading_file).get("checks") or []
-    check, expect, match = _check_argv(checks[0], binding)
+    user, database = postgres_credentials(binding.options, svc_env)
+    if task.grading is None or not task.grading.checks:
+        raise SystemExit(f"{task.path}: the shell baseline needs a state check")
+    check = task.grading.checks[0]
+    argv, expect, match = _check_argv(
+        {"name": check.name, check.type: dict(check.spec)}, {"user": user, "database": database}
+    )
     return Baseline(
-        compose_file=compose_file,
+        compose_file=env.compose_files[0],
         seed_service=seed_service,
-        seed_file=(project_dir / seed_path).resolve(),
+        seed_file=project.seeds[binding.seed].path,
         pguser=user,
         pgdatabase=database,
         oracle=oracle,
         oracle_stdin=oracle_stdin,
-        check=check,
+        check=argv,
         expect=expect,
         match=match,
         env=image_env(),
