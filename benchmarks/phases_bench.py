@@ -345,10 +345,11 @@ def read_trials(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def trial_passed(trial: Mapping[str, Any]) -> bool:
+    """forge's verdict: ``grade.yaml``'s ``binary_pass`` (``trial.yaml``'s ``status`` when there is none)."""
     grade = trial.get("_grade") or {}
     if isinstance(grade, Mapping) and "binary_pass" in grade:
         return bool(grade["binary_pass"])
-    return str(trial.get("status", "")).lower() in {"passed", "pass", "ok", "succeeded"}
+    return trial.get("status") == "passed"
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -371,22 +372,17 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def trial_timings(trial: Mapping[str, Any]) -> dict[str, float]:
-    for key in ("timings", "timing", "phases", "durations"):
-        value = trial.get(key)
-        if isinstance(value, Mapping):
-            return flatten(value)
-    return {}
+    """``trial.yaml``'s ``timings`` (phase -> seconds), flattened."""
+    value = trial.get("timings")
+    return flatten(value) if isinstance(value, Mapping) else {}
 
 
 def trial_total(trial: Mapping[str, Any]) -> float:
-    """A trial's own duration: its ``seconds``/``duration`` if given, else the sum of its phases."""
-    for key in ("wall_seconds", "seconds", "duration", "duration_seconds", "elapsed"):
-        value = trial.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    timings = trial_timings(trial)
-    leaf = {k: v for k, v in timings.items() if k not in {"total", "trial"}}
-    return timings.get("total", sum(leaf.values()))
+    """A trial's own duration: ``trial.yaml``'s ``wall_seconds`` (the sum of its phases if absent)."""
+    value = trial.get("wall_seconds")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return sum(v for k, v in trial_timings(trial).items() if k != "total")
 
 
 TOP_PHASES = {"provision", "oracle", "grading", "capture_logs", "teardown", "total"}
