@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.interrupt import finished_interrupted
 from support.stacks import PG, REDIS, RUNNER
 
 from forgelib import custody
@@ -333,18 +334,7 @@ def _interrupt(
     run's labels. Returns stderr."""
     if not signal_sent:
         proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    kinds = [e.get("kind") for e in read_events(run_dir / run_id / EVENTS_FILE)]
-    assert "run_interrupted" in kinds, kinds
-    assert_no_leftovers(runner, run_id)
-    return err
+    return finished_interrupted(proc, runner, run_dir, run_id)
 
 
 @pytest.mark.parametrize("moment", ["compose_up", "recipe", "oracle"])

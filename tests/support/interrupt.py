@@ -1,0 +1,30 @@
+"""Waiting out a ``forge run`` child after SIGINT, the same way in every signal test."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from forgelib import labels as lab
+from forgelib.run.events import EVENTS_FILE, read_events
+from forgelib.runner import Runner
+
+
+def finished_interrupted(
+    proc: subprocess.Popen[str], runner: Runner, run_dir: Path, run_id: str, *, timeout: float = 180
+) -> str:
+    """After its SIGINT: exit 130, no traceback, ``run_interrupted`` on record and nothing left with the
+    run's labels. Returns its stderr (a child that hangs is killed, and fails the test)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    kinds = [e.get("kind") for e in read_events(run_dir / run_id / EVENTS_FILE)]
+    assert "run_interrupted" in kinds, kinds
+    left = lab.resources_with_labels(runner, {lab.RUN: run_id})
+    assert lab.is_empty(left), f"run {run_id} left {left}"
+    return err
