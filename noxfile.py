@@ -36,8 +36,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def integration(session: nox.Session) -> None:
-    """Integration tests on a real Docker engine (started and imaged by the tests if needed)."""
+    """Integration tests on a real Docker engine (started and imaged by the tests if needed); Ray for the
+    cluster tests (tests/integration/test_cluster.py starts its own nodes and second engine)."""
     _install(session)
+    session.install("-e", ".[ray]")
     session.run(*PYTEST, "-m", "integration", "tests/integration", *session.posargs)
 
 

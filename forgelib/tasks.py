@@ -80,6 +80,7 @@ def teardown(c: Context, name: str = "") -> None:
         "retries": "rerun a retryable failed attempt on a fresh stack up to N times (overrides the config)",
         "snapshots": "start reset services from golden snapshots (overrides the config's `snapshots`)",
         "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
+        "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
     }
 )
 def run(
@@ -96,6 +97,7 @@ def run(
     retries: str = "",
     snapshots: bool = False,
     no_snapshots: bool = False,
+    cluster: str = "",
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
@@ -112,6 +114,7 @@ def run(
         retries=Number("--retries", retries),
         snapshots=snapshots,
         no_snapshots=no_snapshots,
+        cluster=cluster or None,
     )
 
 

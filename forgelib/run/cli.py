@@ -24,7 +24,7 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.run import live
-from forgelib.run.events import summarize
+from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest, run_project
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState, interruptible
@@ -49,6 +49,7 @@ def main_run(
     snapshots: bool = False,
     no_snapshots: bool = False,
     stacks: str | None = None,
+    cluster: str | None = None,
 ) -> int:
     if snapshots and no_snapshots:
         raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
@@ -78,24 +79,28 @@ def main_run(
         retries=retries,
         stacks=stacks,
     )
-    runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
-    live_stacks = LiveStacks()
-    # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
-    # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
-    print_notices(project.notices, prefix="forge: ")
-    with interruptible(live_stacks) as stop:
-        heal_leftovers(runner)
-        backend = make_backend(
-            plan, project, cfg, stop.guard(runner), live_stacks, stop,
-            snapshots=(cfg.snapshots or snapshots) and not no_snapshots,
-        )  # fmt: skip
-        if live.wanted(as_json):
-            with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
-                _, state = run_project(
-                    plan, backend, display.say, stacks=live_stacks, stop=stop, observer=display.observe
-                )
-        else:
-            _, state = run_project(plan, backend, progress, stacks=live_stacks, stop=stop)
+    address = cluster or cfg.cluster
+    if address:
+        state = _run_on_cluster(address, plan, project, cfg.profiles)
+    else:
+        runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
+        live_stacks = LiveStacks()
+        # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
+        # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
+        print_notices(project.notices, prefix="forge: ")
+        with interruptible(live_stacks) as stop:
+            heal_leftovers(runner)
+            backend = make_backend(
+                plan, project, cfg, stop.guard(runner), live_stacks, stop,
+                snapshots=(cfg.snapshots or snapshots) and not no_snapshots,
+            )  # fmt: skip
+            if live.wanted(as_json):
+                with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
+                    _, state = run_project(
+                        plan, backend, display.say, stacks=live_stacks, stop=stop, observer=display.observe
+                    )
+            else:
+                _, state = run_project(plan, backend, progress, stacks=live_stacks, stop=stop)
     summary = summarize(state)
     if state.unknown_kinds or state.unreadable_lines:
         skipped = sum(state.unknown_kinds.values()) + state.unreadable_lines
@@ -106,6 +111,24 @@ def main_run(
     else:
         print(render_table(summary))
     return EXIT_OK if summary["all_passed"] else EXIT_USER
+
+
+def _run_on_cluster(address: str, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
+    """The same run on a Ray cluster's nodes (``forgelib.cluster``: the only code that imports Ray)."""
+    from forgelib.cluster.connect import connect
+    from forgelib.cluster.driver import Cluster, ClusterBackend, ClusterExecutor
+
+    nodes = connect(address)  # before `interruptible`, so its handlers (not Ray's) own SIGINT/SIGTERM
+    cl = Cluster(project, plan.output, nodes)
+    # The stacks live on the nodes; the executor stops them there (this process registers none).
+    with interruptible(LiveStacks()):
+        _, state = run_project(
+            plan,
+            ClusterBackend(cl),
+            progress,
+            executor=lambda log, settings: ClusterExecutor(cl, log, settings, progress, profiles),
+        )
+    return state
 
 
 def heal_leftovers(runner: Runner, say: Callable[[str], None] | None = None) -> None:

@@ -121,6 +121,21 @@ class Backend(Protocol):
         ...
 
 
+class EventSink(Protocol):
+    """Where a trial's events go: the run's ``EventLog``, or on a cluster node the relay to the driver."""
+
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]: ...
+
+
+class TrialRunner(Protocol):
+    def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]: ...
+
+
+# Builds what runs a run's trials from its event log and settings: ``Executor`` here, or (``--cluster``)
+# ``forgelib.cluster.driver.ClusterExecutor``.
+ExecutorFactory = Callable[[ev.EventLog, "Settings"], TrialRunner]
+
+
 @dataclass(frozen=True)
 class Settings:
     run_id: str
@@ -130,6 +145,7 @@ class Settings:
     log_tail_lines: int = LOG_TAIL_LINES
     workers: int = 1
     retries: int = 0
+    node: dict[str, str] | None = None  # set on a cluster node: recorded on each trial it runs
 
 
 @dataclass
@@ -168,7 +184,7 @@ class Executor:
     def __init__(
         self,
         backend: Backend,
-        events: ev.EventLog,
+        events: EventSink,
         settings: Settings,
         progress: Progressor,
         *,
@@ -428,6 +444,7 @@ class Executor:
             attempt=t.attempt,
             retried=retried,
             earlier_attempts=tuple(t.earlier),
+            node=self.s.node,
         )
 
     def _teardown(self, t: _Trial) -> tuple[Outcome, bool | None]:
@@ -500,6 +517,7 @@ def run_project(
     stacks: LiveStacks | None = None,
     stop: StopState | None = None,
     observer: ev.Observer | None = None,
+    executor: ExecutorFactory | None = None,
 ) -> tuple[Path, ev.RunState]:
     """Start (or resume) a run, execute what it needs, write summary.json (and JUnit), and return the
     run's directory and final folded state.
@@ -562,7 +580,10 @@ def run_project(
     try:
         with log:
             progress(f"run {run_id}: {len(todo)} trial(s), {plan.workers} worker(s) -> {run_dir}")
-            Executor(backend, log, settings, progress, stacks=stacks, stop=stop).run(todo)
+            if executor is None:
+                Executor(backend, log, settings, progress, stacks=stacks, stop=stop).run(todo)
+            else:
+                executor(log, settings).run(todo)
             log.append(ev.RUN_FINISHED)
     finally:
         try:

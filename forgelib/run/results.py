@@ -52,6 +52,7 @@ class TrialResult:
     retried: bool = False  # this attempt ended retryably and another one follows
     earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt
     snapshots: dict[str, Any] = field(default_factory=dict)  # service -> what its golden did
+    node: dict[str, str] | None = None  # the cluster node that ran it (id, host, engine); None: this host
 
     @property
     def status(self) -> str:
@@ -83,6 +84,7 @@ class TrialResult:
             "reasons": list(self.grade.reasons),
             "timings": {**self.timings, "total": self.wall_seconds},
             "attempt": self.attempt,
+            **({"node": self.node["id"]} if self.node else {}),
         }
 
     def attempt_summary(self) -> dict[str, Any]:
@@ -146,6 +148,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "retried": r.retried,
         "earlier_attempts": list(r.earlier_attempts),
         **({"snapshots": r.snapshots} if r.snapshots else {}),
+        **({"node": r.node} if r.node else {}),
     }
 
 

@@ -471,6 +471,7 @@ def collect_run_config(
             workers=data.get("workers", 1),
             retries=data.get("retries", 0),
             stacks=data.get("stacks", "fresh"),
+            cluster=data.get("cluster"),
             output=(base / output).resolve() if output else proj_dir / "runs",
             capture_logs_on_success=data.get("capture_logs_on_success", False),
             log_tail_lines=data.get("log_tail_lines", LOG_TAIL_LINES),

@@ -156,6 +156,7 @@ class RunConfig:
     retries: int = (
         0  # a retryable attempt (oracle timeout, lost engine, judge failure, bug) reruns this often
     )
+    cluster: str | None = None  # a Ray address: trials run on its nodes (forgelib.cluster)
     output: Path | None = None  # default: <project>/runs
     stacks: str = "fresh"  # fresh: a stack per trial; warm: one per worker, reset in place (forgelib.warm)
     capture_logs_on_success: bool = False

@@ -1,0 +1,183 @@
+"""What runs on a cluster node: one trial, through exactly the local code path.
+
+The trial goes through ``Executor.run_trial`` with the node's own ``DockerBackend`` — provision, oracle,
+checks, logs, teardown, ownership labels — against the engine the node declares (``FORGE_DOCKER_HOST``),
+in a temporary directory that holds the unpacked project and the trial's files. Events and progress go to
+the driver through the relay; the trial's files go back as one tar in the task's return value; the
+temporary directory is removed either way. A stop from the driver acts like a signal does locally:
+no new launches, in-flight launches killed, the stack torn down (a second stop: without graceful waits).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forgelib.cluster import ENGINE_ENV
+from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
+from forgelib.cluster.relay import Item
+from forgelib.errors import ForgeError
+from forgelib.run.cli import DockerBackend
+from forgelib.run.execute import Executor, Settings
+from forgelib.run.results import trial_dir
+from forgelib.runner import SubprocessRunner
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.loader import load_project_config
+from forgelib.spec.models import Timeouts
+
+STOP_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class TrialOrder:
+    """One trial as the driver asks for it (everything else comes with the bundle)."""
+
+    run_id: str
+    task: str
+    index: int
+    timeouts: Timeouts
+    capture_logs_on_success: bool
+    log_tail_lines: int
+    retries: int = 0
+    profiles: tuple[str, ...] = ()
+    prior: bytes = b""  # the trial's directory on the driver: earlier attempts, shelved under attempts/
+
+
+@dataclass
+class TrialReturn:
+    node: dict[str, str]
+    started: bool = True  # False: a stop came first; nothing ran, nothing was recorded
+    files: bytes = b""  # tar of the trial's directory
+    error: str | None = None  # the node could not run the trial at all (no engine, a seed failed to verify)
+    status: str = ""
+
+
+def node_engine() -> str:
+    engine = os.environ.get(ENGINE_ENV, "").strip()
+    if not engine:
+        raise ForgeError(
+            f"this node offers forge slots but does not say which Docker engine it serves: restart its "
+            f"`ray start` with {ENGINE_ENV}=unix:///var/run/docker.sock (or the engine's address)"
+        )
+    return engine
+
+
+def node_identity(node_id: str, engine: str) -> dict[str, str]:
+    return {"id": node_id, "host": socket.gethostname(), "engine": engine}
+
+
+class RelayEvents:
+    """The Executor's event sink on a node: each event goes to the driver, tagged with the node."""
+
+    def __init__(self, push: Callable[[list[Item]], None], node: dict[str, str]) -> None:
+        self._push = push
+        self._node = node["id"]
+
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+        fields.setdefault("node", self._node)
+        self._push([("event", (kind, fields))])
+        return {"kind": kind, **fields}
+
+    def say(self, line: str) -> None:
+        self._push([("say", line)])
+
+
+class StopWatcher:
+    """Polls the driver's stop level and acts on it the way ``signals.interruptible`` does locally."""
+
+    def __init__(self, level: Callable[[], int], stop: StopState, stacks: LiveStacks) -> None:
+        self._level, self._stop, self._stacks = level, stop, stacks
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="forge-stop-watch", daemon=True)
+
+    def __enter__(self) -> StopWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        seen = 0
+        while not self._done.wait(STOP_POLL_SECONDS):
+            try:
+                level = self._level()
+            except Exception:  # noqa: BLE001 - the driver is gone: Ray ends this job's workers itself
+                return
+            while seen < level:
+                seen += 1
+                self._stop.request("driver stop")  # kills the guarded runner's in-flight launches
+                self._stacks.closed = True
+                if seen > 1:  # the trial's own graceful `down` was just killed: redo it without waits
+                    self._stacks.teardown_all(graceful=False)
+
+
+def run_trial(
+    bundle: Bundle,
+    order: TrialOrder,
+    *,
+    node_id: str,
+    push: Callable[[list[Item]], None],
+    stop_level: Callable[[], int],
+) -> TrialReturn:
+    """Run one trial here (called by the Ray task in ``driver``; Ray-free so it is testable alone)."""
+    engine = node_engine()
+    node = node_identity(node_id, engine)
+    if stop_level() > 0:
+        return TrialReturn(node, started=False)
+    # Every docker/compose command this process runs goes to the node's engine.
+    os.environ["DOCKER_HOST"] = engine
+    with tempfile.TemporaryDirectory(prefix="forge-node-") as tmp:
+        try:
+            project = load_project_config(unpack(bundle, Path(tmp) / "project"))
+            verify_seeds(project, bundle.seeds)
+            task = project.task(order.task)
+        except ForgeError as e:
+            return TrialReturn(node, error=str(e))
+        stop, stacks = StopState(), LiveStacks()
+        runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
+        backend = DockerBackend(
+            project, order.timeouts, runner, order.log_tail_lines, profiles=order.profiles
+        )
+        sink = RelayEvents(push, node)
+        settings = Settings(
+            run_id=order.run_id,
+            run_dir=Path(tmp) / "run",
+            timeouts=order.timeouts,
+            capture_logs_on_success=order.capture_logs_on_success,
+            log_tail_lines=order.log_tail_lines,
+            retries=order.retries,
+            node=node,
+        )
+        if order.prior:  # a rerun counts on from the attempts already on record
+            untar_into(order.prior, trial_dir(settings.run_dir, order.task, order.index))
+        executor = Executor(backend, sink, settings, sink.say, stacks=stacks, stop=stop)
+        with StopWatcher(stop_level, stop, stacks):
+            result = executor.run_trial(task, order.index)
+        files = tar_dir(trial_dir(settings.run_dir, order.task, order.index))
+    return TrialReturn(node, files=files, status=result.status)
+
+
+def tar_dir(path: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        tar.add(path, arcname=".")
+    return buf.getvalue()
+
+
+def untar_into(data: bytes, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")
+
+
+__all__ = ["RelayEvents", "StopWatcher", "TrialOrder", "TrialReturn", "node_engine", "run_trial"]

@@ -1,0 +1,261 @@
+"""``forge run --cluster`` on a real Ray cluster: a head and two worker nodes (separate processes, loopback
+only), each serving its own Docker engine — the machine's and a second dockerd these fixtures start and
+stop. One cluster for the module (starting Ray nodes costs tens of seconds); the node-loss test kills a
+node, so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.[dev,ray]' (nox installs it)")
+
+from support.cluster import (  # noqa: E402 - after the importorskip
+    Engine,
+    RayCluster,
+    main_engine,
+    start_cluster,
+    start_engine,
+    stop_engine,
+    wait_for,
+)
+
+PACK = Path(__file__).resolve().parents[2] / "examples" / "multi_service_postgres_reset"
+TASK = "read_widget"
+IMAGES = ["forgelib/postgres:15", "forgelib/python:3.11"]  # what the pack's compose file runs
+RUN_TIMEOUT = 900
+
+
+@pytest.fixture(scope="module")
+def engines(docker_ready: None) -> Iterator[list[Engine]]:
+    second = start_engine(IMAGES)
+    try:
+        yield [main_engine(), second]
+    finally:
+        stop_engine(second)
+
+
+@pytest.fixture(scope="module")
+def cluster(engines: list[Engine]) -> Iterator[RayCluster]:
+    cl = start_cluster(engines, slots=2)
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+def _config(tmp: Path, repeats: int) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = tmp / "cluster.yaml"
+    doc = {
+        "project": str(PACK),
+        "tasks": [TASK],
+        "repeats": repeats,
+        "workers": 4,
+        "output": str(tmp / "runs"),
+        "timeouts": {"compose_up": 180, "recipe": 120, "oracle": 60, "grading": 60, "teardown": 120},
+    }
+    cfg.write_text(yaml.safe_dump(doc))
+    return cfg
+
+
+def _forge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def _run_dir(out: Path) -> Path:
+    (run,) = [p for p in (out / "runs").iterdir() if p.is_dir()]
+    return run
+
+
+def _leftovers(eng: Engine, run_id: str) -> list[str]:
+    f = ["--filter", f"label=io.forgelib.run={run_id}"]
+    return [
+        *eng.docker("ps", "-a", *f, "--format", "{{.Names}}").split(),
+        *eng.docker("network", "ls", *f, "--format", "{{.Name}}").split(),
+        *eng.docker("volume", "ls", *f, "--format", "{{.Name}}").split(),
+    ]
+
+
+class Watch:
+    """``docker events`` for forge's containers on one engine, streamed to a file from before the run."""
+
+    def __init__(self, eng: Engine, path: Path, event: str = "create") -> None:
+        self.path = path
+        argv = ["docker", "events", "--filter", "type=container", "--filter", f"event={event}"]
+        argv += ["--filter", "label=io.forgelib.managed=true", "--format", "{{json .Actor.Attributes}}"]
+        self._out = open(path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._out, env={**os.environ, "DOCKER_HOST": eng.host})
+
+    def labels(self) -> list[dict[str, str]]:
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self._out.close()
+
+
+def _files(run_dir: Path) -> set[str]:
+    """The run directory's shape: every file, with trial indices folded (so 8 trials match 2)."""
+    shape = set()
+    for p in run_dir.rglob("*"):
+        if p.is_file():
+            parts = list(p.relative_to(run_dir).parts)
+            if parts[:1] == ["trials"] and len(parts) > 3:
+                parts[2] = "N"
+            shape.add("/".join(parts))
+    return shape
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_eight_trials_split_across_both_engines_like_a_local_run(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    cfg = _config(tmp_path / "c", repeats=8)
+    watches = [Watch(e, tmp_path / f"events{i}.jsonl") for i, e in enumerate(engines)]
+    try:
+        r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address, "--json")
+    finally:
+        for w in watches:
+            w.stop()
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    rid = summary["run_id"]
+    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (8, 8), summary["totals"]
+    run_dir = _run_dir(tmp_path / "c")
+
+    # Each engine ran some of the trials: the trial records name the node and its engine ...
+    trials = [yaml.safe_load(p.read_text()) for p in run_dir.glob(f"trials/{TASK}/*/trial.yaml")]
+    assert len(trials) == 8
+    by_engine = {e.host: [t for t in trials if t["node"]["engine"] == e.host] for e in engines}
+    assert all(by_engine.values()), {h: len(ts) for h, ts in by_engine.items()}
+    # ... and each engine saw containers with the run's ownership labels, created by its node.
+    for w, eng in zip(watches, engines, strict=True):
+        mine = [lab for lab in w.labels() if lab.get("io.forgelib.run") == rid]
+        assert mine, f"no container of run {rid} was created on {eng.host}"
+        projects = {lab["com.docker.compose.project"] for lab in mine}
+        assert projects == {t["compose_project"] for t in by_engine[eng.host]}
+        assert all(lab["io.forgelib.owner.pid"] != str(os.getpid()) for lab in mine)
+    # Every event went through the driver's one log, trial events tagged with their node.
+    kinds = [e["kind"] for e in _events(run_dir)]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    finished = [e for e in _events(run_dir) if e["kind"] == "trial_finished"]
+    assert len(finished) == 8 and all(e.get("node") for e in finished)
+    assert all(not _leftovers(e, rid) for e in engines)
+
+    # The same plan locally (fewer repeats): the same files, and Ray never imported on the local path.
+    local = _forge("-X", "importtime", "-m", "forgelib", "run", "--config", str(_config(tmp_path / "l", 2)),
+                   "--json")  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in local.stderr.splitlines() if "|" in line}
+    assert "forgelib.run.cli" in imported and not {m for m in imported if m.split(".")[0] == "ray"}
+    assert _files(run_dir) == _files(_run_dir(tmp_path / "l"))
+    assert set(json.loads(local.stdout)) == set(summary)
+
+
+def test_ctrl_c_tears_down_every_stack_on_every_node(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    cfg = _config(tmp_path, repeats=4)
+    watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    with open(tmp_path / "driver.log", "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Interrupt once a stack is up on each engine (both nodes have live trials).
+        wait_for("stacks on both engines", lambda: all(w.labels() for w in watches), proc, timeout=300)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in watches:
+            w.stop()
+    out = (tmp_path / "driver.log").read_text()
+    assert rc == 130, out
+    run_dir = _run_dir(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    for eng in engines:
+        assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
+
+
+def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    """Runs last: it kills the second engine's node."""
+    doomed, survivor = cluster.workers[1], engines[0]
+    assert doomed.engine is not None
+    cfg = _config(tmp_path, repeats=4)
+    watch = Watch(doomed.engine, tmp_path / "doomed.jsonl", event="start")
+    argv = [
+        sys.executable,
+        "-m",
+        "forgelib",
+        "run",
+        "--config",
+        str(cfg),
+        "--cluster",
+        cluster.address,
+        "--json",
+    ]
+    with open(tmp_path / "driver.out", "wb") as out, open(tmp_path / "driver.err", "wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+    try:
+        wait_for("a trial's stack on the doomed node", lambda: bool(watch.labels()), proc, timeout=300)
+        os.kill(doomed.raylet(), signal.SIGKILL)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        watch.stop()
+    err_text = (tmp_path / "driver.err").read_text()
+    assert rc == 0, err_text
+    summary = json.loads((tmp_path / "driver.out").read_text())
+    assert summary["totals"]["passed"] == 4, summary
+    run_dir = _run_dir(tmp_path)
+    lost = [
+        e for e in _events(run_dir) if e["kind"] == "trial_attempt" and e.get("error_stage") == "node_lost"
+    ]
+    assert lost, err_text
+    for e in lost:
+        t = yaml.safe_load((run_dir / "trials" / TASK / str(e["index"]) / "trial.yaml").read_text())
+        assert t["status"] == "passed" and t["node"]["engine"] == survivor.host
+        rec = next(x for x in summary["trials"] if x["index"] == e["index"])
+        assert rec["attempts"] == 2
+    assert not _leftovers(survivor, summary["run_id"])
+
+    # The lost trials' stacks are still on the dead node's engine, owned by a process that no longer
+    # exists once the node is gone: `forge reap` against that engine removes them.
+    rid = summary["run_id"]
+    assert _leftovers(doomed.engine, rid)
+    reports: list[dict[str, Any]] = []
+
+    def reaped() -> bool:
+        r = _forge("-m", "forgelib", "reap", "--run", rid, "--json", env={"DOCKER_HOST": doomed.engine.host})
+        assert r.returncode in (0, 1), r.stderr
+        reports.append(json.loads(r.stdout))
+        return not _leftovers(doomed.engine, rid)
+
+    wait_for("forge reap on the dead node's engine", reaped, timeout=120)
+    assert any(rep.get("removed") for rep in reports), reports
+    time.sleep(0)  # no timing assumptions: the loop above waits on the engine's state

@@ -1,0 +1,238 @@
+"""A real one-machine Ray cluster for the cluster tests: a head and two worker nodes (separate process
+trees, every Ray process bound to 127.0.0.1), one node per Docker engine — the machine's engine and a
+second dockerd started here with its own socket, data root, exec root, pidfile, no default bridge and its
+own address pool, with the stand-in images moved across by ``docker save | docker load``.
+
+Everything started here is stopped here, by pid, even when a test fails; the main engine is only read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT = 180.0  # seconds a daemon or node may take to answer on a loaded 2-core box
+POOL = "base=10.213.0.0/16,size=24"  # the main engine uses 10.200.0.0/16
+
+
+def wait_for(
+    what: str,
+    ready: Callable[[], bool],
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = START_TIMEOUT,
+    log: Path | None = None,
+) -> None:
+    """Poll ``ready`` until it holds; fail early (with the log) when ``proc`` exits instead."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what} exited (rc={proc.returncode}) before it was ready{_tail(log)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not ready after {timeout:.0f}s{_tail(log)}")
+        time.sleep(0.2)
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.is_file():
+        return ""
+    return "\n--- " + str(log) + "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Ray's workers start their own sessions, so groups miss them)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM ``proc`` and everything below it, then SIGKILL what is left after ``grace`` seconds."""
+    pids = [proc.pid, *descendants(proc.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.2)
+        if not any(_alive(p) for p in pids):
+            break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@dataclass
+class Engine:
+    host: str  # DOCKER_HOST value
+    dir: Path | None = None  # a second engine's state; None: the machine's engine (never touched)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def docker(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        env = {**os.environ, "DOCKER_HOST": self.host}
+        r = subprocess.run(
+            ["docker", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and r.returncode != 0:
+            raise AssertionError(f"docker {' '.join(args)} on {self.host}: rc={r.returncode}\n{r.stderr}")
+        return r.stdout
+
+    def answers(self) -> bool:
+        env = {**os.environ, "DOCKER_HOST": self.host}
+        argv = ["docker", "version", "--format", "{{.Server.Version}}"]
+        return subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def main_engine() -> Engine:
+    return Engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+
+
+def start_engine(images: list[str]) -> Engine:
+    """A second dockerd beside the machine's, with ``images`` loaded from the machine's engine."""
+    d = Path(tempfile.mkdtemp(prefix="forge-eng-", dir="/var/tmp"))
+    eng = Engine(f"unix://{d}/docker.sock", d)
+    log = d / "dockerd.log"
+    with open(log, "wb") as out:
+        eng.proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(d / "root"), "--exec-root", str(d / "exec"),
+             "--pidfile", str(d / "docker.pid"), "-H", eng.host, "--bridge", "none",
+             "--default-address-pool", POOL],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_for("second dockerd", eng.answers, eng.proc, log=log)
+        save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
+        assert save.stdout is not None
+        load = subprocess.run(["docker", "-H", eng.host, "load"], stdin=save.stdout, capture_output=True,
+                              timeout=600, check=False)  # fmt: skip
+        save.stdout.close()
+        assert save.wait(timeout=600) == 0 and load.returncode == 0, load.stderr.decode()
+    except BaseException:
+        stop_engine(eng)
+        raise
+    return eng
+
+
+def stop_engine(eng: Engine) -> None:
+    """Stop a second engine by its own pid and remove its state (its data root, sockets, pidfile)."""
+    if eng.proc is not None:
+        kill_tree(eng.proc, grace=60)
+    if eng.dir is not None:
+        _unmount_below(eng.dir)
+        shutil.rmtree(eng.dir)
+
+
+def _unmount_below(d: Path) -> None:
+    """Mounts a killed daemon left under its own directories (none after a clean stop)."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m.startswith(str(d) + "/")), reverse=True):
+        subprocess.run(["umount", "-l", m], check=False, capture_output=True)
+
+
+@dataclass
+class RayNode:
+    proc: subprocess.Popen[bytes]
+    log: Path
+    engine: Engine | None = None
+
+    def raylet(self) -> int:
+        for p in descendants(self.proc.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{p}/comm").read_text().strip() == "raylet":
+                    return p
+        raise AssertionError(f"no raylet below {self.proc.pid}{_tail(self.log)}")
+
+
+@dataclass
+class RayCluster:
+    address: str
+    dir: Path
+    head: RayNode
+    workers: list[RayNode] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for n in [*self.workers, self.head]:
+            kill_tree(n.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _ray(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "forgelib.cluster.connect", "start", "--block", *args],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def start_cluster(engines: list[Engine], slots: int) -> RayCluster:
+    """A head (no forge slots) and one worker node per engine, each offering ``slots`` forge slots."""
+    d = Path(tempfile.mkdtemp(prefix="forge-ray-", dir="/tmp"))  # Ray's socket paths must stay short
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("DOCKER_HOST", None)  # a node's engine is only what FORGE_DOCKER_HOST says
+    common = ["--node-ip-address", "127.0.0.1", "--temp-dir", str(d), "--disable-usage-stats",
+              "--object-store-memory", str(80 * 1024 * 1024)]  # fmt: skip
+    head = RayNode(_ray(["--head", "--port", "0", "--num-cpus", "0", "--include-dashboard", "false",
+                         *common], env, d / "head.log"), d / "head.log")  # fmt: skip
+    cluster = RayCluster("", d, head)
+    try:
+        current = d / "ray_current_cluster"
+        wait_for("ray head", lambda: current.is_file() and current.read_text().strip() != "", head.proc,
+                 log=head.log)  # fmt: skip
+        cluster.address = current.read_text().strip()
+        for i, eng in enumerate(engines):
+            cluster.workers.append(_start_worker(cluster.address, i, eng, slots, env, common, d))
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _start_worker(
+    address: str, i: int, eng: Engine, slots: int, env: dict[str, str], common: list[str], d: Path
+) -> RayNode:
+    """One worker node serving ``eng``. Ray gives a raylet 30 s to register, which a loaded 2-core box
+    can exceed while the node's agents import; a node that gave up is started again, once."""
+    args = ["--address", address, "--num-cpus", "1", "--resources", f'{{"forge_docker": {slots}}}', *common]
+    for attempt in (1, 2):
+        log = d / f"worker{i}.{attempt}.log"
+        node = RayNode(_ray(args, {**env, "FORGE_DOCKER_HOST": eng.host}, log), log, eng)
+        started = lambda lg=log: "Ray runtime started" in lg.read_text(errors="replace")  # noqa: E731
+        try:
+            wait_for(f"ray worker {i}", started, node.proc, log=log)
+        except AssertionError:
+            kill_tree(node.proc)
+            if attempt == 2:
+                raise
+            continue
+        return node
+    raise AssertionError("unreachable")

@@ -1,0 +1,133 @@
+"""forgelib.cluster without a cluster: the shipped project, the node's stop handling, import hygiene."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from forgelib.cluster.bundle import pack, unpack, verify_seeds
+from forgelib.cluster.connect import forge_nodes, is_loopback
+from forgelib.cluster.node import RelayEvents, StopWatcher, node_engine
+from forgelib.errors import ForgeError
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.loader import load_project_config, load_run_config
+
+PACK = Path(__file__).resolve().parents[3] / "examples" / "multi_service_postgres_reset"
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "pack"
+    shutil.copytree(PACK, dest, ignore=shutil.ignore_patterns("runs"))
+    (dest / "runs" / "old-run").mkdir(parents=True)
+    (dest / "runs" / "old-run" / "events.jsonl").write_text("{}\n")
+    return dest
+
+
+def test_bundle_ships_the_project_and_its_seeds_verify_on_arrival(project_copy: Path, tmp_path: Path) -> None:
+    project = load_project_config(project_copy)
+    bundle = pack(project, exclude=[project_copy / "runs"])
+    assert bundle.seeds == {n: s.digest for n, s in project.seeds.items()} and bundle.seeds
+    arrived = load_project_config(unpack(bundle, tmp_path / "node"))
+    verify_seeds(arrived, bundle.seeds)
+    assert [t.name for t in arrived.tasks] == [t.name for t in project.tasks]
+    assert not (tmp_path / "node" / "runs").exists()  # earlier results are not shipped
+
+
+def test_a_seed_changed_on_the_node_is_refused_before_any_recipe(project_copy: Path, tmp_path: Path) -> None:
+    project = load_project_config(project_copy)
+    bundle = pack(project)
+    root = unpack(bundle, tmp_path / "node").parent
+    arrived = load_project_config(root / "project.yaml")
+    name, seed = next(iter(arrived.seeds.items()))
+    seed.path.write_bytes(seed.path.read_bytes() + b"-- changed on the node\n")
+    with pytest.raises(ForgeError, match=f"seed '{name}' hashes to sha256:[0-9a-f]+ on this node"):
+        verify_seeds(arrived, bundle.seeds)
+
+
+def test_corrupted_bundle_bytes_are_refused(project_copy: Path, tmp_path: Path) -> None:
+    bundle = pack(load_project_config(project_copy))
+    broken = type(bundle)(bundle.data[:-10] + b"0123456789", bundle.sha256, bundle.project_file, bundle.seeds)
+    with pytest.raises(ForgeError, match="arrived corrupted"):
+        unpack(broken, tmp_path / "node")
+
+
+def test_a_compose_file_outside_the_project_cannot_be_shipped(project_copy: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.compose.yaml"
+    shutil.copy(project_copy / "shared" / "environment.compose.yaml", outside)
+    text = (project_copy / "project.yaml").read_text()
+    (project_copy / "project.yaml").write_text(text.replace("shared/environment.compose.yaml", str(outside)))
+    with pytest.raises(ForgeError, match=r"outside it: .*elsewhere\.compose\.yaml"):
+        pack(load_project_config(project_copy))
+
+
+def test_the_node_must_name_its_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORGE_DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///whatever.sock")  # not taken as the node's choice
+    with pytest.raises(ForgeError, match=r"FORGE_DOCKER_HOST=unix:///var/run/docker\.sock"):
+        node_engine()
+    monkeypatch.setenv("FORGE_DOCKER_HOST", "unix:///srv/engine.sock")
+    assert node_engine() == "unix:///srv/engine.sock"
+
+
+def test_relay_events_tag_the_node() -> None:
+    pushed: list[object] = []
+    sink = RelayEvents(pushed.extend, {"id": "n1", "host": "h", "engine": "e"})
+    sink.append("trial_state", task="t", index=0, phase="oracle")
+    sink.say("t[0] oracle")
+    assert pushed == [
+        ("event", ("trial_state", {"task": "t", "index": 0, "phase": "oracle", "node": "n1"})),
+        ("say", "t[0] oracle"),
+    ]
+
+
+def test_a_driver_stop_reaches_the_trial_like_a_signal() -> None:
+    level = [0]
+    stop, stacks = StopState(), LiveStacks()
+    torn: list[bool] = []
+    stacks.add("p1", torn.append)
+    seen = threading.Event()
+    with StopWatcher(lambda: level[0], stop, stacks):
+        assert not stop.requested
+        level[0] = 1
+        deadline = time.monotonic() + 30
+        while not stop.requested and time.monotonic() < deadline:
+            seen.wait(0.05)
+        assert stop.requested and stacks.closed and not torn  # the trial's own path tears down
+        level[0] = 2
+        while not torn and time.monotonic() < deadline:
+            seen.wait(0.05)
+    assert stop.hurry and torn == [False]  # a second stop: torn down without graceful waits
+
+
+def test_forge_nodes_are_alive_nodes_with_slots() -> None:
+    nodes = [
+        {"NodeID": "a", "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"forge_docker": 4.0}},
+        {"NodeID": "b", "Alive": False, "Resources": {"forge_docker": 4.0}},
+        {"NodeID": "h", "Alive": True, "Resources": {"CPU": 8.0}},
+    ]
+    assert [(n.node_id, n.slots) for n in forge_nodes(nodes)] == [("a", 4)]
+    assert is_loopback("127.0.0.1:6379") and is_loopback("localhost:1") and not is_loopback("10.1.2.3:6379")
+
+
+def test_run_config_names_a_cluster(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"project: {PACK}\ncluster: 10.0.0.5:6379\n")
+    assert load_run_config(cfg).cluster == "10.0.0.5:6379"
+
+
+def test_the_local_path_never_imports_ray() -> None:
+    code = (
+        "import sys, forgelib.cli, forgelib.tasks, forgelib.run.cli, forgelib.run.execute, "
+        "forgelib.cluster.driver, forgelib.cluster.node, forgelib.cluster.bundle\n"
+        "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
+        "assert not bad, bad\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
