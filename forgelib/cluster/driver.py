@@ -232,7 +232,8 @@ class ClusterExecutor:
 
     def _lost(self, a: _Attempt, why: str, *, rerun: bool) -> None:
         where = f"node {a.node}" if a.node else "its node"
-        state = "lost" if not self.c.alive(a.node) else "alive, but the trial's worker died"
+        gone = "NodeDiedError" in why or not self.c.alive(a.node)
+        state = "lost" if gone else "alive, but the trial's worker died"
         reason = f"{NODE_LOST}: {where} ({state}) during {a.phase}: {why}"
         if not rerun:  # stopping: left unfinished, so `--resume` runs it
             self.say(f"{a.task.name}[{a.index}] {reason}")
@@ -284,7 +285,8 @@ class ClusterExecutor:
             shelve_attempt(d, a.number)
         else:
             self.events.append(ev.TRIAL_FINISHED, **fields)
-        self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status} {stage}")
+        word = "retrying" if retried else "done"
+        self.say(f"{r.task}[{r.index}] {word:<13} {r.wall_seconds:7.1f}s {r.status} {stage}")
 
     def _interrupt(self) -> None:
         level = 1

@@ -6,6 +6,7 @@ Exit 0 when every trial passed, 1 when any did not (2 for usage errors, raised a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -115,6 +116,15 @@ def main_run(
 
 def _run_on_cluster(address: str, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
     """The same run on a Ray cluster's nodes (``forgelib.cluster``: the only code that imports Ray)."""
+    if plan.stacks == "warm":
+        raise UsageError("--cluster runs fresh stacks on the nodes; `stacks: warm` is not supported yet")
+    # Ray prints what it learns about the cluster (a raylet that died...) on stdout, which belongs to the
+    # summary (`--json`): while the run lasts, stdout is stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        return _cluster_run(address, plan, project, profiles)
+
+
+def _cluster_run(address: str, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
     from forgelib.cluster.connect import connect
     from forgelib.cluster.driver import Cluster, ClusterBackend, ClusterExecutor
 
