@@ -6,8 +6,9 @@ left behind. Instead the first trial that needs a service's image builds it (``d
 an override naming the image ``forgelib-build/<project>-<service>:<run>-<hash>`` and labelling it with the
 run's labels); the trials running beside it wait for that build, and every trial's override points the
 service at the image with ``build`` removed, so ``up`` never builds. A failed build fails every trial of
-the run the same way, at once, without building again. ``finish`` removes the images (``forge reap`` finds
-leftovers of a killed run by their labels).
+the run the same way, at once, without building again. ``finish`` removes the images when the run ends,
+Ctrl-C included (``docker image rm`` is not a launch, so a stopping runner still runs it); a SIGKILLed run
+leaves its image, labelled with its run id (``docker image ls --filter label=io.forgelib.run=<id>``).
 """
 
 from __future__ import annotations
