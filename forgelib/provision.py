@@ -124,9 +124,8 @@ def provision_trial(
     labelled for the reaper to leave alone. ``shared``: the run's shared stacks — an environment whose
     services are all ``shared`` gets one stack per run from there; without it (``forge provision``) such
     an environment is provisioned like any other, as this trial's own stack. ``cache``: the backend's (a
-    fresh one when None). ``warm``: also prepare each seed for in-place resets (``provision_stack``; the
-    pytest plugin's module/session-scoped stacks). Raises ``ProvisionError(stage, reason)`` only after the
-    logs were captured and the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
+    fresh one when None). Raises ``ProvisionError(stage, reason)`` only after the logs were captured and
+    the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
     it never lands on what an earlier attempt's failed teardown left. ``profiles``: the compose profiles to
     enable. ``snapshots``: reset services of kinds with goldens start from their golden when one exists
     (``forgelib.snapshots``); the first trial of a key captures it.

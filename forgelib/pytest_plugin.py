@@ -149,44 +149,32 @@ def _get(item: pytest.Item, make: Callable[[], ForgeStack]) -> ForgeStack:
 
 
 class _Scoped:
-    """The stacks one module (or the session) shares: one per (project, task), reset before each reuse.
+    """The stacks one module (or the session) shares: one per environment, reset before each reuse
+    (``StackPool.acquire``: forge's warm stacks).
 
     A failed provision is remembered: every later test asking for that stack errors with the same reason
     at once, as pytest does for a failing fixture of a wider scope."""
 
     def __init__(self, pool: StackPool) -> None:
         self.pool = pool
-        self.stacks: dict[tuple[Path, str | None], ForgeStack | Exception] = {}
+        self.warm: dict[Path, Any] = {}  # project root -> its forgelib.warm.WarmPool
+        self.failed: dict[tuple[Path, str | None], Exception] = {}
 
     def acquire(self, spec: StackSpec) -> ForgeStack:
         key = (spec.project, spec.task)
-        got = self.stacks.get(key)
-        if isinstance(got, Exception):
-            raise got
+        if key in self.failed:
+            raise self.failed[key]
         try:
-            if got is None:
-                got = self.pool.provision(spec.project, spec.task, warm=True)
-            else:
-                got = self.pool.reset(got)  # the same stack reset, or a fresh one replacing it
+            return self.pool.acquire(spec.project, spec.task, self.warm)
         except Exception as e:
-            self.stacks[key] = e
+            self.failed[key] = e
             raise
-        self.stacks[key] = got
-        return got
+
+    def release(self, stack: ForgeStack) -> None:
+        self.pool.give_back(stack, self.warm)
 
     def close(self) -> None:
-        errors = []
-        for stack in self.stacks.values():
-            if not isinstance(stack, Exception):
-                try:
-                    self.pool.teardown(stack)
-                except Exception as e:  # noqa: BLE001 - remove the others, then report every failure
-                    errors.append(f"{stack.name}: {e}")
-        self.stacks.clear()
-        if errors:
-            from forgelib.errors import ForgeError
-
-            raise ForgeError("tearing down shared forge stack(s) failed:\n" + "\n".join(errors))
+        self.pool.close_warm(self.warm)
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +215,7 @@ def forge_stack(request: pytest.FixtureRequest) -> Iterator[ForgeStack]:
     try:
         yield stack
     finally:
-        stack.release()
+        scoped.release(stack)
 
 
 # ---------------------------------------------------------------------------------------------- reports

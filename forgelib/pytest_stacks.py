@@ -32,13 +32,14 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.runner import Result, Runner, SubprocessRunner
-from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
 
 if TYPE_CHECKING:
     import psycopg
     import redis
+
+    from forgelib.warm import WarmPool
 
 log = logging.getLogger("forgelib.pytest")
 
@@ -254,16 +255,15 @@ class StackPool:
             self._projects[key] = load_project_config(key)
         return self._projects[key]
 
-    def provision(self, project_dir: Path, task_name: str | None, *, warm: bool = False) -> ForgeStack:
-        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied;
-        ``warm``: prepared for in-place resets too (a stack that tests share).
+    def provision(self, project_dir: Path, task_name: str | None) -> ForgeStack:
+        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied.
 
         Raises ``ProvisionFailed`` (the stack is down by then) with the service logs provisioning saved.
         """
         project = self.load(project_dir)
-        return self._provision(project, project.task(task_name) if task_name else None, warm)
+        return self._provision(project, project.task(task_name) if task_name else None)
 
-    def _provision(self, project: Project, task: Task | None, warm: bool) -> ForgeStack:
+    def _provision(self, project: Project, task: Task | None) -> ForgeStack:
         self._heal_once()
         index = next(self._index)
         trial_dir = self.root() / f"{index}"
@@ -279,7 +279,6 @@ class StackPool:
                 log_tail_lines=self.log_tail_lines,
                 shared=self._shared,
                 cache=self._cache,
-                warm=warm,
             )
         except ProvisionError as e:
             raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
@@ -295,27 +294,62 @@ class StackPool:
             raise
         return ForgeStack(trial, project, task, self.run_id, self.timeouts)
 
-    def reset(self, stack: ForgeStack) -> ForgeStack:
-        """``stack`` with its reset services put back to their seeds in place (the seed kind's ``reset``),
-        for the next test that shares it — or, when a reset fails or a service's fingerprint no longer
-        matches its baseline (a change beyond the reset's reach: a new role, a setting), a fresh stack
-        replacing it: a shared stack that cannot be proven clean is never handed on."""
-        why = None
+    # -------------------------------------------------- stacks tests share (module / session scope)
+
+    def acquire(self, project_dir: Path, task_name: str | None, warm: dict[Path, WarmPool]) -> ForgeStack:
+        """A stack the tests of one scope share, from that scope's ``warm`` pools (one per project): the
+        warm stacks of ``forge run --stacks warm`` (``forgelib.warm``). Before every reuse its reset
+        services are reset in place and fingerprint-checked and its other services recreated; a stack that
+        cannot be proven clean is replaced by a fresh one (noted in the session summary)."""
+        from forgelib.provision import DEFAULT_TASK
+        from forgelib.warm import WarmPool
+
+        project = self.load(project_dir)
+        task = project.task(task_name) if task_name else None
+        env = task.environment if task is not None else project.environment
+        if not env.requires_per_trial:
+            return self._provision(project, task)  # all shared: the session's one stack
+        pool = warm.get(project.root)
+        if pool is None:
+            pool = warm[project.root] = WarmPool(
+                project,
+                self.timeouts,
+                self._guarded(),
+                workers=1_000,  # one test at a time here: keep a stack per environment, evict none
+                cache=self._cache,
+                log_tail_lines=self.log_tail_lines,
+                stacks=self.stacks,
+                stopping=lambda: self.stop is not None and self.stop.requested,
+            )
+        self._heal_once()
+        trial_dir = self.root() / f"{next(self._index)}"
+        as_task = task or Task(DEFAULT_TASK, project.path, "", project.environment)
         try:
-            for seed in stack.trial.prepared:
-                seed.reset()
-            for seed in stack.trial.prepared:
-                changed = fingerprint_diff(seed.baseline, seed.fingerprint())
-                if changed:
-                    why = f"{seed.ctx.service} changed beyond its reset ({', '.join(changed)})"
-                    break
-        except ForgeError as e:  # RecipeError from a reset or fingerprint
-            why = str(e).splitlines()[0]
-        if why is None:
-            return stack
-        self.notes.append(f"{stack.name}: {why}; replaced with a fresh stack")
-        self.teardown(stack)
-        return self._provision(stack.project, stack.task, warm=True)
+            trial = pool.acquire(as_task, run_id=self.run_id, trial_dir=trial_dir)
+        except ProvisionError as e:
+            raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
+        if trial.stack.get("replaced"):
+            self.notes.append(f"{trial.name} replaces a stack not proven clean: {trial.stack['replaced']}")
+        return ForgeStack(trial, project, task, self.run_id, self.timeouts)
+
+    def give_back(self, stack: ForgeStack, warm: dict[Path, WarmPool]) -> None:
+        """The test is over: close its clients; the warm pool kills the stack's ephemeral services."""
+        stack.release()
+        pool = warm.get(stack.project.root)
+        if pool is not None and stack.trial.stack.get("mode") == "warm":
+            pool.release(stack.trial)
+
+    def close_warm(self, warm: dict[Path, WarmPool]) -> None:
+        """The scope is over: every warm stack of it goes."""
+        errors = []
+        for pool in warm.values():
+            try:
+                pool.close()
+            except ForgeError as e:
+                errors.append(str(e))
+        warm.clear()
+        if errors:
+            raise ForgeError("\n".join(errors))
 
     def teardown(self, stack: ForgeStack) -> None:
         """Close the stack's clients and remove it (``down --volumes``); a failure raises."""

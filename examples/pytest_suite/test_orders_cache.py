@@ -2,7 +2,8 @@
 of order 4021 ('processing') while postgres says 'shipped'.
 
 The module shares one stack; redis (the reset service) is reset to the seed between tests. postgres is an
-ephemeral service here — not reset — so the test that writes through the API gets a fresh stack of its own.
+ephemeral service here (recreated between tests, not reset), so the test that writes through the API gets
+a fresh stack of its own.
 """
 
 from __future__ import annotations

@@ -135,19 +135,32 @@ class Stack:
     def log_tails(self, lines):
         return {"db": f"last {lines} lines of " + self.name}
 
-def provision(self, project, task, warm=False):
+def provision(self, project, task):
     name = f"{project.name}:{task}"
     EVENTS.append(("provision", name))
     if project.name == "broken":
         raise ProvisionFailed(ProvisionError("reset_recipe", "the seed is broken"), {"db": "db's log"})
     return Stack(name)
 
-StackPool.provision = provision
-def reset(self, stack):
-    EVENTS.append(("reset", stack.name))
-    return stack
+def acquire(self, project, task, warm):
+    name = f"{project.name}:{task}"
+    if name in warm:
+        EVENTS.append(("reset", name))
+        return warm[name]
+    warm[name] = provision(self, project, task)
+    return warm[name]
 
-StackPool.reset = reset
+def give_back(self, stack, warm):
+    stack.release()
+
+def close_warm(self, warm):
+    EVENTS.extend(("teardown", name) for name in warm)
+    warm.clear()
+
+StackPool.provision = provision
+StackPool.acquire = acquire
+StackPool.give_back = give_back
+StackPool.close_warm = close_warm
 StackPool.teardown = lambda self, stack: EVENTS.append(("teardown", stack.name))
 
 def pytest_sessionfinish(session):
