@@ -130,6 +130,9 @@ class ClusterBackend:
     def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
         raise ForgeError("bug: a cluster run tears down on its nodes")
 
+    def run_host(self, argv: Any, **kwargs: Any) -> Any:
+        raise ForgeError("bug: a cluster run grades (and runs its judges) on its nodes")
+
     def discard_leftovers(self, run_id: str) -> None:
         self.cluster.reap(run_id)
 

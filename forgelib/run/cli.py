@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack, cast
@@ -27,7 +27,7 @@ from forgelib.provision import (
 from forgelib.run import live
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest, run_project
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
@@ -249,6 +249,11 @@ class DockerBackend:
 
     def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
         return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
+
+    def run_host(
+        self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
+    ) -> Result:
+        return self.runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
 
     def discard_leftovers(self, run_id: str) -> None:
         report = reap_dead_owners(self.runner, run_id)

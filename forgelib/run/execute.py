@@ -24,7 +24,18 @@ from forgelib.errors import ForgeError, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.checks import Stack, evaluate
-from forgelib.run.grading import Grade, failed_grade, grade
+from forgelib.run.grading import (
+    CheckOutcome,
+    ComponentResult,
+    Grade,
+    alternatives_component,
+    checks_component,
+    combine,
+    failed_grade,
+    grade,
+    judge_component,
+)
+from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.run.results import (
@@ -35,9 +46,10 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
+from forgelib.runner import Result
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Check, Component, Task, Timeouts
 
 log = logging.getLogger("forgelib.run")
 
@@ -114,6 +126,12 @@ class Backend(Protocol):
 
     def discard_leftovers(self, run_id: str) -> None:
         """Remove stacks of ``run_id`` whose owner died (a killed run being resumed)."""
+        ...
+
+    def run_host(
+        self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
+    ) -> Result:
+        """Run a command on the host (a grading judge without a service), ``check=False``."""
         ...
 
     def finish_run(self, run_id: str) -> None:
@@ -372,16 +390,55 @@ class Executor:
 
     def _grading(self, t: _Trial) -> tuple[Outcome, bool | None]:
         assert t.handle is not None
+        handle = t.handle
         t0 = time.monotonic()
         deadline = t0 + self.s.timeouts.grading  # one budget for all checks of the trial
-        outcomes = []
-        checks = t.task.grading.checks if t.task.grading else ()
-        for check in checks:
-            budget = max(1.0, deadline - time.monotonic())
-            outcomes.append(evaluate(t.handle.compose, check, t.handle.config, timeout=budget))
-        t.grade = grade(outcomes, _threshold(t.task))
-        t.timings["grading"] = time.monotonic() - t0
+
+        def budget() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
+            return [evaluate(handle.compose, c, handle.config, timeout=budget()) for c in checks]
+
+        g = t.task.grading
+        try:
+            if g is None or not g.components:  # the flat form
+                t.grade = grade(observe((*g.checks, *g.gates) if g else ()), _threshold(t.task))
+            else:
+                gates = observe(g.gates)
+                parts = [self._component(t, c, observe, budget) for c in g.components]
+                t.grade = combine(gates, parts, g.threshold)
+        except JudgeError as e:  # no score without the judge: a named grading error, retryable
+            t.error = str(e)
+            t.grade = failed_grade([str(e)], _threshold(t.task))
+            return Outcome.FAILED, None
+        finally:
+            t.timings["grading"] = time.monotonic() - t0
         return Outcome.OK, t.grade.binary_pass
+
+    def _component(
+        self,
+        t: _Trial,
+        c: Component,
+        observe: Callable[[Sequence[Check]], list[CheckOutcome]],
+        budget: Callable[[], float],
+    ) -> ComponentResult:
+        if c.judge is not None:
+            assert t.handle is not None and t.task.grading is not None
+            env = {
+                "FORGE_TASK": t.task.name, "FORGE_INSTRUCTION": t.task.instruction,
+                "FORGE_RUN_ID": self.s.run_id, "FORGE_TRIAL_DIR": str(t.dir),
+            }  # fmt: skip
+            verdict = run_judge(
+                c.name, c.judge, stack=t.handle.compose, host=self.backend.run_host,
+                cwd=t.task.grading.path.parent, env=env, timeout=min(c.judge.timeout, budget()),
+            )  # fmt: skip
+            return judge_component(c.name, c.weight, verdict)
+        if c.alternatives:
+            return alternatives_component(
+                c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()}
+            )
+        return checks_component(c.name, c.weight, observe(c.checks))
 
     def _capture_logs(self, t: _Trial) -> tuple[Outcome, bool | None]:
         if t.handle is None:

@@ -1,7 +1,14 @@
 """Grading arithmetic: matchers, weighted score, threshold -> ``binary_pass``, gates. Pure, no I/O.
 
-score = sum(weights of passed checks) / sum(all weights); ``components`` holds each check's share of it
-(so the components sum to the score). A failed gate fails the trial whatever the score.
+Flat ``checks`` (``grade``): score = sum(weights of passed checks) / sum(all weights); ``components`` holds
+each check's share of it (so the components sum to the score).
+
+Weighted ``components`` (``combine``): each component scores in [0, 1] — a list of checks by weight, a set
+of ``alternatives`` (each route's checks scored as a whole, by weight; the best route's score counts, the
+first declared winning a tie) or a judge's verdict — and score = sum(weight * component score) / sum(weights);
+``components`` holds each one's share and ``details`` every route's score, the winner, the judge's reason.
+
+Either way a failed gate fails the trial whatever the score.
 """
 
 from __future__ import annotations
@@ -98,6 +105,95 @@ class Grade:
     components: Mapping[str, float] = field(default_factory=dict)
     checks: tuple[CheckOutcome, ...] = ()
     reasons: tuple[str, ...] = ()
+    # Weighted components only: name -> {kind, weight, score, and routes + winner | reason}
+    details: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer: ``score`` in [0, 1] and why."""
+
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class ComponentResult:
+    name: str
+    kind: str  # checks | alternatives | judge
+    weight: float
+    score: float
+    checks: tuple[CheckOutcome, ...] = ()  # every check the component ran (all routes')
+    routes: Mapping[str, float] = field(default_factory=dict)
+    winner: str | None = None
+    reason: str | None = None  # the judge's, or why the best route fell short
+
+    def detail(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "weight": self.weight, "score": round(self.score, 6)}
+        if self.kind == "alternatives":
+            out["routes"] = {r: round(s, 6) for r, s in self.routes.items()}
+            out["winner"] = self.winner
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+def checks_score(outcomes: Sequence[CheckOutcome]) -> float:
+    total = sum(o.weight for o in outcomes)
+    return sum(o.weight for o in outcomes if o.passed) / total if total > 0 else 0.0
+
+
+def checks_component(name: str, weight: float, outcomes: Sequence[CheckOutcome]) -> ComponentResult:
+    return ComponentResult(name, "checks", weight, checks_score(outcomes), tuple(outcomes))
+
+
+def alternatives_component(
+    name: str, weight: float, routes: Mapping[str, Sequence[CheckOutcome]]
+) -> ComponentResult:
+    """Each route scored as a whole; the component scores its best route (the first declared on a tie)."""
+    scores = {r: checks_score(outs) for r, outs in routes.items()}
+    winner = max(scores, key=lambda r: scores[r])  # max keeps the first of equal scores
+    best = scores[winner]
+    reason = None
+    if best + _EPS < 1.0:
+        failed = [o.reason() for o in routes[winner] if not o.passed]
+        listed = ", ".join(f"{r} {s:.2f}" for r, s in scores.items())
+        reason = f"no route held whole; best {winner!r} ({listed}): " + "; ".join(failed)
+    flat = tuple(o for outs in routes.values() for o in outs)
+    return ComponentResult(name, "alternatives", weight, best, flat, scores, winner, reason)
+
+
+def judge_component(name: str, weight: float, verdict: Verdict) -> ComponentResult:
+    return ComponentResult(name, "judge", weight, verdict.score, reason=verdict.reason)
+
+
+def combine(gates: Sequence[CheckOutcome], components: Sequence[ComponentResult], threshold: float) -> Grade:
+    """The weighted form: components against the threshold, behind the gates."""
+    total = sum(c.weight for c in components)
+    checks = (*gates, *(o for c in components for o in c.checks))
+    if not components or total <= 0:
+        return failed_grade(["the grading has no weighted components to score"], threshold, checks)
+    shares = {c.name: c.weight * c.score / total for c in components}
+    score = sum(shares.values())
+    reasons = [o.reason() for o in gates if not o.passed]
+    for c in components:
+        if c.kind == "checks":
+            reasons += [o.reason() for o in c.checks if not o.passed]
+        elif c.score + _EPS < 1.0:
+            what = "judge" if c.kind == "judge" else "component"
+            reasons.append(f"{what} {c.name!r} scored {c.score:.2f}: {c.reason}")
+    above = score + _EPS >= threshold
+    if not above:
+        reasons.append(f"score {score:.3f} is below the threshold {threshold:g}")
+    return Grade(
+        binary_pass=above and all(o.passed for o in gates),
+        score=round(score, 6),
+        threshold=threshold,
+        components={k: round(v, 6) for k, v in shares.items()},
+        checks=checks,
+        reasons=tuple(reasons),
+        details={c.name: c.detail() for c in components},
+    )
 
 
 def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:

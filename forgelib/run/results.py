@@ -153,7 +153,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
 
 
 def grade_doc(g: Grade) -> dict[str, Any]:
-    return {
+    doc = {
         "binary_pass": g.binary_pass,
         "score": g.score,
         "threshold": g.threshold,
@@ -161,6 +161,9 @@ def grade_doc(g: Grade) -> dict[str, Any]:
         "checks": [asdict(c) for c in g.checks],
         "reasons": list(g.reasons),
     }
+    if g.details:  # weighted components: every route's score and the winner, each judge's reason
+        doc["details"] = {k: dict(v) for k, v in g.details.items()}
+    return doc
 
 
 def metrics_doc(r: TrialResult) -> dict[str, Any]:

@@ -19,9 +19,11 @@ from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (
     LOG_TAIL_LINES,
     Check,
+    Component,
     EnvironmentManifest,
     Grading,
     Isolation,
+    Judge,
     Oracle,
     Project,
     ResetBinding,
@@ -405,8 +407,32 @@ def collect_grading(
         issues = rules.check_grading(doc, services)
     if issues:
         return None, issues
+    data = doc.data
+    components = tuple(
+        Component(
+            name=c["name"],
+            weight=float(c["weight"]),
+            checks=_checks(c.get("checks")),
+            alternatives=frozen_map({r: _checks(v) for r, v in (c.get("alternatives") or {}).items()}),
+            judge=_judge(c["judge"]) if "judge" in c else None,
+        )
+        for c in data.get("components") or []
+    )
+    return (
+        Grading(
+            path=path.resolve(),
+            checks=_checks(data.get("checks")),
+            threshold=float(data.get("threshold", 1.0)),
+            gates=_checks(data.get("gates"), gate=True),
+            components=components,
+        ),
+        [],
+    )
+
+
+def _checks(entries: list[Mapping[str, Any]] | None, *, gate: bool = False) -> tuple[Check, ...]:
     built = []
-    for entry in doc.data["checks"]:
+    for entry in entries or []:
         kind = next(t for t in rules.CHECK_TYPES if t in entry)
         built.append(
             Check(
@@ -414,10 +440,22 @@ def collect_grading(
                 type=kind,
                 spec=deep_freeze(entry[kind]),
                 weight=float(entry.get("weight", 1.0)),
-                gate=entry.get("severity") == "gate",
+                gate=gate or entry.get("severity") == "gate",
             )
         )
-    return Grading(path.resolve(), tuple(built), float(doc.data.get("threshold", 1.0))), []
+    return tuple(built)
+
+
+def _judge(data: Mapping[str, Any]) -> Judge:
+    given = data.get("input") or {}
+    return Judge(
+        command=tuple(data["command"]),
+        service=data.get("service"),
+        input_service=given.get("service"),
+        input_path=given.get("path"),
+        timeout=float(data.get("timeout", 60.0)),
+        env=frozen_map({k: str(v) for k, v in (data.get("env") or {}).items()}),
+    )
 
 
 def load_grading(path: str | Path, services: Mapping[str, Any] | None = None) -> Grading:

@@ -113,10 +113,42 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Judge:
+    """A user-supplied scorer (the hook for a model-based judge): ``command`` (argv) runs in ``service``,
+    or on the host (``service`` None; cwd: the grading file's directory) through the runner seam, with
+    ``input`` (a file read from a service) on its stdin; it prints ``{"score": 0..1, "reason": "..."}``."""
+
+    command: tuple[str, ...]
+    service: str | None = None
+    input_service: str | None = None
+    input_path: str | None = None
+    timeout: float = 60.0
+    env: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class Component:
+    """One weighted part of the score: exactly one of ``checks`` (scored by weight), ``alternatives``
+    (named routes, each a list of checks scored as a whole; the best route's score counts) or ``judge``."""
+
+    name: str
+    weight: float
+    checks: tuple[Check, ...] = ()
+    alternatives: Mapping[str, tuple[Check, ...]] = field(default_factory=frozen_map)
+    judge: Judge | None = None
+
+    @property
+    def kind(self) -> str:
+        return "judge" if self.judge is not None else "alternatives" if self.alternatives else "checks"
+
+
+@dataclass(frozen=True)
 class Grading:
     path: Path
-    checks: tuple[Check, ...]
+    checks: tuple[Check, ...]  # the flat form: every check scored by weight (gates among them)
     threshold: float = 1.0  # weighted score >= threshold -> binary_pass
+    gates: tuple[Check, ...] = ()  # outside any component or route: a violated one fails the trial
+    components: tuple[Component, ...] = ()  # the weighted form (replaces ``checks``)
 
 
 @dataclass(frozen=True)

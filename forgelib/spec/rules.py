@@ -338,20 +338,41 @@ def _service_exists(doc: YamlDoc, at: JsonPath, name: str, services: Mapping[str
     ]
 
 
+def grading_checks(data: Mapping[str, Any]) -> list[tuple[JsonPath, Mapping[str, Any]]]:
+    """Every check of a grading file with where it is: flat ``checks``, ``gates``, and inside components
+    (their ``checks`` and each route of their ``alternatives``)."""
+    found: list[tuple[JsonPath, Mapping[str, Any]]] = []
+    for key in ("checks", "gates"):
+        found += [((key, i), c) for i, c in enumerate(data.get(key) or [])]
+    for c, comp in enumerate(data.get("components") or []):
+        found += [(("components", c, "checks", i), ch) for i, ch in enumerate(comp.get("checks") or [])]
+        for route, checks in (comp.get("alternatives") or {}).items():
+            found += [(("components", c, "alternatives", route, i), ch) for i, ch in enumerate(checks)]
+    return found
+
+
 def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[SpecIssue]:
-    """Each check: exactly one type, exactly one matcher, a valid regex, a unique name, a known service."""
-    issues: list[SpecIssue] = []
-    seen: dict[str, int] = {}
-    for i, check in enumerate(doc.get(("checks",)) or []):
-        at: JsonPath = ("checks", i)
+    """Each check: exactly one type, exactly one matcher, a valid regex, a unique name (across the whole
+    file: grade.yaml lists them by name), a known service. Components: exactly one of checks, alternatives,
+    judge; unique names; no gate inside one (gates live outside any component or route)."""
+    issues: list[SpecIssue] = _check_components(doc, services)
+    seen: dict[str, str] = {}
+    for at, check in grading_checks(doc.data):
         name = check["name"]
+        where = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in at).replace(".[", "[")
         if name in seen:
             issues.append(
+                doc.issue((*at, "name"), f"duplicate check name {name!r} (also {seen[name]}); rename one")
+            )
+        seen.setdefault(name, where)
+        if at[0] == "components" and check.get("severity") == "gate":
+            issues.append(
                 doc.issue(
-                    (*at, "name"), f"duplicate check name {name!r} (also checks[{seen[name]}]); rename one"
+                    (*at, "severity"),
+                    "a gate inside a component would only count toward its route or score; "
+                    "move the check to the top-level `gates:` list",
                 )
             )
-        seen.setdefault(name, i)
         types = [t for t in CHECK_TYPES if t in check]
         if len(types) != 1:
             issues.append(
@@ -374,6 +395,42 @@ def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[Spec
                 )
         if services is not None:
             issues.extend(_service_exists(doc, (*at, kind, "service"), spec["service"], services))
+    return issues
+
+
+def _check_components(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    data = doc.data
+    if "checks" in data and "components" in data:
+        issues.append(
+            doc.issue(
+                ("checks",),
+                "use either flat `checks` or weighted `components`, not both; "
+                "move these checks into a component (`- {name: ..., weight: ..., checks: [...]}`)",
+            )
+        )
+    names: dict[str, int] = {}
+    for c, comp in enumerate(data.get("components") or []):
+        at: JsonPath = ("components", c)
+        if comp["name"] in names:
+            issues.append(doc.issue((*at, "name"), f"duplicate component name {comp['name']!r}; rename one"))
+        names.setdefault(comp["name"], c)
+        kinds = [k for k in ("checks", "alternatives", "judge") if k in comp]
+        if len(kinds) != 1:
+            issues.append(
+                doc.issue(
+                    at,
+                    "a component needs exactly one of checks, alternatives, judge; "
+                    f"found {', '.join(kinds) or 'none'}",
+                )
+            )
+        judge = comp.get("judge")
+        if judge is not None and services is not None:
+            if "service" in judge:
+                issues.extend(_service_exists(doc, (*at, "judge", "service"), judge["service"], services))
+            if "input" in judge:
+                svc = judge["input"]["service"]
+                issues.extend(_service_exists(doc, (*at, "judge", "input", "service"), svc, services))
     return issues
 
 

@@ -67,6 +67,8 @@ class FakeBackend:
     leftovers_discarded: list[str] = field(default_factory=list)
     finished_runs: list[str] = field(default_factory=list)
     stacks: dict[tuple[str, int], FakeStack] = field(default_factory=dict)
+    host_answer: Callable[[tuple[str, ...], str | None], Result] = lambda argv, input: ok()
+    host_calls: list[tuple[tuple[str, ...], Path, dict[str, str], str | None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> FakeHandle:
@@ -99,6 +101,13 @@ class FakeBackend:
         with self.lock:
             self.torn_down.append(trial.name)
         return 0.1
+
+    def run_host(
+        self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
+    ) -> Result:
+        with self.lock:
+            self.host_calls.append((tuple(argv), cwd, dict(env), input))
+        return self.host_answer(tuple(argv), input)
 
     def discard_leftovers(self, run_id: str) -> None:
         self.leftovers_discarded.append(run_id)

@@ -1,14 +1,15 @@
-"""Oracle for diagnose_stale_order: compare the layers, write a root-cause note, change nothing.
+"""Oracle for diagnose_stale_order: compare two layers, write a root-cause note, change nothing.
 
 Streamed by forge to ``python3 -`` in the ``runner`` service (stdlib only: the python image has no pip).
-Reads, in order:
-  1. cache-admin  GET /cache/order:4021       what redis holds
-  2. orders-api   GET /orders/4021/source     what postgres holds
-  3. orders-api   GET /orders/4021            what clients are served
-and writes /work/notes/root_cause.md (quoting the stale status it read) and /work/notes/reads.json.
+``ORACLE_ROUTE`` picks which of the two ways to prove the cache stale it takes (grading.yaml scores each as
+a route; either one passes):
+  served  orders-api GET /orders/4021 (what clients are served) vs GET /orders/4021/source (postgres)
+  cache   cache-admin GET /cache/order:4021 (what redis holds) vs orders-api GET /orders/4021/source
+and writes /work/notes/root_cause.md, quoting the status each of its reads returned, and reads.json.
 
-``ORACLE_POST_STATUS`` (set only by the control task) makes it also POST a status update, the one thing the
-task forbids: the control run shows the gate catches it.
+Controls only: ``ORACLE_NOTE=unquoted`` writes the right cause without quoting any read (a weak note that
+must fail); ``ORACLE_POST_STATUS`` also POSTs a status update, the one thing the task forbids (the gate
+must fail it).
 """
 
 from __future__ import annotations
@@ -33,42 +34,42 @@ def call(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[dic
         return json.load(resp), dict(resp.headers)
 
 
-cached, _ = call("GET", f"{CACHE_ADMIN}/cache/order:{ORDER}")
+ROUTE = os.environ.get("ORACLE_ROUTE", "served")
 source, _ = call("GET", f"{ORDERS_API}/orders/{ORDER}/source")
-served, served_headers = call("GET", f"{ORDERS_API}/orders/{ORDER}")
+evidence = [
+    f'- orders-api GET /orders/{ORDER}/source -> status "{source["status"]}" (postgres, the source of truth)'
+]
+if ROUTE == "cache":
+    cached, _ = call("GET", f"{CACHE_ADMIN}/cache/order:{ORDER}")
+    stale = cached["value"]["status"]
+    evidence.insert(0, f'- cache-admin GET /cache/order:{ORDER} -> status "{stale}" (ttl {cached["ttl"]})')
+else:
+    served, headers = call("GET", f"{ORDERS_API}/orders/{ORDER}")
+    stale = served["status"]
+    evidence.insert(
+        0, f'- orders-api GET /orders/{ORDER} -> status "{stale}" (X-Cache: {headers.get("x-cache", "n/a")})'
+    )
+reads = {"route": ROUTE, "stale": stale, "source": source["status"]}
+if stale == source["status"]:
+    sys.exit(f"oracle: expected a stale copy of order {ORDER}, read {reads}")
 
-reads = {
-    "cache_admin": cached["value"]["status"],
-    "source": source["status"],
-    "orders_api": served["status"],
-    "orders_api_x_cache": served_headers.get("x-cache", ""),
-}
-stale = reads["orders_api"] == reads["cache_admin"] != reads["source"]
-if not stale:
-    sys.exit(f"oracle: expected a stale cache entry for order {ORDER}, read {reads}")
-
-NOTES.mkdir(parents=True, exist_ok=True)
-(NOTES / "reads.json").write_text(json.dumps(reads, indent=2) + "\n", encoding="utf-8")
-(NOTES / "root_cause.md").write_text(
-    f"""# Order {ORDER} is served with a stale status
-
-Stale status served: "{reads["orders_api"]}" (X-Cache: {reads["orders_api_x_cache"] or "n/a"}),
-while postgres has "{reads["source"]}".
-
-Evidence:
-- cache-admin GET /cache/order:{ORDER} -> status "{reads["cache_admin"]}" (ttl {cached["ttl"]})
-- orders-api GET /orders/{ORDER}/source -> status "{reads["source"]}"
-- orders-api GET /orders/{ORDER} -> status "{reads["orders_api"]}"
-
-Root cause: missing cache invalidation. `POST /orders/{{id}}` updates the order in postgres but never
-deletes (or rewrites) the cached `order:<id>` entry, and `GET /orders/{{id}}` is cache-first, so the copy
-cached before the order shipped keeps being served.
+CAUSE = """Root cause: missing cache invalidation. `POST /orders/{id}` updates the order in postgres but never
+deletes (or rewrites) the cached `order:<id>` entry, and `GET /orders/{id}` is cache-first, so the copy
+cached before the order changed keeps being served.
 
 Fix: invalidate `order:<id>` in the same code path that commits the status update (delete the key after
 the commit), and add a test that reads an order, updates its status and reads it again.
-""",
-    encoding="utf-8",
-)
+"""
+
+NOTES.mkdir(parents=True, exist_ok=True)
+(NOTES / "reads.json").write_text(json.dumps(reads, indent=2) + "\n", encoding="utf-8")
+if os.environ.get("ORACLE_NOTE") == "unquoted":
+    note = f"# Order {ORDER} is served with an outdated status\n\nThe cache and postgres disagree.\n\n{CAUSE}"
+else:
+    note = (
+        f"# Order {ORDER} is served with a stale status\n\nEvidence:\n" + "\n".join(evidence) + f"\n\n{CAUSE}"
+    )
+(NOTES / "root_cause.md").write_text(note, encoding="utf-8")
 print(f"oracle: reads {reads}; wrote {NOTES / 'root_cause.md'}", file=sys.stderr)
 
 if status := os.environ.get("ORACLE_POST_STATUS"):
