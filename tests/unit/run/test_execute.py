@@ -432,3 +432,29 @@ def test_without_retries_a_timeout_is_final(tmp_path: Path, fake_backend: Any) -
     backend = fake_backend(_times_out_first(1))
     _, state, _ = run(plan(tmp_path, [widget_task()], repeats=1), backend)
     assert state.records()[0].status == "error" and len(backend.provisioned) == 1
+
+
+def test_a_failed_judge_is_a_retryable_grading_error(tmp_path: Path, fake_backend: Any) -> None:
+    from forgelib.spec.models import Check, Component, Grading, Judge
+
+    task = widget_task()
+    check = Check("out_file", "file", {"service": "runner", "path": "/work/out.txt", "equals": "baseline"})
+    judged = Grading(
+        Path("/p/tasks/read_widget/grading.yaml"), (), 0.6,
+        components=(Component("judge", 0.5, judge=Judge(("python3", "judge.py"))),
+                    Component("note", 0.5, checks=(check,))),
+    )  # fmt: skip
+    task = Task(task.name, task.path, "", task.environment, task.oracle, judged, "say why")
+    answers = iter([ok(rc=1, stderr="model unavailable"), ok('{"score": 0.9, "reason": "ok"}')])
+    backend = fake_backend(host_answer=lambda argv, input: next(answers))
+    run_dir, state, _ = run(plan(tmp_path, [task], repeats=1, retries=1), backend)
+    (rec,) = state.records()
+    assert rec.status == "passed" and rec.earlier[0]["termination_reason"] == "GRADING_ERROR"
+    assert rec.earlier[0]["retryable"] is True and rec.earlier[0]["error_stage"] == "grading"
+    assert (
+        "judge 'judge' (`python3 judge.py` on host) exited 1: model unavailable" in rec.earlier[0]["reason"]
+    )
+    assert backend.host_calls[0][1] == Path("/p/tasks/read_widget")  # cwd: the grading file's directory
+    assert backend.host_calls[0][2]["FORGE_INSTRUCTION"] == "say why"
+    grade = load(run_dir / "trials" / "read_widget" / "0" / "grade.yaml")
+    assert grade["score"] == pytest.approx(0.95) and grade["details"]["judge"]["reason"] == "ok"
