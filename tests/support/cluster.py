@@ -222,7 +222,9 @@ def _start_worker(
 ) -> RayNode:
     """One worker node serving ``eng``. Ray gives a raylet 30 s to register, which a loaded 2-core box
     can exceed while the node's agents import; a node that gave up is started again, once."""
-    args = ["--address", address, "--num-cpus", "1", "--resources", f'{{"forge_docker": {slots}}}', *common]
+    # --num-cpus = slots: Ray keeps that many worker processes started, so a trial does not wait for one.
+    resources = f'{{"forge_docker": {slots}}}'
+    args = ["--address", address, "--num-cpus", str(slots), "--resources", resources, *common]
     for attempt in (1, 2):
         log = d / f"worker{i}.{attempt}.log"
         node = RayNode(_ray(args, {**env, "FORGE_DOCKER_HOST": eng.host}, log), log, eng)
