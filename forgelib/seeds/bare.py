@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget
+from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, no_golden
 
 OPTIONS: frozenset[str] = frozenset()
 MOUNT_ROOT = "/run/forge/seeds"
@@ -73,10 +73,5 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
 RECIPE_VERSION = 1
 SUPPORTS_GOLDEN = False
 
-
-def golden_path(ctx: ApplyContext) -> str | None:
-    return None  # no golden: applying this kind is already the copy a golden restore would be
-
-
-def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
-    return fingerprint(ctx)
+golden_path = no_golden  # applying this kind is already the copy a golden restore would be
+golden_fingerprint = fingerprint

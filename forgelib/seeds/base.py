@@ -173,3 +173,8 @@ class Recipe(Protocol):
         that part anyway). Taken when a golden is captured and compared after each restore, so a golden
         that restores wrong or empty state is caught. Raise ``RecipeError``."""
         ...
+
+
+def no_golden(ctx: ApplyContext) -> str | None:
+    """``golden_path`` of a kind with ``SUPPORTS_GOLDEN = False``: it has no data directory to snapshot."""
+    return None

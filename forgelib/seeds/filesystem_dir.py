@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import CommandError
-from forgelib.seeds.base import ApplyContext, Fingerprint, Memo, SeedTarget, fingerprint_part
+from forgelib.seeds.base import ApplyContext, Fingerprint, Memo, SeedTarget, fingerprint_part, no_golden
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})
@@ -191,10 +191,5 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
 RECIPE_VERSION = 1
 SUPPORTS_GOLDEN = False
 
-
-def golden_path(ctx: ApplyContext) -> str | None:
-    return None  # no golden: applying this kind is already the copy a golden restore would be
-
-
-def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
-    return fingerprint(ctx)
+golden_path = no_golden  # applying this kind is already the copy a golden restore would be
+golden_fingerprint = fingerprint
