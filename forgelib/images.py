@@ -31,6 +31,7 @@ from forgelib.compose import inspect_image_volumes
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
 from forgelib.runner import Runner
+from forgelib.spec.digest import dir_sha256
 
 HASH_LABEL = "io.forgelib.content-hash"
 OFFICIAL_BASE = "debian:bookworm-slim"
@@ -253,17 +254,11 @@ def _ensure_stand_in(runner: Runner, name: str, recipe: Path, base: Base, force:
 
 
 def recipe_hash(recipe: Path, base_id: str) -> str:
-    """sha256 over the recipe directory (relative paths, executable bits, contents) and the base image id."""
+    """sha256 over the base image id and the recipe directory's tree digest (``digest.dir_sha256``: relative
+    paths, owner-execute bits, contents, symlinks), the one tree hash forge has."""
     if not (recipe / "Dockerfile").is_file():
         raise ImageError(f"{recipe / 'Dockerfile'} is missing; reinstall forgelib or restore images/")
-    parts: list[tuple[str, bytes]] = [("base", base_id.encode())]
-    for path in sorted(p for p in recipe.rglob("*") if p.is_file()):
-        rel = path.relative_to(recipe).as_posix()
-        if "__pycache__" in rel:
-            continue
-        executable = b"x" if os.access(path, os.X_OK) else b"-"
-        parts.append((rel, executable + path.read_bytes()))
-    return _digest(parts)
+    return _digest([("base", base_id.encode()), ("recipe", dir_sha256(recipe).encode())])
 
 
 def base_hash(script: Path) -> str:
