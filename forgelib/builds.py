@@ -8,7 +8,9 @@ run's labels); the trials running beside it wait for that build, and every trial
 service at the image with ``build`` removed, so ``up`` never builds. A failed build fails every trial of
 the run the same way, at once, without building again. ``finish`` removes the images when the run ends,
 Ctrl-C included (``docker image rm`` is not a launch, so a stopping runner still runs it); a SIGKILLed run
-leaves its image, labelled with its run id (``docker image ls --filter label=io.forgelib.run=<id>``).
+leaves its image, labelled with its run, owner and the compose project of the trial that built it, which
+``forge reap`` removes once the owner is provably gone (never while a container uses it). A stack kept by
+``forge provision --keep`` keeps its image until ``forge teardown`` removes both.
 """
 
 from __future__ import annotations
@@ -111,6 +113,16 @@ class Builds:
                 raise ForgeError(
                     f"removing the run's built images {', '.join(tags)} failed: {res.stderr.strip()}"
                 )
+
+
+def built_images(runner: Runner, labels: Mapping[str, str], *, timeout: float = 60.0) -> list[str]:
+    """Ids of the images built here (``REPOSITORY``) that carry all of ``labels``: what ``forge teardown``
+    removes with a kept stack and ``forge reap`` with a dead owner's."""
+    argv = ["docker", "image", "ls", "-q", "--no-trunc", "--filter", f"reference={REPOSITORY}/*"]
+    for k, v in sorted(labels.items()):
+        argv += ["--filter", f"label={k}={v}"]
+    out = runner.run(argv, timeout=timeout).stdout
+    return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 
 def _tag(project: str, files: str, service: str, run_id: str) -> str:

@@ -11,14 +11,15 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
+from forgelib.builds import built_images
 from forgelib.compose import ComposeProject, is_valid_name
-from forgelib.custody import reap
+from forgelib.custody import PROVISION_DIR, reap, remove_work_dir
 from forgelib.engine import ensure_engine
 from forgelib.errors import ForgeError, ProvisionError, UsageError
 from forgelib.images import STAND_INS, ensure_images
@@ -30,20 +31,24 @@ from forgelib.spec.models import Timeouts
 from forgelib.spec.validate import print_notices
 
 
-def main_provision(project: str, task: str | None, keep: bool, as_json: bool) -> int:
+def main_provision(
+    project: str, task: str | None, keep: bool, as_json: bool, profiles: Sequence[str] = ()
+) -> int:
     """``forge provision``: one trial stack with its seeds; torn down again unless ``keep``.
 
     An environment whose services are all ``shared`` gets a stack of its own here too (there is no run to
     share it with), so it is torn down — or kept and labelled as kept — like any other. The temporary
     directory (override file, service logs) goes with the stack, unless a failure points the user at
-    its logs or ``keep`` leaves the stack up."""
+    its logs or ``keep`` leaves the stack up. ``profiles``: compose profiles to enable (``--profile``)."""
     proj = load_project_config(Path(project))
     print_notices(proj.notices, prefix="forge: ")
     chosen = proj.task(task) if task else None
     timeouts = Timeouts()
     runner = SubprocessRunner(default_timeout=timeouts.command)
     run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
-    trial_dir = Path(tempfile.mkdtemp(prefix="forge-provision-"))
+    # Named after this process and on the stack's labels: `forge teardown` removes it with a kept stack,
+    # `forge reap` once this process is gone (SIGKILL; a failure's logs, kept for the user to read).
+    trial_dir = lab.owned_temp_dir(PROVISION_DIR)
     keep_dir = keep
     stacks = LiveStacks()
     cache = ProvisionCache()
@@ -54,11 +59,16 @@ def main_provision(project: str, task: str | None, keep: bool, as_json: bool) ->
             try:
                 trial = provision_trial(
                     proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
-                    runner=stop.guard(runner), keep=keep, cache=cache,
+                    runner=stop.guard(runner), keep=keep, cache=cache, work_dir=trial_dir,
+                    profiles=profiles,
                 )  # fmt: skip
             except ProvisionError:
-                keep_dir = True
-                print(f"forge: service logs: {trial_dir / SERVICES_DIR}", file=sys.stderr)
+                if not stop.requested:  # a failure, not Ctrl-C: its logs are what the user reads next
+                    keep_dir = True
+                    print(
+                        f"forge: service logs: {trial_dir / SERVICES_DIR} (kept until `forge reap`)",
+                        file=sys.stderr,
+                    )
                 raise
             if not keep:
                 stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
@@ -119,11 +129,19 @@ def main_teardown(name: str) -> int:
     t0 = time.monotonic()
     # An empty working directory: no compose file anywhere near can retarget the call; compose finds the
     # project's containers, networks and volumes by its own labels.
+    work_dirs = lab.label_values(runner, mine, lab.WORK_DIR)
     with tempfile.TemporaryDirectory(prefix="forge-teardown-") as empty:
         ComposeProject(name, (), runner, cwd=Path(empty)).down()
     left = lab.resources_with_labels(runner, mine)
     if not lab.is_empty(left):
         raise ForgeError(f"{name}: still present after down: {json.dumps(left)}")
+    for d in work_dirs:  # the override and logs `forge provision` wrote for it
+        remove_work_dir(d)
+    built = built_images(runner, mine)  # what it built for `build:` services, kept with the stack
+    if built:
+        res = runner.run(["docker", "image", "rm", *built], timeout=120, check=False)
+        if res.rc != 0 and "No such image" not in res.stderr:
+            raise ForgeError(f"{name}: removing its built image(s) failed: {res.stderr.strip()}")
     print(f"removed {name} in {time.monotonic() - t0:.2f}s")
     return 0
 

@@ -28,8 +28,10 @@ import json
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from forgelib import builds
 from forgelib.errors import CommandError
 from forgelib.labels import (
     COMPOSE_PROJECT,
@@ -42,12 +44,17 @@ from forgelib.labels import (
     RUN,
     TRIAL,
     UNKNOWN,
+    WORK_DIR,
     current_owner,
+    dir_owner,
     pid_start_time,
+    stale_owned_dirs,
 )
 from forgelib.runner import Runner
 from forgelib.snapshots import store
 
+# `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
+PROVISION_DIR = "forge-provision-"
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant
 
@@ -318,6 +325,15 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
         iid = str(i.get("Id", ""))
         name = f"golden {labels.get(store.KEY, '?')[:12]} ({iid.removeprefix('sha256:')[:12]})"
         found.append(Resource("image", iid, name, labels))
+    # Images built for a run's `build:` services (builds.py): labelled with the run's labels and the
+    # compose project of the trial that built them, so they go with that project once its owner is gone.
+    mine = {MANAGED: "true", **({RUN: run_id} if run_id is not None else {})}
+    for i in _inspect(runner, "image", builds.built_images(runner, mine, timeout=DISCOVER_TIMEOUT)):
+        labels = _labels(i.get("Config") or {})
+        if store.GOLDEN in labels:  # never a golden (those are the user's to prune)
+            continue
+        tags = [str(t) for t in i.get("RepoTags") or []]
+        found.append(Resource("image", str(i.get("Id", "")), f"built {', '.join(tags) or '?'}", labels))
     return group_projects(found)
 
 
@@ -414,8 +430,9 @@ def reap(
     per resource and the reaper goes on with the rest."""
     facts = facts or local_facts()
     report = ReapReport(dry_run)
-    # Untagged goldens last: a container of a stack removed here may still be using one.
-    projects = sorted(discover(runner, run_id), key=lambda p: all(r.kind == "image" for r in p.resources))
+    # Projects with images last (untagged goldens, a run's built images): a container of a stack removed
+    # here may still be using one.
+    projects = sorted(discover(runner, run_id), key=lambda p: any(r.kind == "image" for r in p.resources))
     for project in projects:
         d = decide(project, facts)
         o = ReapOutcome(project.name, project.label(RUN), project.label(TRIAL), "kept", d.code, d.reason)
@@ -426,7 +443,7 @@ def reap(
         o.kept = [f"{r.display}: {why}" for r, why in plan.keep]
         if dry_run:
             o.action = "would remove"
-            o.removed = [r.display for r in plan.remove]
+            o.removed = [r.display for r in plan.remove] + [f"directory {w}" for w in _work_dirs(project)]
             continue
         o.action = "removed"
         for r in plan.remove:
@@ -440,9 +457,48 @@ def reap(
             else:
                 o.errors.append(f"{r.display}: {err}")
                 o.action = "failed"
+        if o.action == "removed":
+            o.removed += [f"directory {w}" for w in _work_dirs(project) if remove_work_dir(w)]
     if run_id is None:
         _reap_build_dirs(report, facts)
+        _reap_provision_dirs(report, facts, projects)
     return report
+
+
+def _work_dirs(project: FoundProject) -> set[str]:
+    return {r.labels[WORK_DIR] for r in project.resources if r.labels.get(WORK_DIR)}
+
+
+def remove_work_dir(value: str) -> bool:
+    """Remove the directory a stack's ``WORK_DIR`` label names, if it is one of ours (an absolute
+    ``forge provision`` directory; anything else a label says is left alone); whether it was removed."""
+    d = Path(value)
+    if not d.is_absolute() or dir_owner(d, PROVISION_DIR) is None or d.is_symlink() or not d.is_dir():
+        return False
+    shutil.rmtree(d, ignore_errors=True)
+    return not d.exists()
+
+
+def _reap_provision_dirs(report: ReapReport, facts: HostFacts, projects: Sequence[FoundProject]) -> None:
+    """``forge provision`` directories whose owner is gone and whose stack is gone too: the owner was
+    killed before its stack came up, or a failed provision kept it for its logs. A kept stack's stays."""
+    if facts.boot_id is None:
+        return
+    named = set().union(*map(_work_dirs, projects))  # its stack's: gone with it, or staying with it
+
+    def alive(pid: int, start: str) -> bool:
+        return facts.pid_start_time(pid) == start
+
+    for d in stale_owned_dirs(PROVISION_DIR, alive):
+        if str(d) in named:
+            continue
+        verb: Action = "would remove" if report.dry_run else "removed"
+        why = "a `forge provision` whose owner is not running left it"
+        o = ReapOutcome(f"(provision dir {d.name})", "-", "-", verb, "owner_gone", why)
+        if not report.dry_run:
+            shutil.rmtree(d, ignore_errors=True)
+        o.removed.append(f"directory {d}")
+        report.outcomes.append(o)
 
 
 def _reap_build_dirs(report: ReapReport, facts: HostFacts) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,9 @@ OWNER_BOOT_ID = "io.forgelib.owner.boot_id"
 OWNER_START_TIME = "io.forgelib.owner.start_time"
 # `forge provision --keep`: the owner exits on purpose with the stack up; the reaper must leave it alone.
 KEPT = "io.forgelib.kept"
+# A host directory its owner made for the stack (`forge provision`'s override and logs): `forge teardown`
+# and the reaper remove it with the stack.
+WORK_DIR = "io.forgelib.work_dir"
 # Set by compose itself on everything it creates; lets `forge teardown --name` find a project's leftovers.
 COMPOSE_PROJECT = "com.docker.compose.project"
 
@@ -109,17 +113,51 @@ def trial_label(task: str, trial_index: int) -> str:
 
 
 def run_labels(
-    run_id: str, trial: str | None = None, owner: Owner | None = None, *, kept: bool = False
+    run_id: str,
+    trial: str | None = None,
+    owner: Owner | None = None,
+    *,
+    kept: bool = False,
+    work_dir: Path | None = None,
 ) -> dict[str, str]:
     """Every label a run's (or one trial's, when ``trial`` is given) resources carry; ``kept`` marks a
-    stack left up on purpose (``forge provision --keep``), which outlives its owner."""
+    stack left up on purpose (``forge provision --keep``), which outlives its owner; ``work_dir``: the
+    stack's own host directory (an ``owned_temp_dir``), removed with it."""
     labels = {MANAGED: "true", RUN: run_id}
     if trial is not None:
         labels[TRIAL] = trial
     if kept:
         labels[KEPT] = "true"
+    if work_dir is not None:
+        labels[WORK_DIR] = str(work_dir)
     labels.update((owner or current_owner()).labels())
     return labels
+
+
+def owned_temp_dir(prefix: str) -> Path:
+    """A new directory in the temp dir named ``<prefix><pid>-<start time>-<random>`` after this process, so
+    the reaper can tell once its owner is gone (``stale_owned_dirs``)."""
+    me = current_owner()
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{me.pid}-{me.start_time}-"))
+
+
+def dir_owner(path: Path, prefix: str) -> tuple[int, str] | None:
+    """(pid, start time) an ``owned_temp_dir`` name claims; None for any other name (never ours to judge)."""
+    pid, _, rest = path.name.removeprefix(prefix).partition("-")
+    start, _, tail = rest.partition("-")
+    if not path.name.startswith(prefix) or not pid.isdigit() or not start.isdigit() or not tail:
+        return None
+    return int(pid), start
+
+
+def stale_owned_dirs(prefix: str, alive: Callable[[int, str], bool]) -> list[Path]:
+    """The temp dir's ``owned_temp_dir``s of ``prefix`` whose owner is no longer ``alive(pid, start)``."""
+    out = []
+    for d in sorted(Path(tempfile.gettempdir()).glob(prefix + "*")):
+        owner = dir_owner(d, prefix)
+        if owner is not None and d.is_dir() and not d.is_symlink() and not alive(*owner):
+            out.append(d)
+    return out
 
 
 def _filters(labels: Mapping[str, str]) -> list[str]:
@@ -146,6 +184,17 @@ def resources_with_labels(
     for kind, argv in queries.items():
         out = runner.run(argv, timeout=timeout).stdout
         found[kind] = sorted(line.strip() for line in out.splitlines() if line.strip())
+    return found
+
+
+def label_values(runner: Runner, labels: Mapping[str, str], key: str, *, timeout: float = 60.0) -> set[str]:
+    """The values of label ``key`` on the containers and networks carrying all of ``labels`` (non-empty)."""
+    f = _filters(labels)
+    fmt = ["--format", f'{{{{.Label "{key}"}}}}']
+    found: set[str] = set()
+    for argv in (["docker", "ps", "--all", *f, *fmt], ["docker", "network", "ls", *f, *fmt]):
+        out = runner.run(argv, timeout=timeout).stdout
+        found |= {line.strip() for line in out.splitlines() if line.strip() and line.strip() != "<no value>"}
     return found
 
 

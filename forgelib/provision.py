@@ -117,6 +117,7 @@ def provision_trial(
     attempt: int = 1,
     profiles: Sequence[str] = (),
     snapshots: bool = False,
+    work_dir: Path | None = None,
 ) -> ProvisionedTrial:
     """Provision one trial of ``task`` (None: the project's default environment).
 
@@ -128,7 +129,8 @@ def provision_trial(
     the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
     it never lands on what an earlier attempt's failed teardown left. ``profiles``: the compose profiles to
     enable. ``snapshots``: reset services of kinds with goldens start from their golden when one exists
-    (``forgelib.snapshots``); the first trial of a key captures it.
+    (``forgelib.snapshots``); the first trial of a key captures it. ``work_dir``: a temp directory made
+    for this stack alone (``forge provision``'s), named on its labels so teardown and the reaper remove it.
     """
     env = task.environment if task is not None else project.environment
     task_name = task.name if task is not None else DEFAULT_TASK
@@ -148,7 +150,7 @@ def provision_trial(
         project,
         env,
         name=project_name(project.name, run_id, task_name, trial_index, attempt),
-        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep),
+        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep, work_dir=work_dir),
         trial_dir=trial_dir,
         timeouts=timeouts,
         runner=runner,

@@ -53,11 +53,28 @@ def images(c: Context, force: bool = False) -> None:
         "task": "provision this task's environment (default: the project's)",
         "keep": "leave the stack up and print the teardown command",
         "json": "print the result as JSON",
-    }
+        "profile": "a compose profile to enable in the stack (docker compose --profile NAME), as a run "
+        "config's `profiles:` does for `forge run`; repeat for several",
+    },
+    iterable=["profile"],
 )
-def provision(c: Context, project: str = ".", task: str = "", keep: bool = False, json: bool = False) -> None:
+def provision(
+    c: Context,
+    project: str = ".",
+    task: str = "",
+    keep: bool = False,
+    json: bool = False,
+    profile: list[str] | None = None,
+) -> None:
     """Provision one trial stack and apply its seeds; tear it down unless --keep."""
-    guarded(main_provision, project=project, task=task or None, keep=keep, as_json=json)
+    guarded(
+        main_provision,
+        project=project,
+        task=task or None,
+        keep=keep,
+        as_json=json,
+        profiles=tuple(profile or ()),
+    )
 
 
 @task(help={"name": "the compose project name `forge provision --keep` printed"})

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from forgelib import labels as lab
-from forgelib.commands import main_provision
+from forgelib.commands import main_provision, main_teardown
 from forgelib.run.cli import DockerBackend, build_plan
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
@@ -108,17 +108,36 @@ def test_a_failing_build_fails_every_trial_at_stage_build_after_one_attempt(
     assert _images(runner, run_id) == []
 
 
-def test_forge_provision_shows_the_loopback_mapping(
+def test_forge_provision_shows_the_loopback_mapping_enables_profiles_and_teardown_removes_all(
     tmp_path: Path, runner: SubprocessRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "byo"
     shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("runs"))
-    assert main_provision(str(root), None, keep=False, as_json=True) == 0
+    assert main_provision(str(root), None, keep=True, as_json=True, profiles=["extra"]) == 0
     out = capsys.readouterr()
     report = json.loads(out.out)
-    assert [p.split(":")[0] for p in report["services"]["web"]] == ["127.0.0.1"]
-    assert report["services"]["web"][0].endswith("->8000/tcp") and report["services"]["probe"] == []
-    assert "container_name 'byo-web' is dropped" in out.err  # what forge changed, said once
-    run_id = report["run_id"]
+    name, run_id, work_dir = report["name"], report["run_id"], Path(report["trial_dir"])
+    try:
+        assert [p.split(":")[0] for p in report["services"]["web"]] == ["127.0.0.1"]
+        assert report["services"]["web"][0].endswith("->8000/tcp") and report["services"]["probe"] == []
+        assert "container_name 'byo-web' is dropped" in out.err  # what forge changed, said once
+        # --profile extra: the profile's service runs (without it compose would not start `probe`)
+        running = runner.run(
+            [
+                "docker",
+                "ps",
+                "--filter",
+                f"label={lab.COMPOSE_PROJECT}={name}",
+                "--format",
+                '{{.Label "com.docker.compose.service"}}',
+            ],
+            timeout=60,
+        ).stdout.split()
+        assert sorted(running) == ["cache", "probe", "tool", "web"]
+        # kept: its built image and its directory stay with it...
+        assert len(_images(runner, run_id)) == 1 and (work_dir / "compose.forge.yaml").exists()
+    finally:
+        assert main_teardown(name) == 0
+    # ...until `forge teardown` removes them with it
     assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
-    assert _images(runner, run_id) == []
+    assert _images(runner, run_id) == [] and not work_dir.exists()

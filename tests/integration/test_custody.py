@@ -6,12 +6,12 @@ with ``run_id=``, so nothing another engineer (or test) has running on this engi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from forgelib import custody
+from forgelib.builds import built_images
 from forgelib.compose import clean_env, write_override
-from forgelib.labels import RUN, Owner, current_owner, is_empty, resources_with_labels, run_labels
+from forgelib.labels import RUN, WORK_DIR, Owner, current_owner, is_empty, resources_with_labels, run_labels
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration
@@ -186,55 +187,103 @@ def test_forge_reap_cli_json(leftovers: tuple[str, Up], runner: SubprocessRunner
     assert table.returncode == 0 and "no forgelib-labelled" in table.stdout
 
 
-CHILD = textwrap.dedent(
-    """
-    import sys, time, yaml
-    from pathlib import Path
-    from forgelib.compose import clean_env, write_override
-    from forgelib.labels import run_labels
-    from forgelib.runner import SubprocessRunner
+# A `forge provision` that builds an image and then waits forever in `up --wait` (a service that never gets
+# healthy): killed there, it leaves a stack, its built image and its work directory.
+PACK = {
+    "compose.yaml": yaml.safe_dump(
+        {
+            "services": {
+                "tool": {"build": "./tool", "command": ["sleep", "infinity"], "init": True},
+                "stuck": {
+                    "image": "forgelib/redis:7.0",
+                    "healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": 10000},
+                },
+            }
+        }
+    ),
+    "tool/Dockerfile": "FROM forgelib/debian:bookworm\nCOPY Dockerfile /built-for-the-trial\n",
+    "project.yaml": yaml.safe_dump(
+        {
+            "name": "itkilled",
+            "description": "forge provision SIGKILLed mid-way",
+            "default_environment": {
+                "compose_file": "compose.yaml",
+                "services": {"tool": {"isolation": "ephemeral"}, "stuck": {"isolation": "ephemeral"}},
+            },
+        }
+    ),
+}
 
-    run_id, name, d = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    compose = yaml.safe_load((d / "compose.yaml").read_text())
-    override = write_override(d / "override.yaml", compose, run_labels(run_id, "t.0"))  # owner: this process
-    files = ["-f", str(d / "compose.yaml"), "-f", str(override)]
-    SubprocessRunner().run(
-        ["docker", "compose", "--ansi", "never", "-p", name, *files, "up", "--detach", "--wait"],
-        timeout=120, env=clean_env(), cwd=d,
-    )
-    print("up", flush=True)
-    time.sleep(600)
-    """
-)
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (the runner starts each in its own session, so no group kill)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
-def test_sigkilled_owner_leftovers_are_reaped(
+def test_sigkilled_forge_provision_leaves_stack_image_and_dir_that_the_reaper_removes(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    run_id = _run_id()
-    name = f"{run_id}-killed"
-    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(COMPOSE))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, run_id, name, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
+    for rel, text in PACK.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    argv = [sys.executable, "-m", "forgelib", "provision", "--project", str(tmp_path)]
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    mine = {"io.forgelib.owner.pid": str(child.pid)}
+    run_id = ""
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "up"
-        before = _left(runner, run_id)
-        assert len(before["containers"]) == 1 and before["volumes"] and before["networks"]
+        # up: the stuck service's container exists (so the image was built and the override written)
+        flt = _flt(mine, stuck=True)
+        for _ in range(600):
+            found = runner.run(["docker", "ps", "-a", "-q", *flt], timeout=30).stdout.split()
+            if found or child.poll() is not None:
+                break
+            child_wait(child, 0.5)
+        assert found, f"forge provision ended early: {child.communicate()[1]}"
+        run_id, work_dir = _label(runner, found[0], RUN), Path(_label(runner, found[0], WORK_DIR))
+        assert work_dir.is_dir() and (work_dir / "compose.forge.yaml").exists()
         kept = custody.reap(runner, run_id=run_id)  # the owner is alive: kept
         assert [o.code for o in kept.outcomes] == ["owner_alive"]
 
-        os.kill(child.pid, signal.SIGKILL)
+        doomed = [child.pid, *_children(child.pid)]  # forge, and the `compose up --wait` it waits on
+        for pid in doomed:
+            os.kill(pid, signal.SIGKILL)
         child.wait(timeout=30)
-        assert _left(runner, run_id) == before  # SIGKILL leaves labelled leftovers...
+        before = _left(runner, run_id)
+        assert len(before["containers"]) == 2 and _built(runner, run_id)  # SIGKILL leaves all of it...
 
-        report = custody.reap(runner, run_id=run_id)  # ...that the reaper removes
-        assert [(o.project, o.action) for o in report.outcomes] == [(name, "removed")]
-        assert is_empty(_left(runner, run_id))
+        report = custody.reap(runner, run_id=run_id)  # ...that the reaper removes: stack, image, directory
+        (o,) = report.outcomes
+        assert (o.action, o.code) == ("removed", "owner_gone"), o
+        assert f"directory {work_dir}" in o.removed and any(r.startswith("image built ") for r in o.removed)
+        assert is_empty(_left(runner, run_id)) and not _built(runner, run_id) and not work_dir.exists()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
-        _purge(runner, run_id)
+        assert child.stderr is not None
+        child.stderr.close()
+        if run_id:
+            _purge(runner, run_id)
+            for image in _built(runner, run_id):
+                runner.run(["docker", "image", "rm", "-f", image], timeout=60, check=False)
+
+
+def _flt(labels: dict[str, str], *, stuck: bool = False) -> list[str]:
+    out = [a for k, v in labels.items() for a in ("--filter", f"label={k}={v}")]
+    return out + (["--filter", "label=com.docker.compose.service=stuck"] if stuck else [])
+
+
+def _built(runner: SubprocessRunner, run_id: str) -> list[str]:
+    return built_images(runner, {RUN: run_id})
+
+
+def child_wait(child: subprocess.Popen[str], seconds: float) -> None:
+    """Wait for ``child`` to exit, at most ``seconds`` (the poll interval of a condition, not a sync)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=seconds)
+
+
+def _label(runner: SubprocessRunner, container: str, key: str) -> str:
+    fmt = f'{{{{index .Config.Labels "{key}"}}}}'
+    return runner.run(["docker", "inspect", "-f", fmt, container], timeout=30).stdout.strip()

@@ -232,15 +232,19 @@ def test_a_kept_stack_survives_the_reaper_after_its_owner_exits(
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    name, run = report["name"], report["run_id"]
+    name, run, work_dir = report["name"], report["run_id"], Path(report["trial_dir"])
     try:
         outcomes = custody.reap(runner, run_id=run).outcomes
         assert [(o.project, o.action, o.code) for o in outcomes] == [(name, "kept", "kept")]
         live = lab.resources_with_labels(runner, {lab.RUN: run})
         assert len(live["containers"]) == 2
+        # its directory (named after the dead owner) stays with the kept stack, whatever the reaper sees
+        dry = custody.reap(runner, dry_run=True).outcomes
+        assert work_dir.is_dir() and not [o for o in dry if any(str(work_dir) in r for r in o.removed)]
     finally:
         assert main_teardown(name) == 0
     assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run}))
+    assert not work_dir.exists()  # `forge teardown` removed it with the stack
 
 
 def test_depends_on_among_the_rest_still_orders_startup(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from forgelib import commands, custody
+from forgelib import builds, commands, custody
 from forgelib.custody import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
 from forgelib.labels import (
     COMPOSE_PROJECT,
@@ -19,12 +20,26 @@ from forgelib.labels import (
     OWNER_START_TIME,
     RUN,
     TRIAL,
+    WORK_DIR,
+    dir_owner,
+    owned_temp_dir,
 )
 from forgelib.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
 HOST, BOOT = "box", "boot-1"
 LIVE = {100: "5000", 200: "7000"}  # pid -> start time of the processes alive on "box"
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temp and state dirs the reaper scans, private to the test: with these fake facts it would
+    otherwise judge (and remove) real directories of processes it thinks are gone."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp
 
 
 def facts(boot: str | None = BOOT) -> HostFacts:
@@ -280,6 +295,7 @@ def scripted(
     volumes: list[dict[str, object]] = (),  # type: ignore[assignment]
     users: dict[str, str] | None = None,
     images: list[dict[str, object]] = (),  # type: ignore[assignment]
+    built: list[dict[str, object]] = (),  # type: ignore[assignment]
 ) -> FakeRunner:
     r = FakeRunner()
     flt = ["--filter", f"label={MANAGED}=true"]
@@ -293,6 +309,10 @@ def scripted(
     r.expect("docker", "network", "inspect", stdout=json.dumps(list(networks)))
     r.expect("docker", "volume", "ls", "-q", *flt, stdout="".join(f"{v['Name']}\n" for v in volumes))
     r.expect("docker", "volume", "inspect", stdout=json.dumps(list(volumes)))
+    built_ls = ["docker", "image", "ls", "-q", "--no-trunc", "--filter", f"reference={builds.REPOSITORY}/*"]
+    r.expect(*built_ls, stdout="".join(f"{i['Id']}\n" for i in built))
+    if built:
+        r.expect("docker", "image", "inspect", *sorted(str(i["Id"]) for i in built), stdout=json.dumps(built))
     r.expect("docker", "image", "ls", stdout="".join(f"{i['Id']}\n" for i in images))
     r.expect("docker", "image", "inspect", stdout=json.dumps(list(images)))
     for flt_value, ids in (users or {}).items():
@@ -358,7 +378,7 @@ def test_run_scoping_adds_a_label_filter() -> None:
     r.expect("docker", ANY, ANY, ANY, stdout="")
     custody.reap(r, run_id="my-run", facts=facts())
     listings = [a for a in r.argvs() if "-q" in a]
-    assert len(listings) == 4  # containers, networks, volumes, untagged goldens
+    assert len(listings) == 5  # containers, networks, volumes, untagged goldens, built images
     assert all(f"label={RUN}=my-run" in a and f"label={MANAGED}=true" in a for a in listings)
 
 
@@ -469,7 +489,7 @@ def test_an_untagged_golden_of_a_dead_owner_is_removed_after_the_stacks_and_a_li
     assert removed == [["docker", "image", "rm", "sha256:dead"]]
     assert gone.action == "removed" and gone.code == "owner_gone"
     # only untagged goldens are ever listed: a complete (tagged) golden is never the reaper's
-    (ls,) = [list(a) for a in r.argvs() if list(a[:3]) == ["docker", "image", "ls"]]
+    (ls,) = [list(a) for a in r.argvs() if list(a[:3]) == ["docker", "image", "ls"] and "dangling=true" in a]
     assert "dangling=true" in ls and f"label={store.GOLDEN}" in ls
 
 
@@ -501,3 +521,86 @@ def test_an_untagged_golden_still_in_use_is_kept_not_failed() -> None:
     r.expectations.insert(0, r.expectations.pop())  # before scripted()'s catch-all removal answer
     (o,) = custody.reap(r, facts=facts()).outcomes
     assert o.action == "kept" and "in use" in o.kept[0] and not o.errors
+
+
+# ------------------------------------------------------------------------------- images built for a run
+
+
+def _built_image(image_id: str, tag: str, **kw: str) -> dict[str, object]:
+    """A `build:` service's image: the run's labels and compose's project label (builds.py)."""
+    return {"Id": image_id, "RepoTags": [tag], "Config": {"Labels": labels(**kw)}}
+
+
+def test_a_dead_owners_built_image_goes_with_its_project_after_every_stack_and_a_live_ones_stays() -> None:
+    dead = _built_image(
+        "sha256:b-dead", f"{builds.REPOSITORY}/p-app:run-1-1234", pid="300", start="1", project="p0"
+    )
+    live = _built_image("sha256:b-live", f"{builds.REPOSITORY}/q-app:run-2-1234", project="q0")
+    golden_shaped = dict(_built_image("sha256:g", f"{builds.REPOSITORY}/x:y", pid="300", start="1"))
+    golden_shaped["Config"] = {"Labels": {**labels(pid="300", start="1"), store.GOLDEN: "1"}}
+    stacks = [
+        _inspect_container("t0", labels(pid="300", start="1", project="p0"), True),
+        _inspect_container("t1", labels(pid="300", start="1", project="p1"), True),  # uses p0's image
+    ]
+    r = scripted(stacks, built=[dead, live, golden_shaped])
+    report = custody.reap(r, facts=facts())
+    by = {o.project: o for o in report.outcomes}
+    assert by["p0"].action == "removed" and by["p0"].removed == [
+        "container t0",
+        f"image built {dead['RepoTags'][0]}",
+    ]
+    assert by["q0"].code == "owner_alive"
+    assert [o.project for o in report.outcomes][-2:] == ["p0", "q0"]  # projects holding images last
+    removals = [a for a in r.argvs() if a[1] == "rm" or a[2:3] == ("rm",)]
+    assert removals == [
+        ("docker", "rm", "-f", "-v", "id-t1"),
+        ("docker", "rm", "-f", "-v", "id-t0"),
+        ("docker", "image", "rm", "sha256:b-dead"),
+    ]  # never the live owner's, never a golden
+
+
+# ---------------------------------------------------------------------------- `forge provision` dirs
+
+
+def test_owned_temp_dir_names_its_owner(private_dirs: Path) -> None:
+    d = owned_temp_dir(custody.PROVISION_DIR)
+    me = custody.current_owner()
+    assert d.parent == private_dirs and dir_owner(d, custody.PROVISION_DIR) == (int(me.pid), me.start_time)
+    assert dir_owner(private_dirs / "forge-provision-abc123", custody.PROVISION_DIR) is None  # old style
+
+
+def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Path) -> None:
+    def mk(name: str) -> Path:
+        (private_dirs / name).mkdir()
+        (private_dirs / name / "compose.forge.yaml").write_text("services: {}\n")
+        return private_dirs / name
+
+    of_removed = mk("forge-provision-300-1-aaaa")  # its stack's owner is gone: both go
+    of_kept = mk("forge-provision-301-1-bbbb")  # `--keep`: stays while the stack does
+    orphan = mk("forge-provision-302-1-cccc")  # killed before any container existed: goes
+    of_live = mk("forge-provision-100-5000-dddd")  # its owner runs: stays
+    unknown = mk("forge-provision-x1y2z3")  # not a name we write: never judged
+    removed = {**labels(pid="300", start="1", project="gone"), WORK_DIR: str(of_removed)}
+    kept = {**labels(pid="301", start="1", project="kept"), KEPT: "true", WORK_DIR: str(of_kept)}
+    r = scripted([_inspect_container("g1", removed, True), _inspect_container("k1", kept, True)])
+    report = custody.reap(r, facts=facts(), dry_run=True)
+    assert of_removed.exists() and orphan.exists()
+    assert {o.project: o.action for o in report.outcomes} == {
+        "gone": "would remove", "kept": "kept", f"(provision dir {orphan.name})": "would remove",
+    }  # fmt: skip
+    report = custody.reap(
+        scripted([_inspect_container("g1", removed, True), _inspect_container("k1", kept, True)]),
+        facts=facts(),
+    )
+    by = {o.project: o for o in report.outcomes}
+    assert by["gone"].removed == ["container g1", f"directory {of_removed}"]
+    assert sorted(p.name for p in private_dirs.iterdir()) == sorted(
+        d.name for d in (of_kept, of_live, unknown)
+    )
+
+
+def test_a_work_dir_label_naming_anything_else_is_never_removed(tmp_path: Path) -> None:
+    for odd in (tmp_path / "results", tmp_path / "forge-provision-not-ours", Path("forge-provision-1-2-3")):
+        (tmp_path / odd).mkdir(exist_ok=True)
+        assert not custody.remove_work_dir(str(odd))
+    assert (tmp_path / "results").exists()
