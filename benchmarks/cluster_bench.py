@@ -16,16 +16,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.phases_bench import ForgeRun, config_path, loadavg, ratio, report, run_forge, trial_total
+from benchmarks import harness as bs
 
 NAME = "cluster"
 TARGET = 1.15
 SLOTS = 2  # per node; two nodes
 
 
-def overhead(run: ForgeRun, concurrency: int) -> float:
+def overhead(run: bs.ForgeRun, concurrency: int) -> float:
     trials = run.trials()
-    return (run.wall * concurrency - sum(trial_total(t) for t in trials)) / max(1, len(trials))
+    return (run.wall * concurrency - sum(t.wall_seconds for t in trials)) / max(1, len(trials))
 
 
 def main(argv: Sequence[str]) -> None:
@@ -41,11 +41,13 @@ def main(argv: Sequence[str]) -> None:
         cluster = start_cluster([main_engine(), second], slots=SLOTS)
         try:
             with tempfile.TemporaryDirectory(prefix="forge-bench-cluster-") as tmp:
-                cfg = config_path()
+                cfg = bs.config_path()
                 for sub in ("local", "cluster"):
                     (Path(tmp) / sub).mkdir()
-                local = run_forge(cfg, repeats=args.trials, workers=concurrency, workdir=Path(tmp) / "local")
-                remote = run_forge(
+                local = bs.run_forge(
+                    cfg, repeats=args.trials, workers=concurrency, workdir=Path(tmp) / "local"
+                )
+                remote = bs.run_forge(
                     cfg,
                     repeats=args.trials,
                     workdir=Path(tmp) / "cluster",
@@ -61,13 +63,13 @@ def main(argv: Sequence[str]) -> None:
                     {"run": f"cluster 2 nodes x {SLOTS}", "wall_s": round(remote.wall, 2),
                      "overhead_per_trial_s": round(co, 3)},
                 ]  # fmt: skip
-                report(
+                bs.report(
                     NAME,
                     rows,
-                    meta={"trials": args.trials, "ratio": round(ratio(co, lo), 3), "target": TARGET},
+                    meta={"trials": args.trials, "ratio": round(bs.ratio(co, lo), 3), "target": TARGET},
                     notes=[
-                        f"overhead ratio cluster/local = {ratio(co, lo):.3f} (target <= {TARGET})",
-                        f"load average: {loadavg()}",
+                        f"overhead bs.ratio cluster/local = {bs.ratio(co, lo):.3f} (target <= {TARGET})",
+                        f"load average: {bs.loadavg()}",
                     ],
                 )
         finally:

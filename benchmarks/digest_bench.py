@@ -15,29 +15,20 @@ Size: ``FORGE_BENCH_DIGEST_LARGE_MB`` (default 256, in 16 files), ``FORGE_BENCH_
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
-import json
 import os
-import platform
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness as bs
 from forgelib.spec.digest import dir_sha256
 
 NAME = "digest"
 TARGET = 1.25
-RESULTS = Path(__file__).resolve().parent / "results"
 MB = 1 << 20
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
 
 
 def make_large(root: Path, total_mb: int, files: int = 16) -> None:
@@ -86,8 +77,8 @@ def measure(name: str, root: Path, rounds: int) -> dict[str, Any]:
         ]
         for who, run in pair if r % 2 == 0 else reversed(pair):
             (ours if who == "forge" else base).append(run())
-    forge_s, base_s = statistics.median(ours), statistics.median(base)
-    ratio = forge_s / base_s if base_s else float("nan")
+    forge_s, base_s = bs.median(ours), bs.median(base)
+    ratio = bs.ratio(forge_s, base_s)
     return {
         "scenario": name,
         "files": len(files),
@@ -104,56 +95,24 @@ def measure(name: str, root: Path, rounds: int) -> dict[str, Any]:
     }
 
 
-def table(rows: Sequence[dict[str, Any]]) -> str:
-    cols = [
-        "scenario",
-        "files",
-        "MiB",
-        "forge_s",
-        "hashlib_s",
-        "forge_MiB_s",
-        "hashlib_MiB_s",
-        "ratio",
-        "ok",
-    ]
-    cells = [cols, *[[str(r[c]) for c in cols] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.digest_bench", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--large-mb", type=int, default=_env_int("FORGE_BENCH_DIGEST_LARGE_MB", 256))
-    parser.add_argument("--small-files", type=int, default=_env_int("FORGE_BENCH_DIGEST_SMALL_FILES", 5000))
-    parser.add_argument("--rounds", type=int, default=_env_int("FORGE_BENCH_DIGEST_ROUNDS", 5))
+    parser.add_argument("--large-mb", type=int, default=bs.env_int("FORGE_BENCH_DIGEST_LARGE_MB", 256))
+    parser.add_argument("--small-files", type=int, default=bs.env_int("FORGE_BENCH_DIGEST_SMALL_FILES", 5000))
+    parser.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_DIGEST_ROUNDS", 5))
     args = parser.parse_args(argv)
+    meta = bs.start_meta(rounds=args.rounds)
     with tempfile.TemporaryDirectory(prefix="forge-bench-digest-") as tmp:
         make_large(Path(tmp) / "large", args.large_mb)
         make_small(Path(tmp) / "small", args.small_files)
         rows = [measure(n, Path(tmp) / n, args.rounds) for n in ("large", "small")]
-    doc = {
-        "benchmark": NAME,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-        },
-        "rounds": args.rounds,
-        "rows": rows,
-    }
-    print(f"\n== {NAME} ==  directory digest vs a hashlib loop over the same files (ratio = forge / loop)")
-    print(table(rows))
+    # every round's seconds go in the JSON, not the table
+    meta["rounds_s"] = {r["scenario"]: {k: r.pop(k) for k in ("forge_all_s", "hashlib_all_s")} for r in rows}
     worst = max(r["ratio"] for r in rows)
-    verdict = "OK" if worst <= TARGET else "OVER TARGET"
-    print(f"  ratio (worst scenario): {worst:.3f}  target <= {TARGET}  {verdict}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{NAME}.json"
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"  -> {out}")
-    return doc
+    note = f"ratio (worst scenario): {worst:.3f}  target <= {TARGET}  {bs.verdict(worst, TARGET)}"
+    return bs.report(NAME, rows, meta=meta, notes=[note])
 
 
 if __name__ == "__main__":

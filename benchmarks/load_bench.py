@@ -19,22 +19,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.phases_bench import ForgeRun, config_path, env_int, leftovers, loadavg, report, run_forge
+from benchmarks import harness as bs
+from forgelib.run.results import RecordedTrial
 
 NAME = "load"
 GROWTH_LIMIT_MB = 5.0  # "flat": the long run's peak may exceed the short run's by allocator noise only
 
 
-def _observed(trial: dict[str, Any]) -> list[str]:
-    grade = trial.get("_grade") or {}
-    return [str(c.get("observed")) for c in grade.get("checks") or []]
+def _observed(trial: RecordedTrial) -> list[str]:
+    return [str(c.observed) for c in trial.checks]
 
 
-def _row(label: str, workers: int, run: ForgeRun) -> dict[str, Any]:
+def _row(label: str, workers: int, run: bs.ForgeRun) -> dict[str, Any]:
     trials = run.trials()
-    projects = {t.get("compose_project") for t in trials}
+    projects = {t.compose_project for t in trials}
     baseline = sum(1 for t in trials if _observed(t) == ["baseline"])
-    left = leftovers(run.run_id)
+    left = bs.leftovers(run.run_id)
     return {
         "run": label,
         "trials": len(trials),
@@ -51,12 +51,12 @@ def _row(label: str, workers: int, run: ForgeRun) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] = ()) -> dict[str, Any]:
-    short = env_int("FORGE_BENCH_LOAD_SHORT", 5)
-    sequential = env_int("FORGE_BENCH_LOAD_SEQUENTIAL", 50)
-    parallel = env_int("FORGE_BENCH_LOAD_PARALLEL", 80)
-    workers = env_int("FORGE_BENCH_LOAD_WORKERS", 4)
-    config = config_path()
-    start_load = loadavg()
+    short = bs.env_int("FORGE_BENCH_LOAD_SHORT", 5)
+    sequential = bs.env_int("FORGE_BENCH_LOAD_SEQUENTIAL", 50)
+    parallel = bs.env_int("FORGE_BENCH_LOAD_PARALLEL", 80)
+    workers = bs.env_int("FORGE_BENCH_LOAD_WORKERS", 4)
+    config = bs.config_path()
+    start_load = bs.loadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="forge-bench-load-") as tmp:
         for label, n, w in (
@@ -66,16 +66,16 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
         ):
             workdir = Path(tmp) / label
             workdir.mkdir()
-            rows.append(_row(label, w, run_forge(config, repeats=n, workers=w, workdir=workdir)))
+            rows.append(_row(label, w, bs.run_forge(config, repeats=n, workers=w, workdir=workdir)))
     growth = rows[1]["peak_rss_mb"] - rows[0]["peak_rss_mb"]
     held = {
         "every trial observed the baseline": all(r["observed_baseline"] == r["trials"] for r in rows),
         "every trial had its own stack": all(r["distinct_stacks"] == r["trials"] for r in rows),
-        "zero leftovers": all(r["leftovers"] == 0 for r in rows),
+        "zero bs.leftovers": all(r["leftovers"] == 0 for r in rows),
         f"forge's peak RSS flat (growth {growth:+.1f} MB <= {GROWTH_LIMIT_MB} MB)": growth <= GROWTH_LIMIT_MB,
     }
     notes = [f"{'held' if ok else 'FAILED'}: {what}" for what, ok in held.items()]
-    doc = report(
+    doc = bs.report(
         NAME,
         rows,
         meta={"loadavg_start": start_load, "config": str(config), "cpus": os.cpu_count(), "held": held},

@@ -32,17 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.phases_bench import (
-    PACK,
-    REPO,
-    busy_now,
-    config_path,
-    env_int,
-    leftovers,
-    loadavg,
-    report,
-    run_forge,
-)
+from benchmarks import harness as bs
 
 NAME = "memory"
 FORGE_LIMIT_MB = 100.0
@@ -100,7 +90,7 @@ def probe(what: str, path: Path, *extra: str) -> dict[str, Any]:
         text=True,
         timeout=900,
         check=False,
-        cwd=REPO,
+        cwd=bs.REPO,
     )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -130,9 +120,9 @@ def make_dump(path: Path, size_mb: int, style: str) -> None:
 def psql_rows(size_mb: int, notes: list[str]) -> list[dict[str, Any]]:
     """The sql_dump recipe for real: ``docker compose exec -T app-db psql ... < dump`` through forgelib's
     runner, into the postgres pack's app-db (its own compose project, downed afterwards)."""
-    from benchmarks.overhead_bench import image_env
+    from benchmarks.baseline import image_env
 
-    compose_file = (PACK / "shared" / "environment.compose.yaml").resolve()
+    compose_file = (bs.PACK / "shared" / "environment.compose.yaml").resolve()
     project = f"forgebench-mem-{uuid.uuid4().hex[:8]}"
     env = image_env()
     dc = ["docker", "compose", "-p", project, "-f", str(compose_file)]
@@ -201,11 +191,11 @@ def forge_rows(
         for n in trial_counts:
             work = Path(tmp) / f"n{n}"
             work.mkdir()
-            run = run_forge(config, repeats=n, workers=workers, workdir=work, sample_every=0.02)
+            run = bs.run_forge(config, repeats=n, workers=workers, workdir=work, sample_every=0.02)
             trials = run.trials()
             if run.rc != 0:
                 notes.append(f"{n} trials: {run.describe_failure()}")
-            if left := leftovers(run.run_id):
+            if left := bs.leftovers(run.run_id):
                 notes.append(f"LEFTOVERS after {run.run_id}: {left}")
             rows.append(
                 {
@@ -218,7 +208,7 @@ def forge_rows(
             )
     worst = max((r["peak_rss_mb"] for r in rows), default=0.0)
     if rows:
-        verdict = "OK" if worst <= FORGE_LIMIT_MB else "OVER TARGET"
+        verdict = bs.verdict(worst, FORGE_LIMIT_MB)
         notes.insert(0, f"forge peak RSS {worst:.1f} MB  target <= {FORGE_LIMIT_MB:g} MB  {verdict}")
     if len(rows) >= 2:
         first, last = rows[0]["peak_rss_mb"], rows[-1]["peak_rss_mb"]
@@ -284,9 +274,9 @@ def seed_rows(size_mb: int, notes: list[str], control: bool) -> list[dict[str, A
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.memory_bench", description=__doc__)
     p.add_argument("--trials", default=os.environ.get("FORGE_BENCH_MEMORY_TRIALS") or "5,20")
-    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_MEMORY_WORKERS", 4))
-    p.add_argument("--seed-mb", type=int, default=env_int("FORGE_BENCH_SEED_MB", 1024))
-    p.add_argument("--psql-mb", type=int, default=env_int("FORGE_BENCH_PSQL_MB", 16))
+    p.add_argument("--workers", type=int, default=bs.env_int("FORGE_BENCH_MEMORY_WORKERS", 4))
+    p.add_argument("--seed-mb", type=int, default=bs.env_int("FORGE_BENCH_SEED_MB", 1024))
+    p.add_argument("--psql-mb", type=int, default=bs.env_int("FORGE_BENCH_PSQL_MB", 16))
     p.add_argument("--no-control", action="store_true", help="skip the read-it-whole control probe")
     p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
     return p.parse_args(list(argv) if argv is not None else [])
@@ -294,17 +284,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    config = (args.config or config_path()).resolve()
+    config = (args.config or bs.config_path()).resolve()
     counts = [int(x) for x in str(args.trials).split(",") if x.strip() and int(x) > 0]
-    meta: dict[str, Any] = {
-        "loadavg_start": loadavg(),
-        "busy_before": busy_now(),
-        "config": str(config),
-        "trial_counts": counts,
-        "workers": args.workers,
-        "seed_mb": args.seed_mb,
-        "psql_mb": args.psql_mb,
-    }
+    meta = bs.start_meta(
+        config=str(config),
+        trial_counts=counts,
+        workers=args.workers,
+        seed_mb=args.seed_mb,
+        psql_mb=args.psql_mb,
+    )
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
     if args.seed_mb > 0:
@@ -313,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rows += psql_rows(args.psql_mb, notes)
     if counts:
         rows += forge_rows(config, counts, args.workers, notes)
-    return report(NAME, rows, meta=meta, notes=notes)
+    return bs.report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

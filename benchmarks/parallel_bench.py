@@ -28,32 +28,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.phases_bench import (
-    Command,
-    ForgeRun,
-    busy_now,
-    config_path,
-    cpu_times,
-    env_int,
-    leftovers,
-    loadavg,
-    median,
-    ratio,
-    read_commands,
-    report,
-    run_forge,
-    trial_timings,
-)
+from benchmarks import harness as bs
 
 NAME = "parallel"
 TARGET = 0.5
 
 
-def tasks_in(run: ForgeRun) -> int:
-    return len({t["_task"] for t in run.trials()}) or 1
+def tasks_in(run: bs.ForgeRun) -> int:
+    return len({t.task for t in run.trials()}) or 1
 
 
-def concurrency(commands: Sequence[Command], t0: float, t1: float) -> dict[str, float]:
+def concurrency(commands: Sequence[bs.Command], t0: float, t1: float) -> dict[str, float]:
     """Seconds of [t0, t1] with 0, 1, 2, ... external commands running, and the time-weighted mean."""
     events = sorted([(c.start, 1) for c in commands] + [(c.end, -1) for c in commands])
     hist: Counter[int] = Counter()
@@ -69,7 +54,7 @@ def concurrency(commands: Sequence[Command], t0: float, t1: float) -> dict[str, 
     return out
 
 
-def max_overlap(commands: Sequence[Command]) -> int:
+def max_overlap(commands: Sequence[bs.Command]) -> int:
     events = sorted([(c.start, 1) for c in commands] + [(c.end, -1) for c in commands])
     level = peak = 0
     for _, delta in events:
@@ -78,9 +63,9 @@ def max_overlap(commands: Sequence[Command]) -> int:
     return peak
 
 
-def profile(run: ForgeRun, trials: int) -> dict[str, Any]:
+def profile(run: bs.ForgeRun, trials: int) -> dict[str, Any]:
     """What the run spent its time on, from its trial.yaml files and its forge log."""
-    commands = read_commands(run.log, run.pid)
+    commands = bs.read_commands(run.log, run.pid)
     out: dict[str, Any] = {"commands": len(commands), "commands_per_trial": round(len(commands) / trials, 1)}
     if commands:
         t0 = min(c.start for c in commands)
@@ -94,23 +79,23 @@ def profile(run: ForgeRun, trials: int) -> dict[str, Any]:
             "count": len(cs),
             "per_trial": round(len(cs) / trials, 2),
             "total_s": round(sum(c.seconds for c in cs), 2),
-            "median_s": round(median([c.seconds for c in cs]), 3),
+            "median_s": round(bs.median([c.seconds for c in cs]), 3),
             "max_at_once": max_overlap(cs),
         }
     out["by_kind"] = by_kind
     phases: dict[str, list[float]] = {}
     for t in run.trials():
-        for phase, secs in trial_timings(t).items():
+        for phase, secs in t.timings.items():
             phases.setdefault(phase, []).append(secs)
-    out["phase_median_s"] = {k: round(median(v), 3) for k, v in phases.items()}
+    out["phase_median_s"] = {k: round(bs.median(v), 3) for k, v in phases.items()}
     out["phase_sum_s"] = {k: round(sum(v), 2) for k, v in phases.items()}
     return out
 
 
 def findings(
-    p1: dict[str, Any], pw: dict[str, Any], w1: ForgeRun, ww: ForgeRun, workers: int, busy_before: float
+    p1: dict[str, Any], pw: dict[str, Any], w1: bs.ForgeRun, ww: bs.ForgeRun, workers: int, busy_before: float
 ) -> list[str]:
-    """Plain-language observations for the report (the numbers are in the JSON too)."""
+    """Plain-language observations for the bs.report (the numbers are in the JSON too)."""
     notes = []
     ncpu = os.cpu_count() or 1
     if busy_before > 0.3:
@@ -121,14 +106,14 @@ def findings(
     trials = max(len(w1.trials()), 1)
     waves = math.ceil(trials / workers)
     notes.append(
-        f"floor: {trials} trials on {workers} workers is {waves} wave(s), so even with free CPU the ratio "
+        f"floor: {trials} trials on {workers} workers is {waves} wave(s), so even with free CPU the bs.ratio "
         f"cannot go below about {waves / trials:.2f}"
     )
     if w1.cpu_busy > 0:
         bound = w1.cpu_busy / ncpu
         notes.append(
             f"CPU: the machine was {w1.cpu_busy:.2f} of {ncpu} cores busy during workers=1 and "
-            f"{ww.cpu_busy:.2f} during workers={workers}; if the trials' work is CPU-bound the ratio "
+            f"{ww.cpu_busy:.2f} during workers={workers}; if the trials' work is CPU-bound the bs.ratio "
             f"cannot go below about {bound:.2f}"
         )
         notes.append(
@@ -140,7 +125,7 @@ def findings(
     for phase, m1 in p1.get("phase_median_s", {}).items():
         mw = pw.get("phase_median_s", {}).get(phase)
         if mw and m1 and mw / m1 > 1.5 and mw > 0.5:
-            notes.append(f"phase {phase}: median {m1:.2f}s at workers=1 -> {mw:.2f}s at workers={workers}")
+            notes.append(f"phase {phase}: bs.median {m1:.2f}s at workers=1 -> {mw:.2f}s at workers={workers}")
     for kind, st in pw.get("by_kind", {}).items():
         if st["count"] >= 2 * workers and st["median_s"] >= 1.0 and st["max_at_once"] == 1:
             notes.append(f"{kind}: {st['count']} calls never overlapped at workers={workers} (serialised)")
@@ -160,29 +145,29 @@ def findings(
 
 def shell_parallel(trials: int, workers: int, config: Path) -> tuple[float, float, int]:
     """``trials`` shell_baseline.sh runs (a trial each), ``workers`` at once: (wall, busy cores, failed)."""
-    from benchmarks.overhead_bench import baseline_for, run_shell
+    from benchmarks.baseline import baseline_for, run_shell
 
     baseline = baseline_for(config)
-    busy0, total0 = cpu_times()
+    busy0, total0 = bs.cpu_times()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda _: run_shell(baseline), range(trials)))
     wall = time.monotonic() - start
-    busy1, total1 = cpu_times()
-    busy = (os.cpu_count() or 1) * ratio(busy1 - busy0, total1 - total0)
+    busy1, total1 = bs.cpu_times()
+    busy = (os.cpu_count() or 1) * bs.ratio(busy1 - busy0, total1 - total0)
     return wall, busy, sum(1 for r in results if r.rc != 0)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.parallel_bench", description=__doc__)
-    p.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_PARALLEL_TRIALS", 8))
-    p.add_argument("--workers", type=int, default=env_int("FORGE_BENCH_PARALLEL_WORKERS", 4))
-    p.add_argument("--rounds", type=int, default=env_int("FORGE_BENCH_PARALLEL_ROUNDS", 1))
+    p.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_PARALLEL_TRIALS", 8))
+    p.add_argument("--workers", type=int, default=bs.env_int("FORGE_BENCH_PARALLEL_WORKERS", 4))
+    p.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_PARALLEL_ROUNDS", 1))
     p.add_argument("--config", type=Path, default=None, help="run config (default: the postgres pack's dev)")
     p.add_argument(
         "--shell",
         type=int,
-        default=env_int("FORGE_BENCH_PARALLEL_SHELL", 1),
+        default=bs.env_int("FORGE_BENCH_PARALLEL_SHELL", 1),
         help="1: also run the same trials as shell_baseline.sh processes, W at once vs 1 (the machine's own "
         "parallel ceiling, measured in the same run); 0: skip",
     )
@@ -192,19 +177,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    config = (args.config or config_path()).resolve()
-    meta: dict[str, Any] = {
-        "loadavg_start": loadavg(),
-        "busy_before": busy_now(),
-        "config": str(config),
-        "trials": args.trials,
-    }
+    config = (args.config or bs.config_path()).resolve()
+    meta = bs.start_meta(config=str(config), trials=args.trials)
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
     walls: dict[int, list[float]] = {1: [], args.workers: []}
     profiles: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="forge-bench-parallel-") as tmp:
-        runs: dict[int, ForgeRun] = {}
+        runs: dict[int, bs.ForgeRun] = {}
         for rnd in range(args.rounds):
             order = [args.workers, 1] if rnd % 2 == 0 else [1, args.workers]
             for workers in order:
@@ -212,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 work.mkdir()
                 # repeats per task so that the run holds `trials` trials (the pack may have several tasks)
                 ntasks = tasks_in(runs[workers]) if workers in runs else 1
-                run = run_forge(
+                run = bs.run_forge(
                     config, repeats=math.ceil(args.trials / ntasks), workers=workers, workdir=work
                 )
                 runs[workers] = run
@@ -224,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 )
                 if run.rc != 0:
                     notes.append(f"workers={workers}: {run.describe_failure()}")
-                if left := leftovers(run.run_id):
+                if left := bs.leftovers(run.run_id):
                     notes.append(f"LEFTOVERS after {run.run_id}: {left}")
                 walls[workers].append(run.wall)
                 rows.append(
@@ -263,20 +243,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         "busy_cores": round(busy, 2),
                     }
                 )
-            sr = ratio(shell_walls[args.workers], shell_walls[1])
+            sr = bs.ratio(shell_walls[args.workers], shell_walls[1])
             meta["shell_ratio"] = sr
             notes.append(
-                f"shell_baseline.sh, {args.workers} at once vs 1: ratio {sr:.3f} (what this machine "
+                f"shell_baseline.sh, {args.workers} at once vs 1: bs.ratio {sr:.3f} (what this machine "
                 "and engine allow without forge)"
             )
-    r = ratio(median(walls[args.workers]), median(walls[1]))
+    r = bs.ratio(bs.median(walls[args.workers]), bs.median(walls[1]))
     rows.append({"round": f"ratio wall(workers={args.workers}) / wall(workers=1)", "wall_s": round(r, 3)})
-    verdict = "OK" if r <= TARGET else "OVER TARGET"
-    notes.insert(
-        0, f"ratio wall(workers={args.workers}) / wall(workers=1) {r:.3f}  target <= {TARGET}  {verdict}"
-    )
+    what = f"ratio wall(workers={args.workers}) / wall(workers=1)"
+    notes.insert(0, f"{what} {r:.3f}  target <= {TARGET}  {bs.verdict(r, TARGET)}")
     meta.update(ratio=r, walls=walls, profiles=profiles)
-    return report(NAME, rows, meta=meta, notes=notes)
+    return bs.report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,15 @@ Size: ``--trials`` (default 1000, ``FORGE_BENCH_REPORT_TRIALS``); ``--rounds`` (
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness as bs
+
 NAME = "report"
-REPO = Path(__file__).resolve().parent.parent
 TARGET_MS = 1000.0  # the bar: a 1,000-trial run on screen in under a second
 
 _BASELINE = (
@@ -30,11 +29,6 @@ _BASELINE = (
     "window.forgeReport={{}};requestAnimationFrame(()=>setTimeout(()=>{{"
     "window.forgeReport.paintedMs=performance.now();document.body.dataset.ready='1'}}))</script></body></html>"
 )
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
 
 
 def _baseline(report: str) -> str:
@@ -47,14 +41,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.report_bench", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--trials", type=int, default=_env_int("FORGE_BENCH_REPORT_TRIALS", 1000))
-    parser.add_argument("--rounds", type=int, default=_env_int("FORGE_BENCH_REPORT_ROUNDS", 7))
+    parser.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_REPORT_TRIALS", 1000))
+    parser.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_REPORT_ROUNDS", 7))
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(REPO / "tests"))  # the synthetic log and the WebDriver client live with the tests
+    meta = bs.start_meta(rounds=args.rounds)
+    sys.path.insert(
+        0, str(bs.REPO / "tests")
+    )  # the synthetic log and the WebDriver client live with the tests
     from support.browser import chromium
     from support.runlog import synthetic_run, write_log
 
-    from benchmarks.phases_bench import report
     from forgelib.report.page import write_report
 
     with tempfile.TemporaryDirectory(prefix="forge-bench-report-") as tmp:
@@ -75,20 +71,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 browser.open(f"{base.as_uri()}?round={i}")
                 baseline.append(float(browser.run("return window.forgeReport.paintedMs")))
         size = page.stat().st_size
-    med, med_base = statistics.median(painted), statistics.median(baseline)
+    med, med_base = bs.median(painted), bs.median(baseline)
     rows = [
         {"page": "report", "trials": args.trials, "bytes": size, "painted_ms_median": round(med, 1),
-         "painted_ms_min": round(min(painted), 1), "script_ms_median": round(statistics.median(rendered), 1)},
+         "painted_ms_min": round(min(painted), 1), "script_ms_median": round(bs.median(rendered), 1)},
         {"page": "baseline (parse only)", "trials": args.trials, "painted_ms_median": round(med_base, 1),
          "painted_ms_min": round(min(baseline), 1)},
     ]  # fmt: skip
     verdict = "OK" if med < TARGET_MS else "OVER TARGET"
     notes = [
         f"report on screen: median {med:.0f} ms, target < {TARGET_MS:.0f} ms: {verdict}",
-        f"ratio report / baseline (median): {med / med_base:.2f}",
+        f"ratio report / baseline (median): {bs.ratio(med, med_base):.2f}",
     ]
-    meta = {"rounds": args.rounds, "painted_ms": [round(x, 1) for x in painted], "ok": med < TARGET_MS}
-    return report(NAME, rows, meta=meta, notes=notes)
+    meta.update(painted_ms=[round(x, 1) for x in painted], ok=med < TARGET_MS)
+    return bs.report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

@@ -20,94 +20,64 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.phases_bench import (
-    REPO,
-    ForgeRun,
-    busy_now,
-    env_int,
-    leftovers,
-    loadavg,
-    median,
-    ratio,
-    report,
-    run_forge,
-    trial_timings,
-    trial_total,
-)
+from benchmarks import harness as bs
+from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 from forgelib.snapshots import store
 
 NAME = "snapshots"
 PACKS = {
-    "postgres": (REPO / "examples/multi_service_postgres_reset/run_configs/dev.yaml", 0.6),
-    "cache": (REPO / "examples/multi_service_cache_debug/run_configs/dev.yaml", 0.8),
+    "postgres": (bs.REPO / "examples/multi_service_postgres_reset/run_configs/dev.yaml", 0.6),
+    "cache": (bs.REPO / "examples/multi_service_cache_debug/run_configs/dev.yaml", 0.8),
 }
 PHASES = (
     "compose_config", "golden_plan", "up_seeded", "recipe", "golden_capture", "up_rest", "golden_verify",
     "provision", "oracle", "grading", "teardown",
 )  # fmt: skip
+SNAPSHOTS_ON = ("--stacks", "fresh", "--snapshots")
+SNAPSHOTS_OFF = ("--stacks", "fresh", "--no-snapshots")
 
 
-def _run(config: Path, flag: str, trials: int, root: Path) -> ForgeRun:
-    work = Path(tempfile.mkdtemp(prefix=f"{flag.strip('-')}-", dir=root))
-    run = run_forge(config, repeats=trials, workers=1, workdir=work, extra=["--stacks", "fresh", flag])
-    if run.rc != 0 or run.passed() != trials:
-        raise SystemExit(f"{config} {flag}: {run.describe_failure()}")
-    left = leftovers(run.run_id)
-    if left:
-        raise SystemExit(f"{run.run_id} left {left}")
-    return run
-
-
-def _phases(trials: list[dict[str, Any]]) -> dict[str, float]:
-    per: dict[str, list[float]] = {}
-    for t in trials:
-        sums: dict[str, float] = {}
-        for name, secs in trial_timings(t).items():
-            kind = name.split(":", 1)[0]
-            if kind in PHASES:
-                sums[kind] = sums.get(kind, 0.0) + secs
-        for k, v in sums.items():
-            per.setdefault(k, []).append(v)
-    return {k: round(median(per[k]), 3) for k in PHASES if k in per}
-
-
-def _all_restored(trial: dict[str, Any]) -> bool:
-    records = (trial.get("snapshots") or {}).values()
+def _all_restored(trial: RecordedTrial) -> bool:
+    records = trial.snapshots.values()
     return bool(records) and all(r.get("outcome") == "restored" for r in records)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.snapshots_bench", description=__doc__)
-    ap.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_SNAPSHOTS_TRIALS", 3))
-    ap.add_argument("--rounds", type=int, default=env_int("FORGE_BENCH_SNAPSHOTS_ROUNDS", 2))
+    ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_SNAPSHOTS_TRIALS", 3))
+    ap.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_SNAPSHOTS_ROUNDS", 2))
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_SNAPSHOTS_PACKS", ",".join(PACKS)))
     args = ap.parse_args(list(argv))
     packs = [p for p in args.packs.split(",") if p]
     runner = SubprocessRunner()
     before = {g.id for g in store.list_goldens(runner)}
-    busy = busy_now()
+    busy = bs.busy_now()
     root = Path(tempfile.mkdtemp(prefix="forge-bench-snapshots-"))
     rows: list[dict[str, Any]] = []
     try:
         for pack in packs:
-            config, target = PACKS[pack]
-            warmup = _run(config, "--snapshots", 1, root)  # takes the golden (or finds it)
+            config, target = PACKS[pack]  # the warm-up takes the golden (or finds it)
+            warmup = bs.checked_run(config, repeats=1, workers=1, root=root, extra=SNAPSHOTS_ON)
             capture = [
                 secs
                 for t in warmup.trials()
-                for k, secs in trial_timings(t).items()
+                for k, secs in t.timings.items()
                 if k.startswith("golden_capture")
             ]
-            with_s: list[dict[str, Any]] = []
-            without: list[dict[str, Any]] = []
+            with_s: list[RecordedTrial] = []
+            without: list[RecordedTrial] = []
             for _ in range(args.rounds):  # alternate, so both modes see the same machine minutes apart
-                without += _run(config, "--no-snapshots", args.trials, root).trials()
-                with_s += _run(config, "--snapshots", args.trials, root).trials()
+                without += bs.checked_run(
+                    config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_OFF
+                ).trials()
+                with_s += bs.checked_run(
+                    config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_ON
+                ).trials()
             restored = [t for t in with_s if _all_restored(t)]
-            per_with = median([trial_total(t) for t in with_s])
-            per_without = median([trial_total(t) for t in without])
-            r = ratio(per_with, per_without)
+            per_with = bs.median([t.wall_seconds for t in with_s])
+            per_without = bs.median([t.wall_seconds for t in without])
+            r = bs.ratio(per_with, per_without)
             rows.append(
                 {
                     "pack": pack,
@@ -118,8 +88,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                     "with/without": round(r, 3),
                     "target": f"<= {target} {'OK' if r <= target else 'MISSED'}",
                     "capture_once_s": round(sum(capture), 2),
-                    "phase_medians_without_s": _phases(without),
-                    "phase_medians_with_s": _phases(with_s),
+                    "phase_medians_without_s": bs.phase_medians(without, PHASES),
+                    "phase_medians_with_s": bs.phase_medians(with_s, PHASES),
                 }
             )
             print(rows[-1], file=sys.stderr, flush=True)
@@ -128,9 +98,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         for g in store.list_goldens(runner):
             if g.id not in before:
                 store.remove(runner, g, force_untag=True)
-    notes = [f"cores busy in the 2 s before: {busy:.2f}; load average {loadavg()}"]
+    notes = [f"cores busy in the 2 s before: {busy:.2f}; load average {bs.loadavg()}"]
     meta = {"trials": args.trials, "rounds": args.rounds, "packs": packs}
-    return report(NAME, rows, meta=meta, notes=notes)
+    return bs.report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

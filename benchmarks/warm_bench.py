@@ -32,20 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.phases_bench import (
-    FORGE_ARGV,
-    REPO,
-    ForgeRun,
-    busy_now,
-    env_int,
-    leftovers,
-    loadavg,
-    median,
-    ratio,
-    report,
-    run_forge,
-    trial_timings,
-)
+from benchmarks import harness as bs
 from forgelib.images import ImageFacts
 from forgelib.runner import SubprocessRunner
 from forgelib.warm import PROBE_INTERVAL
@@ -53,9 +40,9 @@ from forgelib.warm import PROBE_INTERVAL
 NAME = "warm"
 TARGET = 0.2
 PACKS = {
-    "postgres": REPO / "examples/multi_service_postgres_reset/run_configs/dev.yaml",
-    "cache": REPO / "examples/multi_service_cache_debug/run_configs/dev.yaml",
-    "endpoint": REPO / "examples/multi_service_endpoint_add/run_configs/dev.yaml",
+    "postgres": bs.REPO / "examples/multi_service_postgres_reset/run_configs/dev.yaml",
+    "cache": bs.REPO / "examples/multi_service_cache_debug/run_configs/dev.yaml",
+    "endpoint": bs.REPO / "examples/multi_service_endpoint_add/run_configs/dev.yaml",
 }
 RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
@@ -64,50 +51,21 @@ WARM_PHASES = (
 )
 
 
-def _run(config: Path, mode: str, trials: int, workers: int, root: Path) -> ForgeRun:
-    work = Path(tempfile.mkdtemp(prefix=f"{mode}-w{workers}-", dir=root))
-    run = run_forge(config, repeats=trials, workers=workers, workdir=work, extra=["--stacks", mode])
-    if run.rc != 0 or run.passed() != trials:
-        raise SystemExit(f"{config} --stacks {mode} --workers {workers}: {run.describe_failure()}")
-    left = leftovers(run.run_id)
-    if left:
-        raise SystemExit(f"{run.run_id} left {left}")
-    return run
-
-
-def _trial_walls(run: ForgeRun, *, reused: bool | None = None) -> list[float]:
+def _trial_walls(run: bs.ForgeRun, *, reused: bool | None = None) -> list[float]:
     """Each trial's wall with its teardown (``reused``: only trials that did / did not reuse a stack)."""
     out = []
     for t in run.trials():
-        if reused is not None and bool((t.get("stack") or {}).get("reuse")) != reused:
+        if reused is not None and bool(t.stack.get("reuse")) != reused:
             continue
-        out.append(float(t.get("wall_seconds") or 0.0) + float(trial_timings(t).get("teardown", 0.0)))
+        out.append(t.wall_seconds + t.timings.get("teardown", 0.0))
     return out
-
-
-def _phase_medians(run: ForgeRun) -> dict[str, float]:
-    """Median seconds of each phase over the trials that reused a stack (reset:<svc> etc. summed by kind)."""
-    per: dict[str, list[float]] = {}
-    for t in run.trials():
-        if not (t.get("stack") or {}).get("reuse"):
-            continue
-        sums: dict[str, float] = {}
-        for name, secs in trial_timings(t).items():
-            kind = name.split(":", 1)[0]
-            if kind in WARM_PHASES:
-                sums[kind] = sums.get(kind, 0.0) + secs
-            if kind in ("reset", "fingerprint"):
-                sums[name] = secs
-        for k, v in sums.items():
-            per.setdefault(k, []).append(v)
-    return {k: round(median(v), 3) for k, v in sorted(per.items())}
 
 
 def _readiness(rounds: int) -> dict[str, Any]:
     """compose ``--wait`` against forge's probe, recreating the postgres pack's runner on a kept stack."""
     pack = PACKS["postgres"].parent.parent
     out = subprocess.run(
-        [*FORGE_ARGV, "provision", "--project", str(pack), "--keep", "--json"],
+        [*bs.FORGE_ARGV, "provision", "--project", str(pack), "--keep", "--json"],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     name = json.loads(out.stdout)["name"]
@@ -137,27 +95,27 @@ def _readiness(rounds: int) -> dict[str, Any]:
             probed.append(time.monotonic() - t0)
     finally:
         subprocess.run(
-            [*FORGE_ARGV, "teardown", "--name", name], capture_output=True, check=False, timeout=300
+            [*bs.FORGE_ARGV, "teardown", "--name", name], capture_output=True, check=False, timeout=300
         )
     return {
         "pack": "readiness (postgres runner)",
-        "compose_wait_median_s": round(median(waited), 3),
-        "up_then_probe_median_s": round(median(probed), 3),
-        "probe/wait": round(ratio(median(probed), median(waited)), 3),
+        "compose_wait_median_s": round(bs.median(waited), 3),
+        "up_then_probe_median_s": round(bs.median(probed), 3),
+        "probe/wait": round(bs.ratio(bs.median(probed), bs.median(waited)), 3),
         "rounds": rounds,
     }
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
-    ap.add_argument("--trials", type=int, default=env_int("FORGE_BENCH_WARM_TRIALS", 8))
+    ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_WARM_TRIALS", 8))
     ap.add_argument("--workers", default=os.environ.get("FORGE_BENCH_WARM_WORKERS", "1,4"))
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_WARM_PACKS", ",".join(PACKS)))
-    ap.add_argument("--readiness", type=int, default=env_int("FORGE_BENCH_WARM_READINESS", 5))
+    ap.add_argument("--readiness", type=int, default=bs.env_int("FORGE_BENCH_WARM_READINESS", 5))
     args = ap.parse_args(list(argv))
     workers = [int(w) for w in args.workers.split(",") if w]
     packs = [p for p in args.packs.split(",") if p]
-    busy = busy_now()
+    busy = bs.busy_now()
     root = Path(tempfile.mkdtemp(prefix="forge-bench-warm-"))
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -168,16 +126,24 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         for pack in packs:
             for w in workers:
                 # Fresh first, then warm: the same images, the same machine minutes apart.
-                fresh = _run(PACKS[pack], "fresh", args.trials, w, root)
-                warm = _run(PACKS[pack], "warm", args.trials, w, root)
+                fresh = bs.checked_run(
+                    PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "fresh"]
+                )
+                warm = bs.checked_run(
+                    PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "warm"]
+                )
                 per_fresh, per_warm = fresh.wall / args.trials, warm.wall / args.trials
-                trial_fresh = median(_trial_walls(fresh))
+                trial_fresh = bs.median(_trial_walls(fresh))
                 reused = _trial_walls(warm, reused=True)
-                trial_warm = median(reused) if reused else float("nan")
-                phases = _phase_medians(warm)
+                trial_warm = bs.median(reused) if reused else float("nan")
+                phases = bs.phase_medians(
+                    [t for t in warm.trials() if t.stack.get("reuse")],
+                    WARM_PHASES,
+                    each=("reset", "fingerprint"),
+                )
                 resets = {k: v for k, v in phases.items() if k.startswith("reset:")}
-                ok = ratio(per_warm, per_fresh) <= TARGET
-                trial_ok = ratio(trial_warm, trial_fresh) <= TARGET
+                ok = bs.ratio(per_warm, per_fresh) <= TARGET
+                trial_ok = bs.ratio(trial_warm, trial_fresh) <= TARGET
                 reset_ok = all(v <= RESET_TARGET[pack] for v in resets.values())
                 rows.append(
                     {
@@ -185,24 +151,26 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                         "workers": w,
                         "fresh_s_per_trial": round(per_fresh, 2),
                         "warm_s_per_trial": round(per_warm, 2),
-                        "warm/fresh": round(ratio(per_warm, per_fresh), 3),
+                        "warm/fresh": round(bs.ratio(per_warm, per_fresh), 3),
                         "target": f"<= {TARGET} {'OK' if ok else 'MISSED'}",
                         "fresh_trial_median_s": round(trial_fresh, 2),
                         "warm_reused_trial_median_s": round(trial_warm, 2),
                         "reused_trials": len(reused),
-                        "trial warm/fresh": round(ratio(trial_warm, trial_fresh), 3),
+                        "trial warm/fresh": round(bs.ratio(trial_warm, trial_fresh), 3),
                         "trial_target": f"<= {TARGET} {'OK' if trial_ok else 'MISSED'}",
                         "reset_median_s": resets,
                         "reset_target": f"<= {RESET_TARGET[pack]} {'OK' if reset_ok else 'MISSED'}",
-                        "replaced": (warm.summary.get("stacks") or {}).get("replaced"),
+                        "replaced": warm.state.stacks_replaced if warm.state else None,
                         "reused_trial_phase_medians_s": phases,
                     }
                 )
                 print(rows[-1], file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    notes.append(f"cores busy in the 2 s before: {busy:.2f}; load average {loadavg()}")
-    return report(NAME, rows, meta={"trials": args.trials, "workers": workers, "packs": packs}, notes=notes)
+    notes.append(f"cores busy in the 2 s before: {busy:.2f}; load average {bs.loadavg()}")
+    return bs.report(
+        NAME, rows, meta={"trials": args.trials, "workers": workers, "packs": packs}, notes=notes
+    )
 
 
 if __name__ == "__main__":

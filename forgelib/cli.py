@@ -20,6 +20,7 @@ from forgelib import __version__
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
 
 log = logging.getLogger("forgelib")
+LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"  # benchmarks/harness.py reads it
 
 
 def log_path() -> Path:
@@ -41,7 +42,7 @@ def _setup_logging() -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(path, encoding="utf-8")
         handler._forge = True  # type: ignore[attr-defined]
-        handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
         root.setLevel(logging.DEBUG)
     return path

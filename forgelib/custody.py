@@ -52,6 +52,7 @@ from forgelib.labels import (
 )
 from forgelib.runner import Runner
 from forgelib.snapshots import store
+from forgelib.table import align
 
 # `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
 PROVISION_DIR = "forge-provision-"
@@ -412,8 +413,7 @@ class ReapReport:
             if o.errors:
                 why += "; errors: " + "; ".join(o.errors)
             rows.append((o.project, o.run, o.trial, o.action, why))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)), r[4]]) for r in rows]
+        lines = align(rows, ragged_last=True)
         n_res = sum(len(o.removed) for o in self.removed)
         verb = "would remove" if self.dry_run else "removed"
         lines.append(

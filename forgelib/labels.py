@@ -73,9 +73,9 @@ def boot_id() -> str:
         return UNKNOWN
 
 
-def pid_start_time(pid: int | str, proc: Path = Path("/proc")) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None when the process does
-    not exist or is a zombie: a zombie has exited and only waits for its parent to collect the status.
+def proc_stat(pid: int | str, proc: Path = Path("/proc")) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on, or None when the process does not exist
+    or is a zombie: a zombie has exited and only waits for its parent to collect the status.
 
     Field 2 (comm) is in parentheses and may itself contain spaces and ')': split after the *last* ')'.
     Any other error (e.g. permission denied) propagates: the reaper must never read it as "gone".
@@ -85,9 +85,13 @@ def pid_start_time(pid: int | str, proc: Path = Path("/proc")) -> str | None:
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     rest = text.rpartition(")")[2].split()
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    return rest[19]  # rest[0] is field 3, so field 22 is rest[19]
+    return None if not rest or rest[0] in ("Z", "X") else rest
+
+
+def pid_start_time(pid: int | str, proc: Path = Path("/proc")) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot); None as for ``proc_stat``."""
+    rest = proc_stat(pid, proc)
+    return rest[19] if rest is not None and len(rest) >= 20 else None  # rest[0] is field 3
 
 
 def process_start_time(pid: int | str = "self") -> str:

@@ -32,6 +32,7 @@ from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
 from forgelib.spec.validate import print_notices
+from forgelib.table import align
 from forgelib.warm import WarmPool
 
 MAX_RETRIES = 100  # as the run config schema's bound
@@ -204,8 +205,7 @@ def render_table(summary: Mapping[str, Any]) -> str:
         reason = (t["reasons"] or [""])[0]
         reason = reason if len(reason) <= 80 else reason[:77] + "..."
         rows.append((t["task"], str(t["index"]), t["status"], score, t["termination_reason"] or "-", reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+    lines = align(rows, ragged_last=True)
     tot = summary["totals"]
     errors = ", ".join(f"{k}: {v}" for k, v in tot["errors_by_stage"].items()) or "none"
     lines.append(

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from forgelib.run.events import RunState, TrialRecord
-from forgelib.run.grading import Grade
+from forgelib.run.grading import CheckOutcome, Grade
 from forgelib.run.lifecycle import Termination, error_stage, is_retryable, status_of
 
 
@@ -191,6 +191,47 @@ def write_trial(d: Path, r: TrialResult) -> Path:
     write_yaml(d / "grade.yaml", grade_doc(r.grade))
     write_yaml(d / "metrics.yaml", metrics_doc(r))
     return d
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """A trial as its directory tells it (``trial.yaml`` + ``grade.yaml``), for whatever reads a finished
+    run from disk (the benchmarks): the keys ``trial_doc``/``grade_doc`` write, read in this one place."""
+
+    task: str
+    index: int
+    status: str
+    binary_pass: bool
+    wall_seconds: float
+    timings: Mapping[str, float]  # phase -> seconds
+    compose_project: str | None
+    stack: Mapping[str, Any]  # mode, name, reuse, replaced
+    snapshots: Mapping[str, Any]  # service -> what its golden did
+    checks: tuple[CheckOutcome, ...]
+
+
+def read_trial(d: Path) -> RecordedTrial:
+    """The latest attempt's files in trial directory ``d``."""
+    t = yaml.safe_load((d / "trial.yaml").read_text())
+    g = yaml.safe_load((d / "grade.yaml").read_text())
+    return RecordedTrial(
+        task=str(t["task"]),
+        index=int(t["index"]),
+        status=str(t["status"]),
+        binary_pass=bool(g["binary_pass"]),
+        wall_seconds=float(t["wall_seconds"]),
+        timings={k: float(v) for k, v in t["timings"].items()},
+        compose_project=t["compose_project"],
+        stack=dict(t["stack"]),
+        snapshots=dict(t.get("snapshots") or {}),  # written only when a golden did something
+        checks=tuple(CheckOutcome(**c) for c in g["checks"]),
+    )
+
+
+def read_trials(run_dir: Path) -> list[RecordedTrial]:
+    """Every trial of the run at ``run_dir`` that has files, by task then index."""
+    found = [read_trial(p.parent) for p in run_dir.glob("trials/*/*/trial.yaml")]
+    return sorted(found, key=lambda r: (r.task, r.index))
 
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:

@@ -12,6 +12,7 @@ from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.snapshots import store
 from forgelib.snapshots.key import FORMAT_VERSION
+from forgelib.table import align
 
 ACTIONS = ("ls", "prune", "verify")
 USAGE = """usage: forge snapshots ls [--json]
@@ -120,8 +121,7 @@ def render_ls(rows: list[dict[str, Any]]) -> str:
                 _age(r["age_days"]), r["last_used"] or "never (here)",
             )
         )  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines = align(table)
     total = sum(r["bytes"] for r in rows)
     lines.append(f"{len(rows)} golden(s), {_size(total)} of captured data")
     return "\n".join(lines)

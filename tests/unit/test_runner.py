@@ -14,17 +14,10 @@ from typing import Any
 import pytest
 
 from forgelib.errors import TAIL_LINES, CommandError, CommandTimeout, ProgramNotFound
+from forgelib.labels import proc_stat
 from forgelib.runner import REDACTED, SubprocessRunner, redact, secret_values
 
 PY = sys.executable
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
@@ -38,16 +31,9 @@ def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     grandchild = int(pidfile.read_text())
     # The group's SIGKILL was sent; wait for the kernel to finish it (a condition, bounded at 60 s).
     deadline = time.monotonic() + 60
-    while alive(grandchild) and not _is_zombie(grandchild):
+    while proc_stat(grandchild) is not None:  # gone, or a zombie waiting for init to reap it
         assert time.monotonic() < deadline, "the grandchild survived the timeout: the group was not killed"
         time.sleep(0.01)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_the_child_runs_in_its_own_session() -> None:

@@ -11,7 +11,9 @@ import pytest
 from forgelib.errors import ForgeError, UsageError
 from forgelib.run import events as ev
 from forgelib.run.cli import build_plan, main_run, render_table
-from forgelib.run.results import write_junit
+from forgelib.run.grading import CheckOutcome, Grade
+from forgelib.run.lifecycle import Termination
+from forgelib.run.results import RecordedTrial, TrialResult, read_trials, trial_dir, write_junit, write_trial
 from forgelib.spec.models import EnvironmentManifest, Project, RunConfig, Timeouts
 
 from .fakes import widget_task
@@ -112,3 +114,23 @@ def test_report_table(tmp_path: Path) -> None:
     assert lines[-1] == (
         "run r1: 1/5 passed, 2 failed (1 failed attempts; errors by stage: reset_recipe: 1), 2 not finished"
     )
+
+
+def test_a_trial_reads_back_as_its_writer_wrote_it(tmp_path: Path) -> None:
+    check = CheckOutcome("row", "sql", 1.0, False, True, "baseline", "equals 'baseline'")
+    grade = Grade(binary_pass=True, score=1.0, threshold=1.0, checks=(check,))
+    for index in (10, 2):  # read back by index, not by the directory's name
+        r = TrialResult(
+            run_id="r", task="t", index=index, termination=Termination.COMPLETED, grade=grade,
+            started_at=100.0, finished_at=104.5, timings={"provision": 2.0, "recipe:db": 0.5},
+            compose_project=f"p{index}", stack={"mode": "warm", "reuse": True},
+            snapshots={"db": {"outcome": "restored"}},
+        )  # fmt: skip
+        write_trial(trial_dir(tmp_path, "t", index), r)
+    got = read_trials(tmp_path)
+    assert [t.index for t in got] == [2, 10]
+    assert got[0] == RecordedTrial(
+        task="t", index=2, status="passed", binary_pass=True, wall_seconds=4.5,
+        timings={"provision": 2.0, "recipe:db": 0.5}, compose_project="p2",
+        stack={"mode": "warm", "reuse": True}, snapshots={"db": {"outcome": "restored"}}, checks=(check,),
+    )  # fmt: skip
