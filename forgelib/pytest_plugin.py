@@ -5,14 +5,17 @@
 
 Inert until a test asks for ``forge_stack``: importing this module imports pytest and the standard library
 only, and a session none of whose tests uses the fixture never touches Docker, installs no signal handler
-and starts no reaper. ``-p no:forgelib`` turns it off altogether. The stacks themselves (provisioning,
-reuse, reset, teardown) are ``forgelib.pytest_stacks``; this module is the pytest glue: the marker, the
-fixture, the report sections, signals and xdist.
+and starts no reaper. A session that uses it runs the reaper once, before its first test: the process
+itself, or under pytest-xdist the controller, before it hands out any test (``_heal``). ``-p no:forgelib``
+turns it off altogether. The stacks themselves (provisioning, reuse, reset, teardown) are
+``forgelib.pytest_stacks``; this module is the pytest glue: the marker, the fixture, the report sections,
+signals and xdist.
 """
 
 from __future__ import annotations
 
 import secrets
+import tempfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,11 @@ _STACK = pytest.StashKey["ForgeStack"]()  # the stack a test holds (its log tail
 _LOGS = pytest.StashKey[dict[str, str]]()  # logs a failed provision left, for the item's error report
 _WORKERS = pytest.StashKey[dict[str, bool]]()  # xdist controller: worker run id -> may have left stacks
 _WORKER_RUN = "forgelib_run_id"  # workeroutput key: the run id of a worker that made stacks
+_WORKER_NOTES = "forgelib_notes"  # workeroutput key: a worker's summary notes, printed by the controller
+_NOTES = pytest.StashKey[list[str]]()  # this process's lines of the "forgelib" terminal summary section
+_HEALED = pytest.StashKey[bool]()  # the session's reaper has run (in this process)
+_USES_STACKS = pytest.StashKey[Path]()  # xdist controller: the file a worker whose tests use stacks creates
+_CONTROLLER_HEALS = "forgelib_uses_stacks"  # workerinput key: that file's path (local workers only)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,12 +121,22 @@ def _pool(config: pytest.Config) -> StackPool:
             run_id = run_id_for(str(workerinput["testrunuid"]), str(workerinput["workerid"]))
         else:
             run_id = run_id_for(secrets.token_hex(4), None)
-        pool = StackPool(run_id, log_tail_lines=_tail_lines(config))
+        pool = StackPool(run_id, log_tail_lines=_tail_lines(config), notes=_notes(config))
         config.stash[_POOL] = pool
         workeroutput: dict[str, Any] | None = getattr(config, "workeroutput", None)
         if workeroutput is not None:  # tells the xdist controller this worker made stacks
             workeroutput[_WORKER_RUN] = run_id
     return pool
+
+
+def _notes(config: pytest.Config) -> list[str]:
+    notes = config.stash.get(_NOTES, None)
+    if notes is None:
+        notes = config.stash[_NOTES] = []
+        workeroutput: dict[str, Any] | None = getattr(config, "workeroutput", None)
+        if workeroutput is not None:  # sent to the controller (and printed there) when the worker ends
+            workeroutput[_WORKER_NOTES] = notes
+    return notes
 
 
 def _tail_lines(config: pytest.Config) -> int:
@@ -250,12 +268,47 @@ def _uses_stacks(session: pytest.Session) -> bool:
     return any(FIXTURE in getattr(item, "fixturenames", ()) for item in session.items)
 
 
+def _heal(config: pytest.Config) -> None:
+    """The reaper, once per session before its first test, as ``forge run`` does at start: leftovers of
+    killed sessions (and of their killed workers) go, live owners are kept. What it removed goes into the
+    session summary. Under xdist the controller runs it before it hands out the first test, so no worker
+    reaps while its siblings provision; a worker killed during the session is reaped by the controller
+    (``pytest_testnodedown``), or by the next session's reaper if the controller died too."""
+    if config.stash.get(_HEALED, False):
+        return
+    config.stash[_HEALED] = True
+    from forgelib.run.cli import heal_leftovers
+    from forgelib.runner import SubprocessRunner
+
+    heal_leftovers(SubprocessRunner(), _notes(config).append)
+
+
+def _controller_heals(config: pytest.Config) -> Path | None:
+    """In an xdist worker on the controller's host: the file that tells the controller this session uses
+    stacks. None where this process reaps for itself (no xdist, or a remote worker: its engine's owners
+    are on its host, and there the controller can prove nothing)."""
+    workerinput: dict[str, Any] = getattr(config, "workerinput", None) or {}
+    flag = workerinput.get(_CONTROLLER_HEALS)
+    return Path(flag) if flag else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker whose tests use stacks says so before xdist reports its collection to the controller (its
+    own hook, which runs after this one): the controller then reaps before it schedules any test."""
+    flag = _controller_heals(session.config)
+    if flag is not None and _uses_stacks(session):
+        flag.touch()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[Any]:
     """While tests that use stacks run, Ctrl-C and SIGTERM tear every live stack down before pytest
-    reports the interruption (``signals.interruptible``, as in ``forge run``)."""
+    reports the interruption (``signals.interruptible``, as in ``forge run``). Before them, the reaper."""
     if not _uses_stacks(session):
         return (yield)
+    if _controller_heals(session.config) is None:
+        _heal(session.config)
     from forgelib.errors import Interrupted
     from forgelib.signals import interruptible
 
@@ -275,6 +328,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
         return (yield)
     finally:
         _reap_workers(session.config)  # xdist controller only (workers register nothing there)
+        flag = session.config.stash.get(_USES_STACKS, None)
+        if flag is not None:
+            flag.unlink(missing_ok=True)
         pool = session.config.stash.get(_POOL, None)
         if pool is not None:
             for failed in pool.close():
@@ -282,10 +338,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    pool = terminalreporter.config.stash.get(_POOL, None)
-    if pool is not None and pool.notes:
+    notes = terminalreporter.config.stash.get(_NOTES, None)
+    if notes:
         terminalreporter.section("forgelib")
-        for note in pool.notes:
+        for note in notes:
             terminalreporter.write_line(f"forge: {note}")
 
 
@@ -301,7 +357,7 @@ def _worker_run_id(node: Any) -> str | None:
     return run_id_for(str(workerinput["testrunuid"]), str(workerinput["workerid"]))
 
 
-def _reap(run_ids: list[str]) -> None:
+def _reap(run_ids: list[str], notes: list[str]) -> None:
     """The reaper for these runs (it removes only stacks whose owner, a worker, is provably dead), and the
     temp dirs a dead worker could not remove."""
     from forgelib.custody import reap
@@ -315,6 +371,8 @@ def _reap(run_ids: list[str]) -> None:
             report = reap(runner, run_id=run_id)
         except ForgeError:  # no Docker here, or it does not answer: the next session's reaper tries again
             return
+        if report.removed:
+            notes.append(f"removed the stacks of {run_id}, whose worker died:\n{report.table()}")
         if not report.kept:  # the worker is gone (or never made a stack): its temp dir is garbage
             remove_temp_dirs(run_id)
 
@@ -327,10 +385,12 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     if run_id is None:
         return
     workers = node.config.stash.setdefault(_WORKERS, {})
-    made_stacks = _WORKER_RUN in (getattr(node, "workeroutput", None) or {})
-    workers[run_id] = error is not None or made_stacks
+    workeroutput: dict[str, Any] = getattr(node, "workeroutput", None) or {}
+    workers[run_id] = error is not None or _WORKER_RUN in workeroutput
+    worker = node.workerinput["workerid"]
+    _notes(node.config).extend(f"[{worker}] {note}" for note in workeroutput.get(_WORKER_NOTES, ()))
     if error is not None:
-        _reap([run_id])
+        _reap([run_id], _notes(node.config))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -338,11 +398,27 @@ def pytest_configure_node(node: Any) -> None:
     """Every worker starts as "may leave stacks" until it reports back: one killed during xdist's own
     shutdown (a Ctrl-C) never reports, and the controller's final reap must still cover it."""
     run_id = _worker_run_id(node)
-    if run_id is not None:
-        node.config.stash.setdefault(_WORKERS, {})[run_id] = True
+    if run_id is None:
+        return
+    node.config.stash.setdefault(_WORKERS, {})[run_id] = True
+    if node.gateway.spec.popen:  # a local worker: this process's reaper sees what it would see
+        from forgelib.pytest_stacks import run_id_for, temp_prefix
+
+        name = temp_prefix(run_id_for(str(node.workerinput["testrunuid"]), None)) + "uses-stacks"
+        flag = node.config.stash.setdefault(_USES_STACKS, Path(tempfile.gettempdir()) / name)
+        node.workerinput[_CONTROLLER_HEALS] = str(flag)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist calls this before it schedules any test: when the worker's tests use stacks, the session's
+    reaper runs now, once, while no worker can be provisioning."""
+    flag = node.config.stash.get(_USES_STACKS, None)
+    if flag is not None and flag.exists():
+        _heal(node.config)
 
 
 def _reap_workers(config: pytest.Config) -> None:
     workers = config.stash.get(_WORKERS, None)
     if workers:
-        _reap(sorted(run_id for run_id, maybe in workers.items() if maybe))
+        _reap(sorted(run_id for run_id, maybe in workers.items() if maybe), _notes(config))

@@ -219,7 +219,6 @@ class StackPool:
     _root: Path | None = None
     _projects: dict[Path, Project] = field(default_factory=dict)
     _index: Iterator[int] = field(default_factory=itertools.count)
-    _healed: bool = False
     # As ``forge run``'s backend owns them: the run's shared stacks (environments whose services are all
     # ``shared``: one stack for every test that names them) and what provisioning learns once.
     _shared: SharedStacks = field(default_factory=SharedStacks)
@@ -230,16 +229,6 @@ class StackPool:
     def _guarded(self) -> Runner:
         # After Ctrl-C/SIGTERM nothing new is launched; teardown and log capture still pass.
         return self.stop.guard(self.runner) if self.stop is not None else self.runner
-
-    def _heal_once(self) -> None:
-        """The reaper, once per process before its first stack, as ``forge run`` does at start: leftovers
-        of killed sessions (and killed workers) go; live owners are kept, so workers reaping at once cannot
-        hurt each other. What it did goes into the session summary."""
-        if not self._healed:
-            self._healed = True
-            from forgelib.run.cli import heal_leftovers
-
-            heal_leftovers(self.runner, self.notes.append)
 
     def root(self) -> Path:
         if self._root is None:
@@ -264,7 +253,6 @@ class StackPool:
         return self._provision(project, project.task(task_name) if task_name else None)
 
     def _provision(self, project: Project, task: Task | None) -> ForgeStack:
-        self._heal_once()
         index = next(self._index)
         trial_dir = self.root() / f"{index}"
         try:
@@ -321,7 +309,6 @@ class StackPool:
                 stacks=self.stacks,
                 stopping=lambda: self.stop is not None and self.stop.requested,
             )
-        self._heal_once()
         trial_dir = self.root() / f"{next(self._index)}"
         as_task = task or Task(DEFAULT_TASK, project.path, "", project.environment)
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.owners import dead_pid
 
 from forgelib import custody
 from forgelib.builds import built_images
@@ -58,17 +59,6 @@ def _purge(runner: SubprocessRunner, run_id: str) -> None:
             runner.run(["docker", kind, "rm", *names], timeout=60, check=False)
 
 
-def _dead_pid() -> tuple[str, str]:
-    """(pid, start time) of a process that existed and is now gone (killed and collected)."""
-    proc = subprocess.Popen(["sleep", "600"])
-    start = custody.pid_start_time(proc.pid)
-    assert start is not None
-    proc.kill()
-    proc.wait()
-    assert custody.pid_start_time(proc.pid) is None
-    return str(proc.pid), start
-
-
 @pytest.fixture
 def leftovers(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> Iterator[tuple[str, Up]]:
     """(run id, up) where ``up(name, owner)`` brings up a labelled one-service stack and returns its name."""
@@ -103,7 +93,7 @@ def test_dead_owner_is_reaped_alive_and_foreign_host_are_kept(
 ) -> None:
     run_id, up = leftovers
     me = current_owner()
-    pid, start = _dead_pid()
+    pid, start = dead_pid()
     dead = up("dead", Owner(me.host, pid, me.boot_id, start), "t.0")
     alive = up("alive", me, "t.1")
     other = up("other", Owner("some-other-host", pid, me.boot_id, start), "t.2")
@@ -144,7 +134,7 @@ def test_foreign_container_on_our_network_keeps_the_network(
 ) -> None:
     run_id, up = leftovers
     me = current_owner()
-    pid, start = _dead_pid()
+    pid, start = dead_pid()
     name = up("shared-net", Owner(me.host, pid, me.boot_id, start))
     network = f"{name}_default"
     # someone else's container on our network: carries our run id only so this test can clean it up
@@ -166,7 +156,7 @@ def test_foreign_container_on_our_network_keeps_the_network(
 def test_forge_reap_cli_json(leftovers: tuple[str, Up], runner: SubprocessRunner) -> None:
     run_id, up = leftovers
     me = current_owner()
-    pid, start = _dead_pid()
+    pid, start = dead_pid()
     dead = up("cli", Owner(me.host, pid, me.boot_id, start))
     out = subprocess.run(
         [sys.executable, "-m", "forgelib", "reap", "--run", run_id, "--json"],

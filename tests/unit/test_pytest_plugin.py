@@ -4,7 +4,10 @@ project is a test error naming the fix before any Docker call. (Stacks themselve
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -121,11 +124,23 @@ def test_run_ids_name_the_xdist_worker() -> None:
 # proven on the engine in tests/integration/test_pytest_plugin.py): when stacks are provisioned, reset,
 # released and torn down, and what a failed test's report carries.
 RECORDER = """
+import os
+from pathlib import Path
 import pytest
+import forgelib.run.cli
 from forgelib.errors import ProvisionError
 from forgelib.pytest_stacks import ProvisionFailed, StackPool
 
 EVENTS = []
+PROCESS = os.environ.get("PYTEST_XDIST_WORKER", "main")  # under xdist: gwN, or main for the controller
+REAPED = Path(__file__).parent / "reaped"
+
+def heal_leftovers(runner, say):
+    EVENTS.append(("reap", PROCESS))
+    REAPED.touch()
+    say(f"the reaper ran in {PROCESS}")
+
+forgelib.run.cli.heal_leftovers = heal_leftovers
 
 class Stack:
     def __init__(self, name):
@@ -137,7 +152,8 @@ class Stack:
 
 def provision(self, project, task):
     name = f"{project.name}:{task}"
-    EVENTS.append(("provision", name))
+    EVENTS.append(("provision", name) if REAPED.exists() else ("provision before the reaper", name))
+    self.notes.append(f"{PROCESS} provisioned {name}")
     if project.name == "broken":
         raise ProvisionFailed(ProvisionError("reset_recipe", "the seed is broken"), {"db": "db's log"})
     return Stack(name)
@@ -165,14 +181,14 @@ StackPool.teardown = lambda self, stack: EVENTS.append(("teardown", stack.name))
 
 def pytest_sessionfinish(session):
     import json, pathlib
-    pathlib.Path("events.json").write_text(json.dumps(EVENTS))
+    (pathlib.Path(__file__).parent / f"events-{PROCESS}.json").write_text(json.dumps(EVENTS))
 """
 
 
-def _events(pytester: pytest.Pytester) -> list[tuple[str, str]]:
+def _events(pytester: pytest.Pytester, process: str = "main") -> list[tuple[str, str]]:
     import json
 
-    return [tuple(e) for e in json.loads((pytester.path / "events.json").read_text())]
+    return [tuple(e) for e in json.loads((pytester.path / f"events-{process}.json").read_text())]
 
 
 def test_scopes_provision_reset_and_tear_down_when_they_should(pytester: pytest.Pytester) -> None:
@@ -196,6 +212,7 @@ def test_3(forge_stack): pass
     per_module = [("provision", m), ("release", m), ("reset", m), ("release", m)]
     per_module += [("provision", fresh), ("teardown", fresh)]
     assert _events(pytester) == [
+        ("reap", "main"),  # once, before the first test
         *per_module, ("teardown", m),  # test_a: the module's stack goes when the module ends
         *per_module, ("teardown", m),  # test_b: a stack of its own
         ("provision", s), ("release", s), ("reset", s), ("release", s), *per_module[-2:],
@@ -216,7 +233,7 @@ def test_2(forge_stack): pass
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
-    assert _events(pytester) == [("provision", "broken:None")]  # tried once, not once per test
+    assert _events(pytester) == [("reap", "main"), ("provision", "broken:None")]  # once, not per test
     out = result.stdout.str()
     # Whole lines: the short summary repeats the reason too, cut to the terminal width unless CI is set.
     assert out.splitlines().count("provisioning failed at reset_recipe: the seed is broken") == 2
@@ -243,3 +260,29 @@ def test_fails(forge_stack): assert forge_stack.name == "other"
         ["*_ test_fails _*", "*AssertionError*", "*- forge log: db -*", "last 7 lines of p:None"]
     )
     assert result.stdout.str().count("forge log: db") == 1
+
+
+def test_under_xdist_the_controller_reaps_once_before_it_hands_out_a_test(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(RECORDER)
+    mod = """
+import pytest
+pytestmark = pytest.mark.forge(project="{project}")
+def test_1(forge_stack): pass
+def test_2(forge_stack): pass
+"""
+    pytester.makepyfile(test_a=mod.format(project="a"), test_b=mod.format(project="b"))
+    uid = secrets.token_hex(8)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadfile", f"--testrunuid={uid}", "-p", "no:cacheprovider"
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    assert _events(pytester) == [("reap", "main")]
+    # Each worker provisioned after the reaper had run, and ran no reaper of its own.
+    provisioned = {e for worker in ("gw0", "gw1") for e in _events(pytester, worker) if e[0] != "teardown"}
+    assert provisioned == {("provision", "a:None"), ("provision", "b:None")}
+    # The controller's summary carries its own notes and its workers' ones.
+    out = result.stdout.str()
+    assert out.count("forge: the reaper ran in main") == 1
+    assert sorted(re.findall(r"forge: \[(gw\d)\] \1 provisioned", out)) == ["gw0", "gw0", "gw1", "gw1"]
+    # The file through which the workers told the controller that they use stacks is gone.
+    assert not (Path(tempfile.gettempdir()) / f"forge-pytest-{uid[:8]}-uses-stacks").exists()
