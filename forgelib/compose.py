@@ -437,7 +437,9 @@ class ComposeProject:
         check: bool = True,
         user: str | None = None,
         secrets: Sequence[str] = (),
+        stdout_path: Path | None = None,
     ) -> Result:
+        """``stdout_path``: the command's stdout goes to this file, never into memory (the result's is "")."""
         try:
             return self.run(
                 exec_argv(service, argv, env=env, workdir=workdir, user=user),
@@ -446,6 +448,7 @@ class ComposeProject:
                 input=input,
                 check=check,
                 secrets=secrets,
+                stdout_path=stdout_path,
             )
         except CommandTimeout:
             raise

@@ -34,6 +34,7 @@ class ExecOptions(TypedDict, total=False):
     workdir: str | None
     check: bool
     secrets: Sequence[str]
+    stdout_path: Path | None
 
 
 class Stack(Protocol):

@@ -365,9 +365,15 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
     _interrupt(runner, proc, run_id, tmp_path / "p" / "runs")
 
 
-# A service whose teardown takes its time: PID 1 without a handler ignores SIGTERM, so `down` waits out
-# the grace period before it kills.
-STUBBORN: dict[str, Any] = {**RUNNER, "command": ["sleep", "infinity"], "stop_grace_period": "20s"}
+# A service whose teardown takes its time: PID 1 ignores SIGTERM, so `down` waits out the grace period
+# before it kills — unless the test releases it (a file in the pack's `release/`): then it exits at once,
+# so a graceful `down` ends when the test says, not after the grace period.
+STUBBORN: dict[str, Any] = {
+    **RUNNER,
+    "command": ["sh", "-c", "trap '' TERM; until [ -e /release/go ]; do sleep 0.1; done"],
+    "volumes": ["./release:/release"],
+    "stop_grace_period": "60s",
+}
 HURRIED = "--timeout 0"  # what a hurried `down` carries; a graceful one waits out the grace period
 
 
@@ -377,6 +383,7 @@ def test_second_sigint_during_the_stops_teardown_hurries_it(
     """Ctrl-C in the oracle starts a graceful teardown (waiting on `stubborn`); a second Ctrl-C kills that
     `down` and redoes it without waits."""
     cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN}, oracle=["sh", "-c", "sleep 600"])
+    (tmp_path / "p" / "release").mkdir()
     proc = _forge_run(cfg)
     run_id, _ = _wait_for(proc, "run ")
     seen = _started(cfg, "exec", "sleep 600")
@@ -399,13 +406,16 @@ def test_sigint_during_teardown(
     """One SIGINT during the trial's own teardown lets the graceful `down` finish (no hurried one); a
     second kills it and redoes it without waits. Both exit 130 with nothing left."""
     cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN})
+    (tmp_path / "p" / "release").mkdir()
     proc = _forge_run(cfg)
     run_id, _ = _wait_for(proc, "] teardown")
     _started(cfg, " down ")  # inside `down`, which waits on `stubborn`
     proc.send_signal(signal.SIGINT)
+    _wait_for(proc, "stopping; tearing down")  # the first signal was handled, with `down` still waiting
     if signals == 2:
-        _wait_for(proc, "stopping; tearing down")  # the first signal was handled
         proc.send_signal(signal.SIGINT)
+    else:
+        (tmp_path / "p" / "release" / "go").touch()  # `stubborn` exits: the graceful down can finish
     try:
         err = _interrupt(runner, proc, run_id, tmp_path / "p" / "runs", signal_sent=True)
     finally:  # should the assertion fail, the reaper (the owner is gone now) removes what the run left

@@ -252,8 +252,9 @@ def test_depends_on_among_the_rest_still_orders_startup(
 ) -> None:
     # The second `up` names the rest with --no-deps; compose must still start `late` only once `slow`
     # (also in the rest) is healthy: `late` exits at once if it starts before slow's marker exists.
-    seed = tmp_path / "seed.sql"
-    seed.write_text(SQL_SEED)
+    seed = tmp_path / "tree"  # a cheap reset service (no postgres start-up): the first `up` is `db` alone
+    seed.mkdir()
+    (seed / "f").write_text("x\n")
     marker = "/shared/slow-ready"
     shared = [{"type": "volume", "source": "shared", "target": "/shared"}]
     slow = {
@@ -261,19 +262,19 @@ def test_depends_on_among_the_rest_still_orders_startup(
         "command": ["sh", "-c", f"sleep 2; touch {marker}; trap 'exit 0' TERM; sleep infinity & wait"],
         "healthcheck": {"test": ["CMD", "test", "-f", marker], "interval": "1s", "retries": 30},
         "volumes": shared,
-        "depends_on": {"db": {"condition": "service_healthy"}},
+        "depends_on": {"db": {"condition": "service_started"}},
     }
     late = {
         **IDLE,
-        "command": ["sh", "-c", f"test -f {marker} && trap 'exit 0' TERM && sleep infinity & wait"],
+        "command": ["sh", "-c", f"test -f {marker} || exit 1; trap 'exit 0' TERM; sleep infinity & wait"],
         "volumes": shared,
         "depends_on": {"slow": {"condition": "service_healthy"}},
     }
     project = make_project(
         tmp_path / "p",
-        {"db": PG, "slow": slow, "late": late},
-        seeds={"s": (seed, SeedKind.SQL_DUMP)},
-        reset={"db": "s"},
+        {"db": IDLE, "slow": slow, "late": late},
+        seeds={"s": (seed, SeedKind.FILESYSTEM_DIR)},
+        reset={"db": ("s", {})},
         volumes={"shared": {}},
     )
     trial = provision(project, run_id, tmp_path, runner)

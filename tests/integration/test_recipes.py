@@ -36,11 +36,11 @@ SQL_SEED = (
 )
 
 
-def test_sql_dump_is_applied_before_dependents_start(
+def test_sql_dump_is_applied_before_dependents_start_onto_each_trials_fresh_containers(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
     seed = tmp_path / "seed.sql"
-    seed.write_text(SQL_SEED)
+    seed.write_text(SQL_SEED)  # `create table` without `if not exists`: a second apply would fail
     # `reader` queries the table once, as it starts: it can only see 'baseline' if the seed went in first.
     reader = {
         "image": "forgelib/postgres:15",
@@ -59,39 +59,27 @@ def test_sql_dump_is_applied_before_dependents_start(
         seeds={"baseline": (seed, SeedKind.SQL_DUMP)},
         reset={"app-db": ("baseline", {})},
     )
-    trial = provision(project, run_id, tmp_path, runner)
-    try:
-        assert (
-            sh(trial, "app-db", "psql", "-U", "postgres", "-Atc", "select name from widgets").strip()
-            == "baseline"
-        )
-        assert sh(trial, "reader", "cat", "/tmp/seen").strip() == "baseline"
-        assert set(trial.timings) >= {"compose_config", "up_seeded", "recipe:app-db", "up_rest", "provision"}
-        live = lab.resources_with_labels(runner, {lab.RUN: run_id, lab.TRIAL: "default.0"})
-        assert len(live["containers"]) == 2 and live["networks"] == [f"{trial.name}_default"]
-    finally:
-        teardown_trial(trial)
-    assert_gone(runner, run_id)
-
-
-def test_repeats_apply_the_seed_onto_fresh_containers(
-    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
-) -> None:
-    seed = tmp_path / "seed.sql"
-    seed.write_text(SQL_SEED)  # `create table` without `if not exists`: a second apply would fail
-    project = make_project(
-        tmp_path / "p", {"app-db": PG}, seeds={"s": (seed, SeedKind.SQL_DUMP)}, reset={"app-db": ("s", {})}
-    )
     ids = set()
-    for k in range(3):
+    for k in range(2):  # repeats: each trial's seed goes onto fresh containers (a re-apply would fail)
         trial = provision(project, run_id, tmp_path, runner, idx=k)
         try:
-            rows = sh(trial, "app-db", "psql", "-U", "postgres", "-Atc", "select count(*) from widgets")
-            assert rows.strip() == "1"
+            rows = sh(trial, "app-db", "psql", "-U", "postgres", "-Atc", "select name from widgets")
+            assert rows.strip() == "baseline"
+            assert sh(trial, "reader", "cat", "/tmp/seen").strip() == "baseline"
+            assert set(trial.timings) >= {
+                "compose_config",
+                "up_seeded",
+                "recipe:app-db",
+                "up_rest",
+                "provision",
+            }
+            live = lab.resources_with_labels(runner, {lab.RUN: run_id, lab.TRIAL: f"default.{k}"})
+            assert len(live["containers"]) == 2 and live["networks"] == [f"{trial.name}_default"]
             ids |= {r["ID"] for r in trial.compose.ps()}
         finally:
             teardown_trial(trial)
-    assert len(ids) == 3
+    assert len(ids) == 4
+    assert_gone(runner, run_id)
 
 
 def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path) -> None:

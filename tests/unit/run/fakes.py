@@ -3,13 +3,14 @@ provisions such stacks (or raises ProvisionError on cue), and builders for tasks
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
-from forgelib.errors import ProvisionError
+from forgelib.errors import CommandTimeout, ProvisionError
 from forgelib.run.checks import ExecOptions
 from forgelib.run.execute import TrialRequest
 from forgelib.runner import Result
@@ -36,7 +37,17 @@ class FakeStack:
             "workdir": o.get("workdir"), "secrets": tuple(o.get("secrets", ())),
         }  # fmt: skip
         self.calls.append((service, tuple(argv), kw))
-        return self.answer(service, tuple(argv), kw)
+        path = o.get("stdout_path")
+        try:
+            r = self.answer(service, tuple(argv), kw)
+        except CommandTimeout as e:  # what it printed before the kill is in the file (as the real runner)
+            if path is not None:
+                path.write_text(e.stdout_tail)
+            raise
+        if path is None:
+            return r
+        path.write_text(r.stdout)  # as the real runner: stdout to the file, none in the result
+        return dataclasses.replace(r, stdout="")
 
     def port(self, service: str, container_port: int) -> tuple[str, int]:
         return self.ports[(service, container_port)]
