@@ -26,10 +26,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from forgelib.labels import proc_stat
+from forgelib.labels import RUN, proc_stat, resources_with_labels
 from forgelib.run.events import EVENTS_FILE, RunState
 from forgelib.run.execute import load_state
 from forgelib.run.results import RecordedTrial, read_trials
+from forgelib.runner import SubprocessRunner
 from forgelib.table import align
 
 REPO = Path(__file__).resolve().parent.parent
@@ -358,19 +359,8 @@ def checked_run(
 
 def leftovers(run_id: str) -> list[str]:
     """Containers, networks and volumes still labelled with this run (should be none)."""
-    found: list[str] = []
-    label = f"label=io.forgelib.run={run_id}"
-    for kind, argv in (
-        ("container", ["docker", "ps", "-aq", "--filter", label]),
-        ("network", ["docker", "network", "ls", "-q", "--filter", label]),
-        ("volume", ["docker", "volume", "ls", "-q", "--filter", label]),
-    ):
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        found += [f"{kind} {x}" for x in out.split()]
-    return found
+    found = resources_with_labels(SubprocessRunner(), {RUN: run_id})
+    return [f"{kind} {name}" for kind, names in found.items() for name in names]
 
 
 # ------------------------------------------------------------------------------------------- forge log

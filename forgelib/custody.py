@@ -47,6 +47,7 @@ from forgelib.labels import (
     WORK_DIR,
     current_owner,
     dir_owner,
+    filters,
     pid_start_time,
     stale_owned_dirs,
 )
@@ -237,10 +238,7 @@ def local_facts() -> HostFacts:
 
 
 def _filters(run_id: str | None) -> list[str]:
-    f = ["--filter", f"label={MANAGED}=true"]
-    if run_id is not None:
-        f += ["--filter", f"label={RUN}={run_id}"]
-    return f
+    return filters({MANAGED: "true", **({RUN: run_id} if run_id is not None else {})})
 
 
 def _ids(runner: Runner, argv: Sequence[str]) -> list[str]:

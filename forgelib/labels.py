@@ -164,8 +164,9 @@ def stale_owned_dirs(prefix: str, alive: Callable[[int, str], bool]) -> list[Pat
     return out
 
 
-def _filters(labels: Mapping[str, str]) -> list[str]:
-    # Repeated --filter label=... flags are ANDed by Docker.
+def filters(labels: Mapping[str, str]) -> list[str]:
+    """``--filter label=K=V`` for each of ``labels``: the one way forge finds its resources by label.
+    Repeated --filter label=... flags are ANDed by Docker."""
     argv: list[str] = []
     for k, v in sorted(labels.items()):
         argv += ["--filter", f"label={k}={v}"]
@@ -178,7 +179,7 @@ def resources_with_labels(
     """Names of the containers (running or not), networks and volumes carrying all of ``labels``."""
     if not labels:
         raise ValueError("refusing to list resources without a label filter")
-    f = _filters(labels)
+    f = filters(labels)
     queries = {
         "containers": ["docker", "ps", "--all", *f, "--format", "{{.Names}}"],
         "networks": ["docker", "network", "ls", *f, "--format", "{{.Name}}"],
@@ -193,7 +194,7 @@ def resources_with_labels(
 
 def label_values(runner: Runner, labels: Mapping[str, str], key: str, *, timeout: float = 60.0) -> set[str]:
     """The values of label ``key`` on the containers and networks carrying all of ``labels`` (non-empty)."""
-    f = _filters(labels)
+    f = filters(labels)
     fmt = ["--format", f'{{{{.Label "{key}"}}}}']
     found: set[str] = set()
     for argv in (["docker", "ps", "--all", *f, *fmt], ["docker", "network", "ls", *f, *fmt]):

@@ -26,7 +26,7 @@ from typing import Any
 
 from forgelib import labels as lab
 from forgelib.builds import Builds, build_services
-from forgelib.compose import ComposeProject, project_name, write_override
+from forgelib.compose import ComposeProject, labels_override, project_name, write_override
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.images import ImageFacts
 from forgelib.runner import Runner
@@ -364,11 +364,12 @@ class _Provisioning:
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         loopback = _loopback(bindings, config)
         bares = _bare_mounts(bindings)
-        override = write_override(
-            self.trial_dir / OVERRIDE_FILE, config, self.labels, declared, loopback, built,
+        doc = labels_override(
+            config, self.labels, declared, loopback, built,
             mounts={m.service: [m.volume()] for m in bares.values()},
             environment={m.service: {m.env_var: m.path} for m in bares.values()},
         )  # fmt: skip
+        override = write_override(self.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error
         compose = compose.with_files(*self.env.compose_files, override).with_secrets(config)
         return compose, services, declared, loopback

@@ -59,6 +59,15 @@ def check_trial_safety(cset: ComposeSet, isolation: Mapping[str, Isolation]) -> 
     return out
 
 
+# key -> what forge's override does with it ({value}: the key's value as written)
+_NOTES = {
+    "container_name": "container_name {value!r} is dropped (one name exists once per engine, so a second "
+    "trial could not start); compose names the container <project>-<service>-1",
+    "build": "built once per run before its first trial (not per trial); the image is labelled with the run "
+    "and removed when the run ends",
+}
+
+
 def _changes(sdef: ServiceDef) -> Iterator[SpecIssue]:
     """What forge's override changes (notes): the user should know, nothing is wrong."""
     ports = list(sdef.items("ports"))
@@ -71,20 +80,9 @@ def _changes(sdef: ServiceDef) -> Iterator[SpecIssue]:
             f"({shown}); the mapping is in trial.yaml (ports) and in `forge provision`'s output",
             severity=NOTE,
         )
-    cname = sdef.last("container_name")
-    if cname is not None:
-        yield cname.issue(
-            f"service {sdef.name!r}: container_name {cname.value!r} is dropped (one name exists once per "
-            "engine, so a second trial could not start); compose names the container <project>-<service>-1",
-            severity=NOTE,
-        )
-    build = sdef.last("build")
-    if build is not None:
-        yield build.issue(
-            f"service {sdef.name!r}: built once per run before its first trial (not per trial); the image "
-            "is labelled with the run and removed when the run ends",
-            severity=NOTE,
-        )
+    for key, note in _NOTES.items():
+        if (w := sdef.last(key)) is not None:
+            yield w.issue(f"service {sdef.name!r}: " + note.format(value=w.value), severity=NOTE)
 
 
 def _host_namespaces(sdef: ServiceDef, iso: Isolation) -> Iterator[SpecIssue]:

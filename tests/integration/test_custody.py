@@ -22,8 +22,17 @@ from support.owners import dead_pid
 
 from forgelib import custody
 from forgelib.builds import built_images
-from forgelib.compose import clean_env, write_override
-from forgelib.labels import RUN, WORK_DIR, Owner, current_owner, is_empty, resources_with_labels, run_labels
+from forgelib.compose import clean_env, labels_override, write_override
+from forgelib.labels import (
+    RUN,
+    WORK_DIR,
+    Owner,
+    current_owner,
+    filters,
+    is_empty,
+    resources_with_labels,
+    run_labels,
+)
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration
@@ -49,7 +58,7 @@ def _run_id() -> str:
 
 def _purge(runner: SubprocessRunner, run_id: str) -> None:
     """Remove whatever is left with this test's run id (only ever this test's own resources)."""
-    flt = ["--filter", f"label={RUN}={run_id}"]
+    flt = filters({RUN: run_id})
     ids = runner.run(["docker", "ps", "-aq", *flt], timeout=60).stdout.split()
     if ids:
         runner.run(["docker", "rm", "-f", "-v", *ids], timeout=120, check=False)
@@ -70,7 +79,8 @@ def leftovers(docker_ready: None, runner: SubprocessRunner, tmp_path: Path) -> I
         d.mkdir()
         compose = d / "compose.yaml"
         compose.write_text(yaml.safe_dump(COMPOSE))
-        override = write_override(d / "override.yaml", COMPOSE, run_labels(run_id, trial, owner))
+        doc = labels_override(COMPOSE, run_labels(run_id, trial, owner))
+        override = write_override(d / "override.yaml", doc)
         files = ["-f", str(compose), "-f", str(override)]
         runner.run(
             ["docker", "compose", "--ansi", "never", "-p", name, *files, "up", "--detach", "--wait"],

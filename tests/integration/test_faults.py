@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.interrupt import finished_interrupted
+from support.interrupt import finished_interrupted, progress_until
 from support.stacks import PG, REDIS, RUNNER
 
 from forgelib import custody
@@ -285,24 +285,6 @@ def _log(cfg: Path) -> Path:
     return cfg.parent / "forge.log"
 
 
-def _wait_for(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) -> tuple[str, list[str]]:
-    """Read progress lines until one contains ``pattern``; (run id, lines so far)."""
-    assert proc.stderr is not None
-    lines: list[str] = []
-    run_id = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("forge: run ") and not run_id:
-            run_id = line.split()[2].rstrip(":")
-        if pattern in line:
-            return run_id, lines
-    raise AssertionError(f"never saw {pattern!r}:\n{''.join(lines)}")
-
-
 def _started(cfg: Path, *words: str, after: int = 0) -> int:
     """Block until the child's debug log records a command containing every one of ``words`` (the runner
     logs each command as it starts it), past the first ``after`` lines; that line's number. A condition,
@@ -356,7 +338,7 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
         timeouts={**RUN_TIMEOUTS, "compose_up": 600, "recipe": 600, "oracle": 600},
     )
     proc = _forge_run(cfg)
-    run_id, _ = _wait_for(proc, "run ")
+    run_id, _ = progress_until(proc, "run ")
     # the slow command has started: `up` waiting on health / psql sleeping / the oracle sleeping
     slow = {"compose_up": ("--no-deps", "slow"), "recipe": ("exec", "psql"), "oracle": ("exec", "sleep 600")}
     _started(cfg, *slow[moment])
@@ -385,7 +367,7 @@ def test_second_sigint_during_the_stops_teardown_hurries_it(
     cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN}, oracle=["sh", "-c", "sleep 600"])
     (tmp_path / "p" / "release").mkdir()
     proc = _forge_run(cfg)
-    run_id, _ = _wait_for(proc, "run ")
+    run_id, _ = progress_until(proc, "run ")
     seen = _started(cfg, "exec", "sleep 600")
     proc.send_signal(signal.SIGINT)
     _started(cfg, " down ", after=seen)  # the stop's graceful teardown is under way...
@@ -408,10 +390,10 @@ def test_sigint_during_teardown(
     cfg = make_pack(tmp_path / "p", {"db": PG, "stubborn": STUBBORN})
     (tmp_path / "p" / "release").mkdir()
     proc = _forge_run(cfg)
-    run_id, _ = _wait_for(proc, "] teardown")
+    run_id, _ = progress_until(proc, "] teardown")
     _started(cfg, " down ")  # inside `down`, which waits on `stubborn`
     proc.send_signal(signal.SIGINT)
-    _wait_for(proc, "stopping; tearing down")  # the first signal was handled, with `down` still waiting
+    progress_until(proc, "stopping; tearing down")  # the first signal was handled, with `down` still waiting
     if signals == 2:
         proc.send_signal(signal.SIGINT)
     else:
@@ -451,7 +433,7 @@ def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tm
     no hang); once the engine is back, the leftovers of the dead run are the reaper's to remove."""
     cfg = make_pack(tmp_path / "p", {"db": PG}, oracle=["sh", "-c", "sleep 600"])
     proc = _forge_run(cfg)
-    run_id, _ = _wait_for(proc, "] oracle")
+    run_id, _ = progress_until(proc, "] oracle")
     time.sleep(1)
     try:
         os.kill(_dockerd_pid(runner), signal.SIGTERM)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.cluster import wait_for
 
 from forgelib import labels as lab
 from forgelib.run import events as ev
@@ -150,28 +151,33 @@ def _processes_mentioning(text: str) -> list[int]:
     return [p for p in pids if p != os.getpid()]
 
 
+def _log_with_a_verdict(proc: subprocess.Popen[bytes], output: Path) -> Path:
+    """The forge child's events.jsonl once a trial's verdict is in it (the child still running)."""
+
+    def log() -> Path | None:
+        runs = [p for p in output.iterdir() if p.is_dir()]
+        return runs[0] / ev.EVENTS_FILE if runs else None
+
+    def verdict() -> bool:
+        path = log()
+        return path is not None and path.exists() and ev.TRIAL_FINISHED in path.read_text()
+
+    wait_for("a trial's verdict in the forge child's log", verdict, proc, timeout=300)
+    path = log()
+    assert path is not None
+    return path
+
+
 def test_resume_after_kill_finishes_only_what_was_missing(tmp_path: Path, runner: SubprocessRunner) -> None:
     # The real command, as a user (or CI) runs it; SIGKILL leaves no chance to clean up or log.
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(DEV), "--repeats", "2"]
     argv += ["--output", str(tmp_path)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        log: Path | None = None
-        while time.monotonic() < deadline:
-            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-            log = runs[0] / ev.EVENTS_FILE if runs else None
-            if log is not None and log.exists() and ev.TRIAL_FINISHED in log.read_text():
-                break
-            assert proc.poll() is None, "forge run ended before its first trial finished"
-            time.sleep(0.2)
-        else:
-            pytest.fail("no trial finished within 300 s")
-        proc.send_signal(signal.SIGKILL)
+        log = _log_with_a_verdict(proc, tmp_path)
     finally:
         proc.kill()
         proc.wait()
-    assert log is not None
     run_id = log.parent.name
     killed = ev.fold(ev.read_events(log))
     assert [k for k in killed.plan if killed.trials[k].finished] == [("write_file", 0)]
@@ -234,33 +240,14 @@ def test_a_kill_during_teardown_keeps_the_verdict_and_resume_removes_the_stack(
 ) -> None:
     # The stack's one service ignores SIGTERM for 300 s, so forge is certainly still tearing it down when
     # the trial's verdict appears in the log: that is when it gets SIGKILL.
-    argv = [
-        sys.executable,
-        "-m",
-        "forgelib",
-        "run",
-        "--config",
-        str(SLOW_TEARDOWN),
-        "--output",
-        str(tmp_path),
-    ]
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(SLOW_TEARDOWN)]
+    argv += ["--output", str(tmp_path)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    log: Path | None = None
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-            log = runs[0] / ev.EVENTS_FILE if runs else None
-            if log is not None and log.exists() and ev.TRIAL_FINISHED in log.read_text():
-                break
-            assert proc.poll() is None, "forge run ended before its trial finished"
-            time.sleep(0.2)
-        else:
-            pytest.fail("no trial finished within 300 s")
+        log = _log_with_a_verdict(proc, tmp_path)
     finally:
-        proc.kill()
+        proc.kill()  # SIGKILL: no chance to clean up or log
         proc.wait()
-    assert log is not None
     run_id = log.parent.name
     for pid in _processes_mentioning(run_id.lower()):  # the killed run's own `docker compose down`
         with contextlib.suppress(ProcessLookupError):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from forgelib.images import STAND_INS
+from forgelib.labels import COMPOSE_PROJECT, resources_with_labels
 from forgelib.runner import Result, SubprocessRunner
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ INIT_SQL = """\
 CREATE TABLE widgets (id int PRIMARY KEY, name text NOT NULL);
 INSERT INTO widgets VALUES (1, 'baseline');
 """
-PROJECT_LABEL = "com.docker.compose.project"
+PROJECT_LABEL = COMPOSE_PROJECT
 
 
 @dataclass
@@ -62,18 +63,9 @@ class Stack:
         return self.runner.run(argv, timeout=timeout, env=self.env, check=check)
 
     def leftovers(self) -> dict[str, list[str]]:
-        """Containers, networks and volumes Docker still holds for this project."""
-        label = f"label={PROJECT_LABEL}={self.project}"
-        found: dict[str, list[str]] = {}
-        for kind, argv in {
-            "containers": ["docker", "ps", "--all", "--quiet", "--filter", label],
-            "networks": ["docker", "network", "ls", "--quiet", "--filter", label],
-            "volumes": ["docker", "volume", "ls", "--quiet", "--filter", label],
-        }.items():
-            out = self.runner.run(argv, timeout=30).stdout.split()
-            if out:
-                found[kind] = out
-        return found
+        """Containers, networks and volumes Docker still holds for this project (kinds with none omitted)."""
+        found = resources_with_labels(self.runner, {PROJECT_LABEL: self.project}, timeout=30)
+        return {kind: names for kind, names in found.items() if names}
 
 
 @pytest.fixture

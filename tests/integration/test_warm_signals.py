@@ -7,11 +7,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from support.interrupt import finished_interrupted
+from support.interrupt import finished_interrupted, progress_until
 
 from forgelib import labels as lab
 from forgelib.runner import SubprocessRunner
@@ -27,23 +26,9 @@ def test_sigint_on_a_reused_warm_stack_removes_everything(
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(DEV), "--stacks", "warm"]
     argv += ["--repeats", "3", "--json", "--output", str(tmp_path)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines: list[str] = []
-    run_id = ""
     try:
-        deadline = time.monotonic() + 300
         # Wait until trial 1 is in its oracle: it runs on the stack trial 0 left, reset in place.
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("forge: run ") and not run_id:
-                run_id = line.split()[2].rstrip(":")
-            if "write_file[1] oracle" in line:
-                break
-        else:
-            pytest.fail("trial 1 never reached its oracle:\n" + "".join(lines))
+        run_id, lines = progress_until(proc, "write_file[1] oracle", timeout=300)
         assert any("reset:app-db" in ln for ln in lines), "".join(lines)
         assert not lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
         proc.send_signal(signal.SIGINT)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from forgelib import labels as lab
@@ -28,3 +29,21 @@ def finished_interrupted(
     left = lab.resources_with_labels(runner, {lab.RUN: run_id})
     assert lab.is_empty(left), f"run {run_id} left {left}"
     return err
+
+
+def progress_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) -> tuple[str, list[str]]:
+    """Read a ``forge run`` child's progress lines until one contains ``pattern``: (run id, lines so far)."""
+    assert proc.stderr is not None
+    lines: list[str] = []
+    run_id = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("forge: run ") and not run_id:
+            run_id = line.split()[2].rstrip(":")
+        if pattern in line:
+            return run_id, lines
+    raise AssertionError(f"never saw {pattern!r}:\n{''.join(lines)}")

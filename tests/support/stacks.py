@@ -16,21 +16,12 @@ import yaml
 
 from forgelib.provision import ProvisionedTrial, provision_trial
 from forgelib.runner import Runner
+from forgelib.spec import models as m
 from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import (
-    EnvironmentManifest,
-    Isolation,
-    Project,
-    ResetBinding,
-    Seed,
-    SeedKind,
-    Service,
-    Timeouts,
-)
 
 # Bounds for provisioning in these tests: generous for a busy shared engine, short enough that a hang fails
 # the test instead of stalling the suite.
-TIMEOUTS = Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
+TIMEOUTS = m.Timeouts(compose_up=120, recipe=60, teardown=60, command=30)
 
 PG: dict[str, Any] = {
     "image": "forgelib/postgres:15",
@@ -70,12 +61,12 @@ def make_project(
     root: Path,
     services: Mapping[str, Mapping[str, Any]],
     *,
-    seeds: Mapping[str, tuple[Path, SeedKind]] | None = None,
+    seeds: Mapping[str, tuple[Path, m.SeedKind]] | None = None,
     reset: Mapping[str, str | tuple[str, Mapping[str, Any]]] | None = None,
-    isolation: Mapping[str, Isolation] | None = None,
+    isolation: Mapping[str, m.Isolation] | None = None,
     name: str = "itest",
     volumes: Mapping[str, Any] | None = None,
-) -> Project:
+) -> m.Project:
     """A project built straight from models (no project.yaml, no loader): writes ``root/compose.yaml``.
 
     ``seeds``: seed name -> (path, kind), digested here. ``reset``: service -> seed name, or
@@ -92,24 +83,24 @@ def make_project(
     if volumes:
         compose["volumes"] = dict(volumes)
     compose_file.write_text(yaml.safe_dump(compose))
-    svc: dict[str, Service] = {}
+    svc: dict[str, m.Service] = {}
     for n in services:
         binding = reset.get(n)
-        default = Isolation.RESET if binding is not None else Isolation.EPHEMERAL
-        svc[n] = Service(n, isolation.get(n, default), _binding(binding) if binding is not None else None)
+        default = m.Isolation.RESET if binding is not None else m.Isolation.EPHEMERAL
+        svc[n] = m.Service(n, isolation.get(n, default), _binding(binding) if binding is not None else None)
     # resolved, as the loader does: error messages name the resolved path
-    seed_models = {n: Seed(n, p.resolve(), k, seed_digest(p.resolve(), k)) for n, (p, k) in seeds.items()}
-    env = EnvironmentManifest((compose_file,), svc, compose)
-    return Project(name, root, root / "project.yaml", "", seed_models, env, ())
+    seed_models = {n: m.Seed(n, p.resolve(), k, seed_digest(p.resolve(), k)) for n, (p, k) in seeds.items()}
+    env = m.EnvironmentManifest((compose_file,), svc, compose)
+    return m.Project(name, root, root / "project.yaml", "", seed_models, env, ())
 
 
-def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> ResetBinding:
+def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> m.ResetBinding:
     # a bare seed name keeps ResetBinding's default (empty) options, as the loader gives an option-less reset
-    return ResetBinding(spec) if isinstance(spec, str) else ResetBinding(*spec)
+    return m.ResetBinding(spec) if isinstance(spec, str) else m.ResetBinding(*spec)
 
 
 def provision(
-    project: Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, **kw: Any
+    project: m.Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, **kw: Any
 ) -> ProvisionedTrial:
     """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS``."""
     return provision_trial(

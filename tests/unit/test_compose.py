@@ -115,7 +115,7 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
         "volumes": {"data": None, "outside": {"external": True}},
     }
     labels = {"io.forgelib.run": "r"}
-    out = yaml.safe_load(c.write_override(tmp_path / "o.yaml", config, labels).read_text())
+    out = yaml.safe_load(c.write_override(tmp_path / "o.yaml", c.labels_override(config, labels)).read_text())
     assert out == {
         "services": {"db": {"labels": labels}, "api": {"labels": labels}},
         "networks": {"default": {"labels": labels}, "back": {"labels": labels}},
@@ -124,7 +124,7 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
 
 
 def _override(tmp_path: Path, config: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    text = c.write_override(tmp_path / "o.yaml", config, {"l": "v"}, **kw).read_text()
+    text = c.write_override(tmp_path / "o.yaml", c.labels_override(config, {"l": "v"}, **kw)).read_text()
     return load_override(text)
 
 

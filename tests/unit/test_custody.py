@@ -9,21 +9,8 @@ from pathlib import Path
 import pytest
 
 from forgelib import builds, commands, custody
+from forgelib import labels as lab
 from forgelib.custody import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
-from forgelib.labels import (
-    COMPOSE_PROJECT,
-    KEPT,
-    MANAGED,
-    OWNER_BOOT_ID,
-    OWNER_HOST,
-    OWNER_PID,
-    OWNER_START_TIME,
-    RUN,
-    TRIAL,
-    WORK_DIR,
-    dir_owner,
-    owned_temp_dir,
-)
 from forgelib.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
@@ -50,14 +37,14 @@ def labels(
     *, host: str = HOST, pid: str = "100", boot: str = BOOT, start: str = "5000", project: str = "p1"
 ) -> dict[str, str]:
     return {
-        MANAGED: "true",
-        RUN: "run-1",
-        TRIAL: "t.0",
-        OWNER_HOST: host,
-        OWNER_PID: pid,
-        OWNER_BOOT_ID: boot,
-        OWNER_START_TIME: start,
-        COMPOSE_PROJECT: project,
+        lab.MANAGED: "true",
+        lab.RUN: "run-1",
+        lab.TRIAL: "t.0",
+        lab.OWNER_HOST: host,
+        lab.OWNER_PID: pid,
+        lab.OWNER_BOOT_ID: boot,
+        lab.OWNER_START_TIME: start,
+        lab.COMPOSE_PROJECT: project,
     }
 
 
@@ -116,18 +103,18 @@ def test_decision_table(kw: dict[str, str], running: bool, remove: bool, code: s
 @pytest.mark.parametrize(
     ("mutate", "reason_part"),
     [
-        (lambda lb: lb.pop(OWNER_PID), f"missing {OWNER_PID}"),
-        (lambda lb: lb.pop(OWNER_HOST), f"missing {OWNER_HOST}"),
-        (lambda lb: lb.pop(OWNER_BOOT_ID), f"missing {OWNER_BOOT_ID}"),
-        (lambda lb: lb.pop(OWNER_START_TIME), f"missing {OWNER_START_TIME}"),
-        (lambda lb: lb.update({OWNER_PID: ""}), f"missing {OWNER_PID}"),
-        (lambda lb: lb.update({OWNER_PID: "12x"}), "not a positive integer"),
-        (lambda lb: lb.update({OWNER_PID: "0"}), "not a positive integer"),
-        (lambda lb: lb.update({OWNER_PID: "-5"}), "not a positive integer"),
-        (lambda lb: lb.update({OWNER_START_TIME: "soon"}), "not a clock-tick count"),
-        (lambda lb: lb.update({OWNER_START_TIME: "unknown"}), f"unknown {OWNER_START_TIME}"),
-        (lambda lb: lb.update({OWNER_BOOT_ID: "unknown"}), f"unknown {OWNER_BOOT_ID}"),
-        (lambda lb: lb.update({MANAGED: "yes"}), "is not 'true'"),
+        (lambda lb: lb.pop(lab.OWNER_PID), f"missing {lab.OWNER_PID}"),
+        (lambda lb: lb.pop(lab.OWNER_HOST), f"missing {lab.OWNER_HOST}"),
+        (lambda lb: lb.pop(lab.OWNER_BOOT_ID), f"missing {lab.OWNER_BOOT_ID}"),
+        (lambda lb: lb.pop(lab.OWNER_START_TIME), f"missing {lab.OWNER_START_TIME}"),
+        (lambda lb: lb.update({lab.OWNER_PID: ""}), f"missing {lab.OWNER_PID}"),
+        (lambda lb: lb.update({lab.OWNER_PID: "12x"}), "not a positive integer"),
+        (lambda lb: lb.update({lab.OWNER_PID: "0"}), "not a positive integer"),
+        (lambda lb: lb.update({lab.OWNER_PID: "-5"}), "not a positive integer"),
+        (lambda lb: lb.update({lab.OWNER_START_TIME: "soon"}), "not a clock-tick count"),
+        (lambda lb: lb.update({lab.OWNER_START_TIME: "unknown"}), f"unknown {lab.OWNER_START_TIME}"),
+        (lambda lb: lb.update({lab.OWNER_BOOT_ID: "unknown"}), f"unknown {lab.OWNER_BOOT_ID}"),
+        (lambda lb: lb.update({lab.MANAGED: "yes"}), "is not 'true'"),
     ],
     ids=[
         "no-pid",
@@ -155,7 +142,7 @@ def test_missing_or_malformed_labels_are_unproven_and_kept(mutate, reason_part: 
 
 
 def test_running_container_of_an_unproven_owner_is_kept() -> None:
-    c = Resource("container", "id-x", "x", {MANAGED: "true", COMPOSE_PROJECT: "p1"}, running=True)
+    c = Resource("container", "id-x", "x", {lab.MANAGED: "true", lab.COMPOSE_PROJECT: "p1"}, running=True)
     d = decide(project(c), facts())
     assert not d.remove and d.code == "unproven"
 
@@ -191,7 +178,9 @@ def test_other_host_is_decided_before_looking_at_local_pids() -> None:
 
 def test_a_stack_kept_on_purpose_outlives_its_dead_owner() -> None:
     # `forge provision --keep` exits with the stack up: its owner is gone by design, not by a crash.
-    kept = Resource("container", "id-c1", "c1", {**labels(pid="300", start="1"), KEPT: "true"}, running=True)
+    kept = Resource(
+        "container", "id-c1", "c1", {**labels(pid="300", start="1"), lab.KEPT: "true"}, running=True
+    )
     d = decide(project(kept, network(pid="300", start="1")), facts())
     assert (d.remove, d.code) == (False, "kept")
     assert "forge teardown --name p1" in d.reason
@@ -228,7 +217,7 @@ def test_plan_keeps_what_it_could_not_check() -> None:
 
 
 def test_group_projects_by_compose_label_and_alone_without_it() -> None:
-    stray = Resource("network", "nid", "loose", {MANAGED: "true"})
+    stray = Resource("network", "nid", "loose", {lab.MANAGED: "true"})
     groups = custody.group_projects(
         [container("a", project="p2"), container("b", project="p1"), network(project="p2"), stray]
     )
@@ -298,7 +287,7 @@ def scripted(
     built: list[dict[str, object]] = (),  # type: ignore[assignment]
 ) -> FakeRunner:
     r = FakeRunner()
-    flt = ["--filter", f"label={MANAGED}=true"]
+    flt = ["--filter", f"label={lab.MANAGED}=true"]
     r.expect(
         "docker", "ps", "-a", "-q", "--no-trunc", *flt, stdout="".join(f"{c['Id']}\n" for c in containers)
     )
@@ -379,7 +368,7 @@ def test_run_scoping_adds_a_label_filter() -> None:
     custody.reap(r, run_id="my-run", facts=facts())
     listings = [a for a in r.argvs() if "-q" in a]
     assert len(listings) == 5  # containers, networks, volumes, untagged goldens, built images
-    assert all(f"label={RUN}=my-run" in a and f"label={MANAGED}=true" in a for a in listings)
+    assert all(f"label={lab.RUN}=my-run" in a and f"label={lab.MANAGED}=true" in a for a in listings)
 
 
 def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -410,7 +399,7 @@ def test_network_removed_between_listing_and_inspect_is_skipped() -> None:
     # Docker words it differently for networks; a concurrent run's teardown makes this common.
     live = {"Id": "n2", "Name": "p1_default", "Labels": labels(pid="100", start="5000")}
     r = FakeRunner()
-    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={MANAGED}=true", stdout="")
+    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={lab.MANAGED}=true", stdout="")
     r.expect("docker", "network", "ls", stdout="n1\nn2\n")
     r.expect(
         "docker", "network", "inspect", "n1", "n2",
@@ -470,7 +459,7 @@ def test_main_reap_json_and_exit_code(
 
 
 def _golden_image(image_id: str, **kw: str) -> dict[str, object]:
-    lb = {k: v for k, v in labels(**kw).items() if k != COMPOSE_PROJECT}
+    lb = {k: v for k, v in labels(**kw).items() if k != lab.COMPOSE_PROJECT}
     lb.update({store.GOLDEN: "1", store.KEY: "ab" * 32})
     return {"Id": image_id, "Config": {"Labels": lb}}
 
@@ -563,10 +552,13 @@ def test_a_dead_owners_built_image_goes_with_its_project_after_every_stack_and_a
 
 
 def test_owned_temp_dir_names_its_owner(private_dirs: Path) -> None:
-    d = owned_temp_dir(custody.PROVISION_DIR)
+    d = lab.owned_temp_dir(custody.PROVISION_DIR)
     me = custody.current_owner()
-    assert d.parent == private_dirs and dir_owner(d, custody.PROVISION_DIR) == (int(me.pid), me.start_time)
-    assert dir_owner(private_dirs / "forge-provision-abc123", custody.PROVISION_DIR) is None  # old style
+    assert d.parent == private_dirs and lab.dir_owner(d, custody.PROVISION_DIR) == (
+        int(me.pid),
+        me.start_time,
+    )
+    assert lab.dir_owner(private_dirs / "forge-provision-abc123", custody.PROVISION_DIR) is None  # old style
 
 
 def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Path) -> None:
@@ -580,8 +572,8 @@ def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Pa
     orphan = mk("forge-provision-302-1-cccc")  # killed before any container existed: goes
     of_live = mk("forge-provision-100-5000-dddd")  # its owner runs: stays
     unknown = mk("forge-provision-x1y2z3")  # not a name we write: never judged
-    removed = {**labels(pid="300", start="1", project="gone"), WORK_DIR: str(of_removed)}
-    kept = {**labels(pid="301", start="1", project="kept"), KEPT: "true", WORK_DIR: str(of_kept)}
+    removed = {**labels(pid="300", start="1", project="gone"), lab.WORK_DIR: str(of_removed)}
+    kept = {**labels(pid="301", start="1", project="kept"), lab.KEPT: "true", lab.WORK_DIR: str(of_kept)}
     r = scripted([_inspect_container("g1", removed, True), _inspect_container("k1", kept, True)])
     report = custody.reap(r, facts=facts(), dry_run=True)
     assert of_removed.exists() and orphan.exists()

@@ -65,12 +65,17 @@ def build_argv(recipes: Path, name: str, base: str, base_id: str = BASE_ID) -> t
     )  # fmt: skip
 
 
+def current(fake: FakeRunner, recipes: Path, *names: str) -> None:
+    """These stand-ins exist, built from their recipes as they are now on BASE_ID."""
+    for name in names:
+        label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
+        fake.expect(*inspect(STAND_INS[name].tag), exact=True, stdout=found(f"sha256:{name}", label))
+
+
 def test_nothing_changed_reuses_everything(recipes: Path) -> None:
     fake = FakeRunner()
     script_base(fake, recipes)
-    for name, s in STAND_INS.items():
-        label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
-        fake.expect(*inspect(s.tag), exact=True, stdout=found(f"sha256:{name}", label))
+    current(fake, recipes, *STAND_INS)
     lines: list[str] = []
 
     rows = ensure_images(fake, jobs=1, say=lines.append)
@@ -90,9 +95,7 @@ def test_nothing_changed_reuses_everything(recipes: Path) -> None:
 def test_changed_recipe_rebuilds_only_that_image_and_removes_the_old_one(recipes: Path) -> None:
     fake = FakeRunner()
     script_base(fake, recipes)
-    for name in ("postgres", "python"):
-        label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
-        fake.expect(*inspect(STAND_INS[name].tag), exact=True, stdout=found(f"sha256:{name}", label))
+    current(fake, recipes, "postgres", "python")
     redis = STAND_INS["redis"].tag
     fake.expect(*inspect(redis), exact=True, stdout=found("sha256:old", {HASH_LABEL: "stale"}), times=1)
     fake.expect(*build_argv(recipes, "redis", BUILT_BASE), exact=True)
@@ -163,9 +166,7 @@ def test_no_base_anywhere_pulls_then_debootstraps(recipes: Path) -> None:
     debootstrap = ("bash", str(script), BUILT_BASE, f"{HASH_LABEL}={base_hash(script)}")
     fake.expect(*debootstrap, exact=True)
     fake.expect(*inspect(BUILT_BASE), exact=True, stdout=found(BASE_ID, {HASH_LABEL: base_hash(script)}))
-    for name, s in STAND_INS.items():
-        label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
-        fake.expect(*inspect(s.tag), exact=True, stdout=found(f"sha256:{name}", label))
+    current(fake, recipes, *STAND_INS)
     fake.expect("docker", "image", "ls", stdout="")
 
     rows = ensure_images(fake, jobs=1, say=lambda _: None)
@@ -270,9 +271,7 @@ def test_image_env_without_an_engine_is_empty_and_asks_again_later(recipes: Path
 def test_ensure_images_primes_image_env(recipes: Path) -> None:
     fake = FakeRunner()
     script_base(fake, recipes)
-    for name, s in STAND_INS.items():
-        label = {HASH_LABEL: recipe_hash(recipes / name, BASE_ID)}
-        fake.expect(*inspect(s.tag), exact=True, stdout=found(f"sha256:{name}", label))
+    current(fake, recipes, *STAND_INS)
     facts = ImageFacts()
     ensure_images(fake, jobs=1, say=lambda _: None, facts=facts)
     calls = len(fake.calls)
