@@ -7,11 +7,12 @@ schema surfaces as ``SchemaBug`` (a forgelib bug, exit 3) rather than as a confu
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import math
 import re
+import threading
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -39,10 +40,38 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-@functools.cache
-def _load() -> tuple[dict[str, dict[str, Any]], Registry[Any]]:
+class SchemaSet:
+    """The schemas of one folder (forgelib's own ``schemas/`` by default), each read, checked and made a
+    validator once, on first use. The set owns that cache: a test builds its own set instead of clearing
+    a global one."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._folder = folder
+        self._lock = threading.Lock()
+        self._loaded: tuple[dict[str, dict[str, Any]], Registry[Any]] | None = None
+        self._validators: dict[str, Draft202012Validator] = {}
+
+    def _load(self) -> tuple[dict[str, dict[str, Any]], Registry[Any]]:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = _read(self._folder)
+            return self._loaded
+
+    def schema(self, name: str) -> dict[str, Any]:
+        """The parsed (and checked) schema ``name`` (one of ``SCHEMAS``)."""
+        return self._load()[0][name]
+
+    def validator(self, name: str) -> Draft202012Validator:
+        schemas, registry = self._load()
+        with self._lock:
+            if name not in self._validators:
+                self._validators[name] = Draft202012Validator(schemas[name], registry=registry)
+            return self._validators[name]
+
+
+def _read(folder: Path | None) -> tuple[dict[str, dict[str, Any]], Registry[Any]]:
     try:
-        folder = data_dir("schemas")
+        folder = folder or data_dir("schemas")
     except FileNotFoundError as e:
         raise SchemaBug(str(e)) from None
     schemas: dict[str, dict[str, Any]] = {}
@@ -69,21 +98,18 @@ def _load() -> tuple[dict[str, dict[str, Any]], Registry[Any]]:
     return schemas, registry
 
 
+FORGELIB_SCHEMAS = SchemaSet()  # the installed package's schemas: immutable files, read once per process
+
+
 def schema(name: str) -> dict[str, Any]:
-    """The parsed (and checked) schema ``name`` (one of ``SCHEMAS``)."""
-    return _load()[0][name]
+    """The parsed (and checked) schema ``name`` (one of ``SCHEMAS``) of forgelib's own schemas."""
+    return FORGELIB_SCHEMAS.schema(name)
 
 
-@functools.cache
-def _validator(name: str) -> Draft202012Validator:
-    schemas, registry = _load()
-    return Draft202012Validator(schemas[name], registry=registry)
-
-
-def validate(doc: YamlDoc, name: str) -> list[SpecIssue]:
+def validate(doc: YamlDoc, name: str, schemas: SchemaSet = FORGELIB_SCHEMAS) -> list[SpecIssue]:
     """Every schema violation in ``doc`` against schema ``name``, in file order."""
     try:
-        errors = list(_validator(name).iter_errors(doc.data))
+        errors = list(schemas.validator(name).iter_errors(doc.data))
     except Unresolvable as e:
         raise SchemaBug(f"forgelib's schema {name!r} has a $ref that does not resolve: {e}") from None
     issues: dict[SpecIssue, None] = {}

@@ -13,17 +13,8 @@ from jsonschema import Draft202012Validator
 
 from forgelib.errors import ForgeError
 from forgelib.spec import schema
-from forgelib.spec.schema import SCHEMAS, SchemaBug, did_you_mean
+from forgelib.spec.schema import SCHEMAS, SchemaBug, SchemaSet, did_you_mean
 from forgelib.spec.yamlpos import load_yaml
-
-
-@pytest.fixture
-def fresh_cache() -> Iterator[None]:
-    schema._load.cache_clear()
-    schema._validator.cache_clear()
-    yield
-    schema._load.cache_clear()
-    schema._validator.cache_clear()
 
 
 def _objects(node: Any) -> Iterator[dict[str, Any]]:
@@ -67,33 +58,24 @@ def test_unknown_keys_each_get_their_own_issue_at_the_key() -> None:
     assert "allowed here: service, command" in issues[2].message
 
 
-def test_a_broken_schema_is_a_forgelib_bug(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None
-) -> None:
+def test_a_broken_schema_is_a_forgelib_bug(tmp_path: Path) -> None:
     for name in SCHEMAS:
         src = schema.schema(name)
         (tmp_path / f"{name}.schema.json").write_text(json.dumps(src))
     broken = json.loads((tmp_path / "task.schema.json").read_text())
     broken["properties"]["name"] = {"type": "strnig"}
     (tmp_path / "task.schema.json").write_text(json.dumps(broken))
-    schema._load.cache_clear()
-    monkeypatch.setattr(schema, "data_dir", lambda _name: tmp_path)
     with pytest.raises(SchemaBug, match=r"task\.schema\.json is itself invalid at properties/name/type"):
-        schema.schema("task")
+        SchemaSet(tmp_path).schema("task")
     assert not issubclass(SchemaBug, ForgeError)  # so the CLI reports it as a bug (exit 3)
 
 
-def test_a_dangling_ref_is_a_forgelib_bug(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_cache: None
-) -> None:
+def test_a_dangling_ref_is_a_forgelib_bug(tmp_path: Path) -> None:
     for name in SCHEMAS:
         (tmp_path / f"{name}.schema.json").write_text(json.dumps(schema.schema(name)))
     broken = json.loads((tmp_path / "grading.schema.json").read_text())
     broken["properties"]["threshold"] = {"$ref": "#/$defs/nope"}
     (tmp_path / "grading.schema.json").write_text(json.dumps(broken))
-    schema._load.cache_clear()
-    schema._validator.cache_clear()
-    monkeypatch.setattr(schema, "data_dir", lambda _name: tmp_path)
     doc, _ = load_yaml(Path("g.yaml"), text="threshold: 1\nchecks: []\n")
     with pytest.raises(SchemaBug, match="does not resolve"):
-        schema.validate(doc, "grading")
+        schema.validate(doc, "grading", SchemaSet(tmp_path))
