@@ -53,11 +53,15 @@ class FakeStack:
         return self.ports[(service, container_port)]
 
 
+# The provisioning sub-phases the fake backend reports (a real one: compose_config, up_seeded, ...).
+FAKE_PROVISION_PHASES = {"compose_up": 1.0, "seed:app-db": 0.5}
+
+
 @dataclass
 class FakeHandle:
     name: str
     compose: FakeStack
-    timings: dict[str, float] = field(default_factory=lambda: {"compose_up": 1.0, "seed:app-db": 0.5})
+    timings: dict[str, float] = field(default_factory=lambda: dict(FAKE_PROVISION_PHASES))
     config: Mapping[str, Any] = field(default_factory=dict)  # the resolved compose config
     bare_seeds: Mapping[str, Any] = field(default_factory=dict)  # service -> BareMount
     ports: Mapping[str, list[str]] = field(default_factory=dict)
