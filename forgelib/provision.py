@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ log = logging.getLogger("forgelib.provision")
 
 DEFAULT_TASK = "default"  # the trial label's task part when the project's own environment is provisioned
 OVERRIDE_FILE = "compose.forge.yaml"
+LOG_THREADS = 4  # services whose logs are captured at once
 SERVICES_DIR = "services"
 
 # What `up --wait` prints when containers started but did not get ready (vs. could not be created at all).
@@ -333,7 +335,7 @@ class _Provisioning:
         return ProvisionedTrial(
             name=self.name,
             environment=self.env,
-            compose=compose,
+            compose=dataclasses.replace(compose, direct=True),  # the trial's execs: plain `docker exec`
             timings=dict(self.timings),
             bare_seeds=_bare_mounts(bindings),
             trial_dir=self.trial_dir,
@@ -611,13 +613,26 @@ def _up_stage(e: ForgeError) -> str:
 
 
 def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail_lines: int) -> None:
+    """Every service's log at once: each ``compose logs`` is mostly the CLI's start and project load."""
     dest.mkdir(parents=True, exist_ok=True)
-    for svc in env.services:
+
+    def one(svc: str) -> None:
         path = dest / f"{svc}.log"
         try:
             compose.logs(svc, path, tail=tail_lines)
         except ForgeError as e:  # one unreadable log must not hide the others (or the original error)
             path.write_text(f"forge: could not capture this log: {e}\n")
+
+    services = list(env.services)
+    if len(services) <= 1:
+        for svc in services:
+            one(svc)
+        return
+    with ThreadPoolExecutor(
+        max_workers=min(LOG_THREADS, len(services)), thread_name_prefix="forge-logs"
+    ) as pool:
+        for f in [pool.submit(one, svc) for svc in services]:
+            f.result()
 
 
 # ---------------------------------------------------------------------------------------- shared stack

@@ -8,10 +8,15 @@ Isolation on a warm stack, per service label:
   recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
   right after the first seeding. Any difference, or any reset error, and the stack is torn down and a fresh
   one provisioned in its place (the trial records why): a trial never starts on state nobody proved clean.
-* ``ephemeral`` (and unlabelled) — killed when a trial ends (after its logs were captured), so nothing of
-  theirs runs on while the reset services are reset; recreated for the next trial (``up --no-deps
-  --force-recreate --renew-anon-volumes``, in ``depends_on`` waves); named volumes only ephemeral services
-  mount are removed with them. Ready when the container's own healthcheck command, run by us through
+* ``ephemeral`` (and unlabelled) — frozen (``docker pause``) when a trial ends, after its logs were
+  captured, so nothing of theirs runs on while the reset services are reset. Then, in the background while
+  the stack is idle or being reset, removed with their anonymous volumes (and the named volumes only
+  ephemeral services mount), and their successors created by compose itself (``up --no-start --no-deps
+  --force-recreate --renew-anon-volumes``: the same labels, networks, aliases, mounts and environment as
+  any ``up``) but not started. The next trial, after the reset, checks each successor is provably fresh
+  (never started: state ``created``, no start time, an id no trial has used) and starts them with plain
+  ``docker start`` in ``depends_on`` waves; anything else (a failed or unprovable precreation) falls back to
+  ``up --no-deps --force-recreate``. Ready when the container's own healthcheck command, run by us through
   ``docker exec``, first passes (compose's ``--wait`` sees health only at the healthcheck's interval).
 * ``shared`` — up for the whole run, never touched between trials (it must tolerate its reset
   dependencies being reset under it, e.g. reconnect per request).
@@ -63,6 +68,20 @@ class DirtyStack(ForgeError):
 
 
 @dataclass
+class _Successors:
+    """The next trial's ephemeral containers, made in the background after a release
+    (``WarmPool._precreate``): service -> container id once created, or why they could not be."""
+
+    job: threading.Thread | None = None
+    ids: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    def wait(self) -> None:
+        if self.job is not None:
+            self.job.join()
+
+
+@dataclass
 class _Stack:
     trial: ProvisionedTrial  # as provisioned (compose, resolved config, prepared seeds)
     key: str
@@ -71,6 +90,8 @@ class _Stack:
     reuse: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     gone: bool = False
+    successors: _Successors | None = None  # the next trial's ephemeral containers, created not started
+    used: set[str] = field(default_factory=set)  # ids of every ephemeral container a trial ran with
 
     @property
     def name(self) -> str:
@@ -286,16 +307,50 @@ class WarmPool:
                     f"service {p.ctx.service!r} changed beyond its reset's reach ({', '.join(differ)} "
                     "differ from the first seeding)"
                 )
+        fresh = timed("successors", functools.partial(self._successors, stack)) if stack.waves else None
         for wave in stack.waves:
-            timed("recreate", functools.partial(self._recreate, stack, wave))
+            if isinstance(fresh, dict):  # created in the background, proven never started: start them
+                ids = [fresh[s] for s in wave]
+                timed("recreate", functools.partial(self._start, ids))
+            else:
+                timed("recreate", functools.partial(self._recreate, stack, wave))
             timed("ready", functools.partial(self._ready, stack, wave))
         return timings
+
+    def _successors(self, stack: _Stack) -> dict[str, str] | None:
+        """The precreated ephemeral containers (service -> id) if every one is provably fresh: created by
+        compose for this stack and service, never started (state ``created``, no start time), an id no
+        trial has run with. None (recreate them the usual way) otherwise."""
+        succ, stack.successors = stack.successors, None
+        if succ is None:
+            return None
+        succ.wait()
+        if succ.error is not None or set(succ.ids) != set(stack.ephemeral):
+            log.warning("warm stack %s: precreated containers unusable (%s)", stack.name, succ.error)
+            return None
+        res = self.runner.run(
+            ["docker", "inspect", *succ.ids.values()], timeout=self.timeouts.command, check=False
+        )
+        try:
+            info = {str(i.get("Id")): i for i in json.loads(res.stdout or "[]") if isinstance(i, dict)}
+        except json.JSONDecodeError:
+            info = {}
+        for svc, cid in succ.ids.items():
+            if not _never_started(info.get(cid) or {}, stack.name, svc) or cid in stack.used:
+                log.warning("warm stack %s: precreated %s is not provably fresh", stack.name, svc)
+                return None
+        stack.used.update(succ.ids.values())
+        return succ.ids
+
+    def _start(self, ids: Sequence[str]) -> None:
+        self.runner.run(["docker", "start", *ids], timeout=self.timeouts.compose_up, tag="start")
 
     # ------------------------------------------------------------------------------------------ release
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool = True) -> float:
-        """The trial is over: kill its ephemeral services (nothing of theirs may run on into the next
-        reset) and put the stack back; during a stop, or when that fails, tear it down instead."""
+        """The trial is over: freeze its ephemeral services (nothing of theirs may run on into the next
+        reset), start making their successors in the background, and put the stack back; during a stop,
+        or when that fails, tear it down instead."""
         t0 = time.monotonic()
         with self._lock:
             stack = self._all.get(trial.name)
@@ -306,14 +361,15 @@ class WarmPool:
             return time.monotonic() - t0
         try:
             if stack.ephemeral:
-                # Killed and removed at once (with their anonymous volumes), by plain docker: no compose
-                # start-up on every trial. A container already gone is fine; anything else, compose tries.
-                names = [stack.compose.container(svc) for svc in stack.ephemeral]
-                rm = ["docker", "rm", "--force", "--volumes", *names]
-                if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
-                    stack.compose.run(["rm", "--stop", "--force", "--volumes", *stack.ephemeral])
-            if stack.renew:
-                self.runner.run(["docker", "volume", "rm", *stack.renew], timeout=self.timeouts.command)
+                self._freeze(stack)
+                succ = stack.successors = _Successors()
+                succ.job = threading.Thread(
+                    target=self._precreate,
+                    args=(stack, succ),
+                    name=f"forge-warm-next-{stack.name}",
+                    daemon=True,
+                )
+                succ.job.start()
         except ForgeError as e:
             log.warning("warm stack %s could not be released (%s); tearing it down", stack.name, e)
             self._destroy(stack)
@@ -324,6 +380,34 @@ class WarmPool:
                 self._freed[stack.key] = time.monotonic()
                 self._cond.notify_all()
         return time.monotonic() - t0
+
+    def _freeze(self, stack: _Stack) -> None:
+        """Nothing of the ephemeral services runs on: paused at once (~20 ms; removed in the background).
+        One that cannot be paused (it exited, or is gone) is removed here instead; compose tries last."""
+        names = [stack.compose.container(svc) for svc in stack.ephemeral]
+        if self.runner.run(["docker", "pause", *names], timeout=self.timeouts.command, check=False).rc == 0:
+            return
+        rm = ["docker", "rm", "--force", "--volumes", *names]
+        if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
+            stack.compose.run(["rm", "--stop", "--force", "--volumes", *stack.ephemeral])
+
+    def _precreate(self, stack: _Stack, succ: _Successors) -> None:
+        """In the background: remove the frozen ephemeral containers (with their anonymous volumes) and the
+        named volumes only they mount, then have compose create their successors without starting them."""
+        try:
+            names = [stack.compose.container(svc) for svc in stack.ephemeral]
+            self.runner.run(
+                ["docker", "rm", "--force", "--volumes", *names], timeout=self.timeouts.command, check=False
+            )
+            if stack.renew:
+                self.runner.run(["docker", "volume", "rm", *stack.renew], timeout=self.timeouts.command)
+            stack.compose.up(stack.ephemeral, wait=False, no_deps=True, force_recreate=True, no_start=True)
+            res = self.runner.run(["docker", "inspect", *names], timeout=self.timeouts.command)
+            for i in json.loads(res.stdout or "[]"):
+                labels = (i.get("Config") or {}).get("Labels") or {}
+                succ.ids[str(labels.get("com.docker.compose.service"))] = str(i.get("Id"))
+        except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
+            succ.error = str(e)
 
     def close(self) -> None:
         """Tear every warm stack down (the run is over, however it ended)."""
@@ -346,6 +430,8 @@ class WarmPool:
         with stack.lock:
             if stack.gone:
                 return
+            if stack.successors is not None:  # never `down` while compose may still be creating
+                stack.successors.wait()
             try:
                 stack.compose.down(stop_timeout=None if graceful else 0)
             except ForgeError as e:
@@ -419,6 +505,19 @@ class WarmPool:
                     f"(its healthcheck said: {(r.stdout + r.stderr).strip()[-300:] or r.rc})"
                 )
             time.sleep(PROBE_INTERVAL)
+
+
+def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
+    """``docker inspect``'s record of a container compose created for ``project``'s ``service`` and nobody
+    ever started (Docker's zero time as its start time)."""
+    state = info.get("State") or {}
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return (
+        state.get("Status") == "created"
+        and str(state.get("StartedAt", "")).startswith("0001-01-01")
+        and labels.get("com.docker.compose.project") == project
+        and labels.get("com.docker.compose.service") == service
+    )
 
 
 def _live_name(name: str) -> str:

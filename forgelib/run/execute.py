@@ -49,7 +49,7 @@ from forgelib.run.results import (
 from forgelib.runner import Result
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Check, Component, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Check, Component, Grading, Task, Timeouts
 
 log = logging.getLogger("forgelib.run")
 
@@ -397,22 +397,35 @@ class Executor:
         def budget() -> float:
             return max(1.0, deadline - time.monotonic())
 
-        def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
-            return [evaluate(handle.compose, c, handle.config, timeout=budget()) for c in checks]
-
         g = t.task.grading
+        # Observations are independent reads (each a `docker exec` or an HTTP request, mostly waiting), so
+        # they run at once, and so do the components; a task with a mutating HTTP check keeps its order.
+        width = GRADING_THREADS if g is None or not _mutates(g) else 1
+        checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
+
+        def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
+            def one(c: Check) -> CheckOutcome:
+                return evaluate(handle.compose, c, handle.config, timeout=budget())
+
+            return list(checks_pool.map(one, checks))
+
         try:
             if g is None or not g.components:  # the flat form
                 t.grade = grade(observe((*g.checks, *g.gates) if g else ()), _threshold(t.task))
             else:
-                gates = observe(g.gates)
-                parts = [self._component(t, c, observe, budget) for c in g.components]
+                with ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-part") as parts_pool:
+                    gates_f = parts_pool.submit(observe, g.gates)
+                    parts_f = [
+                        parts_pool.submit(self._component, t, c, observe, budget) for c in g.components
+                    ]
+                    gates, parts = gates_f.result(), [f.result() for f in parts_f]
                 t.grade = combine(gates, parts, g.threshold)
         except JudgeError as e:  # no score without the judge: a named grading error, retryable
             t.error = str(e)
             t.grade = failed_grade([str(e)], _threshold(t.task))
             return Outcome.FAILED, None
         finally:
+            checks_pool.shutdown(wait=True)
             t.timings["grading"] = time.monotonic() - t0
         return Outcome.OK, t.grade.binary_pass
 
@@ -532,6 +545,20 @@ class Executor:
         Phase.CAPTURE_LOGS: _capture_logs,
         Phase.TEARDOWN: _teardown,
     }
+
+
+GRADING_THREADS = 8  # observations of one trial at once
+
+
+def _mutates(g: Grading) -> bool:
+    """Whether any check of ``g`` is an HTTP request that may change state (not GET/HEAD): then the checks
+    run one by one, in the order the pack wrote them."""
+    checks = [*g.checks, *g.gates]
+    for c in g.components:
+        checks += [*c.checks, *(x for alt in c.alternatives.values() for x in alt)]
+    return any(
+        c.type == "http" and str(c.spec.get("method", "GET")).upper() not in ("GET", "HEAD") for c in checks
+    )
 
 
 def _threshold(task: Task) -> float:
