@@ -47,7 +47,8 @@ PACKS = {
 RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
 WARM_PHASES = (
-    *("reset", "fingerprint", "recreate", "ready", "oracle", "grading", "capture_logs", "record", "teardown"),
+    *("reset", "fingerprint", "successors", "recreate", "ready", "oracle", "grading", "capture_logs"),
+    *("record", "teardown"),
 )
 
 

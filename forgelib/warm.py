@@ -90,6 +90,7 @@ class _Stack:
     reuse: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     gone: bool = False
+    handed: float = 0.0  # when the current trial got it (monotonic)
     successors: _Successors | None = None  # the next trial's ephemeral containers, created not started
     used: set[str] = field(default_factory=set)  # ids of every ephemeral container a trial ran with
 
@@ -137,6 +138,7 @@ class WarmPool:
         stacks: LiveStacks | None = None,
         stopping: Callable[[], bool] = lambda: False,
         profiles: Sequence[str] = (),
+        trials: int | None = None,
     ) -> None:
         self.project = project
         self.timeouts = timeouts
@@ -155,6 +157,10 @@ class WarmPool:
         self._freed: dict[str, float] = {}  # environment key -> when one of its stacks last came free
         self._provision_s: dict[str, list[float]] = {}  # environment key -> seconds each provision took
         self._count = 0
+        # The run's trials (None: not known, e.g. pytest): with what they take, it decides when to grow.
+        self.trials = trials
+        self._handed = 0  # stacks handed to trials so far
+        self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -176,6 +182,7 @@ class WarmPool:
             self._destroy(evict)
         replaced: str | None = None
         if stack is not None:
+            taken = time.monotonic()
             try:
                 timings = self._recycle(stack, on_phase)
             except (ForgeError, OSError) as e:
@@ -189,7 +196,9 @@ class WarmPool:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
             else:
                 stack.reuse += 1
-                return self._handle(stack, trial_dir, timings, None)
+                handle = self._handle(stack, trial_dir, timings, None)
+                stack.handed = taken  # what a reused trial holds a stack for includes its recycling
+                return handle
         t0 = time.monotonic()
         try:
             stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
@@ -207,11 +216,10 @@ class WarmPool:
         down first, or None) with a provisioning slot of ``key`` reserved; waits until one of them holds.
 
         When every stack of the environment is busy, a trial waits for a release rather than provision a
-        new stack — until it has gone as long without any stack of the environment coming free as
-        provisioning one takes (the median so far): ski rental, never worse than twice the better choice.
-        Short trials then queue on the stacks there are (a reused trial takes ~1 s, a new stack ~7 s, and
-        several provisions at once on a small machine take longer still); long ones grow the pool towards
-        ``workers`` stacks, one provisioning at a time per environment."""
+        new stack, unless ``_grow`` finds the run ends sooner with one more: short trials queue on the
+        stacks there are (a reused trial takes ~1 s, a new stack ~7 s, and several provisions at once on a
+        small machine take longer still); long ones, or many left, grow the pool towards ``workers``
+        stacks, one provisioning at a time per environment."""
         with self._cond:
             while True:
                 stack = next((s for s in self._idle if s.key == key), None)
@@ -223,8 +231,10 @@ class WarmPool:
                 waited = time.monotonic() - self._freed.get(key, 0.0)
                 took = self._provision_s.get(key)
                 patience = statistics.median(took) if took else 0.0
-                exists = any(s.key == key for s in self._all.values())
-                if not self._provisioning.get(key) and (not exists or waited >= patience):
+                stacks = sum(1 for s in self._all.values() if s.key == key)
+                if not self._provisioning.get(key) and (
+                    not stacks or self._grow(key, stacks, waited, patience)
+                ):
                     evict = None
                     if len(self._all) + sum(self._provisioning.values()) >= self.workers:
                         evict = self._idle.pop(0) if self._idle else None  # another environment's
@@ -234,10 +244,30 @@ class WarmPool:
                 # Woken by a release, a finished provision or a teardown; or to see the patience run out.
                 self._cond.wait(timeout=min(0.5, max(patience - waited, 0.05)))
 
+    def _grow(self, key: str, stacks: int, waited: float, patience: float) -> bool:
+        """Whether a trial waiting for a busy environment should provision another stack of it.
+
+        Knowing how many trials are left and how long a trial holds a stack (``r``) and a provision takes
+        (``p``): grow when the rest finishes sooner that way — the ``stacks`` existing ones work through
+        ``stacks * p / r`` trials while the new one comes up, then ``stacks + 1`` share what is left.
+        Not knowing (no trial released yet, or no plan, as under pytest): ski rental."""
+        held = self._held.get(key)
+        if self.trials is None or not held or not patience:
+            return waited >= patience
+        r, p = max(statistics.median(held), 1e-3), patience
+        left = max(1, self.trials - self._handed)
+        meanwhile = stacks * p / r
+        if left <= meanwhile:
+            return False
+        return p + (left - meanwhile) * r / (stacks + 1) < left * r / stacks
+
     def _handle(
         self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
     ) -> ProvisionedTrial:
         info = {"mode": "warm", "name": stack.name, "reuse": stack.reuse, "replaced": replaced}
+        with self._lock:
+            self._handed += 1
+        stack.handed = time.monotonic()
         return dataclasses.replace(stack.trial, trial_dir=trial_dir, timings=dict(timings), stack=info)
 
     def _provision(
@@ -375,6 +405,7 @@ class WarmPool:
             self._destroy(stack)
             return time.monotonic() - t0
         with self._cond:
+            self._held.setdefault(stack.key, []).append(t0 - stack.handed)
             if not stack.gone:
                 self._idle.append(stack)
                 self._freed[stack.key] = time.monotonic()

@@ -318,6 +318,7 @@ def make_backend(
     pool = WarmPool(
         project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
         profiles=cfg.profiles, stopping=(lambda: stop.requested) if stop is not None else (lambda: False),
+        trials=None if plan.resume else len(plan.tasks) * plan.repeats,
     )  # fmt: skip
     return WarmBackend(
         project,

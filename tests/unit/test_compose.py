@@ -94,6 +94,10 @@ def test_argv_builders() -> None:
     assert c.build_argv(["tool"]) == ["build", "tool"]
     assert c.up_argv(["db"], wait_timeout=300) == ["up", "--detach", "--wait", "--wait-timeout", "300", "db"]
     assert c.up_argv(wait=False) == ["up", "--detach"]
+    # created, not started (the warm pool's successors): no --wait, whatever was asked
+    assert c.up_argv(["r"], wait_timeout=9, no_deps=True, force_recreate=True, no_start=True) == [
+        *("up", "--detach", "--no-deps", "--no-start", "--force-recreate", "--renew-anon-volumes", "r")
+    ]
     assert c.down_argv() == ["down", "--volumes", "--remove-orphans"]
     assert c.down_argv(volumes=False, remove_orphans=False, timeout=3) == ["down", "--timeout", "3"]
     assert c.exec_argv("db", ["psql", "-c", "x"], env={"A": "1"}, workdir="/w") == [
@@ -282,3 +286,44 @@ def test_config_parses_json() -> None:
     fake = FakeRunner()
     fake.expect(*BASE, "config", "--format", "json", exact=True, stdout='{"services": {"db": {}}}')
     assert project(fake).config() == {"services": {"db": {}}}
+
+
+def test_a_provisioned_stack_execs_straight_into_the_container_and_lets_compose_explain_a_missing_one() -> (
+    None
+):
+    import dataclasses
+
+    from forgelib.errors import ServiceCommandError
+
+    fake = FakeRunner()
+    fake.expect(
+        "docker",
+        "exec",
+        "-i",
+        "--env",
+        "A=1",
+        "--workdir",
+        "/w",
+        "p1-db-1",
+        "cat",
+        "f",
+        exact=True,
+        stdout="x",
+    )
+    fake.expect("docker", "exec", "-i", "p1-db-1", "false", exact=True, rc=3, stderr="boom")
+    fake.expect(
+        "docker",
+        "exec",
+        "-i",
+        "p1-api-1",
+        "true",
+        rc=1,
+        stderr="Error response from daemon: No such container: p1-api-1",
+    )
+    fake.expect(*BASE, "exec", "-T", "api", "true", exact=True, rc=1, stderr='service "api" is not running')
+    p = dataclasses.replace(project(fake), direct=True)
+    assert p.exec("db", ["cat", "f"], env={"A": "1"}, workdir="/w").stdout == "x"
+    assert p.exec("db", ["false"], check=False).rc == 3  # the command's own failure: not rerun by compose
+    with pytest.raises(ServiceCommandError, match='service "api" is not running'):
+        p.exec("api", ["true"])
+    assert [call.argv[1] for call in fake.calls] == ["exec", "exec", "exec", "compose"]

@@ -151,3 +151,48 @@ def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
     other = _stack("b", "other")
     pool._all["b"], pool._idle = other, [other]
     assert pool._take("k") == (None, other)
+
+
+@pytest.mark.parametrize(
+    ("held", "provision", "left", "stacks", "grow"),
+    [
+        (1.0, 7.0, 7, 1, False),  # short trials: the one stack finishes all 7 before a new one is up
+        (2.5, 10.0, 7, 1, True),  # 17.5 s on one stack vs 10 + (7 - 4) * 2.5 / 2 = 13.75 s with two
+        (2.5, 10.0, 5, 2, False),  # two stacks finish 5 in 6.25 s, sooner than a third comes up
+        (30.0, 7.0, 3, 1, True),  # long trials: grow at once
+    ],
+)
+def test_a_run_grows_the_pool_only_when_its_remaining_trials_finish_sooner(
+    held: float, provision: float, left: int, stacks: int, grow: bool
+) -> None:
+    pool = _pool()
+    pool.trials, pool._handed = left + 10, 10
+    pool._held["k"] = [held]
+    assert pool._grow("k", stacks, waited=0.0, patience=provision) is grow
+
+
+def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental() -> None:
+    pool = _pool()
+    pool._held["k"] = [30.0]  # long trials, but how many are left is unknown (pytest)
+    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
+    assert pool._grow("k", 1, waited=7.0, patience=7.0)
+    pool.trials, pool._held = 8, {}  # a plan, but no trial released yet
+    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
+
+
+def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh() -> None:
+    from forgelib.warm import _never_started
+
+    labels = {"com.docker.compose.project": "p1", "com.docker.compose.service": "runner"}
+    fresh = {
+        "State": {"Status": "created", "StartedAt": "0001-01-01T00:00:00Z"},
+        "Config": {"Labels": labels},
+    }
+    assert _never_started(fresh, "p1", "runner")
+    ran = {**fresh, "State": {"Status": "created", "StartedAt": "2026-12-01T03:00:00.1Z"}}  # started once
+    assert not _never_started(ran, "p1", "runner")
+    assert not _never_started(
+        {**fresh, "State": {"Status": "exited", "StartedAt": "0001-01-01"}}, "p1", "runner"
+    )
+    assert not _never_started(fresh, "p2", "runner") and not _never_started(fresh, "p1", "api")
+    assert not _never_started({}, "p1", "runner")

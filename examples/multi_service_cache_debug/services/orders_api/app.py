@@ -8,13 +8,16 @@ That defect is what this pack's task diagnoses (see the pack's README), so it st
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from datetime import datetime
 from typing import Any
 
 import psycopg
 import redis
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
 from psycopg.rows import dict_row
 from pydantic import BaseModel
 
@@ -23,6 +26,30 @@ REDIS_URL = os.environ["REDIS_URL"]
 CACHE_TTL = int(os.environ.get("CACHE_TTL_SECONDS", "300"))
 
 app = FastAPI(title="orders-api")
+log = logging.getLogger("uvicorn.error")
+# A warm stack swaps app's database in place between trials (a few milliseconds): a connection refused
+# meanwhile is tried again this long before the request answers 503.
+RETRY_SECONDS = 2.0
+
+
+def _connect(**kw: Any) -> psycopg.Connection[Any]:
+    deadline = time.monotonic() + RETRY_SECONDS
+    while True:
+        try:
+            return psycopg.connect(DATABASE_URL, connect_timeout=5, **kw)
+        except psycopg.OperationalError:  # nothing was sent yet: safe to repeat, even for an update
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+@app.exception_handler(psycopg.OperationalError)
+def database_unavailable(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+    # One line in the log, not a traceback: the database being away is a state, not a bug of this API.
+    log.warning("%s %s: database unavailable: %s", request.method, request.url.path, str(exc).strip())
+    return JSONResponse(status_code=503, content={"detail": "database unavailable"})
+
+
 cache = redis.Redis.from_url(REDIS_URL, decode_responses=True, socket_timeout=5)
 
 COLUMNS = "id, customer, status, total_cents, updated_at"
@@ -37,7 +64,7 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load(order_id: int) -> dict[str, Any]:
-    with psycopg.connect(DATABASE_URL, connect_timeout=5, row_factory=dict_row) as conn:
+    with _connect(row_factory=dict_row) as conn:
         row = conn.execute(f"SELECT {COLUMNS} FROM orders WHERE id = %s", (order_id,)).fetchone()
     if row is None:
         raise HTTPException(status_code=404, detail=f"no order {order_id}")
@@ -47,7 +74,7 @@ def _load(order_id: int) -> dict[str, Any]:
 @app.get("/healthz")
 def healthz() -> dict[str, str]:
     # Healthy only when both layers answer, so `compose up --wait` means every read below can work.
-    with psycopg.connect(DATABASE_URL, connect_timeout=5) as conn:
+    with _connect() as conn:
         conn.execute("SELECT 1")
     cache.ping()
     return {"status": "ok"}
@@ -78,7 +105,7 @@ def get_order_source(order_id: int) -> dict[str, Any]:
 def update_order_status(order_id: int, update: StatusUpdate) -> dict[str, Any]:
     # One transaction (the connection block commits on success, rolls back on an exception): the update
     # and its audit row land together or not at all.
-    with psycopg.connect(DATABASE_URL, connect_timeout=5, row_factory=dict_row) as conn:
+    with _connect(row_factory=dict_row) as conn:
         row = conn.execute("SELECT status FROM orders WHERE id = %s FOR UPDATE", (order_id,)).fetchone()
         if row is None:
             raise HTTPException(status_code=404, detail=f"no order {order_id}")
