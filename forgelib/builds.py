@@ -119,9 +119,7 @@ def built_images(runner: Runner, labels: Mapping[str, str], *, timeout: float = 
     """Ids of the images built here (``REPOSITORY``) that carry all of ``labels``: what ``forge teardown``
     removes with a kept stack and ``forge reap`` with a dead owner's."""
     argv = ["docker", "image", "ls", "-q", "--no-trunc", "--filter", f"reference={REPOSITORY}/*"]
-    for k, v in sorted(labels.items()):
-        argv += ["--filter", f"label={k}={v}"]
-    out = runner.run(argv, timeout=timeout).stdout
+    out = runner.run([*argv, *lab.filters(labels)], timeout=timeout).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 

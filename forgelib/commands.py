@@ -29,6 +29,7 @@ from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Timeouts
 from forgelib.spec.validate import print_notices
+from forgelib.table import align
 
 
 def main_provision(
@@ -100,12 +101,15 @@ def main_provision(
 
 
 def render_report(report: Mapping[str, Any]) -> str:
-    lines = [f"compose project: {report['name']}", "services:"]
-    width = max((len(s) for s in report["services"]), default=0)
-    for svc, ports in sorted(report["services"].items()):
-        lines.append(f"  {svc:<{width}}  {', '.join(ports) or '(no published ports)'}")
-    for svc, m in sorted(report["bare_seeds"].items()):
-        lines.append(f"  {svc:<{width}}  bare seed: {m['host_path']} at {m['path']} (${m['env']}, read-only)")
+    rows = [
+        ("", svc, ", ".join(ports) or "(no published ports)")
+        for svc, ports in sorted(report["services"].items())
+    ]
+    rows += [
+        ("", svc, f"bare seed: {m['host_path']} at {m['path']} (${m['env']}, read-only)")
+        for svc, m in sorted(report["bare_seeds"].items())
+    ]
+    lines = [f"compose project: {report['name']}", "services:", *align(rows, ragged_last=True)]
     lines.append("timings:")
     for phase, seconds in report["timings"].items():
         lines.append(f"  {phase:<24} {seconds:7.2f}s")

@@ -55,7 +55,7 @@ def _run(root: Path, runner: RecordingRunner) -> tuple[str, Path, dict[str, Any]
 
 
 def _images(runner: SubprocessRunner, run_id: str) -> list[str]:
-    out = runner.run(["docker", "image", "ls", "-q", "--filter", f"label={lab.RUN}={run_id}"]).stdout
+    out = runner.run(["docker", "image", "ls", "-q", *lab.filters({lab.RUN: run_id})]).stdout
     return out.split()
 
 
@@ -122,17 +122,9 @@ def test_forge_provision_shows_the_loopback_mapping_enables_profiles_and_teardow
         assert report["services"]["web"][0].endswith("->8000/tcp") and report["services"]["probe"] == []
         assert "container_name 'byo-web' is dropped" in out.err  # what forge changed, said once
         # --profile extra: the profile's service runs (without it compose would not start `probe`)
-        running = runner.run(
-            [
-                "docker",
-                "ps",
-                "--filter",
-                f"label={lab.COMPOSE_PROJECT}={name}",
-                "--format",
-                '{{.Label "com.docker.compose.service"}}',
-            ],
-            timeout=60,
-        ).stdout.split()
+        service = ["--format", '{{.Label "com.docker.compose.service"}}']
+        ps = ["docker", "ps", *lab.filters({lab.COMPOSE_PROJECT: name}), *service]
+        running = runner.run(ps).stdout.split()
         assert sorted(running) == ["cache", "probe", "tool", "web"]
         # kept: its built image and its directory stay with it...
         assert len(_images(runner, run_id)) == 1 and (work_dir / "compose.forge.yaml").exists()

@@ -125,7 +125,7 @@ def test_dead_owner_is_reaped_alive_and_foreign_host_are_kept(
     assert not any(dead in n for names in left.values() for n in names)
     assert len(left["containers"]) == 2 and len(left["volumes"]) == 2 and len(left["networks"]) == 2
     # the kept stacks are untouched: still running
-    running = runner.run(["docker", "ps", "-q", "--filter", f"label={RUN}={run_id}"], timeout=30).stdout
+    running = runner.run(["docker", "ps", "-q", *filters({RUN: run_id})], timeout=30).stdout
     assert len(running.split()) == 2
 
 
@@ -270,8 +270,7 @@ def test_sigkilled_forge_provision_leaves_stack_image_and_dir_that_the_reaper_re
 
 
 def _flt(labels: dict[str, str], *, stuck: bool = False) -> list[str]:
-    out = [a for k, v in labels.items() for a in ("--filter", f"label={k}={v}")]
-    return out + (["--filter", "label=com.docker.compose.service=stuck"] if stuck else [])
+    return filters({**labels, **({"com.docker.compose.service": "stuck"} if stuck else {})})
 
 
 def _built(runner: SubprocessRunner, run_id: str) -> list[str]:
