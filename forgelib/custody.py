@@ -57,6 +57,13 @@ from forgelib.table import align
 
 # `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
 PROVISION_DIR = "forge-provision-"
+# The pytest plugin's: one per pytest process (its trials' overrides and logs; forgelib.pytest_stacks).
+PYTEST_DIR = "forge-pytest-"
+# Every kind of ``owned_temp_dir`` the reaper removes once its owner is provably gone: (kind, who made it).
+OWNED_DIRS = {
+    PROVISION_DIR: ("provision", "a `forge provision`"),
+    PYTEST_DIR: ("pytest", "a pytest process (forgelib's plugin)"),
+}
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant
 
@@ -459,7 +466,7 @@ def reap(
             o.removed += [f"directory {w}" for w in _work_dirs(project) if remove_work_dir(w)]
     if run_id is None:
         _reap_build_dirs(report, facts)
-        _reap_provision_dirs(report, facts, projects)
+        _reap_owned_dirs(report, facts, projects, OWNED_DIRS)
     return report
 
 
@@ -477,9 +484,15 @@ def remove_work_dir(value: str) -> bool:
     return not d.exists()
 
 
-def _reap_provision_dirs(report: ReapReport, facts: HostFacts, projects: Sequence[FoundProject]) -> None:
-    """``forge provision`` directories whose owner is gone and whose stack is gone too: the owner was
-    killed before its stack came up, or a failed provision kept it for its logs. A kept stack's stays."""
+def _reap_owned_dirs(
+    report: ReapReport,
+    facts: HostFacts,
+    projects: Sequence[FoundProject],
+    owned: Mapping[str, tuple[str, str]],
+) -> None:
+    """Owned temp dirs (``owned``: prefix -> kind, who) whose owner is gone and whose stack is gone too:
+    the owner was killed (a ``forge provision`` before its stack came up, a pytest session or xdist
+    worker at any time), or a failed provision kept it for its logs. A kept stack's stays."""
     if facts.boot_id is None:
         return
     named = set().union(*map(_work_dirs, projects))  # its stack's: gone with it, or staying with it
@@ -487,16 +500,31 @@ def _reap_provision_dirs(report: ReapReport, facts: HostFacts, projects: Sequenc
     def alive(pid: int, start: str) -> bool:
         return facts.pid_start_time(pid) == start
 
-    for d in stale_owned_dirs(PROVISION_DIR, alive):
-        if str(d) in named:
-            continue
-        verb: Action = "would remove" if report.dry_run else "removed"
-        why = "a `forge provision` whose owner is not running left it"
-        o = ReapOutcome(f"(provision dir {d.name})", "-", "-", verb, "owner_gone", why)
-        if not report.dry_run:
-            shutil.rmtree(d, ignore_errors=True)
-        o.removed.append(f"directory {d}")
-        report.outcomes.append(o)
+    for prefix, (kind, who) in owned.items():
+        for d in stale_owned_dirs(prefix, alive):
+            if str(d) in named:
+                continue
+            verb: Action = "would remove" if report.dry_run else "removed"
+            o = ReapOutcome(
+                f"({kind} dir {d.name})",
+                "-",
+                "-",
+                verb,
+                "owner_gone",
+                f"{who} left it; its owner is not running",
+            )
+            if not report.dry_run:
+                shutil.rmtree(d, ignore_errors=True)
+            o.removed.append(f"directory {d}")
+            report.outcomes.append(o)
+
+
+def reap_owned_dirs(prefix: str) -> list[str]:
+    """The ``prefix`` owned temp dirs whose owner is provably gone, removed (``reap`` without a run id
+    does this for every kind): what the pytest plugin's xdist controller runs when a worker dies."""
+    report = ReapReport(dry_run=False)
+    _reap_owned_dirs(report, local_facts(), (), {prefix: OWNED_DIRS[prefix]})
+    return [d for o in report.outcomes for d in o.removed]
 
 
 def _reap_build_dirs(report: ReapReport, facts: HostFacts) -> None:

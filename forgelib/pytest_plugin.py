@@ -15,6 +15,7 @@ signals and xdist.
 from __future__ import annotations
 
 import secrets
+import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ _WORKER_RUN = "forgelib_run_id"  # workeroutput key: the run id of a worker that
 _WORKER_NOTES = "forgelib_notes"  # workeroutput key: a worker's summary notes, printed by the controller
 _NOTES = pytest.StashKey[list[str]]()  # this process's lines of the "forgelib" terminal summary section
 _HEALED = pytest.StashKey[bool]()  # the session's reaper has run (in this process)
-_USES_STACKS = pytest.StashKey[Path]()  # xdist controller: the file a worker whose tests use stacks creates
+_USES_STACKS = pytest.StashKey[Path]()  # xdist controller: the dir a worker whose tests use stacks creates
 _CONTROLLER_HEALS = "forgelib_uses_stacks"  # workerinput key: that file's path (local workers only)
 
 
@@ -284,7 +285,7 @@ def _heal(config: pytest.Config) -> None:
 
 
 def _controller_heals(config: pytest.Config) -> Path | None:
-    """In an xdist worker on the controller's host: the file that tells the controller this session uses
+    """In an xdist worker on the controller's host: the dir that tells the controller this session uses
     stacks. None where this process reaps for itself (no xdist, or a remote worker: its engine's owners
     are on its host, and there the controller can prove nothing)."""
     workerinput: dict[str, Any] = getattr(config, "workerinput", None) or {}
@@ -298,7 +299,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     own hook, which runs after this one): the controller then reaps before it schedules any test."""
     flag = _controller_heals(session.config)
     if flag is not None and _uses_stacks(session):
-        flag.touch()
+        flag.mkdir(exist_ok=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -330,7 +331,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
         _reap_workers(session.config)  # xdist controller only (workers register nothing there)
         flag = session.config.stash.get(_USES_STACKS, None)
         if flag is not None:
-            flag.unlink(missing_ok=True)
+            shutil.rmtree(flag, ignore_errors=True)
         pool = session.config.stash.get(_POOL, None)
         if pool is not None:
             for failed in pool.close():
@@ -359,22 +360,20 @@ def _worker_run_id(node: Any) -> str | None:
 
 def _reap(run_ids: list[str], notes: list[str]) -> None:
     """The reaper for these runs (it removes only stacks whose owner, a worker, is provably dead), and the
-    temp dirs a dead worker could not remove."""
-    from forgelib.custody import reap
+    temp dirs dead workers could not remove (named after their owner: a live one's stays)."""
+    from forgelib.custody import PYTEST_DIR, reap, reap_owned_dirs
     from forgelib.errors import ForgeError
-    from forgelib.pytest_stacks import remove_temp_dirs
     from forgelib.runner import SubprocessRunner
 
     runner = SubprocessRunner()
-    for run_id in run_ids:
-        try:
+    try:
+        for run_id in run_ids:
             report = reap(runner, run_id=run_id)
-        except ForgeError:  # no Docker here, or it does not answer: the next session's reaper tries again
-            return
-        if report.removed:
-            notes.append(f"removed the stacks of {run_id}, whose worker died:\n{report.table()}")
-        if not report.kept:  # the worker is gone (or never made a stack): its temp dir is garbage
-            remove_temp_dirs(run_id)
+            if report.removed:
+                notes.append(f"removed the stacks of {run_id}, whose worker died:\n{report.table()}")
+    except ForgeError:  # no Docker here, or it does not answer: the next session's reaper tries again
+        pass
+    reap_owned_dirs(PYTEST_DIR)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -402,9 +401,11 @@ def pytest_configure_node(node: Any) -> None:
         return
     node.config.stash.setdefault(_WORKERS, {})[run_id] = True
     if node.gateway.spec.popen:  # a local worker: this process's reaper sees what it would see
-        from forgelib.pytest_stacks import run_id_for, temp_prefix
+        from forgelib.custody import PYTEST_DIR
+        from forgelib.labels import current_owner
 
-        name = temp_prefix(run_id_for(str(node.workerinput["testrunuid"]), None)) + "uses-stacks"
+        me = current_owner()  # owner-named: if this process is killed, the reaper removes it
+        name = f"{PYTEST_DIR}{me.pid}-{me.start_time}-uses-stacks"
         flag = node.config.stash.setdefault(_USES_STACKS, Path(tempfile.gettempdir()) / name)
         node.workerinput[_CONTROLLER_HEALS] = str(flag)
 

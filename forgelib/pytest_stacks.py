@@ -17,13 +17,14 @@ import contextlib
 import itertools
 import logging
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from forgelib.custody import PYTEST_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.labels import owned_temp_dir
 from forgelib.provision import (
     ProvisionCache,
     ProvisionedTrial,
@@ -64,16 +65,6 @@ class ProvisionFailed(Exception):
 
 
 _P = TypeVar("_P")
-
-
-def temp_prefix(run_id: str) -> str:
-    return f"forge-{run_id}-"
-
-
-def remove_temp_dirs(run_id: str) -> None:
-    """The temp dirs of ``run_id``'s pool (a killed worker's, removed by the xdist controller)."""
-    for path in Path(tempfile.gettempdir()).glob(temp_prefix(run_id) + "*"):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass(repr=False)
@@ -232,7 +223,8 @@ class StackPool:
 
     def root(self) -> Path:
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix=temp_prefix(self.run_id)))
+            # Named after this process, so the reaper removes it once a kill left it behind.
+            self._root = owned_temp_dir(PYTEST_DIR)
         return self._root
 
     def load(self, path: Path) -> Project:

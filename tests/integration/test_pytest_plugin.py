@@ -17,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 from support.owners import dead_pid
 
 from forgelib import labels as lab
+from forgelib.custody import PYTEST_DIR
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import SeedKind
@@ -67,7 +69,9 @@ def mutate_after_baseline(forge_stack, name):
 
 # xdist's --dist loadfile, except that the two modules sharing the session-scoped stack go to one worker
 # (--dist loadgroup would do, but its xdist_group marks are lost with pytest 9.2: it sets item._nodeid).
-ONE_WORKER_FOR_THE_SESSION_SCOPE = """
+INNER_CONFTEST = """
+import os
+from pathlib import Path
 from xdist.scheduler import LoadFileScheduling
 
 class Scheduling(LoadFileScheduling):
@@ -77,6 +81,11 @@ class Scheduling(LoadFileScheduling):
 
 def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
+
+def pytest_configure(config):  # the controller's pid: its temp dirs must be gone too
+    if not hasattr(config, "workerinput"):
+        Path({records!r}).mkdir(exist_ok=True)
+        (Path({records!r}) / "controller.pid").write_text(str(os.getpid()))
 """
 
 
@@ -119,8 +128,9 @@ def _records(path: Path) -> dict[str, dict[str, object]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
 
 
-def _leftovers(runner: SubprocessRunner, uid: str) -> dict[str, dict[str, list[str]]]:
-    """Everything labelled with a run of this inner session (any worker), and its temp dirs."""
+def _leftovers(runner: SubprocessRunner, uid: str, pids: set[int]) -> dict[str, dict[str, list[str]]]:
+    """Everything labelled with a run of this inner session (any worker), and the temp dirs of its
+    processes (``pids``: the controller and the workers)."""
     out = {}
     prefix = f"pytest-{uid[:8]}"
     fmt = ["--format", '{{.Label "io.forgelib.run"}}']
@@ -129,8 +139,9 @@ def _leftovers(runner: SubprocessRunner, uid: str) -> dict[str, dict[str, list[s
         listed += runner.run(["docker", *ls, *fmt]).stdout.split()
     for run_id in sorted({r for r in listed if r.startswith(prefix)}):
         out[run_id] = lab.resources_with_labels(runner, {lab.RUN: run_id})
-    temp = Path(os.environ.get("TMPDIR", "/tmp"))
-    dirs = sorted(str(p) for p in temp.glob(f"forge-{prefix}*"))
+    temp = Path(tempfile.gettempdir())
+    owners = {d: lab.dir_owner(d, PYTEST_DIR) for d in temp.glob(f"{PYTEST_DIR}*")}
+    dirs = sorted(str(d) for d, owner in owners.items() if owner is not None and owner[0] in pids)
     if dirs:
         out["temp dirs"] = {"dirs": dirs}
     return out
@@ -143,7 +154,7 @@ def test_one_xdist_session_proves_packs_scopes_failures_and_custody(
     broken = _mini_project(tmp_path / "broken", "SELECT 1;\nTHIS IS NOT SQL;\n")
     planted = f"pytest-plugin-it-{secrets.token_hex(5)}"
     pytester.makepyfile(_record=RECORD.format(records=str(records), planted=planted))
-    pytester.makeconftest(ONE_WORKER_FOR_THE_SESSION_SCOPE)
+    pytester.makeconftest(INNER_CONFTEST.format(records=str(records)))
     pytester.makepyfile(
         test_postgres_pack=f"""
 import json, urllib.request
@@ -271,7 +282,8 @@ def test_broken_seed(forge_stack):
     assert 'syntax error at or near "THIS"' in error, error
     assert "Traceback" not in error and "def test_broken_seed" not in error, error
 
-    assert _leftovers(runner, uid) == {}
+    pids = {int(str(rec["pid"])) for rec in seen.values()} | {int((records / "controller.pid").read_text())}
+    assert _leftovers(runner, uid, pids) == {}
 
 
 def _wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[str], timeout: float) -> None:
@@ -335,4 +347,5 @@ def test_held(forge_stack):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, f"{out}\n{err}"
-    assert _leftovers(runner, uid) == {}, f"{out}\n{err}"
+    pids = {proc.pid} | {int(str(rec["pid"])) for rec in seen.values()}
+    assert _leftovers(runner, uid, pids) == {}, f"{out}\n{err}"

@@ -572,6 +572,8 @@ def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Pa
     orphan = mk("forge-provision-302-1-cccc")  # killed before any container existed: goes
     of_live = mk("forge-provision-100-5000-dddd")  # its owner runs: stays
     unknown = mk("forge-provision-x1y2z3")  # not a name we write: never judged
+    pytest_orphan = mk("forge-pytest-303-1-eeee")  # a killed pytest process's (the plugin's): goes
+    pytest_live = mk("forge-pytest-100-5000-ffff")  # a running one's: stays
     removed = {**labels(pid="300", start="1", project="gone"), lab.WORK_DIR: str(of_removed)}
     kept = {**labels(pid="301", start="1", project="kept"), lab.KEPT: "true", lab.WORK_DIR: str(of_kept)}
     r = scripted([_inspect_container("g1", removed, True), _inspect_container("k1", kept, True)])
@@ -579,6 +581,7 @@ def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Pa
     assert of_removed.exists() and orphan.exists()
     assert {o.project: o.action for o in report.outcomes} == {
         "gone": "would remove", "kept": "kept", f"(provision dir {orphan.name})": "would remove",
+        f"(pytest dir {pytest_orphan.name})": "would remove",
     }  # fmt: skip
     report = custody.reap(
         scripted([_inspect_container("g1", removed, True), _inspect_container("k1", kept, True)]),
@@ -587,7 +590,7 @@ def test_provision_dirs_go_with_their_stack_or_their_dead_owner(private_dirs: Pa
     by = {o.project: o for o in report.outcomes}
     assert by["gone"].removed == ["container g1", f"directory {of_removed}"]
     assert sorted(p.name for p in private_dirs.iterdir()) == sorted(
-        d.name for d in (of_kept, of_live, unknown)
+        d.name for d in (of_kept, of_live, unknown, pytest_live)
     )
 
 

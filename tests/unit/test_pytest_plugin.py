@@ -134,6 +134,7 @@ from forgelib.pytest_stacks import ProvisionFailed, StackPool
 EVENTS = []
 PROCESS = os.environ.get("PYTEST_XDIST_WORKER", "main")  # under xdist: gwN, or main for the controller
 REAPED = Path(__file__).parent / "reaped"
+(Path(__file__).parent / f"pid-{PROCESS}").write_text(str(os.getpid()))
 
 def heal_leftovers(runner, say):
     EVENTS.append(("reap", PROCESS))
@@ -284,5 +285,6 @@ def test_2(forge_stack): pass
     out = result.stdout.str()
     assert out.count("forge: the reaper ran in main") == 1
     assert sorted(re.findall(r"forge: \[(gw\d)\] \1 provisioned", out)) == ["gw0", "gw0", "gw1", "gw1"]
-    # The file through which the workers told the controller that they use stacks is gone.
-    assert not (Path(tempfile.gettempdir()) / f"forge-pytest-{uid[:8]}-uses-stacks").exists()
+    # The directory through which the workers told the controller that they use stacks is gone.
+    controller = (pytester.path / "pid-main").read_text()
+    assert not list(Path(tempfile.gettempdir()).glob(f"forge-pytest-{controller}-*"))
