@@ -219,6 +219,7 @@ class Executor:
         self._signal_stop = stop
         self._print_lock = threading.Lock()
         self._stop = threading.Event()
+        self._interrupted_recorded = False  # RUN_INTERRUPTED is in the log (once)
 
     # -------------------------------------------------------------------------------------- the pool
 
@@ -239,18 +240,27 @@ class Executor:
             self._interrupt(pool, futures)
             raise
         finally:
+            # A second Ctrl-C (the hurry) can land anywhere in `_interrupt`, even before its first line:
+            # the stop goes on record however far that got, before waiting for the workers.
+            if self.stopping():
+                self._record_interrupted()
             pool.shutdown(wait=True, cancel_futures=True)
         return results
 
     def _interrupt(self, pool: ThreadPoolExecutor, futures: Sequence[Future[TrialResult]]) -> None:
+        self._record_interrupted()
         self._stop.set()
         for f in futures:
             f.cancel()  # trials not started yet stay pending for --resume
         self.say("interrupted: no new trials; tearing down the live ones")
-        self.events.append(ev.RUN_INTERRUPTED)
         # Tearing the stacks down now also ends whatever the workers are exec'ing in them.
         self._stacks.teardown_all()
         pool.shutdown(wait=True, cancel_futures=True)
+
+    def _record_interrupted(self) -> None:
+        if not self._interrupted_recorded:
+            self._interrupted_recorded = True
+            self.events.append(ev.RUN_INTERRUPTED)
 
     def stopping(self) -> bool:
         return self._stop.is_set() or (self._signal_stop is not None and self._signal_stop.requested)

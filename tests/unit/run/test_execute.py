@@ -216,6 +216,32 @@ def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
     assert out[0] == f"resuming {run_dir.name}: 3 of 3 trial(s) left to run"
 
 
+def test_a_second_ctrl_c_while_the_stop_is_handled_still_leaves_the_interruption_on_record(
+    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None
+) -> None:
+    # The hurry (a second KeyboardInterrupt) lands while the first is being handled: here as the stop's
+    # progress line is printed. The log must still say the run was interrupted, not that it was killed.
+    fired = threading.Event()
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == "python3" and not fired.is_set():
+            fired.set()
+            _thread.interrupt_main()
+        return good_answer(service, argv, kw)
+
+    def progress(line: str) -> None:
+        if line.startswith("interrupted:"):
+            raise KeyboardInterrupt  # the second signal
+
+    with pytest.raises(KeyboardInterrupt):
+        run_project(plan(tmp_path, [widget_task("a")], repeats=2), fake_backend(answer), progress)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    kinds = [e["kind"] for e in ev.read_events(run_dir / ev.EVENTS_FILE)]
+    assert (
+        kinds.count(ev.RUN_INTERRUPTED) == 1 and ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE)).interrupted
+    )
+
+
 def test_resume_after_a_kill_runs_only_what_was_missing(tmp_path: Path, fake_backend: Any) -> None:
     tasks = [widget_task("a"), widget_task("b")]
     run_dir, _, _ = run(plan(tmp_path, tasks, repeats=2), fake_backend())
