@@ -31,6 +31,7 @@ KEPT = "io.forgelib.kept"
 WORK_DIR = "io.forgelib.work_dir"
 # Set by compose itself on everything it creates; lets `forge teardown --name` find a project's leftovers.
 COMPOSE_PROJECT = "com.docker.compose.project"
+COMPOSE_SERVICE = "com.docker.compose.service"  # also compose's: which service a container runs
 
 UNKNOWN = "unknown"  # a field this OS does not expose (no /proc): never matches a live process
 RESOURCE_KINDS = ("containers", "networks", "volumes")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib.labels import RUN, is_empty, resources_with_labels
+from forgelib.labels import COMPOSE_PROJECT, COMPOSE_SERVICE, RUN, filters, is_empty, resources_with_labels
 from forgelib.runner import SubprocessRunner
 
 RUN_TIMEOUT = 900  # seconds for one whole `forge run` (a trial is ~10 s; this only bounds a hang)
@@ -194,11 +194,7 @@ class KeptStack:
 
     def container(self, service: str) -> str:
         proc = subprocess.run(
-            [
-                "docker", "ps", "--quiet",
-                "--filter", f"label=com.docker.compose.project={self.name}",
-                "--filter", f"label=com.docker.compose.service={service}",
-            ],
+            ["docker", "ps", "--quiet", *filters({COMPOSE_PROJECT: self.name, COMPOSE_SERVICE: service})],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         ids = proc.stdout.split()

@@ -122,7 +122,7 @@ def test_forge_provision_shows_the_loopback_mapping_enables_profiles_and_teardow
         assert report["services"]["web"][0].endswith("->8000/tcp") and report["services"]["probe"] == []
         assert "container_name 'byo-web' is dropped" in out.err  # what forge changed, said once
         # --profile extra: the profile's service runs (without it compose would not start `probe`)
-        service = ["--format", '{{.Label "com.docker.compose.service"}}']
+        service = ["--format", f'{{{{.Label "{lab.COMPOSE_SERVICE}"}}}}']
         ps = ["docker", "ps", *lab.filters({lab.COMPOSE_PROJECT: name}), *service]
         running = runner.run(ps).stdout.split()
         assert sorted(running) == ["cache", "probe", "tool", "web"]

@@ -24,6 +24,7 @@ from forgelib import custody
 from forgelib.builds import built_images
 from forgelib.compose import clean_env, labels_override, write_override
 from forgelib.labels import (
+    COMPOSE_SERVICE,
     RUN,
     WORK_DIR,
     Owner,
@@ -270,7 +271,7 @@ def test_sigkilled_forge_provision_leaves_stack_image_and_dir_that_the_reaper_re
 
 
 def _flt(labels: dict[str, str], *, stuck: bool = False) -> list[str]:
-    return filters({**labels, **({"com.docker.compose.service": "stuck"} if stuck else {})})
+    return filters({**labels, **({COMPOSE_SERVICE: "stuck"} if stuck else {})})
 
 
 def _built(runner: SubprocessRunner, run_id: str) -> list[str]:
