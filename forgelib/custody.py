@@ -255,8 +255,8 @@ def _ids(runner: Runner, argv: Sequence[str]) -> list[str]:
 
 def _gone(stderr: str) -> bool:
     """Docker's words for a resource that no longer exists (a concurrent run removed it meanwhile):
-    "No such container/volume: X" but "network X not found"."""
-    return "No such" in stderr or "not found" in stderr
+    "No such container/volume: X", "get X: no such volume" but "network X not found"."""
+    return "no such" in stderr.lower() or "not found" in stderr
 
 
 def _inspect(runner: Runner, what: str, ids: Sequence[str]) -> list[dict[str, Any]]:

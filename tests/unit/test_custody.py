@@ -373,17 +373,22 @@ def test_run_scoping_adds_a_label_filter() -> None:
 
 def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.MonkeyPatch) -> None:
     dead = {"pid": "300", "start": "1", "project": "dead"}
-    proj = FoundProject("dead", (container("d1", **dead), volume("dead_data", **dead)))
+    volumes = (volume("dead_data", **dead), volume("dead_cache", **dead))
+    proj = FoundProject("dead", (container("d1", **dead), *volumes))
     monkeypatch.setattr(custody, "discover", lambda runner, run_id=None: [proj])
     r = FakeRunner()
-    # who uses the volume: asked only now that the project is to be removed
-    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", "volume=dead_data", exact=True, stdout="")
+    # who uses the volumes: asked only now that the project is to be removed
+    for v in ("dead_data", "dead_cache"):
+        r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"volume={v}", exact=True, stdout="")
     r.expect("docker", "rm", "-f", "-v", "id-d1", rc=1, stderr="Error: permission denied\n")
     r.expect("docker", "volume", "rm", "dead_data", rc=1, stderr="Error: No such volume: dead_data\n")
+    # the daemon's other wording (a concurrent reaper removed it between inspect and rm)
+    gone = "Error response from daemon: get dead_cache: no such volume\n"
+    r.expect("docker", "volume", "rm", "dead_cache", rc=1, stderr=gone)
     report = custody.reap(r, facts=facts())
     (o,) = report.outcomes
     assert o.action == "failed" and o.errors == ["container d1: Error: permission denied"]
-    assert o.removed == ["volume dead_data"]  # already gone counts as removed
+    assert o.removed == ["volume dead_data", "volume dead_cache"]  # already gone counts as removed
     assert report.failed and "failed 1" in report.table()
 
 
