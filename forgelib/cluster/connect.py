@@ -64,7 +64,7 @@ def connect(address: str) -> list[NodeInfo]:
         ray.init(
             address=address,
             logging_level=logging.WARNING,
-            log_to_driver=False,  # node-side progress comes back through the relay, not raw stdout
+            log_to_driver=False,  # node-side progress comes back through the slots, not raw stdout
             configure_logging=False,
         )
     except (ConnectionError, RuntimeError, ValueError) as e:

@@ -1,31 +1,36 @@
-"""The ``forge run --cluster`` side: trials placed on Ray nodes, one source of truth on the driver.
+"""The ``forge run --cluster`` side: trials placed on Ray nodes' slots, one source of truth on the driver.
 
-Each trial is one Ray task needing one ``forge_docker`` slot; it runs ``node.run_trial`` (the local trial
-code path against the node's engine). The driver alone writes the run directory: it drains the relay into
-``events.jsonl`` (a trial's events carry the node that ran it), unpacks each finished trial's files into
-``trials/<task>/<idx>/`` before appending the events that say it finished, and so leaves a run directory
-of the same shape as a local run — summary.json, the table, JUnit and ``--resume`` read it unchanged.
+Each node offers ``forge_docker: SLOTS``; each unit is held by one long-lived slot actor (``slot``) that
+runs one trial at a time through ``node.run_trial`` (the local trial code path against the node's engine).
+The driver keeps the queue: it hands a trial to a free slot (spreading over the nodes), drains the busy
+slots' buffered events into ``events.jsonl`` every tick (a trial's events carry the node that ran it),
+unpacks each finished trial's files into ``trials/<task>/<idx>/`` before appending the events that say it
+finished, and so leaves a run directory of the same shape as a local run — summary.json, the table, JUnit
+and ``--resume`` read it unchanged.
 
-A trial whose node (or worker process) is lost mid-trial is recorded as a failed attempt of kind
-``node_lost`` and placed again, once; its stack stays on the lost node's engine under its owner labels for
-``forge reap`` there. Ctrl-C: every node is told to stop (like a signal locally: launches refused and
-killed, stacks torn down); the driver waits for the trials to come back torn down, then re-raises.
+A trial whose slot (its node, or its process) is lost mid-trial is recorded as a failed attempt of kind
+``node_lost`` and handed to another slot, once; its stack stays on the lost node's engine under its owner
+labels for ``forge reap`` there. Ctrl-C: every busy slot is told to stop (like a signal locally: launches
+refused and killed, stacks torn down); the driver waits for the trials to come back torn down, then
+re-raises. Queued trials are never sent, so ``--resume`` runs them.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forgelib.cluster import RESOURCE
-from forgelib.cluster.bundle import Bundle, pack
+from forgelib.cluster.bundle import pack
 from forgelib.cluster.connect import NodeInfo, import_ray
-from forgelib.cluster.node import TrialOrder, TrialReturn, run_trial, tar_dir, untar_into
-from forgelib.cluster.relay import Relay
+from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
+from forgelib.cluster.slot import Slot, code_digest
 from forgelib.errors import ForgeError
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, TrialHandle
@@ -34,35 +39,19 @@ from forgelib.run.lifecycle import Phase, Termination
 from forgelib.run.results import TrialResult, shelve_attempt, trial_dir, write_trial
 from forgelib.spec.models import Project, Task
 
+log = logging.getLogger("forgelib.cluster")
 NODE_LOST = "node_lost"
-WAIT_SECONDS = 0.25  # how often the driver drains the relay while trials run
+WAIT_SECONDS = 0.25  # how often the driver drains the busy slots while trials run
 ATTEMPTS = 2  # a trial whose node is lost runs once more
+NAMESPACE = "forgelib"  # the slots' Ray namespace: every driver finds the same slots by name
+SLOT_CONCURRENCY = 4  # a slot serves drain/stop calls (and queues other drivers' trials) while one runs
 
 
-def _remote_trial(bundle: Bundle, order: TrialOrder, relay: Any) -> TrialReturn:
-    """The Ray task (on a node): the relay's calls are awaited, so events arrive before the return."""
-    import ray
-
-    return run_trial(
-        bundle,
-        order,
-        node_id=ray.get_runtime_context().get_node_id(),
-        push=lambda items: ray.get(relay.push.remote(items)),
-        stop_level=lambda: int(ray.get(relay.stop_level.remote())),
-    )
-
-
-def _reap_here(run_id: str) -> str:
-    """``forge reap --run RUN_ID`` on a node's engine (resuming a killed cluster run)."""
-    import os
-
-    from forgelib.cluster.node import node_engine
-    from forgelib.custody import reap_dead_owners
-    from forgelib.runner import SubprocessRunner
-
-    os.environ["DOCKER_HOST"] = node_engine()
-    report = reap_dead_owners(SubprocessRunner(), run_id)
-    return report.table() if report.failed else ""
+@dataclass(frozen=True)
+class SlotRef:
+    node_id: str
+    index: int
+    actor: Any  # the slot's Ray actor handle
 
 
 @dataclass
@@ -74,10 +63,11 @@ class _Attempt:
     phase: str = Phase.PENDING.value
     started: float = 0.0
     number: int = 1  # the attempt number the node's events report
+    avoid: frozenset[str] = field(default_factory=frozenset)  # nodes lost under this trial
 
 
 class Cluster:
-    """A joined cluster for one run: the relay, the shipped project, the remote functions."""
+    """A joined cluster for one run: its slots (started by the first run, reused after) and the project."""
 
     def __init__(self, project: Project, output: Path, nodes: Sequence[NodeInfo]) -> None:
         self.ray = import_ray()
@@ -85,27 +75,36 @@ class Cluster:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._affinity = NodeAffinitySchedulingStrategy
-        here = self.ray.get_runtime_context().get_node_id()
-        # On the driver's own node, so the relay lives exactly as long as the driver and no worker node's
-        # loss takes the run's events with it.
-        self.relay = (
-            self.ray.remote(num_cpus=0)(Relay)
-            .options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
-            .remote()
-        )
+        self.code = code_digest()
         self.bundle_ref = self.ray.put(pack(project, exclude=[output]))
-        self.trial_fn = self.ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)(_remote_trial)
+        actor = self.ray.remote(Slot)
+        # Interleaved by node (n0s0, n1s0, n0s1, ...): a run smaller than the cluster still spreads out.
+        self.slots = [
+            SlotRef(n.node_id, i, self._slot(actor, n.node_id, i))
+            for i in range(max(n.slots for n in self.nodes))
+            for n in self.nodes
+            if i < n.slots
+        ]
 
-    def slots(self) -> int:
-        return sum(n.slots for n in self.nodes)
+    def _slot(self, actor: Any, node_id: str, index: int) -> Any:
+        """The node's slot ``index`` for this forgelib code: the running one, or started now (a new slot
+        answers once its process has started; calls queue until then)."""
+        return actor.options(
+            name=f"forge-slot-{node_id}-{index}-{self.code}",
+            namespace=NAMESPACE,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=0,
+            max_task_retries=0,
+            max_concurrency=SLOT_CONCURRENCY,
+            num_cpus=0,
+            resources={RESOURCE: 1},
+            scheduling_strategy=self._affinity(node_id, soft=False),
+        ).remote(node_id)
 
     def reap(self, run_id: str) -> None:
-        fn = self.ray.remote(num_cpus=0, max_retries=0)(_reap_here)
-        refs = [
-            fn.options(scheduling_strategy=self._affinity(n.node_id, soft=False)).remote(run_id)
-            for n in self.nodes
-        ]
-        failed = [t for t in self.ray.get(refs) if t]
+        first = {s.node_id: s for s in reversed(self.slots)}
+        failed = [t for t in self.ray.get([s.actor.reap.remote(run_id) for s in first.values()]) if t]
         if failed:
             raise ForgeError(
                 f"cannot resume {run_id}: leftovers of the killed session remain:\n" + "\n".join(failed)
@@ -157,22 +156,44 @@ class ClusterExecutor:
         self.events = events
         self.s = settings
         self.say = progress
-        self._inflight: dict[Any, _Attempt] = {}
+        self._queue: deque[_Attempt] = deque()
+        self._free: list[SlotRef] = list(cluster.slots)
+        self._inflight: dict[Any, tuple[_Attempt, SlotRef]] = {}
         self._by_key: dict[ev.TrialKey, _Attempt] = {}
+        self._stopping = False
 
     def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]:
-        self.say(f"cluster: {len(self.c.nodes)} node(s), {self.c.slots()} forge slot(s)")
-        for task, index in trials:
-            self._submit(_Attempt(task, index, 1))
+        nodes = len({s.node_id for s in self.c.slots})
+        self.say(f"cluster: {nodes} node(s), {len(self.c.slots)} forge slot(s)")
+        self._queue.extend(_Attempt(task, index, 1) for task, index in trials)
         try:
-            while self._inflight:
+            while self._queue or self._inflight:
+                self._dispatch()
                 self._tick(rerun=True)
         except KeyboardInterrupt:
             self._interrupt()
             raise
         return []
 
-    def _submit(self, a: _Attempt) -> None:
+    def _dispatch(self) -> None:
+        while self._queue and self._free and not self._stopping:
+            a = self._queue[0]
+            slot = next((s for s in self._free if s.node_id not in a.avoid), None)
+            if slot is None:
+                if not self._inflight:  # only the lost nodes' slots are left: run it there after all
+                    slot = self._free[0]
+                else:
+                    return
+            self._queue.popleft()
+            self._free.remove(slot)
+            self._submit(a, slot)
+        if self._queue and not self._free and not self._inflight:
+            raise ForgeError(
+                f"every forge slot of the cluster is gone; {len(self._queue)} trial(s) were not run "
+                f"(forge run --resume {self.s.run_id} --cluster ... runs them once nodes are back)"
+            )
+
+    def _submit(self, a: _Attempt, slot: SlotRef) -> None:
         order = TrialOrder(
             run_id=self.s.run_id,
             task=a.task.name,
@@ -185,27 +206,39 @@ class ClusterExecutor:
             prior=tar_dir(d) if (d := trial_dir(self.s.run_dir, a.task.name, a.index)).is_dir() else b"",
         )
         a.started = time.time()
-        ref = self.c.trial_fn.remote(self.c.bundle_ref, order, self.c.relay)
-        self._inflight[ref] = a
+        a.node = slot.node_id
+        ref = slot.actor.run.remote(self.c.bundle_ref, order, self.c.code)
+        self._inflight[ref] = (a, slot)
         self._by_key[(a.task.name, a.index)] = a
 
     def _tick(self, *, rerun: bool) -> None:
         refs = list(self._inflight)
+        if not refs:
+            return
         done, rest = self.ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS)
         if done and rest:
             more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
             done += more
         lost: list[tuple[_Attempt, str]] = []
         finished: list[tuple[_Attempt, TrialReturn]] = []
+        busy = [slot for _, slot in self._inflight.values()]  # finished ones too: their last events
         for ref in done:
-            a = self._inflight.pop(ref)
+            a, slot = self._inflight.pop(ref)
             try:
                 ret: TrialReturn = self.ray.get(ref)
             except self.ray.exceptions.RayTaskError as e:  # our code raised on the node: a bug
+                self._free.append(slot)
                 finished.append((a, TrialReturn({"id": a.node or "?"}, error=f"internal error: {e}")))
                 continue
-            except self.ray.exceptions.RayError as e:  # the node, its raylet or the worker died
+            except self.ray.exceptions.RayError as e:  # the node, its raylet or the slot's process died
                 lost.append((a, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                continue
+            self._free.append(slot)
+            log.debug(
+                "cluster trial %s[%s] on %s: sent %.3f, back %.3f, node marks %s",
+                a.task.name, a.index, slot.node_id[:12], a.started, time.time(), ret.marks,
+            )  # fmt: skip
+            if not ret.started:  # a stop came first: nothing ran, nothing was recorded
                 continue
             if ret.files:  # before its trial_finished event is appended below
                 dest = trial_dir(self.s.run_dir, a.task.name, a.index)
@@ -213,30 +246,37 @@ class ClusterExecutor:
                     shutil.rmtree(dest)
                 untar_into(ret.files, dest)
             finished.append((a, ret))
-        self._drain()
+        self._drain(busy)
         for a, ret in finished:
             if ret.error is not None:
                 self._record_here(a, Termination.PROVISION_ERROR, ret.error, "node", ret.node)
         for a, why in lost:
             self._lost(a, why, rerun=rerun)
 
-    def _drain(self) -> None:
-        for item, payload in self.ray.get(self.c.relay.drain.remote()):
-            if item == "say":
-                self.say(str(payload))
+    def _drain(self, slots: list[SlotRef]) -> None:
+        """Every busy slot's buffered events, appended in the order each slot recorded them."""
+        refs = [s.actor.drain.remote(self.s.run_id) for s in slots]
+        for ref in refs:
+            try:
+                items = self.ray.get(ref)
+            except self.ray.exceptions.RayError:  # a lost slot: its trial comes back as lost
                 continue
-            kind, fields = payload
-            a = self._by_key.get((fields.get("task"), fields.get("index")))
-            if a is not None:
-                a.node = fields.get("node", a.node)
-                a.phase = fields.get("phase", a.phase)
-                a.number = int(fields.get("attempt") or a.number)
-            self.events.append(kind, **fields)
+            for item, payload in items:
+                if item == "say":
+                    self.say(str(payload))
+                    continue
+                kind, fields = payload
+                a = self._by_key.get((fields.get("task"), fields.get("index")))
+                if a is not None:
+                    a.node = fields.get("node", a.node)
+                    a.phase = fields.get("phase", a.phase)
+                    a.number = int(fields.get("attempt") or a.number)
+                self.events.append(kind, **fields)
 
     def _lost(self, a: _Attempt, why: str, *, rerun: bool) -> None:
         where = f"node {a.node}" if a.node else "its node"
         gone = "NodeDiedError" in why or not self.c.alive(a.node)
-        state = "lost" if gone else "alive, but the trial's worker died"
+        state = "lost" if gone else "alive, but the trial's slot process died"
         reason = f"{NODE_LOST}: {where} ({state}) during {a.phase}: {why}"
         if not rerun:  # stopping: left unfinished, so `--resume` runs it
             self.say(f"{a.task.name}[{a.index}] {reason}")
@@ -247,7 +287,8 @@ class ClusterExecutor:
         )
         if not final:
             self.say(f"{a.task.name}[{a.index}] {reason}; running it again on another node")
-            self._submit(_Attempt(a.task, a.index, a.attempt + 1))
+            avoid = a.avoid | {a.node} if a.node else a.avoid
+            self._queue.appendleft(_Attempt(a.task, a.index, a.attempt + 1, avoid=frozenset(avoid)))
 
     def _record_here(
         self,
@@ -292,16 +333,26 @@ class ClusterExecutor:
         self.say(f"{r.task}[{r.index}] {word:<13} {r.wall_seconds:7.1f}s {r.status} {stage}")
 
     def _interrupt(self) -> None:
-        level = 1
-        self.ray.get(self.c.relay.set_stop.remote(level))
+        self._stopping = True
+        self._queue.clear()  # never sent: `--resume` runs them
+        self._stop_slots(1)
         self.say("interrupted: no new trials; every node tears down its live stacks")
         self.events.append(ev.RUN_INTERRUPTED)
+        level = 1
         while self._inflight:
             try:
                 self._tick(rerun=False)
             except KeyboardInterrupt:
                 level = min(level + 1, 2)
-                self.ray.get(self.c.relay.set_stop.remote(level))
+                self._stop_slots(level)
+
+    def _stop_slots(self, level: int) -> None:
+        refs = [slot.actor.stop.remote(self.s.run_id, level) for _, slot in self._inflight.values()]
+        for ref in refs:
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayError:  # a lost slot has nothing left to stop
+                continue
 
 
 __all__ = ["NODE_LOST", "Cluster", "ClusterBackend", "ClusterExecutor"]

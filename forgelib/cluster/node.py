@@ -2,10 +2,10 @@
 
 The trial goes through ``Executor.run_trial`` with the node's own ``DockerBackend`` — provision, oracle,
 checks, logs, teardown, ownership labels — against the engine the node declares (``FORGE_DOCKER_HOST``),
-in a temporary directory that holds the unpacked project and the trial's files. Events and progress go to
-the driver through the relay; the trial's files go back as one tar in the task's return value; the
-temporary directory is removed either way. A stop from the driver acts like a signal does locally:
-no new launches, in-flight launches killed, the stack torn down (a second stop: without graceful waits).
+in a temporary directory (its slot's: ``slot``) that holds the trial's files. Events and progress go to
+the driver through the slot's buffer; the trial's files go back as one tar in the return value. A stop
+from the driver acts like a signal does locally: no new launches, in-flight launches killed, the stack
+torn down (a second stop: without graceful waits).
 """
 
 from __future__ import annotations
@@ -14,26 +14,24 @@ import io
 import os
 import socket
 import tarfile
-import tempfile
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forgelib.cluster import ENGINE_ENV
-from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
-from forgelib.cluster.relay import Item
 from forgelib.errors import ForgeError
 from forgelib.run.cli import DockerBackend
 from forgelib.run.execute import Executor, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.loader import load_project_config
-from forgelib.spec.models import Timeouts
+from forgelib.spec.models import Project, Timeouts
 
 STOP_POLL_SECONDS = 0.5
+Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)
 
 
 @dataclass(frozen=True)
@@ -58,6 +56,8 @@ class TrialReturn:
     files: bytes = b""  # tar of the trial's directory
     error: str | None = None  # the node could not run the trial at all (no engine, a seed failed to verify)
     status: str = ""
+    # Wall-clock marks (time.time()) of the node-side steps, for the driver's overhead breakdown.
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 def node_engine() -> str:
@@ -109,10 +109,7 @@ class StopWatcher:
     def _watch(self) -> None:
         seen = 0
         while not self._done.wait(STOP_POLL_SECONDS):
-            try:
-                level = self._level()
-            except Exception:  # noqa: BLE001 - the driver is gone: Ray ends this job's workers itself
-                return
+            level = self._level()
             while seen < level:
                 seen += 1
                 self._stop.request("driver stop")  # kills the guarded runner's in-flight launches
@@ -122,49 +119,43 @@ class StopWatcher:
 
 
 def run_trial(
-    bundle: Bundle,
+    project: Project,
     order: TrialOrder,
     *,
-    node_id: str,
+    node: dict[str, str],
+    workdir: Path,
     push: Callable[[list[Item]], None],
     stop_level: Callable[[], int],
 ) -> TrialReturn:
-    """Run one trial here (called by the Ray task in ``driver``; Ray-free so it is testable alone)."""
-    engine = node_engine()
-    node = node_identity(node_id, engine)
-    if stop_level() > 0:
-        return TrialReturn(node, started=False)
-    # Every docker/compose command this process runs goes to the node's engine.
-    os.environ["DOCKER_HOST"] = engine
-    with tempfile.TemporaryDirectory(prefix="forge-node-") as tmp:
-        try:
-            project = load_project_config(unpack(bundle, Path(tmp) / "project"))
-            verify_seeds(project, bundle.seeds)
-            task = project.task(order.task)
-        except ForgeError as e:
-            return TrialReturn(node, error=str(e))
-        stop, stacks = StopState(), LiveStacks()
-        runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
-        backend = DockerBackend(
-            project, order.timeouts, runner, order.log_tail_lines, profiles=order.profiles
-        )
-        sink = RelayEvents(push, node)
-        settings = Settings(
-            run_id=order.run_id,
-            run_dir=Path(tmp) / "run",
-            timeouts=order.timeouts,
-            capture_logs_on_success=order.capture_logs_on_success,
-            log_tail_lines=order.log_tail_lines,
-            retries=order.retries,
-            node=node,
-        )
-        if order.prior:  # a rerun counts on from the attempts already on record
-            untar_into(order.prior, trial_dir(settings.run_dir, order.task, order.index))
-        executor = Executor(backend, sink, settings, sink.say, stacks=stacks, stop=stop)
-        with StopWatcher(stop_level, stop, stacks):
-            result = executor.run_trial(task, order.index)
-        files = tar_dir(trial_dir(settings.run_dir, order.task, order.index))
-    return TrialReturn(node, files=files, status=result.status)
+    """Run one trial of ``project`` (shipped and verified: ``slot``) here, in ``workdir`` (Ray-free)."""
+    marks: dict[str, float] = {}
+    try:
+        task = project.task(order.task)
+    except ForgeError as e:
+        return TrialReturn(node, error=str(e))
+    stop, stacks = StopState(), LiveStacks()
+    runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
+    backend = DockerBackend(project, order.timeouts, runner, order.log_tail_lines, profiles=order.profiles)
+    sink = RelayEvents(push, node)
+    settings = Settings(
+        run_id=order.run_id,
+        run_dir=workdir / "run",
+        timeouts=order.timeouts,
+        capture_logs_on_success=order.capture_logs_on_success,
+        log_tail_lines=order.log_tail_lines,
+        retries=order.retries,
+        node=node,
+    )
+    if order.prior:  # a rerun counts on from the attempts already on record
+        untar_into(order.prior, trial_dir(settings.run_dir, order.task, order.index))
+    executor = Executor(backend, sink, settings, sink.say, stacks=stacks, stop=stop)
+    marks["trial_start"] = time.time()
+    with StopWatcher(stop_level, stop, stacks):
+        result = executor.run_trial(task, order.index)
+    marks["trial_end"] = time.time()
+    files = tar_dir(trial_dir(settings.run_dir, order.task, order.index))
+    marks["tarred"] = time.time()
+    return TrialReturn(node, files=files, status=result.status, marks=marks)
 
 
 def tar_dir(path: Path) -> bytes:
@@ -180,4 +171,4 @@ def untar_into(data: bytes, dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
-__all__ = ["RelayEvents", "StopWatcher", "TrialOrder", "TrialReturn", "node_engine", "run_trial"]
+__all__ = ["Item", "RelayEvents", "StopWatcher", "TrialOrder", "TrialReturn", "node_engine", "run_trial"]

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,7 @@ pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.
 from support.cluster import (  # noqa: E402 - after the importorskip
     Engine,
     RayCluster,
-    main_engine,
-    start_cluster,
-    start_engine,
+    start_engine_and_cluster,
     stop_engine,
     wait_for,
 )
@@ -39,21 +36,25 @@ RUN_TIMEOUT = 900
 
 
 @pytest.fixture(scope="module")
-def engines(docker_ready: None) -> Iterator[list[Engine]]:
-    second = start_engine(IMAGES)
+def _engines_and_cluster(docker_ready: None) -> Iterator[tuple[list[Engine], RayCluster]]:
+    engines, cl = start_engine_and_cluster(IMAGES, slots=2)
     try:
-        yield [main_engine(), second]
+        yield engines, cl
     finally:
-        stop_engine(second)
+        try:
+            cl.stop()
+        finally:
+            stop_engine(engines[1])
 
 
 @pytest.fixture(scope="module")
-def cluster(engines: list[Engine]) -> Iterator[RayCluster]:
-    cl = start_cluster(engines, slots=2)
-    try:
-        yield cl
-    finally:
-        cl.stop()
+def engines(_engines_and_cluster: tuple[list[Engine], RayCluster]) -> list[Engine]:
+    return _engines_and_cluster[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(_engines_and_cluster: tuple[list[Engine], RayCluster]) -> RayCluster:
+    return _engines_and_cluster[1]
 
 
 def _config(tmp: Path, repeats: int) -> Path:
@@ -132,9 +133,18 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
 ) -> None:
     cfg = _config(tmp_path / "c", repeats=8)
     watches = [Watch(e, tmp_path / f"events{i}.jsonl") for i, e in enumerate(engines)]
+    # The same plan locally (fewer repeats), side by side with the cluster run: its run directory is the
+    # shape to match, and `-X importtime` shows Ray is never imported on the local path.
+    local_argv = [sys.executable, "-X", "importtime", "-m", "forgelib", "run", "--config",
+                  str(_config(tmp_path / "l", 2)), "--json"]  # fmt: skip
+    with open(tmp_path / "local.out", "wb") as lo, open(tmp_path / "local.err", "wb") as le:
+        local = subprocess.Popen(local_argv, stdout=lo, stderr=le)
     try:
         r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address, "--json")
+        local_rc = local.wait(timeout=RUN_TIMEOUT)
     finally:
+        if local.poll() is None:
+            local.kill()
         for w in watches:
             w.stop()
     assert r.returncode == 0, r.stderr
@@ -162,20 +172,18 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
     assert len(finished) == 8 and all(e.get("node") for e in finished)
     assert all(not _leftovers(e, rid) for e in engines)
 
-    # The same plan locally (fewer repeats): the same files, and Ray never imported on the local path.
-    local = _forge("-X", "importtime", "-m", "forgelib", "run", "--config", str(_config(tmp_path / "l", 2)),
-                   "--json")  # fmt: skip
-    assert local.returncode == 0, local.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in local.stderr.splitlines() if "|" in line}
+    local_err = (tmp_path / "local.err").read_text()
+    assert local_rc == 0, local_err
+    imported = {line.rsplit("|", 1)[-1].strip() for line in local_err.splitlines() if "|" in line}
     assert "forgelib.run.cli" in imported and not {m for m in imported if m.split(".")[0] == "ray"}
     assert _files(run_dir) == _files(_run_dir(tmp_path / "l"))
-    assert set(json.loads(local.stdout)) == set(summary)
+    assert set(json.loads((tmp_path / "local.out").read_text())) == set(summary)
 
 
 def test_ctrl_c_tears_down_every_stack_on_every_node(
     cluster: RayCluster, engines: list[Engine], tmp_path: Path
 ) -> None:
-    cfg = _config(tmp_path, repeats=4)
+    cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
     watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
     with open(tmp_path / "driver.log", "wb") as log:
@@ -205,7 +213,7 @@ def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
     """Runs last: it kills the second engine's node."""
     doomed, survivor = cluster.workers[1], engines[0]
     assert doomed.engine is not None
-    cfg = _config(tmp_path, repeats=4)
+    cfg = _config(tmp_path, repeats=2)  # one trial on each node; the doomed node's reruns on the other
     watch = Watch(doomed.engine, tmp_path / "doomed.jsonl", event="start")
     argv = [
         sys.executable,
@@ -231,7 +239,7 @@ def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
     err_text = (tmp_path / "driver.err").read_text()
     assert rc == 0, err_text
     summary = json.loads((tmp_path / "driver.out").read_text())
-    assert summary["totals"]["passed"] == 4, summary
+    assert summary["totals"]["passed"] == 2, summary
     run_dir = _run_dir(tmp_path)
     lost = [
         e for e in _events(run_dir) if e["kind"] == "trial_attempt" and e.get("error_stage") == "node_lost"
@@ -258,4 +266,3 @@ def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
 
     wait_for("forge reap on the dead node's engine", reaped, timeout=120)
     assert any(rep.get("removed") for rep in reports), reports
-    time.sleep(0)  # no timing assumptions: the loop above waits on the engine's state

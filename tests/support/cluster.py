@@ -3,6 +3,13 @@ trees, every Ray process bound to 127.0.0.1), one node per Docker engine — the
 second dockerd started here with its own socket, data root, exec root, pidfile, no default bridge and its
 own address pool, with the stand-in images moved across by ``docker save | docker load``.
 
+The second dockerd runs with ``--iptables=false``: a daemon that manages iptables removes and recreates the
+DOCKER chains at start, wiping the machine engine's rules (its published ports and network isolation stop
+working). Published ports still work without iptables (docker-proxy on 127.0.0.1); only traffic between
+the second engine's containers needs a rule, because bridged traffic crosses FORWARD (br_netfilter) whose
+policy the machine engine sets to DROP: one ACCEPT for the second engine's own pool, in DOCKER-USER (the
+chain Docker leaves to the administrator and never flushes), removed again when the engine stops.
+
 Everything started here is stopped here, by pid, even when a test fails; the main engine is only read.
 """
 
@@ -17,11 +24,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT = 180.0  # seconds a daemon or node may take to answer on a loaded 2-core box
-POOL = "base=10.213.0.0/16,size=24"  # the main engine uses 10.200.0.0/16
+SUBNET = "10.213.0.0/16"  # the main engine uses 10.200.0.0/16
+POOL = f"base={SUBNET},size=24"
+# Containers of the second engine may talk to each other (and only to each other).
+FORWARD_RULE = ["DOCKER-USER", "-s", SUBNET, "-d", SUBNET, "-j", "ACCEPT"]
 
 
 def wait_for(
@@ -96,6 +107,7 @@ class Engine:
     host: str  # DOCKER_HOST value
     dir: Path | None = None  # a second engine's state; None: the machine's engine (never touched)
     proc: subprocess.Popen[bytes] | None = None
+    forward_rule: bool = False  # FORWARD_RULE inserted for this engine
 
     def docker(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         env = {**os.environ, "DOCKER_HOST": self.host}
@@ -116,19 +128,28 @@ def main_engine() -> Engine:
     return Engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
 
 
-def start_engine(images: list[str]) -> Engine:
-    """A second dockerd beside the machine's, with ``images`` loaded from the machine's engine."""
+def new_engine() -> Engine:
+    """A second engine's address and state directory, before it runs (so Ray nodes can start meanwhile)."""
     d = Path(tempfile.mkdtemp(prefix="forge-eng-", dir="/var/tmp"))
-    eng = Engine(f"unix://{d}/docker.sock", d)
+    return Engine(f"unix://{d}/docker.sock", d)
+
+
+def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
+    """A second dockerd beside the machine's, with ``images`` loaded from the machine's engine."""
+    eng = eng or new_engine()
+    assert eng.dir is not None
+    d = eng.dir
     log = d / "dockerd.log"
-    with open(log, "wb") as out:
-        eng.proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(d / "root"), "--exec-root", str(d / "exec"),
-             "--pidfile", str(d / "docker.pid"), "-H", eng.host, "--bridge", "none",
-             "--default-address-pool", POOL],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
     try:
+        _iptables("-I", *FORWARD_RULE)
+        eng.forward_rule = True
+        with open(log, "wb") as out:
+            eng.proc = subprocess.Popen(
+                ["dockerd", "--data-root", str(d / "root"), "--exec-root", str(d / "exec"),
+                 "--pidfile", str(d / "docker.pid"), "-H", eng.host, "--bridge", "none",
+                 "--iptables=false", "--ip-masq=false", "--default-address-pool", POOL],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
         wait_for("second dockerd", eng.answers, eng.proc, log=log)
         save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
         assert save.stdout is not None
@@ -142,11 +163,22 @@ def start_engine(images: list[str]) -> Engine:
     return eng
 
 
+def _iptables(*args: str) -> None:
+    r = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, timeout=60, check=False)
+    if r.returncode != 0:
+        raise AssertionError(f"iptables {' '.join(args)}: rc={r.returncode}\n{r.stderr}")
+
+
 def stop_engine(eng: Engine) -> None:
-    """Stop a second engine by its own pid and remove its state (its data root, sockets, pidfile)."""
+    """Stop a second engine by its own pid and remove its state (its data root, sockets, pidfile); again
+    is a no-op."""
     if eng.proc is not None:
         kill_tree(eng.proc, grace=60)
-    if eng.dir is not None:
+        eng.proc = None
+    if eng.forward_rule:  # one -D per -I: a second engine started beside this one keeps its own
+        _iptables("-D", *FORWARD_RULE)
+        eng.forward_rule = False
+    if eng.dir is not None and eng.dir.exists():
         _unmount_below(eng.dir)
         shutil.rmtree(eng.dir)
 
@@ -209,8 +241,15 @@ def start_cluster(engines: list[Engine], slots: int) -> RayCluster:
         wait_for("ray head", lambda: current.is_file() and current.read_text().strip() != "", head.proc,
                  log=head.log)  # fmt: skip
         cluster.address = current.read_text().strip()
-        for i, eng in enumerate(engines):
-            cluster.workers.append(_start_worker(cluster.address, i, eng, slots, env, common, d))
+        with ThreadPoolExecutor(len(engines)) as pool:  # the nodes start side by side
+            futures = [
+                pool.submit(_start_worker, cluster.address, i, eng, slots, env, common, d)
+                for i, eng in enumerate(engines)
+            ]
+            errors = [f.exception() for f in futures]
+            cluster.workers = [f.result() for f in futures if f.exception() is None]
+        if any(errors):
+            raise next(e for e in errors if e is not None)
     except BaseException:
         cluster.stop()
         raise
@@ -222,12 +261,18 @@ def _start_worker(
 ) -> RayNode:
     """One worker node serving ``eng``. Ray gives a raylet 30 s to register, which a loaded 2-core box
     can exceed while the node's agents import; a node that gave up is started again, once."""
-    # --num-cpus = slots: Ray keeps that many worker processes started, so a trial does not wait for one.
+    # --num-cpus 0: trials run in forge's slot actors (which need no CPU unit), so Ray has no reason to
+    # keep idle task workers started for every driver that joins.
     resources = f'{{"forge_docker": {slots}}}'
-    args = ["--address", address, "--num-cpus", str(slots), "--resources", resources, *common]
+    args = ["--address", address, "--num-cpus", "0", "--resources", resources, *common]
     for attempt in (1, 2):
         log = d / f"worker{i}.{attempt}.log"
-        node = RayNode(_ray(args, {**env, "FORGE_DOCKER_HOST": eng.host}, log), log, eng)
+        # The node's own temp dir (its slots' forge-node-* dirs): removed with the cluster, even when the
+        # node was killed before its slots could remove theirs.
+        tmp = d / f"tmp{i}"
+        tmp.mkdir(exist_ok=True)
+        node_env = {**env, "FORGE_DOCKER_HOST": eng.host, "TMPDIR": str(tmp)}
+        node = RayNode(_ray(args, node_env, log), log, eng)
         started = lambda lg=log: "Ray runtime started" in lg.read_text(errors="replace")  # noqa: E731
         try:
             wait_for(f"ray worker {i}", started, node.proc, log=log)
@@ -238,3 +283,24 @@ def _start_worker(
             continue
         return node
     raise AssertionError("unreachable")
+
+
+def start_engine_and_cluster(images: list[str], slots: int) -> tuple[list[Engine], RayCluster]:
+    """The machine's engine and a second one, each served by a node of a new cluster; the second engine
+    boots (and loads ``images``) while the Ray nodes start, which need only its address."""
+    second = new_engine()
+    with ThreadPoolExecutor(1) as pool:
+        booting = pool.submit(start_engine, images, second)
+        try:
+            cluster = start_cluster([main_engine(), second], slots)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                booting.result()
+            stop_engine(second)
+            raise
+        try:
+            booting.result()
+        except BaseException:
+            cluster.stop()
+            raise
+    return [main_engine(), second], cluster

@@ -1,7 +1,9 @@
-"""forgelib.cluster without a cluster: the shipped project, the node's stop handling, import hygiene."""
+"""forgelib.cluster without a cluster: the shipped project, a node's slot (its project cache, event buffer
+and stop handling), import hygiene."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,12 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from forgelib.cluster import bundle as bundle_mod
+from forgelib.cluster import slot as slot_mod
 from forgelib.cluster.bundle import pack, unpack, verify_seeds
 from forgelib.cluster.connect import forge_nodes, is_loopback
-from forgelib.cluster.node import RelayEvents, StopWatcher, node_engine
+from forgelib.cluster.node import RelayEvents, StopWatcher, TrialOrder, node_engine
+from forgelib.cluster.slot import DRIVER_SILENCE, Slot, code_digest, reap_dead_slot_dirs
 from forgelib.errors import ForgeError
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config, load_run_config
+from forgelib.spec.models import Timeouts
 
 PACK = Path(__file__).resolve().parents[3] / "examples" / "multi_service_postgres_reset"
 
@@ -106,6 +112,86 @@ def test_a_driver_stop_reaches_the_trial_like_a_signal() -> None:
     assert stop.hurry and torn == [False]  # a second stop: torn down without graceful waits
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Slot:
+    monkeypatch.setattr(slot_mod.tempfile, "tempdir", str(tmp_path))
+    return Slot("node-1", clock=Clock())
+
+
+def _order(run_id: str = "r1") -> TrialOrder:
+    return TrialOrder(run_id, "read_widget", 0, Timeouts(), False, 0)
+
+
+def test_a_slot_unpacks_and_verifies_a_bundle_once_per_digest(
+    slot: Slot, project_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verified: list[str] = []
+    real = slot_mod.verify_seeds
+    monkeypatch.setattr(slot_mod, "verify_seeds", lambda p, w: (verified.append(p.root.name), real(p, w)))
+    first = pack(load_project_config(project_copy))
+    assert slot._project(first) is slot._project(first) and len(verified) == 1  # cached after the first
+    assert first.seeds and slot._project(first).seeds.keys() == first.seeds.keys()
+    (project_copy / "NOTES.md").write_text("edited between runs\n")
+    second = pack(load_project_config(project_copy))  # other content: another digest, verified again
+    assert second.sha256 != first.sha256
+    slot._project(second)
+    assert len(verified) == 2
+    other = {name: "sha256:" + "0" * 64 for name in second.seeds}  # not what the driver verified
+    lying = bundle_mod.Bundle(second.data, second.sha256, second.project_file, other)
+    slot._projects.clear()
+    with pytest.raises(ForgeError, match=r"hashes to .* on this node"):
+        slot._project(lying)  # a seed that is not what the driver verified is never applied
+    assert not (slot.home / second.sha256[:16]).exists()
+
+
+def test_a_slot_refuses_trials_from_other_forgelib_code(slot: Slot, project_copy: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("FORGE_DOCKER_HOST", "unix:///srv/engine.sock")
+    ret = slot.run(pack(load_project_config(project_copy)), _order(), code="0" * 16)
+    assert (
+        ret.error and "other forgelib code" in ret.error and ret.node["engine"] == "unix:///srv/engine.sock"
+    )
+    assert slot.code == code_digest() != "0" * 16
+
+
+def test_a_slot_buffers_each_runs_events_and_stops_when_its_driver_goes_silent(slot: Slot) -> None:
+    clock = slot._clock
+    assert isinstance(clock, Clock)
+    slot._push("r1", [("say", "a")])
+    slot._push("r2", [("say", "b")])
+    assert slot.drain("r1") == [("say", "a")] and slot.drain("r1") == []
+    assert slot.drain("r2") == [("say", "b")]
+    slot.stop("r2", 1)
+    assert (slot._stop_level("r1"), slot._stop_level("r2")) == (0, 1)
+    clock.now += DRIVER_SILENCE / 2
+    slot.drain("r1")  # r1's driver is alive: it keeps draining
+    clock.now += DRIVER_SILENCE / 2 + 1
+    assert slot._stop_level("r1") == 0
+    clock.now += DRIVER_SILENCE
+    assert slot._stop_level("r1") == 1  # killed driver: its trial is stopped, its stack torn down
+    slot._forget_gone_runs()
+    assert slot._runs == {}
+
+
+def test_a_dead_slots_directory_is_removed_by_the_next_slot(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    (tmp_path / f"forge-node-{dead}-abc" / "trial-x").mkdir(parents=True)
+    (tmp_path / f"forge-node-{os.getpid()}-def").mkdir()
+    (tmp_path / "forge-nodeish").mkdir()
+    reap_dead_slot_dirs(tmp_path)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == [f"forge-node-{os.getpid()}-def", "forge-nodeish"]
+
+
 def test_forge_nodes_are_alive_nodes_with_slots() -> None:
     nodes = [
         {"NodeID": "a", "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"forge_docker": 4.0}},
@@ -125,7 +211,7 @@ def test_run_config_names_a_cluster(tmp_path: Path) -> None:
 def test_the_local_path_never_imports_ray() -> None:
     code = (
         "import sys, forgelib.cli, forgelib.tasks, forgelib.run.cli, forgelib.run.execute, "
-        "forgelib.cluster.driver, forgelib.cluster.node, forgelib.cluster.bundle\n"
+        "forgelib.cluster.driver, forgelib.cluster.node, forgelib.cluster.bundle, forgelib.cluster.slot\n"
         "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
         "assert not bad, bad\n"
     )

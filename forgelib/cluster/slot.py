@@ -1,0 +1,213 @@
+"""One forge slot of a cluster node: a long-lived process that runs the slot's trials one at a time.
+
+Why long-lived: a Ray task runs in a worker process that Ray starts for each driver (each ``forge run``),
+and starting one (Python, Ray, forgelib's imports) took ≈ 11 s per slot on the loaded 2-core test box —
+nearly all of the cluster's overhead per trial (benchmarks/README.md "Cluster"). A slot is a named,
+detached Ray actor holding one ``forge_docker`` unit of its node (so Ray still runs at most SLOTS stacks on
+a node): the first run on a cluster starts it, later runs (and concurrent drivers) reuse it. Its name
+carries the digest of the forgelib code that runs it, so a driver never hands trials to other code; a
+slot with no trial for ``IDLE_SECONDS`` exits and frees its unit (an old version's slots go that way).
+
+Per slot it keeps the shipped project unpacked and its seeds verified once per bundle digest (the bytes
+and every seed's digest are checked before the first trial that uses them), buffers each run's events for
+the driver to drain (no round trip per event), and holds each run's stop level. A driver that stops
+draining for ``DRIVER_SILENCE`` seconds is gone (killed): its trial is stopped like a Ctrl-C, so no stack
+outlives it. No Ray here (``driver`` wraps the class with ``ray.remote``): unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import forgelib
+from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
+from forgelib.cluster.node import Item, TrialOrder, TrialReturn, node_engine, node_identity, run_trial
+from forgelib.errors import ForgeError
+from forgelib.spec.loader import load_project_config
+from forgelib.spec.models import Project
+
+DRIVER_SILENCE = 60.0  # seconds without a drain from a run's driver: it is gone, stop its trial
+IDLE_SECONDS = 900.0  # a slot with no trial for this long exits (and frees its forge_docker unit)
+BUNDLES_KEPT = 2  # unpacked projects a slot keeps (two drivers alternating do not thrash)
+DIR_PREFIX = "forge-node-"  # + the slot's pid: a dead slot's directory is removed by the next slot
+
+
+def code_digest() -> str:
+    """The forgelib code this process runs (content of its .py files): slots and drivers must agree."""
+    root = Path(forgelib.__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class _Run:
+    """What a slot holds for one driver's run."""
+
+    seen: float  # the driver's last drain (time.monotonic())
+    events: list[Item] = field(default_factory=list)
+    stop: int = 0
+
+
+class Slot:
+    def __init__(self, node_id: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.node_id = node_id
+        self.code = code_digest()
+        self._clock = clock
+        reap_dead_slot_dirs(Path(tempfile.gettempdir()))
+        self.home = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
+        self._projects: OrderedDict[str, Project] = OrderedDict()  # bundle sha256 -> verified project
+        self._runs: dict[str, _Run] = {}
+        self._mu = threading.Lock()  # guards _runs (drain/stop run on other threads than run)
+        self._trial = threading.Lock()  # one trial at a time, whoever asks
+        self._busy_since: float | None = None
+        self._last_trial = clock()
+        threading.Thread(target=self._exit_when_idle, name="forge-slot-idle", daemon=True).start()
+
+    # ---------------------------------------------------------------------------------- driver calls
+    def run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
+        """One trial of ``order.run_id`` here, through ``node.run_trial`` (the local trial code path)."""
+        with self._trial:
+            self._busy_since = self._clock()
+            try:
+                return self._run(bundle, order, code)
+            finally:
+                self._busy_since = None
+                self._last_trial = self._clock()
+                self._forget_gone_runs()
+
+    def drain(self, run_id: str) -> list[Item]:
+        with self._mu:
+            run = self._run_state(run_id)
+            items, run.events = run.events, []
+            return items
+
+    def stop(self, run_id: str, level: int) -> None:
+        with self._mu:
+            run = self._run_state(run_id)
+            run.stop = max(run.stop, level)
+
+    def reap(self, run_id: str) -> str:
+        """``forge reap --run RUN_ID`` on this node's engine (resuming a killed cluster run)."""
+        from forgelib.custody import reap_dead_owners
+        from forgelib.runner import SubprocessRunner
+
+        os.environ["DOCKER_HOST"] = node_engine()
+        report = reap_dead_owners(SubprocessRunner(), run_id)
+        return report.table() if report.failed else ""
+
+    # ------------------------------------------------------------------------------------------ inside
+    def _run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
+        marks = {"entered": time.time()}
+        with self._mu:
+            self._run_state(order.run_id)
+        try:
+            engine = node_engine()
+            node = node_identity(self.node_id, engine)
+        except ForgeError as e:
+            return TrialReturn(node_identity(self.node_id, "?"), error=str(e))
+        if code != self.code:
+            return TrialReturn(
+                node,
+                error=f"this node runs other forgelib code (digest {self.code}) than the driver ({code}): "
+                "install the same forgelib version on the driver and every node",
+            )
+        if self._stop_level(order.run_id) > 0:
+            return TrialReturn(node, started=False)
+        try:
+            project = self._project(bundle)
+        except ForgeError as e:
+            return TrialReturn(node, error=str(e))
+        marks["project"] = time.time()
+        os.environ["DOCKER_HOST"] = engine  # every docker/compose command of this process: the node's engine
+        with tempfile.TemporaryDirectory(dir=self.home, prefix="trial-") as tmp:
+            ret = run_trial(
+                project,
+                order,
+                node=node,
+                workdir=Path(tmp),
+                push=lambda items: self._push(order.run_id, items),
+                stop_level=lambda: self._stop_level(order.run_id),
+            )
+        ret.marks = {**marks, **ret.marks, "cleaned": time.time()}
+        return ret
+
+    def _project(self, bundle: Bundle) -> Project:
+        """The bundle unpacked, loaded and its seeds verified: once per digest, then from the cache."""
+        if bundle.sha256 in self._projects:
+            self._projects.move_to_end(bundle.sha256)
+            return self._projects[bundle.sha256]
+        dest = self.home / bundle.sha256[:16]
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            project = load_project_config(unpack(bundle, dest))
+            verify_seeds(project, bundle.seeds)
+        except ForgeError:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        self._projects[bundle.sha256] = project
+        while len(self._projects) > BUNDLES_KEPT:
+            old, _ = self._projects.popitem(last=False)
+            shutil.rmtree(self.home / old[:16], ignore_errors=True)
+        return project
+
+    def _run_state(self, run_id: str) -> _Run:
+        run = self._runs.setdefault(run_id, _Run(seen=self._clock()))
+        run.seen = self._clock()
+        return run
+
+    def _push(self, run_id: str, items: list[Item]) -> None:
+        with self._mu:
+            self._runs.setdefault(run_id, _Run(seen=self._clock())).events.extend(items)
+
+    def _stop_level(self, run_id: str) -> int:
+        with self._mu:
+            run = self._runs.get(run_id)
+            if run is None:
+                return 0
+            gone = self._clock() - run.seen > DRIVER_SILENCE
+            return max(run.stop, 1 if gone else 0)
+
+    def _forget_gone_runs(self) -> None:
+        with self._mu:
+            now = self._clock()
+            for rid in [r for r, run in self._runs.items() if now - run.seen > DRIVER_SILENCE]:
+                del self._runs[rid]
+
+    def _exit_when_idle(self) -> None:
+        while True:
+            time.sleep(IDLE_SECONDS / 10)
+            if self._busy_since is None and self._clock() - self._last_trial > IDLE_SECONDS:
+                shutil.rmtree(self.home, ignore_errors=True)
+                os._exit(0)  # Ray records the actor dead and frees its resources and its name
+
+
+def reap_dead_slot_dirs(tmp: Path) -> None:
+    """Remove the directories of slots whose process is gone (killed with their node, say)."""
+    for d in tmp.glob(f"{DIR_PREFIX}*"):
+        pid = d.name[len(DIR_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = ["DRIVER_SILENCE", "Item", "Slot", "code_digest", "reap_dead_slot_dirs"]
