@@ -34,8 +34,8 @@ from typing import Any
 
 from benchmarks import harness as bs
 from forgelib.images import ImageFacts
+from forgelib.readiness import PROBE_INTERVAL
 from forgelib.runner import SubprocessRunner
-from forgelib.warm import PROBE_INTERVAL
 
 NAME = "warm"
 TARGET = 0.2

@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
+from forgelib import readiness
 from forgelib.builds import Builds, build_services
 from forgelib.compose import ComposeProject, labels_override, project_name, write_override
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
 from forgelib.images import ImageFacts
+from forgelib.readiness import NotReady
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget, bare
 from forgelib.seeds.base import PreparedSeed
@@ -304,7 +306,7 @@ class _Provisioning:
         first = _closure([b.service for b in normal], services)
         if first:
             with self._phase("up_seeded", None):
-                self._up(compose, first, absent, plans, goldens, no_deps=False)
+                self._up(compose, services, first, absent, plans, goldens, create=True)
         contexts = []
         for b in normal:
             with self._phase(f"recipe:{b.service}", None):
@@ -321,9 +323,9 @@ class _Provisioning:
         rest = [s for s in services if s not in first]
         if rest or not first:
             with self._phase("up_rest", None):
-                # After the seeded phase, only the rest: their dependencies in `first` are up and
-                # healthy, and `--no-deps` spares compose re-checking them (~0.4 s a trial).
-                self._up(compose, rest if first else (), absent, plans, goldens, no_deps=bool(first))
+                # After the seeded phase, only the rest (created with the first): their dependencies in
+                # `first` are up and ready.
+                self._up(compose, services, rest, absent, plans, goldens, create=not first)
         for b in bindings:
             plan = plans.get(b.service)
             if goldens is not None and plan is not None and plan.golden is not None:
@@ -379,15 +381,16 @@ class _Provisioning:
     def _up(
         self,
         compose: ComposeProject,
+        config_services: Mapping[str, Any],
         services: Sequence[str],
         absent: Mapping[str, str],
         plans: Mapping[str, Plan],
         goldens: TrialGoldens | None,
         *,
-        no_deps: bool,
+        create: bool,
     ) -> None:
         try:
-            _up(compose, services, absent, no_deps=no_deps)
+            _up(compose, config_services, services, absent, create=create)
         except ProvisionError as e:
             if goldens is not None:  # a restored service that did not start: its golden is at fault
                 goldens.check_started(compose, plans, services, e)
@@ -540,7 +543,7 @@ def _prepare(b: _Binding, ctx: ApplyContext) -> PreparedSeed:
 
 def _restart(compose: ComposeProject, service: str) -> Callable[[], None]:
     """Start ``service`` again after its golden was captured (it was stopped for a consistent copy)."""
-    return lambda: _up(compose, [service], {}, no_deps=True)
+    return lambda: _up(compose, {}, [service], {}, create=False)
 
 
 def _stopping(runner: Runner) -> Callable[[], bool]:
@@ -580,14 +583,28 @@ def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
 
 
 def _up(
-    compose: ComposeProject, services: Sequence[str], absent: Mapping[str, str], *, no_deps: bool
+    compose: ComposeProject,
+    config_services: Mapping[str, Any],
+    services: Sequence[str],
+    absent: Mapping[str, str],
+    *,
+    create: bool,
 ) -> None:
-    """Bring up ``services`` (all when empty); ``no_deps`` when their dependencies are up already.
+    """Start ``services`` and wait until they are ready (``forgelib.readiness``): their dependencies
+    outside ``services`` are up already. ``create``: first create every service's container (``up
+    --no-start``; the later phase then only starts its own). ``config_services``: the resolved config's.
 
     ``absent``: service -> image not present locally. Compose's pull error names neither the image nor
     the service, so a failed ``up`` names them, and the fix."""
     try:
-        compose.up(services, no_deps=no_deps)
+        if readiness.compose_wait():  # the benchmarks' baseline: compose's own `up --wait`
+            compose.up(services, no_deps=not create)
+            return
+        if create:
+            compose.up((), wait=False, no_start=True)  # every container, none started
+        readiness.start(compose, config_services, services)
+    except NotReady as e:
+        raise ProvisionError("readiness", str(e)) from e
     except ForgeError as e:
         stage = _up_stage(e)
         reason = str(e)

@@ -39,12 +39,12 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forgelib import labels as lab
+from forgelib import readiness
 from forgelib.compose import ComposeProject, labels_override, project_name
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.provision import (
@@ -59,8 +59,6 @@ from forgelib.signals import LiveStacks
 from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Isolation, Project, Task, Timeouts
 
 log = logging.getLogger("forgelib.warm")
-
-PROBE_INTERVAL = 0.05  # seconds between two runs of a recreated container's healthcheck command
 
 
 class DirtyStack(ForgeError):
@@ -485,57 +483,10 @@ class WarmPool:
         stack.compose.up(services, wait=False, no_deps=True, force_recreate=True)
 
     def _ready(self, stack: _Stack, services: Sequence[str]) -> None:
-        """Wait until each recreated container is ready, in parallel: running, and its healthcheck command
-        (the one Docker would run, read from the container) passes once when run through ``docker exec``."""
-        # Inspect the containers by name (ComposeProject.container); `compose ps` only when one is not found.
-        rows = {s: stack.compose.container(s) for s in services}
-        res = self.runner.run(
-            ["docker", "inspect", *rows.values()], timeout=self.timeouts.command, check=False
-        )
-        if res.rc != 0:
-            rows = {
-                str(r.get("Service")): str(r.get("ID") or r.get("Name")) for r in stack.compose.ps(services)
-            }
-            missing = [s for s in services if s not in rows]
-            if missing:
-                raise ForgeError(f"recreated service(s) {', '.join(missing)} have no container")
-            res = self.runner.run(["docker", "inspect", *rows.values()], timeout=self.timeouts.command)
-        info = [i for i in json.loads(res.stdout or "[]") if isinstance(i, dict)]
-
-        def inspected(ref: str) -> Mapping[str, Any]:  # ps gives a short id (or a name), inspect the full one
-            found = (i for i in info if str(i.get("Id", "")).startswith(ref) or i.get("Name") == f"/{ref}")
-            return next(found, {})
-
-        with ThreadPoolExecutor(max_workers=len(rows)) as pool:
-            futures = [pool.submit(self._probe, stack, svc, ref, inspected(ref)) for svc, ref in rows.items()]
-            for f in futures:
-                f.result()
-
-    def _probe(self, stack: _Stack, service: str, cid: str, info: Mapping[str, Any]) -> None:
-        argv, per_probe = _health_argv(info)
-        deadline = time.monotonic() + self.timeouts.compose_up
-        tries = 0
-        while True:
-            state = info.get("State") or {}
-            if tries % 10 == 0 and tries:
-                state = _state(self.runner, cid, self.timeouts.command)
-            if argv is None and state.get("Status") == "exited" and state.get("ExitCode") == 0:
-                return  # a one-shot job (a migration, say) that finished: what `up` waits for too
-            if state and state.get("Status") not in ("running", "created"):
-                tail = stack.compose.log_tail(service, 20)
-                raise ForgeError(f"recreated service {service!r} is {state.get('Status')}:\n{tail}")
-            if argv is None:
-                return  # no healthcheck: running is ready, as for `up --wait`
-            r = self.runner.run(["docker", "exec", cid, *argv], timeout=per_probe, check=False)
-            if r.rc == 0:
-                return
-            tries += 1
-            if time.monotonic() >= deadline:
-                raise ForgeError(
-                    f"recreated service {service!r} not healthy within {self.timeouts.compose_up:g}s "
-                    f"(its healthcheck said: {(r.stdout + r.stderr).strip()[-300:] or r.rc})"
-                )
-            time.sleep(PROBE_INTERVAL)
+        """Wait until each recreated container is ready (``forgelib.readiness``: its own healthcheck command
+        through ``docker exec``, not compose's 1 s ticks)."""
+        refs = [stack.compose.container(s) for s in services]  # the ones just started, not their successors
+        readiness.wait_ready(stack.compose, services, timeout=self.timeouts.compose_up, refs=refs)
 
 
 def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
@@ -553,29 +504,6 @@ def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
 
 def _live_name(name: str) -> str:
     return f"{name} (warm)"
-
-
-def _state(runner: Runner, cid: str, timeout: float) -> dict[str, Any]:
-    out = runner.run(["docker", "inspect", "--format", "{{json .State}}", cid], timeout=timeout, check=False)
-    try:
-        state = json.loads(out.stdout or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
-def _health_argv(info: Mapping[str, Any]) -> tuple[list[str] | None, float]:
-    """The container's healthcheck as an argv for ``docker exec`` (None: it has none), and its timeout."""
-    hc = (info.get("Config") or {}).get("Healthcheck") or {}
-    test = hc.get("Test") or []
-    per_probe = (hc.get("Timeout") or 30_000_000_000) / 1e9
-    if not test or test[0] == "NONE":
-        return None, per_probe
-    if test[0] == "CMD":
-        return [str(a) for a in test[1:]], per_probe
-    if test[0] == "CMD-SHELL":
-        return ["/bin/sh", "-c", str(test[1])], per_probe
-    return None, per_probe
 
 
 def _ephemeral_plan(

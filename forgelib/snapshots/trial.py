@@ -229,6 +229,14 @@ class TrialGoldens:
         """After a failed ``up``: a restored service among ``services`` that is not running (or unhealthy)
         failed because of its golden (a corrupt data directory), so that golden is at fault."""
         restored = [s for s in self.restored(plans) if not services or s in services]
+        failed = getattr(cause.__cause__, "service", None)  # readiness.NotReady names the service
+        if failed is not None:  # that service did not get ready: its golden's fault if it has one
+            if failed in restored:
+                tail = compose.log_tail(failed, 10)
+                raise GoldenFailed(
+                    plans[failed], f"did not start from the golden ({cause}); log tail:\n{tail}"
+                )
+            return
         if not restored:
             return
         try:

@@ -113,6 +113,24 @@ class Stack:
         rows = [{"Service": "app-db", "Publishers": [pub]}, {"Service": "runner", "Publishers": []}]
         self.fake.expect(*self.full, "ps", "--all", "--format", "json", exact=True, stdout=json.dumps(rows))
 
+    def expect_readiness(self) -> None:
+        """What ``forgelib.readiness`` finds, starts and watches: one container per service, no
+        healthcheck, running once started."""
+        ids = [f"id-{n}" for n in self.env.services]
+        infos = [
+            {"Id": f"id-{n}", "Name": f"/{NAME}-{n}-1", "Config": {"Labels": {COMPOSE_SERVICE: n}}}
+            for n in self.env.services
+        ]
+        self.fake.expect("docker", "ps", "--all", "--quiet", stdout="\n".join(ids))
+        self.fake.expect("docker", "inspect", "--format", stdout=json.dumps({"Status": "running"}))
+        self.fake.expect("docker", "inspect", stdout=json.dumps(infos))
+        self.fake.expect("docker", "start")
+
+    def started(self) -> list[list[str]]:
+        """The services of each ``docker start``, in order."""
+        starts = [c.argv[2:] for c in self.fake.calls if c.argv[:2] == ("docker", "start")]
+        return [[i.removeprefix("id-") for i in ids] for ids in starts]
+
     def provision(self, **kw: Any) -> prov.ProvisionedTrial:
         return prov.provision_trial(
             self.project,
@@ -166,27 +184,27 @@ def pg_stack(tmp_path: Path, seed: bytes = SQL) -> Stack:
     )
 
 
+COMPOSE_SERVICE = "com.docker.compose.service"
+CREATE = ("up", "--detach", "--no-start")  # every container created at once; forgelib.readiness starts them
 PSQL = ("exec", "-T", "app-db", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
-# The second `up`: only what the seeded phase did not start; its dependencies are up and healthy.
-UP = ("up", "--detach", "--wait", "--wait-timeout", "100")
 
 
 def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) -> None:
     s = pg_stack(tmp_path)
     s.expect_config()
-    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "app-db", exact=True)
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, exact=True)
-    s.fake.expect(*s.full, *UP, "--no-deps", "widgets-api", "runner", exact=True)
     s.expect_ps()
     phases: list[str] = []
     trial = s.provision(on_phase=lambda name, secs: phases.append(name))
-    assert s.verbs() == [
-        "config --format json",
-        "up --detach --wait --wait-timeout 100 app-db",
-        " ".join(PSQL),
-        "up --detach --wait --wait-timeout 100 --no-deps widgets-api runner",
-        "ps --all --format json",
-    ]
+    assert s.verbs() == ["config --format json", " ".join(CREATE), " ".join(PSQL), "ps --all --format json"]
+    # app-db alone before the seed; then the API (its dependency is up) and the runner, at once.
+    assert s.started()[0] == ["app-db"]
+    assert sorted(sum(s.started()[1:], [])) == ["runner", "widgets-api"]
+    psql_at = next(i for i, c in enumerate(s.fake.calls) if "psql" in c.argv)
+    starts_at = [i for i, c in enumerate(s.fake.calls) if c.argv[:2] == ("docker", "start")]
+    assert starts_at[0] < psql_at < starts_at[1]
     # The mapping trial.yaml and `forge provision` show: the seeded postgres on loopback (direct connections)
     assert trial.ports == {"app-db": ["127.0.0.1:49153->5432/tcp"], "runner": []}
     assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
@@ -232,31 +250,38 @@ def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> No
         {"tree": ("tree", SeedKind.FILESYSTEM_DIR, None)},
     )
     s.expect_config()
-    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", "db", "api", exact=True)
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
     s.fake.expect(*s.full, "exec", "-T", "api")
     s.fake.expect(*s.full, "cp", f"{tmp_path / 'tree'}/.", "api:/srv", exact=True)
-    s.fake.expect(*s.full, *UP, "--no-deps", "other", exact=True)
     s.provision()
-    assert s.verbs()[1] == "up --detach --wait --wait-timeout 100 db api"
-    assert s.verbs()[-1] == "up --detach --wait --wait-timeout 100 --no-deps other"
+    assert s.verbs()[1] == "up --detach --no-start"
+    # db, then api once db started (`depends_on: {}` is service_started), the seed, then `other`.
+    assert s.started() == [["db"], ["api"], ["other"]]
+    cp_at = next(i for i, c in enumerate(s.fake.calls) if "cp" in c.argv)
+    assert [c.argv[:2] for c in s.fake.calls[cp_at:]].count(("docker", "start")) == 1
 
 
 def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> None:
     s = Stack(tmp_path, {"app-db": PG}, {"app-db": ("s", {})}, {"s": ("s.sql", SeedKind.SQL_DUMP, SQL)})
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.fake.expect(*s.full, *PSQL)
     s.expect_ps()
     s.provision()
     assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec", "ps"]
+    assert s.started() == [["app-db"]]
 
 
 def test_ephemeral_only_stack_is_one_up(tmp_path: Path) -> None:
     s = Stack(tmp_path, {"a": RUNNER, "b": RUNNER}, {})
     s.expect_config()
-    s.fake.expect(*s.full, "up", "--detach", "--wait", "--wait-timeout", "100", exact=True)
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
     trial = s.provision()
-    assert s.verbs() == ["config --format json", "up --detach --wait --wait-timeout 100"]
+    assert s.verbs() == ["config --format json", "up --detach --no-start"]
+    assert sorted(sum(s.started(), [])) == ["a", "b"]
     assert not trial.shared
 
 
@@ -266,6 +291,7 @@ def test_bare_seed_path_is_exposed(tmp_path: Path) -> None:
     )
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     trial = s.provision()
     (m,) = trial.bare_seeds.values()
     assert (m.service, m.seed, m.host_path) == ("data", "fixture", tmp_path / "f.csv")
@@ -284,6 +310,7 @@ def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Pa
     s = pg_stack(tmp_path)
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, rc=3, stderr='psql:<stdin>:2: ERROR:  syntax error at or near "selec"')
     s.expect_cleanup()
     with pytest.raises(ProvisionError) as err:
@@ -300,7 +327,7 @@ def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Pa
     detail = (s.trial_dir / prov.FAILURE_FILE).read_text()  # the whole command is in the trial's files
     assert f"command {argv} exited with rc=3" in detail and "stderr (tail):" in detail
     s.assert_cleaned_up()
-    assert "up --detach --wait --wait-timeout 100" not in s.verbs()  # the dependents never started
+    assert s.started() == [["app-db"]]  # the dependents never started
 
 
 @pytest.mark.parametrize(
@@ -379,6 +406,7 @@ def test_seed_edited_after_load_fails_the_digest_step(tmp_path: Path) -> None:
     s = pg_stack(tmp_path)
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.expect_cleanup()
     seed = s.project.seeds["postgres_baseline"]
     seed.path.write_bytes(b"drop table everything;\n")
@@ -398,6 +426,7 @@ def test_ctrl_c_during_a_recipe_still_cleans_up_then_reraises(tmp_path: Path) ->
     s = pg_stack(tmp_path)
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, raises=KeyboardInterrupt())
     s.expect_cleanup()
     with pytest.raises(KeyboardInterrupt):
@@ -449,6 +478,7 @@ def test_capture_logs_and_teardown_trial(tmp_path: Path) -> None:
     s = Stack(tmp_path, {"a": RUNNER}, {})
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.fake.expect(*s.full, "logs", "--no-color", "--tail", "5", "a", exact=True, stdout="hello\n")
     s.fake.expect(*s.full, "down", "--volumes", "--remove-orphans", exact=True)
     trial = s.provision()
@@ -467,6 +497,7 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
     )
     s.fake.expect("docker", "compose", "--ansi", "never", "--project-name")
     s.fake.expect("docker", "image", "inspect", stdout=json.dumps(IMAGES))
+    s.expect_readiness()
     first = s.provision(shared=s.shared)
     second = prov.provision_trial(
         s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake,
@@ -525,6 +556,7 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     s.config["services"]["runner"]["environment"] = {"API_TOKEN": "tok-1", "HOME": "/root"}
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
+    s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, exact=False)
     s.expect_ps()
     s.provision()
@@ -533,4 +565,6 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     assert after and all({"s3cret", "tok-1"} <= set(c.secrets) and "/root" not in c.secrets for c in after)
     # each compose call is tagged with its verb: what a stop kills (launches) is known, not guessed
     tags = [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
-    assert tags == ["config", "up", "exec", "up", "ps"]
+    assert tags == ["config", "up", "exec", "ps"]
+    # and so is each container start: a stop refuses it (signals.LAUNCH_VERBS)
+    assert {c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "start")} == {"start"}

@@ -11,10 +11,11 @@ import pytest
 
 from forgelib.errors import UsageError
 from forgelib.provision import ProvisionedTrial
+from forgelib.readiness import health_argv as _health_argv
 from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
-from forgelib.warm import _ephemeral_plan, _health_argv, environment_key
+from forgelib.warm import _ephemeral_plan, environment_key
 
 
 def _trial(
