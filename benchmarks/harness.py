@@ -343,13 +343,20 @@ def phase_medians(
 
 
 def checked_run(
-    config: Path, *, repeats: int, workers: int, root: Path, extra: Sequence[str] = ()
+    config: Path,
+    *,
+    repeats: int,
+    workers: int,
+    root: Path,
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ForgeRun:
     """``run_forge`` in a fresh directory under ``root`` for a benchmark arm that must not fail: every trial
-    passed and nothing of the run is left on the engine, or the benchmark stops (SystemExit) saying what."""
+    passed and nothing of the run is left on the engine, or the benchmark stops (SystemExit) saying what.
+    ``env``: more variables for the forge child (an arm's switch)."""
     label = "-".join(a.strip("-") for a in extra) or "run"
     work = Path(tempfile.mkdtemp(prefix=f"{label}-w{workers}-", dir=root))
-    run = run_forge(config, repeats=repeats, workers=workers, workdir=work, extra=extra)
+    run = run_forge(config, repeats=repeats, workers=workers, workdir=work, extra=extra, env=env)
     if run.rc != 0 or run.passed() != len(run.trials()) or not run.trials():
         raise SystemExit(f"{config} {' '.join(extra)} --workers {workers}: {run.describe_failure()}")
     if left := leftovers(run.run_id):

@@ -4,6 +4,10 @@ warm-up trial that takes the golden, timed separately as the one-off capture). R
 (median of each trial's own wall, ``trial.yaml`` wall_seconds) with ÷ without — targets: postgres pack
 ≤ 0.6, cache pack ≤ 0.8 — and where each mode's time goes (median of every phase).
 
+A third arm, ``--no-snapshots`` with ``FORGE_READINESS=compose`` (fresh stacks brought up by compose's own
+``up --wait``, as before ``forgelib.readiness``), measures what the readiness change alone saves: fresh per
+trial with forge's readiness ÷ with compose's, in the same run (``--no-compose-arm`` skips it).
+
 Size: ``FORGE_BENCH_SNAPSHOTS_TRIALS`` (3) / ``--trials`` per run, ``FORGE_BENCH_SNAPSHOTS_ROUNDS`` (2) /
 ``--rounds`` (each round one run per mode), ``FORGE_BENCH_SNAPSHOTS_PACKS`` (postgres,cache) / ``--packs``.
 The goldens it takes are removed at the end.
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness as bs
+from forgelib.readiness import READINESS_ENV
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 from forgelib.snapshots import store
@@ -48,6 +53,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_SNAPSHOTS_TRIALS", 3))
     ap.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_SNAPSHOTS_ROUNDS", 2))
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_SNAPSHOTS_PACKS", ",".join(PACKS)))
+    ap.add_argument("--no-compose-arm", action="store_true", help="skip the compose `up --wait` arm")
     args = ap.parse_args(list(argv))
     packs = [p for p in args.packs.split(",") if p]
     runner = SubprocessRunner()
@@ -67,7 +73,13 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
             ]
             with_s: list[RecordedTrial] = []
             without: list[RecordedTrial] = []
-            for _ in range(args.rounds):  # alternate, so both modes see the same machine minutes apart
+            compose_wait: list[RecordedTrial] = []
+            for _ in range(args.rounds):  # alternate, so every mode sees the same machine minutes apart
+                if not args.no_compose_arm:
+                    compose_wait += bs.checked_run(
+                        config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_OFF,
+                        env={READINESS_ENV: "compose"},
+                    ).trials()  # fmt: skip
                 without += bs.checked_run(
                     config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_OFF
                 ).trials()
@@ -78,6 +90,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
             per_with = bs.median([t.wall_seconds for t in with_s])
             per_without = bs.median([t.wall_seconds for t in without])
             r = bs.ratio(per_with, per_without)
+            per_compose = bs.median([t.wall_seconds for t in compose_wait]) if compose_wait else None
+            gain = round(bs.ratio(per_without, per_compose), 3) if per_compose else None
             rows.append(
                 {
                     "pack": pack,
@@ -88,6 +102,11 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                     "with/without": round(r, 3),
                     "target": f"<= {target} {'OK' if r <= target else 'MISSED'}",
                     "capture_once_s": round(sum(capture), 2),
+                    "without_compose_wait_s_per_trial": round(per_compose, 2) if per_compose else None,
+                    "readiness/compose_wait": gain,
+                    "phase_medians_compose_wait_s": bs.phase_medians(compose_wait, PHASES)
+                    if compose_wait
+                    else None,
                     "phase_medians_without_s": bs.phase_medians(without, PHASES),
                     "phase_medians_with_s": bs.phase_medians(with_s, PHASES),
                 }

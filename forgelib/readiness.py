@@ -156,6 +156,14 @@ def _limit(compose: ComposeProject, timeout: float | None) -> float:
 def _deps(svc: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, str]:
     """dependency -> condition, for the dependencies among ``wanted`` (the others are up already)."""
     out: dict[str, str] = {}
+    # What compose orders by implicitly: another service's network namespace, its volumes, a link.
+    implicit = [str(svc.get("network_mode") or "")]
+    implicit += [str(v) for v in svc.get("volumes_from") or []]
+    implicit += [str(link).split(":")[0] for link in svc.get("links") or []]
+    for ref in implicit:
+        dep = ref.removeprefix("service:").split(":")[0]
+        if dep in wanted:
+            out[dep] = STARTED
     for dep, spec in (svc.get("depends_on") or {}).items():
         if dep in wanted:
             out[str(dep)] = str((spec or {}).get("condition") or STARTED)

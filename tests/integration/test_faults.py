@@ -296,8 +296,13 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
     )
     proc = _forge_run(cfg)
     run_id, _ = progress_until(proc, "run ")
-    # the slow command has started: `up` waiting on health / psql sleeping / the oracle sleeping
-    slow = {"compose_up": ("--no-deps", "slow"), "recipe": ("exec", "psql"), "oracle": ("exec", "sleep 600")}
+    # the slow part has started: readiness probing `slow`'s healthcheck (forgelib.readiness runs it through
+    # `docker exec`) / psql sleeping / the oracle sleeping
+    slow = {
+        "compose_up": ("docker exec", " false"),
+        "recipe": ("exec", "psql"),
+        "oracle": ("exec", "sleep 600"),
+    }
     _started(cfg, *slow[moment])
     live = resources_with_labels(runner, {RUN: run_id})
     assert live["containers"], f"nothing was up at {moment}"

@@ -250,8 +250,9 @@ def test_a_kept_stack_survives_the_reaper_after_its_owner_exits(
 def test_depends_on_among_the_rest_still_orders_startup(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
-    # The second `up` names the rest with --no-deps; compose must still start `late` only once `slow`
-    # (also in the rest) is healthy: `late` exits at once if it starts before slow's marker exists.
+    # forgelib.readiness starts the rest in depends_on order: `late` only once `slow` (also in the rest)
+    # is healthy and the one-shot `migrate` exited 0 — `late` exits at once if it starts before either
+    # marker exists — and `probe` (service_started) once `slow` started, without waiting for its health.
     seed = tmp_path / "tree"  # a cheap reset service (no postgres start-up): the first `up` is `db` alone
     seed.mkdir()
     (seed / "f").write_text("x\n")
@@ -264,15 +265,26 @@ def test_depends_on_among_the_rest_still_orders_startup(
         "volumes": shared,
         "depends_on": {"db": {"condition": "service_started"}},
     }
+    migrated = "/shared/migrated"
+    migrate = {**IDLE, "command": ["sh", "-c", f"sleep 1; touch {migrated}"], "volumes": shared}
     late = {
         **IDLE,
-        "command": ["sh", "-c", f"test -f {marker} || exit 1; trap 'exit 0' TERM; sleep infinity & wait"],
+        "command": [
+            "sh",
+            "-c",
+            f"test -f {marker} || exit 1; test -f {migrated} || exit 1; "
+            "trap 'exit 0' TERM; sleep infinity & wait",
+        ],
         "volumes": shared,
-        "depends_on": {"slow": {"condition": "service_healthy"}},
+        "depends_on": {
+            "slow": {"condition": "service_healthy"},
+            "migrate": {"condition": "service_completed_successfully"},
+        },
     }
+    probe = {**IDLE, "depends_on": {"slow": {"condition": "service_started"}}}
     project = make_project(
         tmp_path / "p",
-        {"db": IDLE, "slow": slow, "late": late},
+        {"db": IDLE, "slow": slow, "migrate": migrate, "late": late, "probe": probe},
         seeds={"s": (seed, SeedKind.FILESYSTEM_DIR)},
         reset={"db": ("s", {})},
         volumes={"shared": {}},
@@ -280,6 +292,12 @@ def test_depends_on_among_the_rest_still_orders_startup(
     trial = provision(project, run_id, tmp_path, runner)
     try:
         states = {row["Service"]: row["State"] for row in trial.compose.ps()}
-        assert states == {"db": "running", "slow": "running", "late": "running"}
+        assert states == {
+            "db": "running",
+            "slow": "running",
+            "migrate": "exited",
+            "late": "running",
+            "probe": "running",
+        }
     finally:
         trial.compose.down()

@@ -1,5 +1,5 @@
 """Warm-stack planning without an engine: which services are recreated, in what order, which volumes go
-with them, how a recreated container's readiness is probed, and how `--stacks` is read. (The resets,
+with them, and how `--stacks` is read. (The resets,
 fingerprints and the pool itself: tests/integration/test_warm_*.py, on the real engine.)"""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import pytest
 
 from forgelib.errors import UsageError
 from forgelib.provision import ProvisionedTrial
-from forgelib.readiness import health_argv as _health_argv
 from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
@@ -56,18 +55,6 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
 def test_shared_services_are_never_recreated() -> None:
     trial = _trial({"api": {}, "runner": {}}, {"api": Isolation.SHARED}, {})
     assert _ephemeral_plan(trial, {}) == ([["runner"]], [])
-
-
-def test_health_argv_is_what_docker_would_run() -> None:
-    hc = {"Timeout": 3_000_000_000}
-    assert _health_argv({"Config": {"Healthcheck": {**hc, "Test": ["CMD", "test", "-d", "/w"]}}}) == (
-        ["test", "-d", "/w"],
-        3.0,
-    )
-    shell = _health_argv({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f x || exit 1"]}}})
-    assert shell == (["/bin/sh", "-c", "curl -f x || exit 1"], 30.0)
-    assert _health_argv({"Config": {"Healthcheck": {"Test": ["NONE"]}}})[0] is None
-    assert _health_argv({"Config": {}})[0] is None
 
 
 def test_environment_key_separates_environments_that_differ_in_labels_or_bindings() -> None:
