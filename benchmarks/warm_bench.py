@@ -133,7 +133,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 warm = bs.checked_run(
                     PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "warm"]
                 )
-                per_fresh, per_warm = fresh.wall / args.trials, warm.wall / args.trials
+                # Per trial of the run: a pack with several tasks runs --repeats of each (cache: 2 tasks).
+                per_fresh = fresh.wall / max(1, len(fresh.trials()))
+                per_warm = warm.wall / max(1, len(warm.trials()))
                 trial_fresh = bs.median(_trial_walls(fresh))
                 reused = _trial_walls(warm, reused=True)
                 trial_warm = bs.median(reused) if reused else float("nan")
