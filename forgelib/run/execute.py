@@ -248,8 +248,8 @@ class Executor:
         return results
 
     def _interrupt(self, pool: ThreadPoolExecutor, futures: Sequence[Future[TrialResult]]) -> None:
+        self._stop.set()  # first: `stopping()` is how the pool's finally knows to record the stop
         self._record_interrupted()
-        self._stop.set()
         for f in futures:
             f.cancel()  # trials not started yet stay pending for --resume
         self.say("interrupted: no new trials; tearing down the live ones")
@@ -258,9 +258,9 @@ class Executor:
         pool.shutdown(wait=True, cancel_futures=True)
 
     def _record_interrupted(self) -> None:
-        if not self._interrupted_recorded:
-            self._interrupted_recorded = True
+        if not self._interrupted_recorded:  # flagged once written: a Ctrl-C cutting the append short retries
             self.events.append(ev.RUN_INTERRUPTED)
+            self._interrupted_recorded = True
 
     def stopping(self) -> bool:
         return self._stop.is_set() or (self._signal_stop is not None and self._signal_stop.requested)

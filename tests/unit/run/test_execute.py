@@ -216,12 +216,24 @@ def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
     assert out[0] == f"resuming {run_dir.name}: 3 of 3 trial(s) left to run"
 
 
+@pytest.mark.parametrize("where", ["progress", "append"])
 def test_a_second_ctrl_c_while_the_stop_is_handled_still_leaves_the_interruption_on_record(
-    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None
+    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    # The hurry (a second KeyboardInterrupt) lands while the first is being handled: here as the stop's
-    # progress line is printed. The log must still say the run was interrupted, not that it was killed.
+    # The hurry (a second KeyboardInterrupt) lands while the first is being handled: as the stop's
+    # progress line is printed, or inside the append of run_interrupted itself (waiting for the log's
+    # lock a worker holds). The log must still say the run was interrupted, not that it was killed.
     fired = threading.Event()
+    if where == "append":
+        append, cut = ev.EventLog.append, []
+
+        def cut_short(self: Any, kind: str, **fields: Any) -> dict[str, Any]:
+            if kind == ev.RUN_INTERRUPTED and not cut:
+                cut.append(kind)
+                raise KeyboardInterrupt  # the second signal, before anything was written
+            return append(self, kind, **fields)
+
+        monkeypatch.setattr(ev.EventLog, "append", cut_short)
 
     def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
         if argv[0] == "python3" and not fired.is_set():
@@ -230,7 +242,7 @@ def test_a_second_ctrl_c_while_the_stop_is_handled_still_leaves_the_interruption
         return good_answer(service, argv, kw)
 
     def progress(line: str) -> None:
-        if line.startswith("interrupted:"):
+        if where == "progress" and line.startswith("interrupted:"):
             raise KeyboardInterrupt  # the second signal
 
     with pytest.raises(KeyboardInterrupt):
