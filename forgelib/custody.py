@@ -59,10 +59,13 @@ from forgelib.table import align
 PROVISION_DIR = "forge-provision-"
 # The pytest plugin's: one per pytest process (its trials' overrides and logs; forgelib.pytest_stacks).
 PYTEST_DIR = "forge-pytest-"
+# A cluster slot's (forgelib.cluster.slot): the shipped project and its trials' files, on its node.
+NODE_DIR = "forge-node-"
 # Every kind of ``owned_temp_dir`` the reaper removes once its owner is provably gone: (kind, who made it).
 OWNED_DIRS = {
     PROVISION_DIR: ("provision", "a `forge provision`"),
     PYTEST_DIR: ("pytest", "a pytest process (forgelib's plugin)"),
+    NODE_DIR: ("cluster slot", "a `forge run --cluster` slot on this node"),
 }
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant

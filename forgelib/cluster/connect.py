@@ -43,6 +43,9 @@ def is_loopback(address: str) -> bool:
 
 
 def keep_loopback() -> None:
+    # A private Ray function, patched because Ray 2.60 has no public way to keep a loopback address: the
+    # rewrite is unconditional unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (Ray's switch for single-node
+    # macOS/Windows), and that switch also makes `ray start --address` refuse to start a worker node.
     import ray._private.services as services
 
     services.resolve_ip_for_localhost = lambda host: host
@@ -88,8 +91,10 @@ def forge_nodes(nodes: list[dict[str, Any]]) -> list[NodeInfo]:
     ]
 
 
-# Ray gives a starting node's raylet a fixed 30 s to register, and the raylet registers only once the
-# node's Python agents have imported; on a loaded 2-core box that can take longer.
+# Ray gives a starting node's raylet a fixed 30 s to register (a literal in ray._private.node.Node's
+# start-up, no setting or environment variable changes it), and the raylet registers only once the node's
+# Python agents have imported; on a loaded 2-core box that can take longer. So the private
+# services.get_node it polls is wrapped to keep polling; only the test/laptop loopback start-up uses it.
 REGISTER_SECONDS = 240.0
 
 

@@ -31,14 +31,15 @@ from pathlib import Path
 import forgelib
 from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
 from forgelib.cluster.node import Item, TrialOrder, TrialReturn, node_engine, node_identity, run_trial
+from forgelib.custody import NODE_DIR, reap_owned_dirs
 from forgelib.errors import ForgeError
+from forgelib.labels import owned_temp_dir
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project
 
 DRIVER_SILENCE = 60.0  # seconds without a drain from a run's driver: it is gone, stop its trial
 IDLE_SECONDS = 900.0  # a slot with no trial for this long exits (and frees its forge_docker unit)
 BUNDLES_KEPT = 2  # unpacked projects a slot keeps (two drivers alternating do not thrash)
-DIR_PREFIX = "forge-node-"  # + the slot's pid: a dead slot's directory is removed by the next slot
 
 
 def code_digest() -> str:
@@ -64,8 +65,8 @@ class Slot:
         self.node_id = node_id
         self.code = code_digest()
         self._clock = clock
-        reap_dead_slot_dirs(Path(tempfile.gettempdir()))
-        self.home = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
+        reap_owned_dirs(NODE_DIR)  # slots killed with their node (or their process) left theirs
+        self.home = owned_temp_dir(NODE_DIR)
         self._projects: OrderedDict[str, Project] = OrderedDict()  # bundle sha256 -> verified project
         self._runs: dict[str, _Run] = {}
         self._mu = threading.Lock()  # guards _runs (drain/stop run on other threads than run)
@@ -192,22 +193,4 @@ class Slot:
                 os._exit(0)  # Ray records the actor dead and frees its resources and its name
 
 
-def reap_dead_slot_dirs(tmp: Path) -> None:
-    """Remove the directories of slots whose process is gone (killed with their node, say)."""
-    for d in tmp.glob(f"{DIR_PREFIX}*"):
-        pid = d.name[len(DIR_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-__all__ = ["DRIVER_SILENCE", "Item", "Slot", "code_digest", "reap_dead_slot_dirs"]
+__all__ = ["DRIVER_SILENCE", "Slot", "code_digest"]

@@ -77,21 +77,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_tree(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
-    """SIGTERM ``proc`` and everything below it, then SIGKILL what is left after ``grace`` seconds."""
-    pids = [proc.pid, *descendants(proc.pid)]
+def kill_tree(*procs: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM each of ``procs`` and everything below them (all at once, so their graceful stops overlap),
+    then SIGKILL what is left after ``grace`` seconds."""
+    pids = [p for proc in procs for p in (proc.pid, *descendants(proc.pid))]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.2)
+            for proc in procs:  # reap our own children so they stop counting as alive
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.2 / len(procs))
         if not any(_alive(p) for p in pids):
             break
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def _alive(pid: int) -> bool:
@@ -212,8 +215,7 @@ class RayCluster:
     workers: list[RayNode] = field(default_factory=list)
 
     def stop(self) -> None:
-        for n in [*self.workers, self.head]:
-            kill_tree(n.proc)
+        kill_tree(*(n.proc for n in [*self.workers, self.head]))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -241,15 +243,10 @@ def start_cluster(engines: list[Engine], slots: int) -> RayCluster:
         wait_for("ray head", lambda: current.is_file() and current.read_text().strip() != "", head.proc,
                  log=head.log)  # fmt: skip
         cluster.address = current.read_text().strip()
-        with ThreadPoolExecutor(len(engines)) as pool:  # the nodes start side by side
-            futures = [
-                pool.submit(_start_worker, cluster.address, i, eng, slots, env, common, d)
-                for i, eng in enumerate(engines)
-            ]
-            errors = [f.exception() for f in futures]
-            cluster.workers = [f.result() for f in futures if f.exception() is None]
-        if any(errors):
-            raise next(e for e in errors if e is not None)
+        # One node after the other: two `ray start` on one machine at once raced (the second one hung
+        # after "Local node IP" until its start timeout).
+        for i, eng in enumerate(engines):
+            cluster.workers.append(_start_worker(cluster.address, i, eng, slots, env, common, d))
     except BaseException:
         cluster.stop()
         raise

@@ -18,7 +18,7 @@ from forgelib.cluster import slot as slot_mod
 from forgelib.cluster.bundle import pack, unpack, verify_seeds
 from forgelib.cluster.connect import forge_nodes, is_loopback
 from forgelib.cluster.node import RelayEvents, StopWatcher, TrialOrder, node_engine
-from forgelib.cluster.slot import DRIVER_SILENCE, Slot, code_digest, reap_dead_slot_dirs
+from forgelib.cluster.slot import DRIVER_SILENCE, Slot, code_digest
 from forgelib.errors import ForgeError
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config, load_run_config
@@ -181,15 +181,14 @@ def test_a_slot_buffers_each_runs_events_and_stops_when_its_driver_goes_silent(s
     assert slot._runs == {}
 
 
-def test_a_dead_slots_directory_is_removed_by_the_next_slot(tmp_path: Path) -> None:
+def test_a_dead_slots_directory_is_removed_by_the_next_slot(tmp_path: Path, slot: Slot) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()  # fmt: skip
-    (tmp_path / f"forge-node-{dead}-abc" / "trial-x").mkdir(parents=True)
-    (tmp_path / f"forge-node-{os.getpid()}-def").mkdir()
-    (tmp_path / "forge-nodeish").mkdir()
-    reap_dead_slot_dirs(tmp_path)
-    kept = sorted(p.name for p in tmp_path.iterdir())
-    assert kept == [f"forge-node-{os.getpid()}-def", "forge-nodeish"]
+    left = tmp_path / f"forge-node-{dead}-12345-abc"
+    (left / "trial-x").mkdir(parents=True)
+    assert slot.home.parent == tmp_path and slot.home.name.startswith(f"forge-node-{os.getpid()}-")
+    Slot("node-1")
+    assert not left.exists() and slot.home.is_dir()  # a live slot's own directory stays
 
 
 def test_forge_nodes_are_alive_nodes_with_slots() -> None:
