@@ -30,7 +30,7 @@ from forgelib.cluster import RESOURCE
 from forgelib.cluster.bundle import pack
 from forgelib.cluster.connect import NodeInfo, import_ray
 from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
-from forgelib.cluster.slot import Slot, code_digest
+from forgelib.cluster.slot import IDLE_SECONDS, Slot, code_digest
 from forgelib.errors import ForgeError
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, TrialHandle
@@ -102,6 +102,19 @@ class Cluster:
             scheduling_strategy=self._affinity(node_id, soft=False),
         ).remote(node_id)
 
+    def other_code_slots(self) -> list[str]:
+        """Running slots of other forgelib code on this run's nodes: they hold forge_docker units (so this
+        run's slots may wait for them) until they idle out."""
+        from ray.util import list_named_actors
+
+        ours = {n.node_id for n in self.nodes}
+        names = [a["name"] for a in list_named_actors(all_namespaces=True)
+                 if a.get("namespace") == NAMESPACE]  # fmt: skip
+        return sorted(
+            n for n in names
+            if n.startswith("forge-slot-") and not n.endswith(f"-{self.code}") and n.split("-")[2] in ours
+        )  # fmt: skip
+
     def reap(self, run_id: str) -> None:
         first = {s.node_id: s for s in reversed(self.slots)}
         failed = [t for t in self.ray.get([s.actor.reap.remote(run_id) for s in first.values()]) if t]
@@ -165,6 +178,12 @@ class ClusterExecutor:
     def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]:
         nodes = len({s.node_id for s in self.c.slots})
         self.say(f"cluster: {nodes} node(s), {len(self.c.slots)} forge slot(s)")
+        if stale := self.c.other_code_slots():
+            self.say(
+                f"warning: {len(stale)} slot(s) of other forgelib code still hold forge_docker units on "
+                f"these nodes ({', '.join(stale[:4])}{', ...' if len(stale) > 4 else ''}); this run's slots "
+                f"wait for them to idle out ({IDLE_SECONDS / 60:.0f} min), or restart those nodes' Ray"
+            )
         self._queue.extend(_Attempt(task, index, 1) for task, index in trials)
         try:
             while self._queue or self._inflight:

@@ -193,4 +193,4 @@ class Slot:
                 os._exit(0)  # Ray records the actor dead and frees its resources and its name
 
 
-__all__ = ["DRIVER_SILENCE", "Slot", "code_digest"]
+__all__ = ["DRIVER_SILENCE", "IDLE_SECONDS", "Slot", "code_digest"]

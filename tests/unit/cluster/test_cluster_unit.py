@@ -216,3 +216,23 @@ def test_the_local_path_never_imports_ray() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_driver_names_slots_of_other_forgelib_code_on_its_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from forgelib.cluster.connect import NodeInfo
+    from forgelib.cluster.driver import NAMESPACE, Cluster
+
+    fake = types.ModuleType("ray.util")
+    fake.list_named_actors = lambda all_namespaces=False: [  # type: ignore[attr-defined]
+        {"namespace": NAMESPACE, "name": "forge-slot-aaa-0-mine"},
+        {"namespace": NAMESPACE, "name": "forge-slot-aaa-1-0ld"},
+        {"namespace": NAMESPACE, "name": "forge-slot-zzz-0-0ld"},  # not this run's node
+        {"namespace": "someone", "name": "forge-slot-aaa-2-0ld"},  # not ours at all
+    ]
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    monkeypatch.setitem(sys.modules, "ray.util", fake)
+    c = object.__new__(Cluster)
+    c.nodes, c.code = [NodeInfo("aaa", "127.0.0.1", 2)], "mine"
+    assert c.other_code_slots() == ["forge-slot-aaa-1-0ld"]
