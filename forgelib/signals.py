@@ -175,6 +175,11 @@ class StopState:
     def __init__(self) -> None:
         self.signals = 0  # plain int: the handler (main thread) is its only writer
         self.signal_name = ""
+        # Set while the main thread sits in library code that an exception can corrupt (concurrent.futures'
+        # ``wait`` takes each future's lock in a Python loop; a KeyboardInterrupt between two acquires leaves
+        # a lock held, and the worker finishing that future hangs forever). The handler then only records the
+        # signal (and kills, as always); the main thread polls ``requested`` and raises at a safe point.
+        self.defer = False
         # ``kill_tagged`` of each runner ``guard`` wrapped (a SubprocessRunner): their launches die on a stop
         self._killers: list[Callable[[Iterable[str]], list[int]]] = []
 
@@ -241,10 +246,14 @@ def interruptible(stacks: LiveStacks) -> Iterator[StopState]:
         stacks.hurried = stacks.hurried or state.hurry
         if state.signals == 1:
             _note(f"{state.signal_name}: stopping; tearing down live stacks (again to skip graceful waits)")
-            raise KeyboardInterrupt
+            if not state.defer:
+                raise KeyboardInterrupt
+            return
         if state.signals == 2:
             _note("skipping graceful waits; still removing what can be removed")
-            raise KeyboardInterrupt
+            if not state.defer:
+                raise KeyboardInterrupt
+            return
         _note(f"still removing {len(stacks.names())} stack(s); SIGKILL leaves them to `forge reap`")
 
     previous: dict[signal.Signals, Any] = {}  # whatever was installed: a callable, SIG_DFL, SIG_IGN

@@ -228,14 +228,23 @@ class Executor:
         results: list[TrialResult] = []
         pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
         futures: list[Future[TrialResult]] = []
+        signal_stop = self._signal_stop
         try:
             futures = [pool.submit(self.run_trial, task, idx) for task, idx in trials]
             pending: set[Future[TrialResult]] = set(futures)
             while pending:
-                # Wake up regularly: a SIGINT delivered to a worker thread only runs its Python handler
-                # (KeyboardInterrupt) when the main thread next executes bytecode.
-                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                # A signal must not raise inside `wait` (see StopState.defer): it is recorded there and
+                # raised here, at the next wake-up (every 0.25 s at most).
+                if signal_stop is not None:
+                    signal_stop.defer = True
+                try:
+                    done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                finally:
+                    if signal_stop is not None:
+                        signal_stop.defer = False
                 results.extend(f.result() for f in done)
+                if signal_stop is not None and signal_stop.requested:
+                    raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._interrupt(pool, futures)
             raise

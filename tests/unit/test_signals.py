@@ -230,6 +230,24 @@ def test_third_signal_is_ignored_while_hurrying(capsys: pytest.CaptureFixture[st
     assert "SIGKILL leaves them to `forge reap`" in capsys.readouterr().err
 
 
+def test_a_deferring_main_thread_records_signals_and_raises_only_where_it_chooses() -> None:
+    """While ``defer`` is set (the executor inside concurrent.futures' ``wait``), the handler raises nothing:
+    both signals are recorded (the second still hurries) and the main thread raises at its own check."""
+    stacks, rec = LiveStacks(), Recorder()
+    reached = []
+    with pytest.raises(Interrupted, match="tore down 1 live stack"), interruptible(stacks) as stop:
+        stacks.add("a", rec("a"))
+        stop.defer = True
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        reached.append(stop.signals)  # no KeyboardInterrupt cut this line short
+        stop.defer = False
+        if stop.requested:
+            raise KeyboardInterrupt
+    assert reached == [2]
+    assert rec.calls == [("a", False)]  # recorded as a hurry: the sweep skips graceful waits
+
+
 def test_no_new_stack_after_a_stop_request() -> None:
     stacks, rec = LiveStacks(), Recorder()
     with pytest.raises(Interrupted), interruptible(stacks) as stop:
