@@ -51,6 +51,24 @@ def keep_loopback() -> None:
     services.resolve_ip_for_localhost = lambda host: host
 
 
+def _ray_messages_to_stderr() -> None:
+    # A private Ray function, patched because forge's stdout is machine-readable output (`run --json`):
+    # Ray's driver prints the raylets' error messages (e.g. "Job … already started in worker pool" after a
+    # node died) to stdout whatever `log_to_driver` says (worker.listen_error_messages, "is_err": False),
+    # and no setting moves them. They are diagnostics, so they go to stderr.
+    import ray._private.worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "forge_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.forge_to_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     node_id: str
@@ -72,6 +90,7 @@ def connect(address: str) -> list[NodeInfo]:
         )
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise ForgeError(f"cannot join the Ray cluster at {address}: {e}") from None
+    _ray_messages_to_stderr()
     nodes = forge_nodes(ray.nodes())
     if not nodes:
         ray.shutdown()

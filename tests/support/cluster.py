@@ -1,7 +1,9 @@
 """A real one-machine Ray cluster for the cluster tests: a head and two worker nodes (separate process
 trees, every Ray process bound to 127.0.0.1), one node per Docker engine — the machine's engine and a
-second dockerd started here with its own socket, data root, exec root, pidfile, no default bridge and its
-own address pool, with the stand-in images moved across by ``docker save | docker load``.
+second dockerd started here with its own socket, data root, exec root, pidfile, its own bridge (not none:
+a daemon started with `--bridge none` deletes the host's docker0, breaking the machine engine's default
+network until it restarts) and its own address pool, with the stand-in images moved across by
+``docker save | docker load``.
 
 The second dockerd runs with ``--iptables=false``: a daemon that manages iptables removes and recreates the
 DOCKER chains at start, wiping the machine engine's rules (its published ports and network isolation stop
@@ -33,6 +35,8 @@ SUBNET = "10.213.0.0/16"  # the main engine uses 10.200.0.0/16
 POOL = f"base={SUBNET},size=24"
 # Containers of the second engine may talk to each other (and only to each other).
 FORWARD_RULE = ["DOCKER-USER", "-s", SUBNET, "-d", SUBNET, "-j", "ACCEPT"]
+# The second engine's default bridge: made here, because dockerd creates only docker0 itself.
+BRIDGE, BRIDGE_ADDR = "forge-br2", "10.212.255.1/24"
 
 
 def wait_for(
@@ -111,6 +115,7 @@ class Engine:
     dir: Path | None = None  # a second engine's state; None: the machine's engine (never touched)
     proc: subprocess.Popen[bytes] | None = None
     forward_rule: bool = False  # FORWARD_RULE inserted for this engine
+    bridge: bool = False  # BRIDGE created for this engine
 
     def docker(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         env = {**os.environ, "DOCKER_HOST": self.host}
@@ -146,10 +151,15 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
     try:
         _iptables("-I", *FORWARD_RULE)
         eng.forward_rule = True
+        _ip("link", "del", BRIDGE, check=False)  # a killed run's
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        eng.bridge = True
+        _ip("addr", "add", BRIDGE_ADDR, "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "up")
         with open(log, "wb") as out:
             eng.proc = subprocess.Popen(
                 ["dockerd", "--data-root", str(d / "root"), "--exec-root", str(d / "exec"),
-                 "--pidfile", str(d / "docker.pid"), "-H", eng.host, "--bridge", "none",
+                 "--pidfile", str(d / "docker.pid"), "-H", eng.host, "--bridge", BRIDGE,
                  "--iptables=false", "--ip-masq=false", "--default-address-pool", POOL],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
@@ -164,6 +174,12 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
         stop_engine(eng)
         raise
     return eng
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=60, check=False)
+    if check and r.returncode != 0:
+        raise AssertionError(f"ip {' '.join(args)}: rc={r.returncode}\n{r.stderr}")
 
 
 def _iptables(*args: str) -> None:
@@ -181,6 +197,9 @@ def stop_engine(eng: Engine) -> None:
     if eng.forward_rule:  # one -D per -I: a second engine started beside this one keeps its own
         _iptables("-D", *FORWARD_RULE)
         eng.forward_rule = False
+    if eng.bridge:
+        _ip("link", "del", BRIDGE, check=False)
+        eng.bridge = False
     if eng.dir is not None and eng.dir.exists():
         _unmount_below(eng.dir)
         shutil.rmtree(eng.dir)
