@@ -187,6 +187,15 @@ class StopState:
     def requested(self) -> bool:
         return self.signals > 0
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Signals inside the block are recorded (and kill, as always) but raise nothing: see ``defer``."""
+        self.defer = True
+        try:
+            yield
+        finally:
+            self.defer = False
+
     @property
     def hurry(self) -> bool:
         return self.signals > 1

@@ -8,6 +8,7 @@ the in-flight workers wind down, record ``run_interrupted``, re-raise.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -228,22 +229,17 @@ class Executor:
         results: list[TrialResult] = []
         pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
         futures: list[Future[TrialResult]] = []
-        signal_stop = self._signal_stop
+        deferred = self._signal_stop.deferred if self._signal_stop is not None else contextlib.nullcontext
         try:
             futures = [pool.submit(self.run_trial, task, idx) for task, idx in trials]
             pending: set[Future[TrialResult]] = set(futures)
             while pending:
                 # A signal must not raise inside `wait` (see StopState.defer): it is recorded there and
                 # raised here, at the next wake-up (every 0.25 s at most).
-                if signal_stop is not None:
-                    signal_stop.defer = True
-                try:
+                with deferred():
                     done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-                finally:
-                    if signal_stop is not None:
-                        signal_stop.defer = False
                 results.extend(f.result() for f in done)
-                if signal_stop is not None and signal_stop.requested:
+                if self.stopping():
                     raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._interrupt(pool, futures)

@@ -176,16 +176,19 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
     return eng
 
 
-def _ip(*args: str, check: bool = True) -> None:
-    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=60, check=False)
+def _host(*argv: str, check: bool = True) -> None:
+    """A host networking command (ip, iptables); a failure fails the test with its stderr."""
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     if check and r.returncode != 0:
-        raise AssertionError(f"ip {' '.join(args)}: rc={r.returncode}\n{r.stderr}")
+        raise AssertionError(f"{' '.join(argv)}: rc={r.returncode}\n{r.stderr}")
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    _host("ip", *args, check=check)
 
 
 def _iptables(*args: str) -> None:
-    r = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, timeout=60, check=False)
-    if r.returncode != 0:
-        raise AssertionError(f"iptables {' '.join(args)}: rc={r.returncode}\n{r.stderr}")
+    _host("iptables", "-w", *args)
 
 
 def stop_engine(eng: Engine) -> None:

@@ -237,11 +237,11 @@ def test_a_deferring_main_thread_records_signals_and_raises_only_where_it_choose
     reached = []
     with pytest.raises(Interrupted, match="tore down 1 live stack"), interruptible(stacks) as stop:
         stacks.add("a", rec("a"))
-        stop.defer = True
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)
-        reached.append(stop.signals)  # no KeyboardInterrupt cut this line short
-        stop.defer = False
+        with stop.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append(stop.signals)  # no KeyboardInterrupt cut this line short
+        assert not stop.defer
         if stop.requested:
             raise KeyboardInterrupt
     assert reached == [2]
