@@ -6,13 +6,11 @@ command line; the spec commands live with the spec (``spec/validate.py``, ``spec
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from forgelib.engine import ensure_engine
 from forgelib.errors import ForgeError, ProvisionError, UsageError
 from forgelib.images import STAND_INS, ensure_images
 from forgelib.provision import SERVICES_DIR, ProvisionCache, provision_trial, teardown_trial
+from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
@@ -46,7 +45,7 @@ def main_provision(
     chosen = proj.task(task) if task else None
     timeouts = Timeouts()
     runner = SubprocessRunner(default_timeout=timeouts.command)
-    run_id = "prov-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(3)
+    run_id = "prov-" + new_run_id().lower()  # as before: prov-<date>t<time>z-<hex>
     # Named after this process and on the stack's labels: `forge teardown` removes it with a kept stack,
     # `forge reap` once this process is gone (SIGKILL; a failure's logs, kept for the user to read).
     trial_dir = lab.owned_temp_dir(PROVISION_DIR)

@@ -32,6 +32,7 @@ WORK_DIR = "io.forgelib.work_dir"
 # Set by compose itself on everything it creates; lets `forge teardown --name` find a project's leftovers.
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"  # also compose's: which service a container runs
+COMPOSE_ONEOFF = "com.docker.compose.oneoff"  # compose's: "True" on `compose run` containers
 
 UNKNOWN = "unknown"  # a field this OS does not expose (no /proc): never matches a live process
 RESOURCE_KINDS = ("containers", "networks", "volumes")

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from forgelib import labels as lab
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandTimeout, ForgeError
 
@@ -89,8 +90,7 @@ def containers(
         ps = runner.run(
             [
                 "docker", "ps", "--all", "--quiet", "--no-trunc",
-                "--filter", f"label=com.docker.compose.project={compose.name}",
-                "--filter", "label=com.docker.compose.oneoff=False",
+                *lab.filters({lab.COMPOSE_PROJECT: compose.name, lab.COMPOSE_ONEOFF: "False"}),
             ],
             timeout=timeout,
         )  # fmt: skip
@@ -104,7 +104,7 @@ def containers(
             found = []
     out: dict[str, list[Container]] = {}
     for info in found if isinstance(found, list) else []:
-        svc = str(((info.get("Config") or {}).get("Labels") or {}).get("com.docker.compose.service", ""))
+        svc = str(((info.get("Config") or {}).get("Labels") or {}).get(lab.COMPOSE_SERVICE, ""))
         if svc in services:
             argv, per_probe = health_argv(info)
             name = str(info.get("Name", "")).lstrip("/")

@@ -434,7 +434,7 @@ class WarmPool:
             res = self.runner.run(["docker", "inspect", *names], timeout=self.timeouts.command)
             for i in json.loads(res.stdout or "[]"):
                 labels = (i.get("Config") or {}).get("Labels") or {}
-                succ.ids[str(labels.get("com.docker.compose.service"))] = str(i.get("Id"))
+                succ.ids[str(labels.get(lab.COMPOSE_SERVICE))] = str(i.get("Id"))
         except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
             succ.error = str(e)
 
@@ -497,8 +497,8 @@ def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
     return (
         state.get("Status") == "created"
         and str(state.get("StartedAt", "")).startswith("0001-01-01")
-        and labels.get("com.docker.compose.project") == project
-        and labels.get("com.docker.compose.service") == service
+        and labels.get(lab.COMPOSE_PROJECT) == project
+        and labels.get(lab.COMPOSE_SERVICE) == service
     )
 
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
@@ -36,6 +34,7 @@ from forgelib.run.grading import (
     grade,
     judge_component,
 )
+from forgelib.run.ids import new_run_id
 from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import effective_timeout, run_oracle
@@ -55,12 +54,6 @@ from forgelib.spec.models import LOG_TAIL_LINES, Check, Component, Grading, Task
 log = logging.getLogger("forgelib.run")
 
 Progressor = Callable[[str], None]
-
-
-def new_run_id(now: float | None = None) -> str:
-    """Sortable (UTC timestamp first) and unique (6 random hex): ``20260129T112351Z-4f0c2a``."""
-    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 class TrialHandle(Protocol):

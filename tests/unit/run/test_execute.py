@@ -17,7 +17,8 @@ import yaml
 
 from forgelib.errors import CommandError, CommandTimeout, ProvisionError
 from forgelib.run import events as ev
-from forgelib.run.execute import RunPlan, new_run_id, run_project
+from forgelib.run.execute import RunPlan, run_project
+from forgelib.run.ids import new_run_id
 from forgelib.runner import Result
 from forgelib.spec.models import Oracle, Task
 
