@@ -407,7 +407,7 @@ class Command:
 
 def read_commands(log: Path, pid: int | None = None) -> list[Command]:
     """Every finished external command in a forge debug log (the runner logs ``rc=N in S.SSs: argv``)."""
-    commands = []
+    commands: list[Command] = []
     if not log.is_file():
         return commands
     for line in log.read_text(errors="replace").splitlines():

@@ -186,7 +186,7 @@ def make_file(path: Path, size_mb: int) -> None:
 def forge_rows(
     config: Path, trial_counts: Sequence[int], workers: int, notes: list[str]
 ) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="forge-bench-memory-") as tmp:
         for n in trial_counts:
             work = Path(tmp) / f"n{n}"

@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +41,7 @@ def tasks_in(run: bs.ForgeRun) -> int:
 def concurrency(commands: Sequence[bs.Command], t0: float, t1: float) -> dict[str, float]:
     """Seconds of [t0, t1] with 0, 1, 2, ... external commands running, and the time-weighted mean."""
     events = sorted([(c.start, 1) for c in commands] + [(c.end, -1) for c in commands])
-    hist: Counter[int] = Counter()
+    hist: dict[int, float] = defaultdict(float)
     level, last = 0, t0
     for t, delta in events:
         t = min(max(t, t0), t1)
@@ -49,7 +49,7 @@ def concurrency(commands: Sequence[bs.Command], t0: float, t1: float) -> dict[st
         level, last = level + delta, t
     hist[level] += max(t1 - last, 0.0)
     total = sum(hist.values()) or 1.0
-    out = {f"{k}_running_s": round(v, 2) for k, v in sorted(hist.items())}
+    out: dict[str, float] = {f"{k}_running_s": round(v, 2) for k, v in sorted(hist.items())}
     out["mean_running"] = round(sum(k * v for k, v in hist.items()) / total, 2)
     return out
 
