@@ -120,6 +120,13 @@ def test_run_ids_name_the_xdist_worker() -> None:
     assert run_id_for("0123456789abcdef", None) == "pytest-01234567"
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions under test run in this process: when this suite itself runs under xdist (``-n 4``), they
+    must not inherit its worker's identity (the recorder names its event file after it)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
 # The scoping and reporting logic, with the pool's Docker work replaced by a recorder (the real pool is
 # proven on the engine in tests/integration/test_pytest_plugin.py): when stacks are provisioned, reset,
 # released and torn down, and what a failed test's report carries.
