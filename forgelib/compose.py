@@ -443,15 +443,17 @@ class ComposeProject:
         user: str | None = None,
         secrets: Sequence[str] = (),
         stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
     ) -> Result:
         """``argv`` in ``service``. With ``direct``, through ``docker exec -i`` into its container: the same
         process, environment and exit status as ``compose exec -T``, without the compose CLI's start and
         project load (~0.1-0.2 s on every oracle, check and judge input); when the container is not there
         (or not running), through compose, whose message names the service. ``stdout_path``: the command's
-        stdout goes to this file, never into memory (the result's is "")."""
+        stdout goes to this file, never into memory (the result's is ""); ``stderr_path``: its stderr too
+        (the result keeps its tail)."""
         if self.direct:
             r = self._exec_direct(
-                service, argv, stdin, input, timeout, env, workdir, user, secrets, stdout_path
+                service, argv, stdin, input, timeout, env, workdir, user, secrets, stdout_path, stderr_path
             )
             if r is not None:
                 if check and r.rc != 0:
@@ -467,6 +469,7 @@ class ComposeProject:
                 check=check,
                 secrets=secrets,
                 stdout_path=stdout_path,
+                stderr_path=stderr_path,
             )
         except CommandTimeout:
             raise
@@ -485,6 +488,7 @@ class ComposeProject:
         user: str | None,
         secrets: Sequence[str],
         stdout_path: Path | None,
+        stderr_path: Path | None,
     ) -> Result | None:
         opts = ["exec", "-i"]
         for k, v in (env or {}).items():
@@ -498,6 +502,7 @@ class ComposeProject:
             check=False,
             secrets=(*self.secrets, *secrets),
             stdout_path=stdout_path,
+            stderr_path=stderr_path,
             tag="exec",
         )
         if r.rc != 0 and _NO_CONTAINER.match(r.stderr.strip()):  # it never ran: compose says why

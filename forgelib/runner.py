@@ -33,6 +33,7 @@ log = logging.getLogger("forgelib.runner")
 
 DEFAULT_TIMEOUT = 60.0
 REDACTED = "***"
+FILE_TAIL = 64 * 1024  # bytes of a streamed output (stdout_path, stderr_path) a caller keeps in memory
 _INSTALL_HINTS = {
     "docker": "run `forge engine` (or scripts/engine.sh) to install and start Docker",
 }
@@ -60,6 +61,7 @@ class RunOptions(TypedDict, total=False):
     cwd: Path | None
     check: bool
     stdout_path: Path | None
+    stderr_path: Path | None
     secrets: Iterable[str]
     tag: str
 
@@ -116,14 +118,16 @@ class SubprocessRunner:
         cwd: Path | None = None,
         check: bool = True,
         stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
         secrets: Iterable[str] = (),
         tag: str = "",
     ) -> Result:
         """Run ``argv`` to completion (or ``timeout`` seconds: then its whole process group is killed).
 
         ``stdin``: a file streamed to it; ``input``: text; ``stdout_path``: its stdout goes to this file
-        (not into memory); ``check``: a non-zero exit raises ``CommandError``; ``secrets``: more values to
-        redact; ``tag``: what the command is (e.g. its compose verb), for ``kill_tagged``.
+        (not into memory); ``stderr_path``: its stderr goes to this file, and the result (or error) carries
+        only its last ``FILE_TAIL`` bytes; ``check``: a non-zero exit raises ``CommandError``; ``secrets``:
+        more values to redact; ``tag``: what the command is (e.g. its compose verb), for ``kill_tagged``.
         """
         argv = tuple(str(a) for a in argv)
         if not argv:
@@ -138,7 +142,11 @@ class SubprocessRunner:
         kills_before = len(self._kills)
         start = time.monotonic()
         log.debug("run %s (timeout %gs)", " ".join(shown), limit)
-        with _open_or_none(stdin, "rb") as in_f, _open_or_none(stdout_path, "wb") as out_f:
+        with (
+            _open_or_none(stdin, "rb") as in_f,
+            _open_or_none(stdout_path, "wb") as out_f,
+            _open_or_none(stderr_path, "wb") as err_f,
+        ):
             stdin_arg: int | IO[bytes] = subprocess.DEVNULL
             if in_f is not None:
                 stdin_arg = in_f
@@ -148,7 +156,7 @@ class SubprocessRunner:
                 argv,
                 stdin=stdin_arg,
                 stdout=out_f if out_f is not None else subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stderr=err_f if err_f is not None else subprocess.PIPE,
                 env=merged_env(env),
                 cwd=cwd,
                 start_new_session=True,  # our own process group: Ctrl-C reaches us, and we decide
@@ -163,6 +171,8 @@ class SubprocessRunner:
                 )
             except subprocess.TimeoutExpired:
                 partial_out, partial_err = _kill(proc)
+                if stderr_path is not None:
+                    partial_err = file_tail(stderr_path).encode()
                 raise CommandTimeout(
                     shown, limit, redact(_text(partial_out), hidden), redact(_text(partial_err), hidden)
                 ) from None
@@ -172,7 +182,8 @@ class SubprocessRunner:
             finally:
                 self._live.pop(proc.pid, None)
         seconds = time.monotonic() - start
-        result = Result(shown, proc.returncode, _text(out_b), _text(err_b), seconds)
+        err_text = file_tail(stderr_path) if stderr_path is not None else _text(err_b)
+        result = Result(shown, proc.returncode, _text(out_b), err_text, seconds)
         log.debug("rc=%s in %.2fs: %s", proc.returncode, seconds, " ".join(shown))
         if check and proc.returncode != 0:
             # the whole story for the debug log; the error a user reads may keep only its cause
@@ -202,6 +213,14 @@ class SubprocessRunner:
     def running(self) -> list[tuple[int, str]]:
         """(pid, tag) of the children running now."""
         return [(pid, tag) for pid, (_, tag) in list(self._live.items())]
+
+
+def file_tail(path: Path, size: int | None = None) -> str:
+    """The last ``size`` (default ``FILE_TAIL``) bytes of ``path`` as text: what a streamed output keeps in
+    memory, for a failure's reason."""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - (FILE_TAIL if size is None else size)))
+        return f.read().decode("utf-8", errors="replace")
 
 
 def _text(b: bytes | None) -> str:

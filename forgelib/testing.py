@@ -35,6 +35,7 @@ class Call:
     env: Mapping[str, str | None]
     cwd: Path | None
     stdout_path: Path | None
+    stderr_path: Path | None = None
     tag: str = ""
     secrets: tuple[str, ...] = ()
 
@@ -89,7 +90,7 @@ class FakeRunner:
         o = options
         call = Call(
             argv, o.get("timeout"), o.get("stdin"), o.get("input"), dict(o.get("env") or {}), o.get("cwd"),
-            o.get("stdout_path"), o.get("tag", ""), tuple(o.get("secrets", ())),
+            o.get("stdout_path"), o.get("stderr_path"), o.get("tag", ""), tuple(o.get("secrets", ())),
         )  # fmt: skip
         stdout_path, check = call.stdout_path, o.get("check", True)
         self.calls.append(call)
@@ -102,6 +103,8 @@ class FakeRunner:
                     raise e.raises
                 if stdout_path is not None:
                     stdout_path.write_text(e.stdout)
+                if call.stderr_path is not None:  # the real runner's result keeps the file's tail
+                    call.stderr_path.write_text(e.stderr)
                 if check and e.rc != 0:
                     raise CommandError(argv, e.rc, e.stdout, e.stderr)
                 return Result(argv, e.rc, e.stdout, e.stderr, 0.0)

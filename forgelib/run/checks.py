@@ -35,6 +35,7 @@ class ExecOptions(TypedDict, total=False):
     check: bool
     secrets: Sequence[str]
     stdout_path: Path | None
+    stderr_path: Path | None
 
 
 class Stack(Protocol):

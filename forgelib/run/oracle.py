@@ -7,17 +7,14 @@ into memory, never quoted into a shell string). The timeout is the task's, cappe
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.run.checks import Stack, exec_failure
-from forgelib.runner import secret_values
+from forgelib.runner import file_tail, secret_values
 from forgelib.spec.models import Oracle
-
-STDOUT_TAIL = 64 * 1024  # bytes of a streamed stdout kept in memory, for a failure's reason
 
 
 @dataclass(frozen=True)
@@ -46,17 +43,18 @@ def run_oracle(
     out_dir: Path | None = None,
     extra_env: Mapping[str, str] | None = None,
 ) -> OracleResult:
-    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given (stdout streamed
-    there, never held in memory: the result keeps its last ``STDOUT_TAIL`` bytes). ``extra_env``: what
+    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given (streamed there,
+    never held in memory: the result keeps the last ``runner.FILE_TAIL`` bytes of each). ``extra_env``: what
     forge tells the oracle (a bare seed's path); the task's own ``env`` wins on a clash."""
     argv = list(oracle.command) if oracle.command is not None else list(oracle.interpreter)
     stdin = oracle.script if oracle.command is None else None
     shown = " ".join(argv) + (f" < {stdin}" if stdin else "")
-    stdout_path = None
+    stdout_path = stderr_path = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stdout_path = out_dir / "oracle.stdout"
+        stdout_path, stderr_path = out_dir / "oracle.stdout", out_dir / "oracle.stderr"
         stdout_path.write_bytes(b"")  # there even when docker cannot exec at all
+        stderr_path.write_bytes(b"")
     try:
         r = stack.exec(
             oracle.service,
@@ -68,26 +66,20 @@ def run_oracle(
             check=False,
             secrets=sorted(secret_values(oracle.env)),  # `--env NAME=value` is in the argv
             stdout_path=stdout_path,
+            stderr_path=stderr_path,
         )
     except CommandTimeout as e:
-        out = _tail(stdout_path) if stdout_path is not None else e.stdout_tail
+        out = file_tail(stdout_path) if stdout_path is not None else e.stdout_tail
         res = OracleResult(
             False, True, None, timeout, out, e.stderr_tail, exec_failure(shown, oracle.service, e)
         )
     except ForgeError as e:  # docker could not exec (service gone, program missing)
         res = OracleResult(False, False, None, 0.0, "", str(e), exec_failure(shown, oracle.service, e))
+        if stderr_path is not None:
+            stderr_path.write_text(res.stderr)
     else:
         if stdout_path is not None:
-            r = dataclasses.replace(r, stdout=_tail(stdout_path))
+            r = dataclasses.replace(r, stdout=file_tail(stdout_path))
         err = exec_failure(shown, oracle.service, r) if r.rc != 0 else None
         res = OracleResult(r.rc == 0, False, r.rc, r.seconds, r.stdout, r.stderr, err)
-    if out_dir is not None:
-        (out_dir / "oracle.stderr").write_text(res.stderr)
     return res
-
-
-def _tail(path: Path) -> str:
-    """The last ``STDOUT_TAIL`` bytes of ``path`` as text (what a failure's reason may quote)."""
-    with path.open("rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - STDOUT_TAIL))
-        return f.read().decode("utf-8", errors="replace")

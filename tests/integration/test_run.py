@@ -227,6 +227,7 @@ def test_an_oracle_timeout_is_retried_on_a_fresh_stack(
     assert first["termination_reason"] == "ORACLE_TIMEOUT" and first["retried"] is True
     assert (d / "attempts" / "1" / "services" / "runner.log").is_file()  # the failed attempt's evidence
     assert final["attempt"] == 2 and final["status"] == "passed"
+    assert (d / "oracle.stderr").read_text() == "retried: wrote out.txt\n"  # streamed by the runner
     assert final["compose_project"] != first["compose_project"]  # a fresh stack, not the old one
     assert "-retry_once-0-a2" in final["compose_project"]
     assert (marker / "attempted").is_file()

@@ -15,7 +15,7 @@ import pytest
 
 from forgelib.errors import TAIL_LINES, CommandError, CommandTimeout, ProgramNotFound
 from forgelib.labels import proc_stat
-from forgelib.runner import REDACTED, SubprocessRunner, redact, secret_values
+from forgelib.runner import FILE_TAIL, REDACTED, SubprocessRunner, redact, secret_values
 
 PY = sys.executable
 
@@ -49,6 +49,18 @@ def test_stdin_streams_from_a_file_and_stdout_goes_to_a_file(tmp_path: Path) -> 
         [PY, "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())"], stdin=src, stdout_path=dest
     )
     assert r.stdout == "" and dest.read_bytes() == b"LINE\n" * 100_000
+
+
+def test_stderr_goes_to_a_file_and_the_result_and_error_keep_its_tail(tmp_path: Path) -> None:
+    dest = tmp_path / "err.txt"
+    script = "import sys\nfor i in range(100_000): sys.stderr.write(f'err {i}\\n')\nsys.exit(3)"
+    r = SubprocessRunner().run([PY, "-c", script], stderr_path=dest, check=False)
+    whole = dest.read_text()
+    assert r.rc == 3 and whole.splitlines() == [f"err {i}" for i in range(100_000)]
+    assert len(r.stderr) == FILE_TAIL and whole.endswith(r.stderr)
+    with pytest.raises(CommandError) as e:
+        SubprocessRunner().run([PY, "-c", script], stderr_path=dest)
+    assert e.value.stderr_tail.splitlines()[-1] == "err 99999" and len(e.value.stderr_tail) <= FILE_TAIL
 
 
 def test_input_text_and_not_both() -> None:

@@ -37,13 +37,17 @@ class FakeStack:
             "workdir": o.get("workdir"), "secrets": tuple(o.get("secrets", ())),
         }  # fmt: skip
         self.calls.append((service, tuple(argv), kw))
-        path = o.get("stdout_path")
+        path, err_path = o.get("stdout_path"), o.get("stderr_path")
         try:
             r = self.answer(service, tuple(argv), kw)
-        except CommandTimeout as e:  # what it printed before the kill is in the file (as the real runner)
+        except CommandTimeout as e:  # what it printed before the kill is in the files (as the real runner)
             if path is not None:
                 path.write_text(e.stdout_tail)
+            if err_path is not None:
+                err_path.write_text(e.stderr_tail)
             raise
+        if err_path is not None:  # as the real runner: stderr to the file, its tail in the result
+            err_path.write_text(r.stderr)
         if path is None:
             return r
         path.write_text(r.stdout)  # as the real runner: stdout to the file, none in the result

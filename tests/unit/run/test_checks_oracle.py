@@ -12,8 +12,8 @@ import pytest
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, CommandTimeout
 from forgelib.run.checks import evaluate, service_environment
-from forgelib.run.oracle import STDOUT_TAIL, effective_timeout, run_oracle
-from forgelib.runner import Result
+from forgelib.run.oracle import effective_timeout, run_oracle
+from forgelib.runner import FILE_TAIL, Result
 from forgelib.seeds.sql_dump import postgres_credentials
 from forgelib.spec.models import Check, Oracle
 from forgelib.testing import FakeRunner
@@ -220,9 +220,9 @@ def test_oracle_timeout_is_capped_by_the_run_config() -> None:
     assert effective_timeout(Oracle(service="s", timeout=900), 300) == 300
 
 
-def test_a_chatty_oracles_stdout_streams_to_its_file_through_compose_exec(tmp_path: Path) -> None:
-    # ComposeProject.exec hands the runner a stdout_path: the output never passes through forge's memory;
-    # the result keeps only its tail (for a failure's reason), and stderr (small) still goes in memory.
+def test_a_chatty_oracles_output_streams_to_its_files_through_compose_exec(tmp_path: Path) -> None:
+    # ComposeProject.exec hands the runner a stdout_path and a stderr_path: the output never passes through
+    # forge's memory; the result keeps only the stdout's tail (for a failure's reason) and the stderr's.
     chatty = "".join(f"line {i}\n" for i in range(50_000))  # ~540 KB
     fake = FakeRunner()
     fake.expect("docker", "compose", stdout=chatty, stderr="boom\n", rc=1)
@@ -230,8 +230,9 @@ def test_a_chatty_oracles_stdout_streams_to_its_file_through_compose_exec(tmp_pa
     r = run_oracle(stack, Oracle(service="runner", command=("chatter",)), timeout=5, out_dir=tmp_path)
     (call,) = fake.calls
     assert call.stdout_path == tmp_path / "oracle.stdout" and call.argv[-1] == "chatter"
+    assert call.stderr_path == tmp_path / "oracle.stderr"
     assert (tmp_path / "oracle.stdout").read_text() == chatty
-    assert len(r.stdout) == STDOUT_TAIL and chatty.endswith(r.stdout)
+    assert len(r.stdout) == FILE_TAIL and chatty.endswith(r.stdout)
     assert (tmp_path / "oracle.stderr").read_text() == "boom\n" and not r.ok and "boom" in (r.error or "")
 
 
