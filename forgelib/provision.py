@@ -36,7 +36,7 @@ from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget, bare
 from forgelib.seeds.base import PreparedSeed
 from forgelib.signals import StopAwareRunner
-from forgelib.snapshots.trial import GOLDEN_OVERRIDE_FILE, GoldenFailed, Plan, TrialGoldens
+from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
 
@@ -280,6 +280,7 @@ class _Provisioning:
     ) -> ProvisionedTrial:
         prepared: tuple[PreparedSeed, ...] = ()
         bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
+        built: Mapping[str, str] = {}
         with self._phase("compose_config", "compose_config"):
             config = compose.config()
             if not build_services(config):
@@ -296,9 +297,11 @@ class _Provisioning:
         if goldens is not None:
             with self._phase("golden_plan", "compose_config"):
                 plans = goldens.plan(bindings, services, locks)
-                golden_override = goldens.override(self.trial_dir / GOLDEN_OVERRIDE_FILE, plans)
-            if golden_override is not None:
-                compose = self._compose = compose.with_files(*compose.files, golden_override)
+                restored = goldens.images(plans)
+                if restored:  # the override again, each restored service on its golden (image, VOLUMEs)
+                    over = self._override(compose, config, bindings, {**built, **restored})
+                    compose, services, declared, loopback = over
+                    self._compose = compose
         absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.

@@ -182,9 +182,10 @@ def select(
 
 
 def _present_images(runner: Runner, ids: set[str]) -> set[str]:
-    """The ids among ``ids`` that some tag still names. A golden keeps its base image's layers alive, so
-    the id alone always exists; once no tag names it (a newer build took the tag, or it was removed), no
-    compose file resolves to it and its goldens can never be restored again."""
+    """The ids among ``ids`` that some tag still names. A golden keeps its base image's layers alive, not
+    necessarily the base image itself (a format 2 golden is loaded without a parent); either way, once no
+    tag names that id (a newer build took the tag, or it was removed), no compose file resolves to it and
+    its goldens can never be restored again."""
     if not ids:
         return set()
     argv = ["docker", "image", "inspect", "--format", "{{.Id}} {{len .RepoTags}}", *sorted(ids)]

@@ -21,7 +21,7 @@ from forgelib.spec.digest import dir_sha256, file_sha256
 
 # Bump whenever what a golden holds or how it is restored changes (its layout, its labels' meaning):
 # goldens of another format are then never found, and `forge snapshots prune` removes them.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the golden image has no VOLUME at its data directory (store.unvolumed)
 
 # The resolved service config fields that decide what a fresh service writes to its data directory.
 STATE_FIELDS = ("environment", "command", "entrypoint", "user", "working_dir")

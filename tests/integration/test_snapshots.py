@@ -52,11 +52,17 @@ def _project(
     (root / "seed.sql").write_text(f"update t set v = '{seed}';\n")
     init = root / "init.sql"
     if not init.exists():
-        init.write_text("create table t (v text); insert into t values ('factory');\n")
+        init.write_text(_init(name, "create table t (v text); insert into t values ('factory');"))
     db = {**PG, "image": image, "volumes": [f"{init}:/docker-entrypoint-initdb.d/init.sql:ro"]}
     return make_project(
         root, {"db": db}, seeds={"s": (root / "seed.sql", SeedKind.SQL_DUMP)}, reset={"db": "s"}, name=name
     )
+
+
+def _init(name: str, sql: str) -> str:
+    """An init file naming the test's project: a key is content, so without it a concurrent session of
+    this test (another checkout on this engine) would have the same keys and restore or retag our goldens."""
+    return f"-- {name}\n{sql}\n"
 
 
 def _trial(
@@ -90,7 +96,9 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
         seen.add(rec["golden"])
 
     changed(_project(root, name, seed="other"), 2, "other")  # the seed
-    (root / "init.sql").write_text("create table t (v text, w int); insert into t values ('factory', 1);\n")
+    (root / "init.sql").write_text(
+        _init(name, "create table t (v text, w int); insert into t values ('factory', 1);")
+    )
     changed(_project(root, name), 3)  # an init file's content
     monkeypatch.setattr(key, "FORMAT_VERSION", key.FORMAT_VERSION + 1)
     changed(_project(root, name), 4)  # forgelib's snapshot format
@@ -99,7 +107,7 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
     tag = f"forgelib-test/postgres-golden:{secrets.token_hex(3)}"
     img = tmp_path / "image"
     img.mkdir()
-    (img / "marker").write_text("changed\n")
+    (img / "marker").write_text(f"changed {name}\n")  # not the build cache's image of another session
     (img / "Dockerfile").write_text("FROM forgelib/postgres:15\nCOPY marker /etc/forge-golden-test\n")
     runner.run(["docker", "build", "-q", "-t", tag, str(img)], timeout=300, env={"DOCKER_BUILDKIT": "0"})
     try:
@@ -123,6 +131,55 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
     pruned = json.loads(_forge("snapshots", "prune", "--unused", "--json").stdout)
     assert [r["action"] for r in pruned if r["key"][:12] in seen] == ["removed"]
     assert len(_goldens(runner, name)) == 4
+
+
+def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unvolumed_golden(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str
+) -> None:
+    """Two captures of one key in processes the key lock does not reach (another state directory, another
+    host on this engine): the second runs entirely while the first is between its build and its load.
+    Each golden keeps its own labels and data (none is loaded from the other's build), the key's tag
+    names one of them, and a golden has no VOLUME at its path, so a container gets no volume for it."""
+    path = "/var/lib/forge-golden-test"
+    base_tag = f"forgelib-test/golden-base:{name}"
+    ctx = tmp_path / "base"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM forgelib/debian:bookworm\nVOLUME {path}\nLABEL test={name}\n")
+    runner.run(["docker", "build", "-q", "-t", base_tag, str(ctx)], timeout=300, env={"DOCKER_BUILDKIT": "0"})
+    try:
+        base_id = json.loads(runner.run(["docker", "image", "inspect", base_tag]).stdout)[0]["Id"]
+        k = key.make_key(kind="sql_dump", recipe_version=1, image_id=base_id, seed_digest=name, options={},
+                         service_config={})  # fmt: skip
+
+        def capture(who: str, r: Any) -> store.Golden:
+            d = tmp_path / who
+            (d / "src" / Path(path).name).mkdir(parents=True)
+            (d / "src" / Path(path).name / "who").write_text(who)
+            subprocess.run(
+                ["tar", "-cf", str(d / "data.tar"), "-C", str(d / "src"), Path(path).name], check=True
+            )
+            labels = store.golden_labels(k, service="db", project=name, seed=who, path=path, state="{}",
+                                         run_id=run_id, data_bytes=1, entries=2)  # fmt: skip
+            return store.build(r, key=k, path=path, data_tar=d / "data.tar", labels=labels, timeout=300)
+
+        class Interleaving:  # the other capture runs right after this one's `docker build`
+            def run(self, argv: Any, **kw: Any) -> Any:
+                res = runner.run(argv, **kw)
+                if list(argv[:2]) == ["docker", "build"]:
+                    capture("b", runner)
+                return res
+
+        a = capture("a", Interleaving())
+        assert a.part("seed") == "a" and store.find(runner, k) == a  # the last load holds the tag
+        mine = _goldens(runner, name)
+        assert sorted(g.part("seed") for g in mine) == ["a", "b"] and len({g.id for g in mine}) == 2
+        for g in mine:  # each image holds its own capture's data, with no VOLUME at its path
+            info = json.loads(runner.run(["docker", "image", "inspect", g.id]).stdout)[0]
+            assert path not in (info["Config"].get("Volumes") or {})
+            out = runner.run(["docker", "run", "--rm", "--entrypoint", "cat", g.id, f"{path}/who"]).stdout
+            assert out == g.part("seed")
+    finally:
+        runner.run(["docker", "image", "rm", base_tag], timeout=120, check=False)
 
 
 def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
@@ -177,6 +234,10 @@ def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_on
     subprocess.run(["cp", "-r", str(REPO / "tests/fixtures/run_project"), str(pack)], check=True)
     yaml_path = pack / "project.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("name: run_project", f"name: {name}"))
+    compose = pack / "shared" / "compose.yaml"  # a key of this test's own (see _init)
+    compose.write_text(
+        compose.read_text().replace("POSTGRES_DB: app", f"POSTGRES_DB: app\n      GOLDEN_TEST: {name}")
+    )
     cfg = pack / "run_configs" / "dev.yaml"
     before = set(state.glob("build-*")) if state.is_dir() else set()
     proc = subprocess.Popen(

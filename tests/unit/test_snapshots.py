@@ -12,6 +12,7 @@ import pytest
 
 from forgelib.errors import ForgeError
 from forgelib.snapshots import cli, key, store
+from forgelib.snapshots.key import FORMAT_VERSION
 from forgelib.snapshots.trial import unrestorable
 
 BASE: dict[str, Any] = {
@@ -87,7 +88,7 @@ def test_a_golden_restores_only_where_docker_fills_the_path_from_the_image(
 
 
 def _golden(
-    created: datetime, *, tagged: bool = True, fmt: str = "1", image: str = "sha256:aaa"
+    created: datetime, *, tagged: bool = True, fmt: str = str(FORMAT_VERSION), image: str = "sha256:aaa"
 ) -> store.Golden:
     k = "ab" * 32
     labels = {store.GOLDEN: fmt, store.KEY: k, store.PREFIX + "image_id": image}
@@ -236,7 +237,7 @@ def test_a_restore_is_trusted_only_when_its_fingerprint_equals_the_captured_one(
 
     k = key.make_key(**BASE, service_config={})
     captured = {"roles": "r1", "seeded_rows": "s1"}
-    labels = {store.GOLDEN: "1", store.KEY: k.digest, store.STATE: json.dumps(captured)}
+    labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps(captured)}
     golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
     goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
     ctx: Any = SimpleNamespace(service="db")
