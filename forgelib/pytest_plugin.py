@@ -50,6 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "forgelib: lines of each service's log attached to a failed test's report (default 50)",
         default="50",
     )
+    parser.addini(
+        "forge_profiles",
+        "forgelib: compose profiles to enable in every stack (like a run config's `profiles`)",
+        type="args",
+        default=[],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,7 +128,12 @@ def _pool(config: pytest.Config) -> StackPool:
             run_id = run_id_for(str(workerinput["testrunuid"]), str(workerinput["workerid"]))
         else:
             run_id = run_id_for(secrets.token_hex(4), None)
-        pool = StackPool(run_id, log_tail_lines=_tail_lines(config), notes=_notes(config))
+        pool = StackPool(
+            run_id,
+            log_tail_lines=_tail_lines(config),
+            notes=_notes(config),
+            profiles=tuple(config.getini("forge_profiles")),
+        )
         config.stash[_POOL] = pool
         workeroutput: dict[str, Any] | None = getattr(config, "workeroutput", None)
         if workeroutput is not None:  # tells the xdist controller this worker made stacks

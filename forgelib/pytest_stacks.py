@@ -207,6 +207,7 @@ class StackPool:
     stacks: LiveStacks = field(default_factory=LiveStacks)
     stop: StopState | None = None  # set while the test loop runs inside signals.interruptible
     notes: list[str] = field(default_factory=list)  # for the terminal summary
+    profiles: tuple[str, ...] = ()  # compose profiles enabled in every stack (ini `forge_profiles`)
     _root: Path | None = None
     _projects: dict[Path, Project] = field(default_factory=dict)
     _index: Iterator[int] = field(default_factory=itertools.count)
@@ -259,6 +260,7 @@ class StackPool:
                 log_tail_lines=self.log_tail_lines,
                 shared=self._shared,
                 cache=self._cache,
+                profiles=self.profiles,
             )
         except ProvisionError as e:
             raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
@@ -300,6 +302,7 @@ class StackPool:
                 log_tail_lines=self.log_tail_lines,
                 stacks=self.stacks,
                 stopping=lambda: self.stop is not None and self.stop.requested,
+                profiles=self.profiles,
             )
         trial_dir = self.root() / f"{next(self._index)}"
         as_task = task or Task(DEFAULT_TASK, project.path, "", project.environment)

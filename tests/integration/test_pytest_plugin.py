@@ -37,6 +37,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PG = EXAMPLES / "multi_service_postgres_reset"
 CACHE = EXAMPLES / "multi_service_cache_debug"
 ENDPOINT = EXAMPLES / "multi_service_endpoint_add"
+BYO = Path(__file__).resolve().parents[1] / "fixtures" / "byo_compose"  # a compose profile (`extra`)
 SESSION_TIMEOUT = 900  # bounds a hang of a whole inner session; never reached when things work
 
 # The inner sessions' tests record what they saw here (one JSON file per test), for the outer assertions.
@@ -155,6 +156,7 @@ def test_one_xdist_session_proves_packs_scopes_failures_and_custody(
     planted = f"pytest-plugin-it-{secrets.token_hex(5)}"
     pytester.makepyfile(_record=RECORD.format(records=str(records), planted=planted))
     pytester.makeconftest(INNER_CONFTEST.format(records=str(records)))
+    pytester.makeini("[pytest]\nforge_profiles = extra\n")
     pytester.makepyfile(
         test_postgres_pack=f"""
 import json, urllib.request
@@ -218,6 +220,17 @@ def test_fails_with_logs(forge_stack):
     record("module_failing", forge_stack)
     assert forge_stack.exec("app-db", ["echo", "observed"]).stdout.strip() == "expected"
 """,
+        test_profiles=f"""
+import pytest
+from _record import record
+
+# The ini's forge_profiles (written below) enables `extra`: the byo fixture's `probe` service runs only then.
+@pytest.mark.forge(project={str(BYO)!r}, task="byo")
+def test_profiles(forge_stack):
+    record("profiles", forge_stack)
+    assert "probe" in forge_stack.services
+    assert forge_stack.exec("probe", ["cat", "/tmp/profile"]).stdout == "on"
+""",
         test_broken_seed=f"""
 import pytest
 
@@ -236,7 +249,7 @@ def test_broken_seed(forge_stack):
     finally:
         runner.run(["docker", "rm", "-f", f"{planted}-c"], timeout=60, check=False)
     out = result.stdout.str()
-    result.assert_outcomes(passed=6, failed=1, errors=1)
+    result.assert_outcomes(passed=7, failed=1, errors=1)
     seen = _records(records)
 
     # The reaper ran before any test: the planted leftover was gone for every one of them. It ran in the
@@ -248,7 +261,7 @@ def test_broken_seed(forge_stack):
     assert out.count(f"{planted}-stack") <= 1, out
 
     # Each reference pack provisioned and answered on its real clients.
-    for name in ("postgres_pack", "cache_pack", "endpoint_pack"):
+    for name in ("postgres_pack", "cache_pack", "endpoint_pack", "profiles"):
         assert name in seen, out
     # One stack for the module's three tests, reset in place between them (both mutators saw the baseline).
     module = {seen[n]["stack"] for n in ("module_first", "module_second", "module_failing")}
