@@ -108,12 +108,16 @@ def up_argv(
     no_deps: bool = False,
     force_recreate: bool = False,
     no_start: bool = False,
+    no_recreate: bool = False,
+    scale: Mapping[str, int] | None = None,
 ) -> list[str]:
     # --renew-anon-volumes with --force-recreate: a recreated container must not inherit the old one's
     # anonymous volumes (compose keeps them by default). --no-start: created, not started (no --wait then).
     opts = flags(detach=True, wait=wait and not no_start, wait_timeout=None if no_start else wait_timeout)
     opts += flags(no_deps=no_deps, no_start=no_start)
-    opts += flags(force_recreate=force_recreate, renew_anon_volumes=force_recreate)
+    opts += flags(force_recreate=force_recreate, renew_anon_volumes=force_recreate, no_recreate=no_recreate)
+    for svc, n in (scale or {}).items():
+        opts += ["--scale", f"{svc}={n}"]
     return ["up", *opts, *services]
 
 
@@ -335,6 +339,9 @@ class ComposeProject:
     # ``exec`` straight into the service's container with ``docker exec`` (see ``exec``): set on a
     # provisioned stack, whose container names are known (the override drops any ``container_name``).
     direct: bool = False
+    # service -> the name of the container that serves it, where that is not compose's first (a warm
+    # stack's ephemeral services run in a new compose-numbered container every trial: forgelib.warm).
+    containers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not is_valid_name(self.name):
@@ -391,11 +398,14 @@ class ComposeProject:
         no_deps: bool = False,
         force_recreate: bool = False,
         no_start: bool = False,
+        no_recreate: bool = False,
+        scale: Mapping[str, int] | None = None,
     ) -> Result:
         """``no_deps``: start only ``services`` (their dependencies are up already); compose then skips
         re-checking those dependencies' health, which costs a healthcheck round per call.
         ``force_recreate``: new containers (and anonymous volumes) even where the old ones are up.
-        ``no_start``: create the containers (networks, volumes) but start nothing."""
+        ``no_start``: create the containers (networks, volumes) but start nothing.
+        ``no_recreate`` with ``scale``: add containers (numbered on) beside the ones there, untouched."""
         limit = self.timeouts.compose_up if timeout is None else timeout
         wait_timeout = int(limit) if wait else None
         argv = up_argv(
@@ -405,6 +415,8 @@ class ComposeProject:
             no_deps=no_deps,
             force_recreate=force_recreate,
             no_start=no_start,
+            no_recreate=no_recreate,
+            scale=scale,
         )
         return self.run(argv, timeout=limit + _WAIT_GRACE)
 
@@ -510,9 +522,9 @@ class ComposeProject:
         return r
 
     def container(self, service: str) -> str:
-        """The name of ``service``'s (first) container: compose v2 names it ``<project>-<service>-1`` (the
-        override drops any ``container_name``)."""
-        return f"{self.name}-{service}-1"
+        """The name of ``service``'s container: ``containers``' entry, else the first one, which compose v2
+        names ``<project>-<service>-1`` (the override drops any ``container_name``)."""
+        return self.containers.get(service) or f"{self.name}-{service}-1"
 
     def exec_fast(
         self, service: str, argv: Sequence[str], *, timeout: float | None = None, check: bool = True

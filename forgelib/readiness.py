@@ -102,8 +102,16 @@ def containers(
             found = json.loads(res.stdout or "[]")
         except json.JSONDecodeError:
             found = []
+    return of_inspect(compose, services, found if isinstance(found, list) else [])
+
+
+def of_inspect(
+    compose: ComposeProject, services: Sequence[str], found: Sequence[Mapping[str, Any]]
+) -> dict[str, list[Container]]:
+    """service -> its containers among ``found`` (``docker inspect`` records, e.g. from a caller that just
+    inspected them: no second call)."""
     out: dict[str, list[Container]] = {}
-    for info in found if isinstance(found, list) else []:
+    for info in found:
         svc = str(((info.get("Config") or {}).get("Labels") or {}).get(lab.COMPOSE_SERVICE, ""))
         if svc in services:
             argv, per_probe = health_argv(info)
@@ -140,11 +148,13 @@ def wait_ready(
     *,
     timeout: float | None = None,
     refs: Sequence[str] = (),
+    inspected: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Wait until the (started) containers of ``services`` are ready, all in parallel. ``refs``: exactly
-    these containers (names or ids; else every container of those services in the project)."""
+    these containers (names or ids; else every container of those services in the project);
+    ``inspected``: exactly these, as ``docker inspect`` described them (their healthchecks) already."""
     wanted = list(dict.fromkeys(services))
-    found = containers(compose, wanted, refs)
+    found = of_inspect(compose, wanted, inspected) if inspected else containers(compose, wanted, refs)
     waves = _Waves(compose, found, {s: {} for s in wanted}, set(), _limit(compose, timeout))
     waves.run(wanted, start=False)
 
@@ -236,7 +246,9 @@ class _Waves:
         """Until ``c`` is ready: healthy by its own healthcheck (or running, without one), or exited 0 when
         it is a one-shot (``complete``: a dependent waits for exactly that)."""
         said = ""
-        last_state = 0.0
+        # With a healthcheck, its first run comes before Docker's state (one `docker inspect`, ~0.03 s,
+        # less on the path of every ready container); an exited one fails that run, then the state says so.
+        last_state = time.monotonic()
         while True:
             if self.failed.is_set():
                 raise _DependencyFailed(c.service, f"service {c.service!r}: another service failed")

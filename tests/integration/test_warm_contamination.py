@@ -43,6 +43,7 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         assert rc == 0, (run_dir / "summary.json").read_text()
         first_trial, first = _trial(run_dir, "within_reach", 0)
         assert first["t_rows"] == [["seeded"]] and first["redis"] and first["tree"]
+        assert first["runner_addresses"] == 1  # and so in every trial: one endpoint answers for `runner`
         assert first_trial["stack"]["reuse"] == 0 and first_trial["stack"]["replaced"] is None
         assert "recipe:db" in first_trial["timings"]
 

@@ -98,6 +98,10 @@ def test_argv_builders() -> None:
     assert c.up_argv(["r"], wait_timeout=9, no_deps=True, force_recreate=True, no_start=True) == [
         *("up", "--detach", "--no-deps", "--no-start", "--force-recreate", "--renew-anon-volumes", "r")
     ]
+    # a spare beside the running container (the warm pool's next ephemeral one), the running one untouched
+    assert c.up_argv(["r"], wait=False, no_deps=True, no_start=True, no_recreate=True, scale={"r": 2}) == [
+        *("up", "--detach", "--no-deps", "--no-start", "--no-recreate", "--scale", "r=2", "r")
+    ]
     assert c.down_argv() == ["down", "--volumes", "--remove-orphans"]
     assert c.down_argv(volumes=False, remove_orphans=False, timeout=3) == ["down", "--timeout", "3"]
     assert c.exec_argv("db", ["psql", "-c", "x"], env={"A": "1"}, workdir="/w") == [

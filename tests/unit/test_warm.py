@@ -4,6 +4,7 @@ fingerprints and the pool itself: tests/integration/test_warm_*.py, on the real 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,22 @@ def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh
     )
     assert not _never_started(fresh, "p2", "runner") and not _never_started(fresh, "p1", "api")
     assert not _never_started({}, "p1", "runner")
+
+
+def test_a_warm_trial_execs_into_the_container_its_ephemeral_service_runs_in_now() -> None:
+    from forgelib.compose import ComposeProject
+    from forgelib.testing import FakeRunner
+
+    base = ComposeProject("p1", (), FakeRunner())
+    assert base.container("runner") == "p1-runner-1"  # compose's first container
+    moved = dataclasses.replace(base, containers={"runner": "p1-runner-7"})
+    assert moved.container("runner") == "p1-runner-7" and moved.container("db") == "p1-db-1"
+
+
+def test_only_a_container_with_networks_of_its_own_is_taken_off_them() -> None:
+    from forgelib.warm import _networks
+
+    nets = {"NetworkSettings": {"Networks": {"p1_default": {}, "p1_back": {}}}}
+    assert _networks({**nets, "HostConfig": {"NetworkMode": "p1_default"}}) == ["p1_back", "p1_default"]
+    for mode in ("host", "none", "container:abc", "service:db"):
+        assert _networks({**nets, "HostConfig": {"NetworkMode": mode}}) == []
