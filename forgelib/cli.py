@@ -70,6 +70,23 @@ class Number:
 def guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
     """Call a command body and map what it returns or raises to an exit code (``Number`` options are
     converted first, as part of the command)."""
+    try:
+        _guarded(command, **kwargs)
+    except Exit as e:  # (_guarded raises them without a message)
+        _leave_cluster(e.code)
+        raise
+    _leave_cluster(0)
+
+
+def _leave_cluster(code: int) -> None:
+    """A process that joined a Ray cluster (``run --cluster``) exits here, without Ray's slow and crash-prone
+    exit hooks (why that is safe: ``forgelib.cluster.connect.leave``); any other process returns."""
+    connect = sys.modules.get("forgelib.cluster.connect")  # imported only under --cluster
+    if connect is not None:
+        connect.leave(code)
+
+
+def _guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
     path = _setup_logging()
     log.debug("command %s.%s %r", command.__module__, command.__qualname__, kwargs)
     try:

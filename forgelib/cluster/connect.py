@@ -9,9 +9,13 @@ the tests start their loopback-only nodes.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import os
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +82,13 @@ class NodeInfo:
 
 def connect(address: str) -> list[NodeInfo]:
     """Join the cluster at ``address`` (never start one) and list its alive nodes offering forge slots."""
+    global _joined
     ray = import_ray()
+    _require_answer(address)
     if is_loopback(address):
         keep_loopback()
+    logging.getLogger("ray._private.worker").addFilter(_no_sigterm_notice)
+    _ray_messages_to_stderr()  # before ray.init starts the thread that prints them
     try:
         ray.init(
             address=address,
@@ -90,16 +98,102 @@ def connect(address: str) -> list[NodeInfo]:
         )
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise ForgeError(f"cannot join the Ray cluster at {address}: {e}") from None
-    _ray_messages_to_stderr()
+    _joined = True
+    # Ray builds its serializer on the first object it ships, importing its add-ons (pydantic when it is
+    # installed: 0.5-1 s here); done now, on the joining thread, rather than on the first trial's hand-off.
+    ray.put(None)
     nodes = forge_nodes(ray.nodes())
     if not nodes:
-        ray.shutdown()
         raise ForgeError(
             f"the Ray cluster at {address} has no node offering the {RESOURCE!r} resource; start each "
             f"Docker host's node with {ENGINE_ENV}=unix:///var/run/docker.sock ray start --address "
             f"{address} --resources '{{\"{RESOURCE}\": SLOTS}}' (README: Running on a cluster)"
         )
     return nodes
+
+
+ANSWER_SECONDS = 10.0  # a GCS address that accepts no connection in this long is not a cluster
+
+
+def _require_answer(address: str) -> None:
+    # ray.init retries an address where nothing listens for minutes, printing a warning every few seconds;
+    # a plain connect says at once that nothing is there. (Only host:port addresses: not "auto", ray://.)
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_SECONDS).close()
+    except OSError as e:
+        raise ForgeError(
+            f"cannot join the Ray cluster at {address}: nothing answers there ({e.strerror or e}); give the "
+            f"head node's address as `ray start --head` printed it (its GCS port, 6379 by default)"
+        ) from None
+
+
+def _no_sigterm_notice(record: logging.LogRecord) -> bool:
+    # ray.init on a thread other than the main one says it installs no SIGTERM handler: forge wants none
+    # (signals.interruptible owns SIGINT/SIGTERM during the run), so the notice is noise on stderr.
+    return "SIGTERM handler is not set" not in record.getMessage()
+
+
+class Joining:
+    """``connect(address)`` on a thread, started as early as ``forge run --cluster`` knows the address:
+    importing Ray (1-3 s of CPU on the 2-core test box) and joining overlap the config and project loading
+    and the digests. ``result()`` waits for it and raises what ``connect`` raised, as if called here."""
+
+    def __init__(self, address: str) -> None:
+        global _joining
+        self.address = address
+        self._nodes: list[NodeInfo] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._join, name="forge-ray-join", daemon=True)
+        _joining = self
+        self._thread.start()
+
+    def _join(self) -> None:
+        try:
+            self._nodes = connect(self.address)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread by result()
+            self._error = e
+
+    def result(self) -> list[NodeInfo]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._nodes
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+_joining: Joining | None = None  # this process's join, if it started one
+_joined = False  # ray.init succeeded in this process
+
+
+def leave(code: int) -> None:
+    """End a process that joined a cluster now, with exit status ``code``, without Ray's shutdown.
+
+    Ray's atexit hook (``ray.shutdown``) costs ≈ 1 s at the end of every ``forge run --cluster`` (a fixed
+    0.5 s sleep "so log messages finish printing" — forge has them go to stderr as they come — then the
+    driver's disconnect), and an interpreter that exits with Ray connected but not shut down segfaults now
+    and then while finalizing (Ray's core worker threads; seen here, exit 139). ``os._exit`` does neither:
+    the process is gone at once and the cluster cleans up after it — the driver's raylet sees its
+    connection close and the GCS marks the job finished (checked here: ``job_table()`` shows it dead at
+    once), which frees what the driver owned (the shipped project's object). Nothing else needs the exit
+    hooks: by the time forge leaves, every event is fsync'd and closed, summary.json and the trial files are
+    written, no trial is in flight (a Ctrl-C waits for every node to tear its stacks down first), the slots
+    are detached actors that outlive drivers by design, and stdio and the debug log are flushed here.
+    So does a process whose join is still under way (an error before it was needed): finalizing the
+    interpreter under it is as unsafe, and waiting for it could take ray.init's minutes. A process that
+    never joined (the local path, a failed join) exits the normal way."""
+    joining = _joining is not None and _joining.running()  # first: a join that ends now sets _joined
+    if not joining and not _joined:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing left to say
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def forge_nodes(nodes: list[dict[str, Any]]) -> list[NodeInfo]:

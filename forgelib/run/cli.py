@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
@@ -34,6 +34,9 @@ from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeo
 from forgelib.spec.validate import print_notices
 from forgelib.table import align
 from forgelib.warm import WarmPool
+
+if TYPE_CHECKING:
+    from forgelib.cluster.connect import Joining
 
 MAX_RETRIES = 100  # as the run config schema's bound
 
@@ -67,7 +70,11 @@ def main_run(
         raise UsageError(f"--stacks must be one of {', '.join(STACK_MODES)}, not {stacks!r}")
     if resume and repeats is not None:
         raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
+    joining = _start_joining(cluster)  # --cluster: Ray's import and the join start now, on a thread
     cfg = load_run_config(Path(config))
+    address = cluster or cfg.cluster
+    if address and joining is None:  # the run config's `cluster:`
+        joining = _start_joining(address)
     project = load_project_config(cfg.project)
     plan = build_plan(
         cfg,
@@ -81,9 +88,8 @@ def main_run(
         retries=retries,
         stacks=stacks,
     )
-    address = cluster or cfg.cluster
-    if address:
-        state = _run_on_cluster(address, plan, project, cfg.profiles)
+    if joining is not None:
+        state = _run_on_cluster(joining, plan, project, cfg.profiles)
     else:
         runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
         live_stacks = LiveStacks()
@@ -115,21 +121,30 @@ def main_run(
     return EXIT_OK if summary["all_passed"] else EXIT_USER
 
 
-def _run_on_cluster(address: str, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
-    """The same run on a Ray cluster's nodes (``forgelib.cluster``: the only code that imports Ray)."""
+def _start_joining(address: str | None) -> Joining | None:
+    """``forgelib.cluster.connect.Joining`` (the only code that imports Ray), or None without a cluster."""
+    if not address:
+        return None
+    from forgelib.cluster.connect import Joining
+
+    return Joining(address)
+
+
+def _run_on_cluster(joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
+    """The same run on a Ray cluster's nodes (``forgelib.cluster``)."""
     if plan.stacks == "warm":
         raise UsageError("--cluster runs fresh stacks on the nodes; `stacks: warm` is not supported yet")
     # Ray prints what it learns about the cluster (a raylet that died...) on stdout, which belongs to the
-    # summary (`--json`): while the run lasts, stdout is stderr.
+    # summary (`--json`): while the run lasts, stdout is stderr. (The joining thread's Ray messages go to
+    # stderr by connect._ray_messages_to_stderr and Ray's loggers.)
     with contextlib.redirect_stdout(sys.stderr):
-        return _cluster_run(address, plan, project, profiles)
+        return _cluster_run(joining, plan, project, profiles)
 
 
-def _cluster_run(address: str, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
-    from forgelib.cluster.connect import connect
+def _cluster_run(joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
     from forgelib.cluster.driver import Cluster, ClusterBackend, ClusterExecutor
 
-    nodes = connect(address)  # before `interruptible`, so its handlers (not Ray's) own SIGINT/SIGTERM
+    nodes = joining.result()  # before `interruptible`, so its handlers own SIGINT/SIGTERM
     cl = Cluster(project, plan.output, nodes)
     # The stacks live on the nodes; the executor stops them there (this process registers none).
     with interruptible(LiveStacks()):

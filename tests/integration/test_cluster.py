@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,6 +127,18 @@ def _files(run_dir: Path) -> set[str]:
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_an_address_where_no_cluster_answers_is_a_clear_error(tmp_path: Path) -> None:
+    # Real Ray, no cluster (so no fixture): ray.init alone would retry such an address for minutes.
+    with socket.socket() as s:  # a loopback port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        cfg = str(_config(tmp_path, 1))
+        r = _forge("-m", "forgelib", "run", "--config", cfg, "--cluster", address, "--json")
+    assert r.returncode == 1, r.stderr
+    assert f"forge: error: cannot join the Ray cluster at {address}: nothing answers there" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 def test_eight_trials_split_across_both_engines_like_a_local_run(

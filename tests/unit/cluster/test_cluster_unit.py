@@ -236,3 +236,30 @@ def test_the_driver_names_slots_of_other_forgelib_code_on_its_nodes(monkeypatch:
     c = object.__new__(Cluster)
     c.nodes, c.code = [NodeInfo("aaa", "127.0.0.1", 2)], "mine"
     assert c.other_code_slots() == ["forge-slot-aaa-1-0ld"]
+
+
+def _forge_run_cluster(tmp_path: Path, ray_init: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``forge run --cluster`` with a stand-in ``ray`` package whose import runs ``ray_init``."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(ray_init)
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(PACK / "run_configs" / "dev.yaml"),
+            "--output", str(tmp_path / "runs"), "--cluster", "127.0.0.1:6379", "--json", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "FORGE_LOG": str(tmp_path / "forge.log")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def test_a_cluster_run_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
+    # Ray is imported on a thread while the config loads; its failure still surfaces as the one clear error.
+    r = _forge_run_cluster(tmp_path, "raise ImportError('no module named ray')\n")
+    assert r.returncode == 1, r.stderr
+    assert "forge: error: --cluster needs Ray on this machine and on every node" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_error_while_ray_still_imports_exits_at_once_with_its_code(tmp_path: Path) -> None:
+    # The join never finishes (the import blocks); a usage error found meanwhile ends the process with its
+    # own exit code instead of waiting for the join (the subprocess timeout fails the test if it waited).
+    r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--stacks", "warm")
+    assert r.returncode == 2, r.stderr
+    assert "forge: error: --cluster runs fresh stacks on the nodes" in r.stderr and r.stdout == ""
