@@ -250,3 +250,42 @@ def test_a_restore_is_trusted_only_when_its_fingerprint_equals_the_captured_one(
     unlabelled = store.Golden("sha256:g", golden.tags, {**labels, store.STATE: ""}, golden.created, 1)
     with pytest.raises(GoldenFailed, match="no fingerprint"):
         goldens.verify(Plan("db", k, unlabelled), same, ctx)
+
+
+@pytest.mark.parametrize("load_refused", [False, True])
+def test_a_capture_names_its_built_image_by_id_and_only_the_unvolumed_one_or_the_fallback_is_tagged(
+    tmp_path: Path, load_refused: bool
+) -> None:
+    """The built image is never tagged by a name another capture of the key could move: it is inspected and
+    removed by the ID its build printed; the key's tag goes on the loaded image, or (an engine refusing the
+    config-only load) on the built one, which then stays."""
+    import json
+
+    from forgelib.errors import CommandError
+    from forgelib.testing import ANY, FakeRunner
+
+    k = key.make_key(**BASE, service_config={})
+    tag = store.tag_of(k.digest)
+    built = "sha256:" + "b" * 64
+    labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest}
+    info = {"Id": built, "Config": {"Labels": labels, "Volumes": {"/data": {}}}, "RootFS": {"Layers": ["l1"]}}
+    r = FakeRunner()
+    r.expect("docker", "build", stdout=f"{built}\n")
+    r.expect("docker", "image", "inspect", built, stdout=json.dumps([info]))
+    if load_refused:
+        r.expect("docker", "load", raises=CommandError(("docker", "load"), 1, "", "unsupported"))
+    else:
+        r.expect("docker", "load")
+    loaded = {**info, "Config": {"Labels": labels, "Volumes": None}}
+    r.expect("docker", "image", "inspect", tag, stdout=json.dumps([{**loaded, "RepoTags": [tag]}]))
+    # the loaded image, inspected by the digest of its config: the same layers, no VOLUME at /data
+    r.expect("docker", "image", "inspect", ANY, stdout=json.dumps([loaded]))
+    r.expect("docker", "tag")
+    r.expect("docker", "image", "rm")
+    (tmp_path / "data.tar").write_bytes(b"")
+    g = store.build(r, key=k, path="/data", data_tar=tmp_path / "data.tar", labels=labels, timeout=5)
+    assert g.complete
+    argvs = [c.argv for c in r.calls]
+    assert not any("--tag" in a or any(str(x).endswith("-building") for x in a) for a in argvs)
+    assert (("docker", "tag", built, tag) in argvs) is load_refused  # the fallback keeps the built image
+    assert (("docker", "image", "rm", built) in argvs) is not load_refused
