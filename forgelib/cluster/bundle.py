@@ -1,12 +1,13 @@
 """A project shipped to a cluster node by content: one tar of the project directory, put in Ray's object
-store once per run, unpacked per trial on the node, and each seed's digest re-verified there before a
-recipe applies it (the driver's verified digests travel beside the bytes).
+store once per run, unpacked on the node (once per digest per slot: ``slot``), and each seed's digest
+re-verified there before a recipe applies it (the driver's verified digests travel beside the bytes).
 
 No Ray here: the bundle is plain bytes, so this module is unit-tested on its own.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -36,7 +37,13 @@ def pack(project: Project, exclude: Iterable[Path] = ()) -> Bundle:
     _require_inside(project, root)
     skip = {p.resolve() for p in exclude}
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+    # The same project packs to the same bytes (gzip's header time fixed; members sorted, owners blanked):
+    # a slot keeps a project unpacked and verified per digest, so a later run of an unchanged project
+    # starts its trials without unpacking, loading and verifying it again on every slot.
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=1, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         tar.add(root, arcname=".", recursive=True, filter=lambda ti: _keep(ti, root, skip))
     data = buf.getvalue()
     return Bundle(

@@ -36,7 +36,9 @@ def project_copy(tmp_path: Path) -> Path:
     return dest
 
 
-def test_bundle_ships_the_project_and_its_seeds_verify_on_arrival(project_copy: Path, tmp_path: Path) -> None:
+def test_bundle_ships_the_project_and_its_seeds_verify_on_arrival(
+    project_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = load_project_config(project_copy)
     bundle = pack(project, exclude=[project_copy / "runs"])
     assert bundle.seeds == {n: s.digest for n, s in project.seeds.items()} and bundle.seeds
@@ -44,6 +46,9 @@ def test_bundle_ships_the_project_and_its_seeds_verify_on_arrival(project_copy: 
     verify_seeds(arrived, bundle.seeds)
     assert [t.name for t in arrived.tasks] == [t.name for t in project.tasks]
     assert not (tmp_path / "node" / "runs").exists()  # earlier results are not shipped
+    # Packed again by a later run: the same bytes, so the slots reuse what they unpacked and verified.
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.0)  # (gzip would stamp its header with it)
+    assert pack(project, exclude=[project_copy / "runs"]).sha256 == bundle.sha256
 
 
 def test_a_seed_changed_on_the_node_is_refused_before_any_recipe(project_copy: Path, tmp_path: Path) -> None:
