@@ -5,6 +5,7 @@ Ctrl-C while a golden is written leaves nothing a later run would restore; two w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from support.stacks import PG, make_project, provision
 
+from forgelib import custody
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
@@ -178,6 +180,11 @@ def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unv
             assert path not in (info["Config"].get("Volumes") or {})
             out = runner.run(["docker", "run", "--rm", "--entrypoint", "cat", g.id, f"{path}/who"]).stdout
             assert out == g.part("seed")
+        # The golden left untagged is labelled like any capture cut short: once its owner is gone, the
+        # reaper removes it; the tagged one is the user's to prune and stays.
+        dead = dataclasses.replace(custody.local_facts(), pid_start_time=lambda pid: None)
+        custody.reap(runner, run_id=run_id, facts=dead)
+        assert [g.part("seed") for g in _goldens(runner, name)] == ["a"]
     finally:
         runner.run(["docker", "image", "rm", base_tag], timeout=120, check=False)
 
