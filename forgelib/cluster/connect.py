@@ -73,6 +73,17 @@ def _ray_messages_to_stderr() -> None:
     ray_worker.print_to_stdstream = to_stderr
 
 
+def _no_serializer_addons() -> None:
+    # A Ray hook (DeveloperAPI), patched in the driver because its cost is the driver's start-up: building
+    # its serializer, Ray registers serializers for pydantic, starlette and Arrow types when those packages
+    # are installed, importing them (pydantic, which Ray's dashboard pulls in: 0.5-1.1 s of CPU here, a
+    # fifth of an 8-trial run's overhead). The driver ships only forge's own dataclasses, strings and bytes,
+    # none of those types; the nodes (other processes) keep Ray's serializers as they are.
+    import ray.util.serialization_addons as addons
+
+    addons.apply = lambda context: None
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     node_id: str
@@ -89,6 +100,7 @@ def connect(address: str) -> list[NodeInfo]:
         keep_loopback()
     logging.getLogger("ray._private.worker").addFilter(_no_sigterm_notice)
     _ray_messages_to_stderr()  # before ray.init starts the thread that prints them
+    _no_serializer_addons()
     try:
         ray.init(
             address=address,
@@ -99,8 +111,8 @@ def connect(address: str) -> list[NodeInfo]:
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise ForgeError(f"cannot join the Ray cluster at {address}: {e}") from None
     _joined = True
-    # Ray builds its serializer on the first object it ships, importing its add-ons (pydantic when it is
-    # installed: 0.5-1 s here); done now, on the joining thread, rather than on the first trial's hand-off.
+    # Ray builds its serializer on the first object it ships: now, on the joining thread, rather than on
+    # the first trial's hand-off.
     ray.put(None)
     nodes = forge_nodes(ray.nodes())
     if not nodes:
