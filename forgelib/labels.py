@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from forgelib.runner import Runner
 
@@ -164,6 +165,11 @@ def stale_owned_dirs(prefix: str, alive: Callable[[int, str], bool]) -> list[Pat
         if owner is not None and d.is_dir() and not d.is_symlink() and not alive(*owner):
             out.append(d)
     return out
+
+
+def of_inspect(info: Mapping[str, Any]) -> Mapping[str, str]:
+    """The labels of a ``docker inspect`` record (a container's or an image's: both keep them in Config)."""
+    return (info.get("Config") or {}).get("Labels") or {}
 
 
 def filters(labels: Mapping[str, str]) -> list[str]:

@@ -112,7 +112,7 @@ def of_inspect(
     inspected them: no second call)."""
     out: dict[str, list[Container]] = {}
     for info in found:
-        svc = str(((info.get("Config") or {}).get("Labels") or {}).get(lab.COMPOSE_SERVICE, ""))
+        svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, ""))
         if svc in services:
             argv, per_probe = health_argv(info)
             name = str(info.get("Name", "")).lstrip("/")

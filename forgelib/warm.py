@@ -44,7 +44,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -456,11 +456,7 @@ class WarmPool:
                     self._remove(stack.retired)
                     stack.retired = []
                 if set(stack.networks) != set(stack.ephemeral):  # a new stack's first containers
-                    res = self.runner.run(
-                        ["docker", "inspect", *stack.current.values()], timeout=self.timeouts.command
-                    )
-                    for i in json.loads(res.stdout or "[]"):
-                        svc = str(((i.get("Config") or {}).get("Labels") or {}).get(lab.COMPOSE_SERVICE))
+                    for svc, i in self._inspect(stack.current.values()).items():
                         stack.networks[svc] = _networks(i)
                 scale = {svc: 2 for svc in stack.ephemeral}
                 stack.compose.up(
@@ -490,7 +486,7 @@ class WarmPool:
         res = self.runner.run(
             [
                 "docker", "ps", "--all", "--no-trunc", "--filter", f"status={status}",
-                "--filter", f"label={lab.COMPOSE_PROJECT}={stack.name}", "--format", fmt,
+                *lab.filters({lab.COMPOSE_PROJECT: stack.name}), "--format", fmt,
             ],
             timeout=self.timeouts.command,
         )  # fmt: skip
@@ -523,13 +519,16 @@ class WarmPool:
                     stack.ephemeral, wait=False, no_deps=True, force_recreate=True, no_start=True
                 )
                 ids = self._created(stack)
-            res = self.runner.run(["docker", "inspect", *ids.values()], timeout=self.timeouts.command)
-            for i in json.loads(res.stdout or "[]"):
-                labels = (i.get("Config") or {}).get("Labels") or {}
-                succ.infos[str(labels.get(lab.COMPOSE_SERVICE))] = i
+            succ.infos = self._inspect(ids.values())
             succ.ids = {svc: str(i.get("Id")) for svc, i in succ.infos.items()}
         except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
             succ.error = str(e)
+
+    def _inspect(self, refs: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """service -> the ``docker inspect`` record of these containers (one per service; raises if one is
+        not there)."""
+        res = self.runner.run(["docker", "inspect", *refs], timeout=self.timeouts.command)
+        return {str(lab.of_inspect(i).get(lab.COMPOSE_SERVICE)): i for i in json.loads(res.stdout or "[]")}
 
     def _disconnect(self, stack: _Stack) -> bool:
         """Take the current ephemeral containers off their networks (~0.08 s each against ~0.15 s for a
@@ -615,7 +614,7 @@ def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
     """``docker inspect``'s record of a container compose created for ``project``'s ``service`` and nobody
     ever started (Docker's zero time as its start time)."""
     state = info.get("State") or {}
-    labels = (info.get("Config") or {}).get("Labels") or {}
+    labels = lab.of_inspect(info)
     return (
         state.get("Status") == "created"
         and str(state.get("StartedAt", "")).startswith("0001-01-01")

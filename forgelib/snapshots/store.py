@@ -140,7 +140,7 @@ def inspect(runner: Runner, refs: Sequence[str], timeout: float = 60.0) -> list[
 
 
 def _is_golden(info: Mapping[str, Any]) -> bool:
-    return GOLDEN in ((info.get("Config") or {}).get("Labels") or {})
+    return GOLDEN in lab.of_inspect(info)
 
 
 def find(runner: Runner, key: GoldenKey, timeout: float = 60.0) -> Golden | None:
