@@ -570,11 +570,17 @@ class ComposeProject:
                         ports.append(text)
         return out
 
-    def logs(self, service: str, dest: Path, *, tail: int | None = None) -> Result:
-        """The service's last ``tail`` log lines into ``dest`` (streamed to the file, never held in memory);
-        ``tail`` None or 0: the whole log (``--tail 0`` would capture nothing)."""
+    def container_logs(self, ref: str, dest: Path, *, tail: int | None = None) -> Result:
+        """One container's (``ref``: id or name) last ``tail`` log lines into ``dest``, stdout and stderr
+        merged in order as compose's ``logs`` shows them, streamed to the file (never held in memory);
+        ``tail`` None or 0: the whole log (``--tail 0`` would capture nothing). ``docker logs`` reads the
+        engine's log file: ~0.02 s, where a ``compose logs`` call costs ~0.1-0.2 s of CLI start and project
+        load (per service, every trial)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
-        return self.run(logs_argv([service], tail=tail or None), stdout_path=dest, check=False)
+        argv = ["docker", "logs", *flags(tail=tail or None), ref]
+        return self.runner.run(
+            argv, timeout=self.timeouts.command, stdout_path=dest, stderr_path=dest, check=False
+        )
 
     def log_tail(self, service: str, lines: int) -> str:
         """The last ``lines`` log lines as text, for error messages (never raises: it explains a failure)."""

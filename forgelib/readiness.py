@@ -79,11 +79,12 @@ def health_argv(info: Mapping[str, Any]) -> tuple[list[str] | None, float]:
 
 
 def containers(
-    compose: ComposeProject, services: Sequence[str], refs: Sequence[str] = ()
+    compose: ComposeProject, services: Sequence[str], refs: Sequence[str] = (), *, required: bool = True
 ) -> dict[str, list[Container]]:
     """service -> its containers (replicas included) in ``compose``'s project, from labels: one ``docker
     ps`` and one ``docker inspect``, not a compose call (~0.3 s of CLI start each). ``refs``: inspect
-    exactly these containers (names or ids) instead of every one of the project."""
+    exactly these containers (names or ids) instead of every one of the project. ``required``: a service
+    without a container is an error (else it is simply absent from the answer)."""
     runner, timeout = compose.runner, compose.timeouts.command
     ids = list(refs)
     if not ids:
@@ -102,11 +103,15 @@ def containers(
             found = json.loads(res.stdout or "[]")
         except json.JSONDecodeError:
             found = []
-    return of_inspect(compose, services, found if isinstance(found, list) else [])
+    return of_inspect(compose, services, found if isinstance(found, list) else [], required=required)
 
 
 def of_inspect(
-    compose: ComposeProject, services: Sequence[str], found: Sequence[Mapping[str, Any]]
+    compose: ComposeProject,
+    services: Sequence[str],
+    found: Sequence[Mapping[str, Any]],
+    *,
+    required: bool = True,
 ) -> dict[str, list[Container]]:
     """service -> its containers among ``found`` (``docker inspect`` records, e.g. from a caller that just
     inspected them: no second call)."""
@@ -118,7 +123,7 @@ def of_inspect(
             name = str(info.get("Name", "")).lstrip("/")
             out.setdefault(svc, []).append(Container(svc, str(info.get("Id")), name, argv, per_probe))
     missing = [s for s in services if s not in out]
-    if missing:
+    if missing and required:
         raise ForgeError(f"service(s) {', '.join(missing)} have no container in project {compose.name}")
     return out
 

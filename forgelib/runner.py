@@ -126,8 +126,10 @@ class SubprocessRunner:
 
         ``stdin``: a file streamed to it; ``input``: text; ``stdout_path``: its stdout goes to this file
         (not into memory); ``stderr_path``: its stderr goes to this file, and the result (or error) carries
-        only its last ``FILE_TAIL`` bytes; ``check``: a non-zero exit raises ``CommandError``; ``secrets``:
-        more values to redact; ``tag``: what the command is (e.g. its compose verb), for ``kill_tagged``.
+        only its last ``FILE_TAIL`` bytes (the same path as ``stdout_path``: both streams into that one file,
+        in the order the command wrote them, as ``2>&1`` would); ``check``: a non-zero exit raises
+        ``CommandError``; ``secrets``: more values to redact; ``tag``: what the command is (e.g. its compose
+        verb), for ``kill_tagged``.
         """
         argv = tuple(str(a) for a in argv)
         if not argv:
@@ -139,13 +141,14 @@ class SubprocessRunner:
         if shutil.which(argv[0], path=merged_env(env).get("PATH")) is None:
             raise ProgramNotFound(argv[0], _INSTALL_HINTS.get(argv[0], ""))
         limit = self.default_timeout if timeout is None else timeout
+        merged = stderr_path is not None and stderr_path == stdout_path
         kills_before = len(self._kills)
         start = time.monotonic()
         log.debug("run %s (timeout %gs)", " ".join(shown), limit)
         with (
             _open_or_none(stdin, "rb") as in_f,
             _open_or_none(stdout_path, "wb") as out_f,
-            _open_or_none(stderr_path, "wb") as err_f,
+            _open_or_none(None if merged else stderr_path, "wb") as err_f,
         ):
             stdin_arg: int | IO[bytes] = subprocess.DEVNULL
             if in_f is not None:
@@ -156,7 +159,7 @@ class SubprocessRunner:
                 argv,
                 stdin=stdin_arg,
                 stdout=out_f if out_f is not None else subprocess.PIPE,
-                stderr=err_f if err_f is not None else subprocess.PIPE,
+                stderr=subprocess.STDOUT if merged else err_f if err_f is not None else subprocess.PIPE,
                 env=merged_env(env),
                 cwd=cwd,
                 start_new_session=True,  # our own process group: Ctrl-C reaches us, and we decide

@@ -101,9 +101,11 @@ class FakeRunner:
                     e.side_effect(call)
                 if e.raises is not None:
                     raise e.raises
-                if stdout_path is not None:
+                if stdout_path is not None and call.stderr_path == stdout_path:  # one file for both (2>&1)
+                    stdout_path.write_text(e.stdout + e.stderr)
+                elif stdout_path is not None:
                     stdout_path.write_text(e.stdout)
-                if call.stderr_path is not None:  # the real runner's result keeps the file's tail
+                if call.stderr_path is not None and call.stderr_path != stdout_path:  # keeps its tail
                     call.stderr_path.write_text(e.stderr)
                 if check and e.rc != 0:
                     raise CommandError(argv, e.rc, e.stdout, e.stderr)

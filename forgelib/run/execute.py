@@ -22,7 +22,7 @@ from forgelib.engine import unreachable
 from forgelib.errors import ForgeError, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
-from forgelib.run.checks import Stack, evaluate
+from forgelib.run.checks import ReadOnce, Stack, evaluate
 from forgelib.run.grading import (
     CheckOutcome,
     ComponentResult,
@@ -408,12 +408,15 @@ class Executor:
         g = t.task.grading
         # Observations are independent reads (each a `docker exec` or an HTTP request, mostly waiting), so
         # they run at once, and so do the components; a task with a mutating HTTP check keeps its order.
-        width = GRADING_THREADS if g is None or not _mutates(g) else 1
+        mutates = g is not None and _mutates(g)
+        width = 1 if mutates else GRADING_THREADS
         checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
+        # Without a mutating check every read sees the same state: a file several checks read is read once.
+        stack: Stack = handle.compose if mutates else ReadOnce(handle.compose)
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
             def one(c: Check) -> CheckOutcome:
-                return evaluate(handle.compose, c, handle.config, timeout=budget())
+                return evaluate(stack, c, handle.config, timeout=budget())
 
             return list(checks_pool.map(one, checks))
 
@@ -424,7 +427,7 @@ class Executor:
                 with ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-part") as parts_pool:
                     gates_f = parts_pool.submit(observe, g.gates)
                     parts_f = [
-                        parts_pool.submit(self._component, t, c, observe, budget) for c in g.components
+                        parts_pool.submit(self._component, t, c, stack, observe, budget) for c in g.components
                     ]
                     gates, parts = gates_f.result(), [f.result() for f in parts_f]
                 t.grade = combine(gates, parts, g.threshold)
@@ -441,6 +444,7 @@ class Executor:
         self,
         t: _Trial,
         c: Component,
+        stack: Stack,
         observe: Callable[[Sequence[Check]], list[CheckOutcome]],
         budget: Callable[[], float],
     ) -> ComponentResult:
@@ -451,7 +455,7 @@ class Executor:
                 "FORGE_RUN_ID": self.s.run_id, "FORGE_TRIAL_DIR": str(t.dir),
             }  # fmt: skip
             verdict = run_judge(
-                c.name, c.judge, stack=t.handle.compose, host=self.backend.run_host,
+                c.name, c.judge, stack=stack, host=self.backend.run_host,
                 cwd=t.task.grading.path.parent, env=env, timeout=min(c.judge.timeout, budget()),
             )  # fmt: skip
             return judge_component(c.name, c.weight, verdict)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from forgelib.errors import CommandTimeout, ForgeError
-from forgelib.run.checks import Stack, exec_failure
+from forgelib.run.checks import Stack, exec_failure, read_argv
 from forgelib.run.grading import Verdict
 from forgelib.runner import Result
 from forgelib.spec.models import Judge
@@ -68,7 +68,8 @@ def run_judge(
     text = None
     if judge.input_service is not None and judge.input_path is not None:
         try:
-            got = stack.exec(judge.input_service, ["cat", judge.input_path], timeout=timeout, check=False)
+            argv = read_argv(judge.input_path)
+            got = stack.exec(judge.input_service, argv, timeout=timeout, check=False)
         except ForgeError as e:
             failure = exec_failure("cat", judge.input_service, e)
             raise JudgeError(f"{what}: cannot read its input: {failure}") from None

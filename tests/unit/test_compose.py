@@ -269,21 +269,23 @@ def test_parse_ps_accepts_lines_and_arrays() -> None:
     assert c.parse_ps("") == []
 
 
-def test_logs_go_to_a_file_in_a_directory_made_for_it(tmp_path: Path) -> None:
+def test_container_logs_go_to_one_file_in_a_directory_made_for_it(tmp_path: Path) -> None:
     fake = FakeRunner()
-    # rc 1: a service that never started has no log; that is a finding, not an error
-    fake.expect(*BASE, "logs", "--no-color", "--tail", "5", "db", exact=True, rc=1)
+    # rc 1: a container gone meanwhile; its log is a finding, not an error
+    fake.expect("docker", "logs", "--tail", "5", "abc", exact=True, rc=1, stdout="out\n", stderr="gone\n")
     dest = tmp_path / "s" / "db.log"
-    assert project(fake).logs("db", dest, tail=5).rc == 1
-    assert fake.calls[0].stdout_path == dest and dest.parent.is_dir()  # the runner streams into it
+    assert project(fake).container_logs("abc", dest, tail=5).rc == 1
+    call = fake.calls[0]
+    assert call.stdout_path == call.stderr_path == dest and dest.parent.is_dir()  # 2>&1 into the file
+    assert dest.read_text() == "out\ngone\n"
 
 
 @pytest.mark.parametrize("tail", [0, None])
 def test_log_tail_lines_0_keeps_the_whole_log(tmp_path: Path, tail: int | None) -> None:
     fake = FakeRunner()
-    fake.expect(*BASE, "logs", "--no-color", "db", exact=True)  # no `--tail 0`: that would keep nothing
-    project(fake).logs("db", tmp_path / "db.log", tail=tail)
-    assert fake.calls[0].argv[-3:] == ("logs", "--no-color", "db")
+    fake.expect("docker", "logs", "abc", exact=True)  # no `--tail 0`: that would keep nothing
+    project(fake).container_logs("abc", tmp_path / "db.log", tail=tail)
+    assert fake.calls[0].argv == ("docker", "logs", "abc")
 
 
 def test_config_parses_json() -> None:

@@ -102,11 +102,27 @@ class Stack:
 
     def expect_cleanup(self, base: tuple[str, ...] | None = None) -> None:
         b = base or self.full
-        for svc in self.env.services:
-            self.fake.expect(
-                *b, "logs", "--no-color", "--tail", "200", svc, exact=True, stdout=f"{svc} says hi\n"
-            )
+        self.expect_logs()
         self.fake.expect(*b, "down", "--volumes", "--remove-orphans", exact=True)
+
+    def expect_logs(self, tail: int = 200, **kw: Any) -> None:
+        """Log capture: the project's containers found by label, then ``docker logs`` of each (``kw``:
+        every one's answer; by default ``<svc> says hi``)."""
+        self.fake.expect("docker", "ps", "--all", "--quiet", stdout="\n".join(self.ids()))
+        self.fake.expect("docker", "inspect", stdout=json.dumps(self.infos()))
+        for svc in self.env.services:
+            answer = kw or {"stdout": f"{svc} says hi\n"}
+            self.fake.expect("docker", "logs", "--tail", str(tail), f"id-{svc}", exact=True, **answer)
+
+    def ids(self) -> list[str]:
+        return [f"id-{n}" for n in self.env.services]
+
+    def infos(self) -> list[dict[str, Any]]:
+        """``docker inspect`` of one container per service, named as compose names them."""
+        return [
+            {"Id": f"id-{n}", "Name": f"/{NAME}-{n}-1", "Config": {"Labels": {COMPOSE_SERVICE: n}}}
+            for n in self.env.services
+        ]
 
     def expect_ps(self) -> None:
         pub = {"URL": "127.0.0.1", "TargetPort": 5432, "PublishedPort": 49153, "Protocol": "tcp"}
@@ -116,14 +132,9 @@ class Stack:
     def expect_readiness(self) -> None:
         """What ``forgelib.readiness`` finds, starts and watches: one container per service, no
         healthcheck, running once started."""
-        ids = [f"id-{n}" for n in self.env.services]
-        infos = [
-            {"Id": f"id-{n}", "Name": f"/{NAME}-{n}-1", "Config": {"Labels": {COMPOSE_SERVICE: n}}}
-            for n in self.env.services
-        ]
-        self.fake.expect("docker", "ps", "--all", "--quiet", stdout="\n".join(ids))
+        self.fake.expect("docker", "ps", "--all", "--quiet", stdout="\n".join(self.ids()))
         self.fake.expect("docker", "inspect", "--format", stdout=json.dumps({"Status": "running"}))
-        self.fake.expect("docker", "inspect", stdout=json.dumps(infos))
+        self.fake.expect("docker", "inspect", stdout=json.dumps(self.infos()))
         self.fake.expect("docker", "start")
 
     def started(self) -> list[list[str]]:
@@ -160,8 +171,8 @@ class Stack:
     def assert_cleaned_up(self) -> None:
         verbs = self.verbs()
         assert verbs[-1] == "down --volumes --remove-orphans"
-        logs = [v for v in verbs if v.startswith("logs ")]
-        assert sorted(v.split()[-1] for v in logs) == sorted(self.env.services)  # captured at once
+        logs = [c.argv[-1] for c in self.fake.calls if c.argv[:2] == ("docker", "logs")]
+        assert sorted(logs) == sorted(self.ids())  # every service's container, read at once
         for svc in self.env.services:
             assert (self.trial_dir / "services" / f"{svc}.log").read_text() == f"{svc} says hi\n"
 
@@ -447,8 +458,7 @@ def test_failed_teardown_is_noted_on_the_original_error(tmp_path: Path) -> None:
     s = pg_stack(tmp_path)
     s.expect_config()
     s.fake.expect(*s.full, "up", raises=CommandError(["docker"], 1, "", "port is already allocated"))
-    for svc in s.env.services:
-        s.fake.expect(*s.full, "logs", "--no-color", "--tail", "200", svc)
+    s.expect_logs()
     s.fake.expect(*s.full, "down", rc=1, stderr="engine gone")
     with pytest.raises(ProvisionError) as err:
         s.provision()
@@ -460,10 +470,8 @@ def test_log_capture_failure_does_not_hide_the_rest(tmp_path: Path) -> None:
     s = pg_stack(tmp_path)
     s.expect_config()
     s.fake.expect(*s.full, "up", raises=CommandError(["docker"], 1, "", "boom"))
-    s.fake.expect(
-        *s.full, "logs", "--no-color", "--tail", "200", "app-db", raises=CommandTimeout(["logs"], 9)
-    )
-    s.fake.expect(*s.full, "logs")
+    s.fake.expect("docker", "logs", "--tail", "200", "id-app-db", raises=CommandTimeout(["logs"], 9))
+    s.expect_logs()
     s.fake.expect(*s.full, "down")
     with pytest.raises(ProvisionError):
         s.provision()
@@ -479,13 +487,41 @@ def test_capture_logs_and_teardown_trial(tmp_path: Path) -> None:
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
-    s.fake.expect(*s.full, "logs", "--no-color", "--tail", "5", "a", exact=True, stdout="hello\n")
+    s.expect_logs(5, stdout="hello\n", stderr="warning\n")
     s.fake.expect(*s.full, "down", "--volumes", "--remove-orphans", exact=True)
     trial = s.provision()
     prov.capture_logs(trial, tmp_path / "out", 5)
-    assert (tmp_path / "out" / "a.log").read_text() == "hello\n"
+    assert (tmp_path / "out" / "a.log").read_text() == "hello\nwarning\n"  # both streams, one file
     assert prov.teardown_trial(trial) >= 0
     assert s.fake.calls[-1].timeout == 50
+
+
+def test_capture_logs_reads_each_container_the_trial_ran_on(tmp_path: Path) -> None:
+    # A warm stack: `a` has its current container, a retired one and a spare (neither is this trial's);
+    # `b` has two replicas (each under a header); `c` was never created (an empty file, no error).
+    s = Stack(tmp_path, {"a": RUNNER, "b": RUNNER, "c": RUNNER}, {})
+    infos = [
+        {"Id": i, "Name": f"/{NAME}-{svc}-{n}", "Config": {"Labels": {COMPOSE_SERVICE: svc}}}
+        for i, svc, n in [("old", "a", 1), ("cur", "a", 2), ("spare", "a", 3), ("b2", "b", 2), ("b1", "b", 1)]
+    ]  # fmt: skip
+    s.fake.expect("docker", "ps", "--all", "--quiet", stdout="old cur spare b2 b1")
+    s.fake.expect("docker", "inspect", stdout=json.dumps(infos))
+    for i in ("cur", "b1", "b2"):
+        answer = {"stdout": f"{i} out\n", "stderr": f"{i} err\n"}
+        s.fake.expect("docker", "logs", "--tail", "7", i, exact=True, **answer)
+    compose = compose_mod.ComposeProject(
+        NAME, (tmp_path / "c.yaml",), s.fake, containers={"a": f"{NAME}-a-2"}
+    )
+    trial = prov.ProvisionedTrial(NAME, s.env, compose, {}, {}, tmp_path)
+    prov.capture_logs(trial, tmp_path / "out", 7)
+    out = tmp_path / "out"
+    assert (out / "a.log").read_text() == "cur out\ncur err\n"
+    assert (out / "b.log").read_text() == (
+        f"==> {NAME}-b-1 <==\nb1 out\nb1 err\n==> {NAME}-b-2 <==\nb2 out\nb2 err\n"
+    )
+    assert (out / "c.log").read_text() == ""
+    assert sorted(p.name for p in out.iterdir()) == ["a.log", "b.log", "c.log"]  # no part files left
+    assert not [c for c in s.fake.calls if "compose" in c.argv]  # no compose CLI start per service
 
 
 def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:

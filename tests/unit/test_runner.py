@@ -63,6 +63,17 @@ def test_stderr_goes_to_a_file_and_the_result_and_error_keep_its_tail(tmp_path: 
     assert e.value.stderr_tail.splitlines()[-1] == "err 99999" and len(e.value.stderr_tail) <= FILE_TAIL
 
 
+def test_stdout_and_stderr_to_one_path_interleave_in_order(tmp_path: Path) -> None:
+    dest = tmp_path / "both.txt"
+    script = (
+        "import sys\nfor i in range(3):\n"
+        " print(f'out {i}', flush=True); print(f'err {i}', file=sys.stderr, flush=True)"
+    )
+    r = SubprocessRunner().run([PY, "-c", script], stdout_path=dest, stderr_path=dest)
+    want = [f"{s} {i}" for i in range(3) for s in ("out", "err")]
+    assert dest.read_text().splitlines() == want and r.stdout == ""  # neither stream clobbered the other
+
+
 def test_input_text_and_not_both() -> None:
     r = SubprocessRunner().run([PY, "-c", "import sys; print(sys.stdin.read()[::-1])"], input="abc")
     assert r.stdout == "cba\n" and r.rc == 0

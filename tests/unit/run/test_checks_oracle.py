@@ -11,7 +11,7 @@ import pytest
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, CommandTimeout
-from forgelib.run.checks import evaluate, service_environment
+from forgelib.run.checks import ReadOnce, evaluate, read_argv, service_environment
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import FILE_TAIL, Result
 from forgelib.seeds.sql_dump import postgres_credentials
@@ -239,3 +239,45 @@ def test_a_chatty_oracles_output_streams_to_its_files_through_compose_exec(tmp_p
 def test_an_oracle_without_a_trial_dir_keeps_its_output_in_the_result() -> None:
     r = run_oracle(stack_answering("done\n"), Oracle(service="runner", command=("true",)), timeout=5)
     assert r.ok and r.stdout == "done\n"
+
+
+def test_read_once_reads_a_file_once_for_all_its_concurrent_readers_and_shares_a_failure() -> None:
+    gate = threading.Event()
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        gate.wait(5)  # every reader asks before the first answer arrives
+        if argv[-1] == "/gone":
+            raise CommandTimeout(["docker", "exec"], 9)
+        return ok(f"{service}:{argv[-1]}")
+
+    st = FakeStack(answer, ports={("api", 80): ("127.0.0.1", 4000)})
+    view = ReadOnce(st)
+    jobs = [("runner", "/n")] * 6 + [("runner", "/m"), ("other", "/n"), ("x", "/gone")] * 2
+    got: dict[int, Any] = {}
+
+    def read(i: int, svc: str, path: str) -> None:
+        try:
+            got[i] = view.exec(svc, read_argv(path), timeout=5, check=False).stdout
+        except CommandTimeout as e:
+            got[i] = e
+
+    threads = [threading.Thread(target=read, args=(i, *job)) for i, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert [got[i] for i in range(6)] == ["runner:/n"] * 6
+    assert got[6] == got[9] == "runner:/m" and got[7] == got[10] == "other:/n"
+    assert isinstance(got[8], CommandTimeout) and got[8] is got[11]  # one failure, seen by both
+    assert sorted((s, a[-1]) for s, a, _ in st.calls) == [
+        ("other", "/n"), ("runner", "/m"), ("runner", "/n"), ("x", "/gone")
+    ]  # fmt: skip
+    # Anything but a plain read (another command, stdin, check=True) goes to the stack every time.
+    view.exec("runner", ["psql", "-c", "select 1"], timeout=5, check=False)
+    view.exec("runner", ["psql", "-c", "select 1"], timeout=5, check=False)
+    view.exec("runner", read_argv("/n"), timeout=5, check=False, env={"A": "1"})
+    assert len(st.calls) == 7
+    assert view.port("api", 80) == ("127.0.0.1", 4000)
+    st.ports[("api", 80)] = ("127.0.0.1", 5000)
+    assert view.port("api", 80) == ("127.0.0.1", 4000)  # looked up once per grading pass

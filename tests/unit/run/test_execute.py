@@ -20,7 +20,7 @@ from forgelib.run import events as ev
 from forgelib.run.execute import RunPlan, run_project
 from forgelib.run.ids import new_run_id
 from forgelib.runner import Result
-from forgelib.spec.models import Oracle, Task
+from forgelib.spec.models import Check, Oracle, Task
 
 from .fakes import FAKE_PROVISION_PHASES, FakeBackend, good_answer, make_task, ok, widget_task
 
@@ -492,3 +492,17 @@ def test_a_failed_judge_is_a_retryable_grading_error(tmp_path: Path, fake_backen
     assert backend.host_calls[0][2]["FORGE_INSTRUCTION"] == "say why"
     grade = load(run_dir / "trials" / "read_widget" / "0" / "grade.yaml")
     assert grade["score"] == pytest.approx(0.95) and grade["details"]["judge"]["reason"] == "ok"
+
+
+@pytest.mark.parametrize("mutating", [False, True])
+def test_a_file_many_checks_read_is_read_once_unless_a_check_mutates(
+    tmp_path: Path, fake_backend: Any, mutating: bool
+) -> None:
+    note = {"service": "runner", "path": "/work/note.md"}
+    checks = [Check(f"c{i}", "file", {**note, "contains": "x"}) for i in range(4)]
+    if mutating:  # a POST may change the note between two reads: each check reads it itself, in order
+        checks.append(Check("poke", "http", {"service": "api", "port": 80, "method": "POST", "status": 200}))
+    backend = fake_backend()
+    run(plan(tmp_path, [make_task("t", checks=checks)], repeats=1), backend)
+    reads = [a for _, a, _ in backend.stacks[("t", 0)].calls if a == ("cat", "--", "/work/note.md")]
+    assert len(reads) == (4 if mutating else 1)

@@ -101,7 +101,7 @@ def test_a_host_judge_reads_its_input_from_the_service_and_a_failing_one_is_a_ju
     judge = Judge(("python3", "judge.py"), input_service="runner", input_path="/n.md", env={"K": "v"})
     v = run_judge("j", judge, stack=stack, host=host, cwd=tmp_path, env={"FORGE_TASK": "t"}, timeout=5)
     assert v == Verdict(1.0, "fine")
-    assert stack.calls[0][:2] == ("runner", ("cat", "/n.md"))
+    assert stack.calls[0][:2] == ("runner", ("cat", "--", "/n.md"))
     assert seen == [(("python3", "judge.py"), tmp_path, {"FORGE_TASK": "t", "K": "v"}, "the note\n")]
 
     def broken(argv: Any, **kw: Any) -> Result:
