@@ -30,7 +30,14 @@ from forgelib import labels as lab
 from forgelib import readiness
 from forgelib.builds import Builds, build_services
 from forgelib.compose import ComposeProject, labels_override, project_name, write_override
-from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProvisionError, RecipeError
+from forgelib.errors import (
+    CommandError,
+    CommandTimeout,
+    ForgeError,
+    Interrupted,
+    ProvisionError,
+    RecipeError,
+)
 from forgelib.images import ImageFacts
 from forgelib.readiness import NotReady
 from forgelib.runner import Runner
@@ -256,6 +263,8 @@ class _Provisioning:
                 # The golden is at fault, not the trial: discard it, say so (trial.yaml, an event), and
                 # provision this trial again the normal way (that service seeded from its seed).
                 assert goldens is not None
+                if goldens.stopping():  # a stop can make any service fail: never blame the golden for it
+                    raise Interrupted(f"stopped while provisioning {self.name}") from e
                 goldens.discard(e.plan, e.reason)
                 continue
             self.timings["provision"] = time.monotonic() - t0
@@ -406,7 +415,7 @@ class _Provisioning:
         t0 = time.monotonic()
         try:
             yield
-        except ProvisionError:
+        except (ProvisionError, Interrupted):  # Ctrl-C is no stage's failure (trial.yaml would say so)
             raise
         except ForgeError as e:
             if stage is None:
@@ -446,7 +455,7 @@ class _Provisioning:
         return out
 
     def _clean_up(self, compose: ComposeProject, cause: BaseException) -> None:
-        if isinstance(cause, ForgeError):
+        if isinstance(cause, ForgeError) and not isinstance(cause, Interrupted):
             write_failure_detail(self.trial_dir / FAILURE_FILE, cause)
         try:
             _capture(compose, self.env, self.trial_dir / SERVICES_DIR, self.log_tail_lines)
@@ -609,6 +618,8 @@ def _up(
         readiness.start(compose, config_services, services)
     except NotReady as e:
         raise ProvisionError("readiness", str(e)) from e
+    except Interrupted:
+        raise
     except ForgeError as e:
         stage = _up_stage(e)
         reason = str(e)

@@ -31,7 +31,7 @@ from typing import Any
 
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject
-from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 
 PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
@@ -218,8 +218,9 @@ class _Waves:
                     f.result()
                 except BaseException as e:  # noqa: BLE001 - the first one is raised below, after all ended
                     errors.append(e)
-        if errors:  # a service's own failure before a dependent's "its dependency failed"
-            raise next((e for e in errors if not isinstance(e, _DependencyFailed)), errors[0])
+        if errors:  # Ctrl-C first, then a service's own failure, then a dependent's "its dependency failed"
+            own = next((e for e in errors if not isinstance(e, _DependencyFailed)), errors[0])
+            raise next((e for e in errors if isinstance(e, Interrupted | KeyboardInterrupt)), own)
 
     def _one(self, service: str, start: bool) -> None:
         try:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Unpack
 
-from forgelib.errors import Interrupted
+from forgelib.errors import CommandError, Interrupted
 from forgelib.runner import Result, Runner, RunOptions
 
 Teardown = Callable[[bool], object]  # called with graceful=True, or False to skip waits (down -t 0)
@@ -231,7 +231,21 @@ class StopAwareRunner:
         tag = options.get("tag", "")
         if self.state.requested and tag in LAUNCH_VERBS:
             raise Interrupted(f"stop requested ({self.state.signal_name}): not running `{tag}`")
-        return self.inner.run(argv, **options)
+        try:
+            res = self.inner.run(argv, **options)
+        except CommandError as e:
+            self._killed(tag, e)
+            raise
+        if res.rc != 0:
+            self._killed(tag, None)
+        return res
+
+    def _killed(self, tag: str, error: CommandError | None) -> None:
+        """A launch that failed once a stop was requested was (as far as anyone can tell) killed by it: an
+        interruption, never a failure of what it ran. Callers that turn a ``CommandError`` into a verdict
+        (a golden that could not be captured, a seed that did not apply) then never blame it for Ctrl-C."""
+        if self.state.requested and tag in LAUNCH_VERBS:
+            raise Interrupted(f"stop requested ({self.state.signal_name}): `{tag}` was stopped") from error
 
 
 def _note(text: str) -> None:

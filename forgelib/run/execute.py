@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.engine import unreachable
-from forgelib.errors import ForgeError, ProvisionError
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.checks import ReadOnce, Stack, evaluate
@@ -328,6 +328,9 @@ class Executor:
                 on_phase=lambda phase, secs: self._provision_phase(t, phase, secs),
                 attempt=t.attempt,
             )
+        except Interrupted:  # the stop's doing, not the pack's: no provision stage on record
+            t.timings["provision"] = time.monotonic() - t0
+            return Outcome.INTERRUPTED, None
         except ProvisionError as e:
             return self._provision_failed(t, e.stage, e.reason, t0)
         except ForgeError as e:  # e.g. docker missing: provisioning could not even start

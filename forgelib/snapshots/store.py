@@ -378,8 +378,8 @@ def _flock(f: IO[str], key: str, deadline: float, stopping: Callable[[], bool]) 
 
 
 def _check_wait(key: str, deadline: float, stopping: Callable[[], bool]) -> None:
-    if stopping():
-        raise ForgeError(f"stopped while waiting for the lock of golden {key[:12]}")
+    if stopping():  # an interruption, not a golden that cannot be had
+        raise Interrupted(f"stopped while waiting for the lock of golden {key[:12]}")
     if time.monotonic() > deadline:
         raise ForgeError(f"another forge process held the lock of golden {key[:12]} for too long")
 

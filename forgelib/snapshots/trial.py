@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forgelib.compose import ComposeProject
-from forgelib.errors import ForgeError
+from forgelib.errors import ForgeError, Interrupted
 from forgelib.runner import Runner
 from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
@@ -178,6 +178,9 @@ class TrialGoldens:
                     timeout=self.timeouts.recipe,
                 )  # fmt: skip
             self._note(svc, "captured", plan.key, bytes=int(golden.labels.get(store.DATA_BYTES, 0)))
+        except Interrupted:  # Ctrl-C, not a capture failure: nothing recorded, no restart (the stack goes)
+            stopped = False
+            raise
         except ForgeError as e:
             log.warning("could not capture a golden of %s: %s", svc, e)
             self._note(svc, "none", plan.key, reason=f"capturing the golden failed: {e}")
@@ -202,6 +205,8 @@ class TrialGoldens:
             raise GoldenFailed(plan, "the golden carries no fingerprint to check its restore against")
         try:
             found = recipe.golden_fingerprint(ctx)
+        except Interrupted:  # Ctrl-C says nothing about the golden: it stays
+            raise
         except ForgeError as e:
             raise GoldenFailed(plan, f"could not read the restored state: {e}") from e
         differ = fingerprint_diff(expected, found)

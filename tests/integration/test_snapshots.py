@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.stacks import PG, make_project, provision
 
 from forgelib import custody
@@ -251,6 +252,7 @@ def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_on
         [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--snapshots", "--repeats", "1",
          "--output", str(tmp_path / "runs")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FORGE_LOG": str(tmp_path / "forge.log")},  # this run's log alone
     )  # fmt: skip
     try:
         # The capture's build directory appears once the seeded service is stopped for the copy.
@@ -264,6 +266,12 @@ def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_on
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
+    # Ctrl-C is on record as an interruption: not a failed capture, not a provisioning stage's failure.
+    log = tmp_path / "forge.log"
+    (record,) = [yaml.safe_load(f.read_text()) for f in (tmp_path / "runs").glob("*/trials/*/*/trial.yaml")]
+    assert record["termination_reason"] == "INTERRUPTED", record
+    assert "capturing the golden failed" not in json.dumps(record)
+    assert "could not capture a golden" not in err + (log.read_text() if log.exists() else "")
     assert not (set(state.glob("build-*")) - before)  # the host side of the capture is gone
     assert _goldens(runner, name) == []  # nothing tagged, nothing labelled left behind
     # A later run takes the golden afresh, once, though two workers need it at the same moment.

@@ -604,3 +604,19 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     assert tags == ["config", "up", "exec", "ps"]
     # and so is each container start: a stop refuses it (signals.LAUNCH_VERBS)
     assert {c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "start")} == {"start"}
+
+
+def test_ctrl_c_while_a_stack_comes_up_is_an_interruption_not_a_compose_up_failure() -> None:
+    """A stop refusing (or killing) `up` must reach the run as Interrupted: wrapped in ProvisionError, the
+    trial's record would name a provisioning stage (a pack fault) for what Ctrl-C did."""
+    from types import SimpleNamespace
+
+    from forgelib import provision
+    from forgelib.errors import Interrupted
+
+    def up(*a: Any, **kw: Any) -> None:
+        raise Interrupted("stop requested (SIGINT): not running `up`")
+
+    compose: Any = SimpleNamespace(up=up)
+    with pytest.raises(Interrupted):
+        provision._up(compose, {}, ["db"], {}, create=True)

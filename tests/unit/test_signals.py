@@ -357,6 +357,26 @@ def test_guard_refuses_launching_after_a_stop_but_lets_teardown_through() -> Non
     assert all(c.timeout == 5 for c in fake.calls)
 
 
+def test_a_launch_failing_once_a_stop_is_requested_is_an_interruption_and_a_teardown_is_not() -> None:
+    fake = FakeRunner()
+    state = StopState()
+    fake.expect("docker", "build", rc=-9, side_effect=lambda call: state.request("SIGINT"))
+    fake.expect("docker", "exec", rc=-9, side_effect=lambda call: state.request("SIGINT"))
+    fake.expect("docker", "compose", "down", rc=1)
+    runner = state.guard(fake)
+    with pytest.raises(Interrupted, match="`build` was stopped") as err:
+        runner.run(["docker", "build", "."], tag="build")
+    assert isinstance(err.value.__cause__, CommandError)
+    state2 = StopState()
+    runner2 = state2.guard(FakeRunner(expectations=[*fake.expectations]))
+    fake.expectations[1].side_effect = lambda call: state2.request("SIGINT")
+    with pytest.raises(Interrupted):  # check=False too: its rc is the kill's, not the command's
+        runner2.run(["docker", "exec", "c", "true"], tag="exec", check=False)
+    with pytest.raises(CommandError) as down:  # not a launch: its failure is its own, reported as such
+        runner.run(["docker", "compose", "down"], tag="down")
+    assert not isinstance(down.value, Interrupted)
+
+
 # ------------------------------------------------------------------------------ killing in-flight launches
 
 
@@ -372,12 +392,12 @@ def test_a_stop_kills_the_guarded_runners_launches_by_tag_and_the_second_its_dow
     real = SubprocessRunner(default_timeout=120)
     state = StopState()
     runner = state.guard(real)
-    errors: dict[str, CommandError] = {}
+    errors: dict[str, CommandError | Interrupted] = {}
 
     def run(tag: str) -> None:
         try:
             runner.run(["sleep", "60"], tag=tag)
-        except CommandError as e:
+        except (CommandError, Interrupted) as e:
             errors[tag] = e
 
     threads = {tag: threading.Thread(target=run, args=(tag,)) for tag in ("up", "exec", "down", "logs")}
@@ -389,7 +409,11 @@ def test_a_stop_kills_the_guarded_runners_launches_by_tag_and_the_second_its_dow
     assert sorted(state.request("SIGINT")) == sorted([pids["up"], pids["exec"]])
     threads["up"].join()
     threads["exec"].join()
-    assert errors["up"].rc == errors["exec"].rc == -signal.SIGKILL
+    # A killed launch is an interruption (its caller must not blame what it ran), caused by the kill.
+    for tag in ("up", "exec"):
+        err = errors[tag]
+        assert isinstance(err, Interrupted) and isinstance(err.__cause__, CommandError), err
+        assert err.__cause__.rc == -signal.SIGKILL
     assert sorted(tag for _, tag in real.running()) == ["down", "logs"]  # teardown and logs run on
 
     assert state.request("SIGINT") == [pids["down"]]  # the second signal: the graceful down goes too

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.errors import ForgeError
+from forgelib.errors import Interrupted
 from forgelib.snapshots import cli, key, store
 from forgelib.snapshots.key import FORMAT_VERSION
 from forgelib.snapshots.trial import unrestorable
@@ -141,7 +141,7 @@ def test_the_key_lock_lets_one_holder_in_and_gives_up_when_stopping(
     t.start()
     assert inside.wait(30)
     with (
-        pytest.raises(ForgeError, match="stopped while waiting"),
+        pytest.raises(Interrupted, match="stopped while waiting"),  # Ctrl-C, not a golden failure
         store.key_lock("k1", timeout=30, stopping=lambda: True),
     ):
         pass
@@ -289,3 +289,87 @@ def test_a_capture_names_its_built_image_by_id_and_only_the_unvolumed_one_or_the
     assert not any("--tag" in a or any(str(x).endswith("-building") for x in a) for a in argvs)
     assert (("docker", "tag", built, tag) in argvs) is load_refused  # the fallback keeps the built image
     assert (("docker", "image", "rm", built) in argvs) is not load_refused
+
+
+# ------------------------------------------------------------------ Ctrl-C is an interruption, never a fault
+
+
+@pytest.mark.parametrize("killed", ["build", "load"])
+def test_ctrl_c_during_a_capture_propagates_records_no_failure_and_restarts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: str
+) -> None:
+    """The stop kills the capture's `docker build` (or its config-only `docker load`): the capture raises
+    Interrupted (not "capturing the golden failed"), leaves no build directory, releases the key's lock,
+    does not start the stopped service again, and removes the image a finished build left."""
+    import io
+    import json
+    import tarfile
+    from types import SimpleNamespace
+
+    from forgelib.signals import StopState
+    from forgelib.snapshots.trial import Plan, TrialGoldens
+    from forgelib.spec.models import Seed, SeedKind, Timeouts
+    from forgelib.testing import ANY, FakeRunner
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    state = StopState()
+    fake = FakeRunner()
+    built = "sha256:" + "b" * 64
+    info = {"Id": built, "Config": {"Labels": {}, "Volumes": {"/data": {}}}, "RootFS": {"Layers": ["l1"]}}
+    stop = {"side_effect": lambda call: state.request("SIGINT"), "rc": -9}
+    if killed == "build":
+        fake.expect("docker", "build", **stop)  # type: ignore[arg-type]
+    else:
+        fake.expect("docker", "build", stdout=f"{built}\n")
+        fake.expect("docker", "image", "inspect", built, stdout=json.dumps([info]))
+        fake.expect("docker", "load", **stop)  # type: ignore[arg-type]
+        fake.expect("docker", "image", "rm", built)
+    fake.expect("docker", "tag", ANY)  # the old fallback: must not be reached
+    runner = state.guard(fake)
+
+    def cp(argv: Any, *, stdout_path: Path, **kw: Any) -> None:
+        with tarfile.open(stdout_path, "w") as t:
+            t.addfile(tarfile.TarInfo("data"), io.BytesIO(b""))
+
+    restarted: list[str] = []
+    compose = SimpleNamespace(stop=lambda svcs, timeout: None, run=cp)
+    ctx: Any = SimpleNamespace(service="db", compose=compose, service_config={})
+    recipe: Any = SimpleNamespace(
+        golden_fingerprint=lambda ctx: {"rows": "x"}, golden_path=lambda ctx: "/data"
+    )
+    seed = Seed(name="s", path=tmp_path / "s.sql", kind=SeedKind.SQL_DUMP, digest="sha256:" + "c" * 64)
+    released: list[bool] = []
+    plan = Plan("db", key.make_key(**BASE, service_config={}), capture=True)
+    plan.lock.callback(lambda: released.append(True))
+    goldens = TrialGoldens(runner, Timeouts(), "run", "proj", stopping=lambda: state.requested)
+    with pytest.raises(Interrupted):
+        goldens.capture(plan, recipe, ctx, seed, lambda: restarted.append("db"))
+    assert goldens.records.get("db", {}).get("outcome") != "none", goldens.records  # no failure recorded
+    assert restarted == [] and released == [True]
+    assert not list((tmp_path / "forgelib" / "goldens").glob("build-*"))
+    assert ("docker", "tag") not in [c.argv[:2] for c in fake.calls]
+    if killed == "load":
+        assert ("docker", "image", "rm", built) in fake.argvs()
+
+
+def test_ctrl_c_while_a_restore_is_verified_is_no_fault_of_the_golden() -> None:
+    """Reading the restored state, interrupted: Interrupted propagates; no GoldenFailed (which discards)."""
+    import json
+    from types import SimpleNamespace
+
+    from forgelib.snapshots.trial import Plan, TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    k = key.make_key(**BASE, service_config={})
+    labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps({"a": "1"})}
+    golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
+
+    def stopped(ctx: Any) -> dict[str, str]:
+        raise Interrupted("stop requested (SIGINT): `exec` was stopped")
+
+    goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
+    with pytest.raises(Interrupted):
+        recipe: Any = SimpleNamespace(golden_fingerprint=stopped)
+        goldens.verify(Plan("db", k, golden), recipe, SimpleNamespace())  # type: ignore[arg-type]
+    assert "db" not in goldens.records
