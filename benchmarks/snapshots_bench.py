@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness as bs
+from forgelib.labels import RUN
 from forgelib.readiness import READINESS_ENV
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
@@ -57,7 +58,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     args = ap.parse_args(list(argv))
     packs = [p for p in args.packs.split(",") if p]
     runner = SubprocessRunner()
-    before = {g.id for g in store.list_goldens(runner)}
+    runs: set[str] = set()  # the snapshot runs' ids: the goldens removed at the end are theirs alone
     busy = bs.busy_now()
     root = Path(tempfile.mkdtemp(prefix="forge-bench-snapshots-"))
     rows: list[dict[str, Any]] = []
@@ -65,6 +66,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         for pack in packs:
             config, target = PACKS[pack]  # the warm-up takes the golden (or finds it)
             warmup = bs.checked_run(config, repeats=1, workers=1, root=root, extra=SNAPSHOTS_ON)
+            runs.add(warmup.run_id)
             capture = [
                 secs
                 for t in warmup.trials()
@@ -83,9 +85,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 without += bs.checked_run(
                     config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_OFF
                 ).trials()
-                with_s += bs.checked_run(
-                    config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_ON
-                ).trials()
+                on = bs.checked_run(config, repeats=args.trials, workers=1, root=root, extra=SNAPSHOTS_ON)
+                runs.add(on.run_id)  # a discarded golden is captured again by one of these
+                with_s += on.trials()
             restored = [t for t in with_s if _all_restored(t)]
             per_with = bs.median([t.wall_seconds for t in with_s])
             per_without = bs.median([t.wall_seconds for t in without])
@@ -115,7 +117,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
         for g in store.list_goldens(runner):
-            if g.id not in before:
+            if g.labels.get(RUN) in runs:
                 store.remove(runner, g, force_untag=True)
     notes = [f"cores busy in the 2 s before: {busy:.2f}; load average {bs.loadavg()}"]
     meta = {"trials": args.trials, "rounds": args.rounds, "packs": packs}

@@ -167,6 +167,7 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
         "all": "prune: every golden",
         "older_than": "prune: goldens taken more than DAYS days ago",
         "unused": "prune: goldens no trial can restore (no tag names their image, or another format)",
+        "project": "only the goldens captured for this project (project.yaml's name)",
         "json": "print the result as JSON",
     },
 )
@@ -176,6 +177,7 @@ def snapshots(
     all: bool = False,
     older_than: str = "",
     unused: bool = False,
+    project: str = "",
     json: bool = False,
 ) -> None:
     """Golden snapshots on this engine: ls, prune (--all | --older-than DAYS | --unused), verify."""
@@ -186,6 +188,7 @@ def snapshots(
         older_than=Number("--older-than", older_than, float),
         unused=unused,
         as_json=json,
+        project=project or None,
     )
 
 

@@ -15,16 +15,18 @@ from forgelib.snapshots.key import FORMAT_VERSION
 from forgelib.table import align
 
 ACTIONS = ("ls", "prune", "verify")
-USAGE = """usage: forge snapshots ls [--json]
-       forge snapshots prune (--all | --older-than DAYS | --unused) [--json]
-       forge snapshots verify [--json]
+USAGE = """usage: forge snapshots ls [--project NAME] [--json]
+       forge snapshots prune (--all | --older-than DAYS | --unused) [--project NAME] [--json]
+       forge snapshots verify [--project NAME] [--json]
 
 ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use
 prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (no tag names their image
         any more, or their format is not this forgelib's: no trial can ever restore them); discarded
         (untagged) goldens always go; a golden a container is using stays
 verify  check every golden can be restored: its format, its image, and its data (every entry readable);
-        a golden that fails is discarded, so no trial restores it (exit 1)"""
+        a golden that fails is discarded, so no trial restores it (exit 1)
+--project NAME  only the goldens captured for that project (project.yaml's name): the engine may hold
+        other projects', other users' or concurrent test sessions' goldens"""
 
 
 def main_snapshots(
@@ -33,6 +35,7 @@ def main_snapshots(
     older_than: float | None = None,
     unused: bool = False,
     as_json: bool = False,
+    project: str | None = None,
 ) -> int:
     if action in ("-h", "--help", "help"):
         print(USAGE)
@@ -43,7 +46,7 @@ def main_snapshots(
         raise UsageError(f"--all, --older-than and --unused select what `prune` removes, not `{action}`")
     runner = SubprocessRunner()
     if action == "ls":
-        rows = [describe(g, runner) for g in store.list_goldens(runner)]
+        rows = [describe(g, runner) for g in store.list_goldens(runner, project=project)]
         _print(rows, as_json, render_ls)
         return EXIT_OK
     if action == "prune":
@@ -52,10 +55,10 @@ def main_snapshots(
             raise UsageError("prune needs exactly one of --all, --older-than DAYS, --unused")
         if older_than is not None and older_than < 0:
             raise UsageError("--older-than takes a number of days >= 0")
-        report = prune(runner, all=all, older_than=older_than, unused=unused)
+        report = prune(runner, all=all, older_than=older_than, unused=unused, project=project)
         _print(report, as_json, render_actions)
         return EXIT_USER if any(r["action"] == "failed" for r in report) else EXIT_OK
-    report = verify(runner)
+    report = verify(runner, project=project)
     _print(report, as_json, render_actions)
     return EXIT_USER if any(r["action"] in ("discarded", "failed") for r in report) else EXIT_OK
 
@@ -138,8 +141,15 @@ def _age(days: float) -> str:
 # ------------------------------------------------------------------------------------------------ prune
 
 
-def prune(runner: Runner, *, all: bool, older_than: float | None, unused: bool) -> list[dict[str, Any]]:
-    goldens = store.list_goldens(runner)
+def prune(
+    runner: Runner,
+    *,
+    all: bool,
+    older_than: float | None,
+    unused: bool,
+    project: str | None = None,
+) -> list[dict[str, Any]]:
+    goldens = store.list_goldens(runner, project=project)
     present = _present_images(runner, {g.part("image_id") for g in goldens if g.part("image_id")})
     now = datetime.now(UTC)
     out = []
@@ -197,10 +207,10 @@ def _present_images(runner: Runner, ids: set[str]) -> set[str]:
 # ----------------------------------------------------------------------------------------------- verify
 
 
-def verify(runner: Runner) -> list[dict[str, Any]]:
-    """Each complete golden: this format, its image present, its data all readable (the number of entries
-    under its path equals the count taken at capture). A failing golden is discarded (untagged)."""
-    goldens = [g for g in store.list_goldens(runner) if g.complete]
+def verify(runner: Runner, project: str | None = None) -> list[dict[str, Any]]:
+    """Each complete golden (of ``project``): this format, its image present, its data all readable (the
+    number of entries under its path equals the count taken at capture). A failing golden is discarded."""
+    goldens = [g for g in store.list_goldens(runner, project=project) if g.complete]
     present = _present_images(runner, {g.part("image_id") for g in goldens})
     out = []
     for g in goldens:

@@ -157,11 +157,12 @@ def find(runner: Runner, key: GoldenKey, timeout: float = 60.0) -> Golden | None
     return g
 
 
-def list_goldens(runner: Runner, timeout: float = 60.0) -> list[Golden]:
-    """Every golden on the engine, oldest first; an untagged one was discarded (or lost its tag to a newer
-    capture of the same key) and waits until no container uses it."""
+def list_goldens(runner: Runner, timeout: float = 60.0, *, project: str | None = None) -> list[Golden]:
+    """Every golden on the engine (captured for ``project``), oldest first; an untagged one was discarded
+    (or lost its tag to a newer capture of the same key, or is a capture still in flight)."""
+    scope = lab.filters({PROJECT: project}) if project is not None else []
     res = runner.run(
-        ["docker", "image", "ls", "--quiet", "--no-trunc", "--filter", f"label={GOLDEN}"],
+        ["docker", "image", "ls", "--quiet", "--no-trunc", "--filter", f"label={GOLDEN}", *scope],
         timeout=timeout,
     )
     ids = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})

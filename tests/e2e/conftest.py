@@ -132,16 +132,18 @@ def stacks(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(params=["fresh", "warm", "snapshots"])
-def dev_stacks(request: pytest.FixtureRequest, runner: SubprocessRunner) -> Iterator[str]:
+def dev_stacks(request: pytest.FixtureRequest, runner: SubprocessRunner, tmp_path: Path) -> Iterator[str]:
     """How a pack's dev run gets its stacks: fresh, warm, or fresh from golden snapshots (``--snapshots``:
-    the first trial captures the golden, the next restores it). Goldens a run took are removed after."""
+    the first trial captures the golden, the next restores it). Goldens this test's runs took are removed
+    after — only those (by their run label): every golden new since the test began would include other
+    sessions' on this engine, even captures still in flight."""
     from forgelib.snapshots import store
 
-    before = {g.id for g in store.list_goldens(runner)} if request.param == "snapshots" else set()
     yield str(request.param)
     if request.param == "snapshots":
+        mine = {d.name for out in tmp_path.glob("runs*") if out.is_dir() for d in out.iterdir() if d.is_dir()}
         for g in store.list_goldens(runner):
-            if g.id not in before:
+            if g.labels.get(RUN) in mine:
                 store.remove(runner, g, force_untag=True)
 
 

@@ -118,21 +118,21 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
         assert len(_goldens(runner, name)) == 5
 
         # ls / verify / prune on these real goldens
-        ls = _forge("snapshots", "ls", "--json")
-        mine = [r for r in json.loads(ls.stdout) if r["project"] == name]
-        assert {r["key"][:12] for r in mine} == seen and all(r["complete"] and r["bytes"] > 0 for r in mine)
+        # scoped to this test's project: other sessions and users share this engine and its goldens
+        ls = _forge("snapshots", "ls", "--project", name, "--json")
+        mine = json.loads(ls.stdout)
+        assert {r["project"] for r in mine} == {name} and {r["key"][:12] for r in mine} == seen
+        assert all(r["complete"] and r["bytes"] > 0 for r in mine)
         assert {r["seed"] for r in mine} == {"s"} and {r["kind"] for r in mine} == {"sql_dump"}
-        verify = json.loads(_forge("snapshots", "verify", "--json").stdout)
-        assert {r["key"][:12]: r["action"] for r in verify if r["key"][:12] in seen} == dict.fromkeys(
-            seen, "ok"
-        )
-        older = json.loads(_forge("snapshots", "prune", "--older-than", "1000", "--json").stdout)
-        assert not [r for r in older if r["key"][:12] in seen]
+        verify = json.loads(_forge("snapshots", "verify", "--project", name, "--json").stdout)
+        assert {r["key"][:12]: r["action"] for r in verify} == dict.fromkeys(seen, "ok")
+        older = _forge("snapshots", "prune", "--older-than", "1000", "--project", name, "--json")
+        assert json.loads(older.stdout) == []
     finally:
         runner.run(["docker", "image", "rm", tag], timeout=120, check=False)
     # the second tag is gone: its golden can never be restored again, so --unused takes exactly it
-    pruned = json.loads(_forge("snapshots", "prune", "--unused", "--json").stdout)
-    assert [r["action"] for r in pruned if r["key"][:12] in seen] == ["removed"]
+    pruned = json.loads(_forge("snapshots", "prune", "--unused", "--project", name, "--json").stdout)
+    assert [r["action"] for r in pruned] == ["removed"] and pruned[0]["key"][:12] in seen
     assert len(_goldens(runner, name)) == 4
 
 

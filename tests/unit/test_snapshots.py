@@ -373,3 +373,16 @@ def test_ctrl_c_while_a_restore_is_verified_is_no_fault_of_the_golden() -> None:
         recipe: Any = SimpleNamespace(golden_fingerprint=stopped)
         goldens.verify(Plan("db", k, golden), recipe, SimpleNamespace())  # type: ignore[arg-type]
     assert "db" not in goldens.records
+
+
+def test_ls_prune_and_verify_can_be_scoped_to_one_project() -> None:
+    """--project NAME: the engine is shared (other users, concurrent test sessions); a scoped prune lists,
+    and so can touch, only the goldens captured for that project."""
+    from forgelib.testing import FakeRunner
+
+    r = FakeRunner()
+    r.expect("docker", "image", "ls", stdout="")
+    assert cli.prune(r, all=True, older_than=None, unused=False, project="mine") == []
+    assert cli.verify(r, project="mine") == []
+    scoped = ("--filter", f"label={store.GOLDEN}", "--filter", f"label={store.PROJECT}=mine")
+    assert [c.argv[-4:] for c in r.calls] == [scoped, scoped]
