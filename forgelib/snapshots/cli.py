@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from forgelib import custody
 from forgelib import labels as lab
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.runner import Runner, SubprocessRunner
@@ -22,7 +23,8 @@ USAGE = """usage: forge snapshots ls [--project NAME] [--json]
 ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use
 prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (no tag names their image
         any more, or their format is not this forgelib's: no trial can ever restore them); discarded
-        (untagged) goldens always go; a golden a container is using stays
+        (untagged) goldens always go once the process that captured them is gone (until then it may be a
+        capture in flight); a golden a container is using stays
 verify  check every golden can be restored: its format, its image, and its data (every entry readable);
         a golden that fails is discarded, so no trial restores it (exit 1)
 --project NAME  only the goldens captured for that project (project.yaml's name): the engine may hold
@@ -148,23 +150,38 @@ def prune(
     older_than: float | None,
     unused: bool,
     project: str | None = None,
+    facts: custody.HostFacts | None = None,
 ) -> list[dict[str, Any]]:
     goldens = store.list_goldens(runner, project=project)
     present = _present_images(runner, {g.part("image_id") for g in goldens if g.part("image_id")})
     now = datetime.now(UTC)
+    facts = facts or custody.local_facts()
     out = []
     for g in goldens:
         why = select(g, all=all, older_than=older_than, unused=unused, present=present, now=now)
         if why is None:
             continue
-        err = store.remove(runner, g)
         row = {"key": g.key, "image": g.id, "service": g.part("service"), "why": why}
+        held = None if g.complete else _in_flight(g, facts)
+        if held is not None:
+            out.append({**row, "action": "kept", "error": held})
+            continue
+        err = store.remove(runner, g)
         if err is None:
             store.forget(g.key) if g.complete else None
             out.append({**row, "action": "removed"})
         else:
             out.append({**row, "action": "kept" if "in use" in err else "failed", "error": err})
     return out
+
+
+def _in_flight(g: store.Golden, facts: custody.HostFacts) -> str | None:
+    """Why an untagged golden must stay, or None. Untagged is also what a capture still running looks like
+    (its built image is named by ID until the key's tag goes on the loaded one), so it goes only once the
+    process that captured it is provably gone: the reaper's own rule (``custody.decide``), not a guess."""
+    image = custody.Resource("image", g.id, g.id, g.labels)
+    d = custody.decide(custody.FoundProject(g.id, (image,)), facts)
+    return None if d.remove else f"untagged, but may be a capture in flight: {d.reason}"
 
 
 def select(

@@ -190,6 +190,50 @@ def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unv
         runner.run(["docker", "image", "rm", base_tag], timeout=120, check=False)
 
 
+def test_prune_never_removes_the_image_of_a_capture_still_running_in_another_process(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str
+) -> None:
+    """Between its `docker build` and the load that tags it, a capture's image is an untagged golden, as a
+    discarded one is. `forge snapshots prune` (another process) runs right then: the image stays (its
+    capturing process, this one, is alive), and the capture finishes as a complete golden."""
+    path = "/var/lib/forge-golden-test"
+    base_tag = f"forgelib-test/golden-base:{name}"
+    ctx = tmp_path / "base"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM forgelib/debian:bookworm\nVOLUME {path}\nLABEL test={name}\n")
+    runner.run(["docker", "build", "-q", "-t", base_tag, str(ctx)], timeout=300, env={"DOCKER_BUILDKIT": "0"})
+    try:
+        base_id = json.loads(runner.run(["docker", "image", "inspect", base_tag]).stdout)[0]["Id"]
+        k = key.make_key(kind="sql_dump", recipe_version=1, image_id=base_id, seed_digest=name, options={},
+                         service_config={})  # fmt: skip
+        (tmp_path / "src" / Path(path).name).mkdir(parents=True)
+        (tmp_path / "src" / Path(path).name / "who").write_text("me")
+        tar = ["tar", "-cf", str(tmp_path / "data.tar"), "-C", str(tmp_path / "src"), Path(path).name]
+        subprocess.run(tar, check=True)
+        pruned: list[dict[str, Any]] = []
+
+        class PruneMidCapture:  # `forge snapshots prune` right after this capture's `docker build`
+            def run(self, argv: Any, **kw: Any) -> Any:
+                res = runner.run(argv, **kw)
+                if list(argv[:2]) == ["docker", "build"]:
+                    out = _forge("snapshots", "prune", "--all", "--project", name, "--json").stdout
+                    pruned.extend(json.loads(out))
+                    custody.reap(runner, run_id=run_id)  # the reaper's rule, which prune now shares
+                return res
+
+        labels = store.golden_labels(k, service="db", project=name, seed="s", path=path, state="{}",
+                                     run_id=run_id, data_bytes=1, entries=2)  # fmt: skip
+        g = store.build(PruneMidCapture(), key=k, path=path, data_tar=tmp_path / "data.tar", labels=labels,
+                        timeout=300)  # fmt: skip
+        assert [(r["action"], r["why"]) for r in pruned] == [("kept", "discarded (untagged)")], pruned
+        assert "capture in flight" in pruned[0]["error"]
+        assert g.complete and store.find(runner, k) == g
+        out = runner.run(["docker", "run", "--rm", "--entrypoint", "cat", g.id, f"{path}/who"]).stdout
+        assert out == "me"
+    finally:
+        runner.run(["docker", "image", "rm", base_tag], timeout=120, check=False)
+
+
 def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
     tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str
 ) -> None:

@@ -375,6 +375,40 @@ def test_ctrl_c_while_a_restore_is_verified_is_no_fault_of_the_golden() -> None:
     assert "db" not in goldens.records
 
 
+def test_prune_leaves_an_untagged_golden_whose_capturing_process_is_alive() -> None:
+    """Untagged is also a capture in flight (its built image before the key's tag goes on the loaded one):
+    prune removes it only once its owner is provably gone, as the reaper does; a dead owner's goes."""
+    import json
+
+    from forgelib import custody
+    from forgelib import labels as lab
+    from forgelib.testing import ANY, FakeRunner
+
+    me = lab.current_owner().labels()
+    dead = {**me, lab.OWNER_PID: "999999"}
+    def start_time(pid: int) -> str | None:
+        return None if pid == 999999 else me[lab.OWNER_START_TIME]
+
+    facts = custody.HostFacts(me[lab.OWNER_HOST], me[lab.OWNER_BOOT_ID], start_time)
+
+    def info(iid: str, owner: dict[str, str]) -> dict[str, Any]:
+        labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: "ab" * 32, lab.MANAGED: "true", **owner}
+        return {"Id": iid, "RepoTags": [], "Config": {"Labels": labels}, "Created": "2026-12-01T10:00:00Z"}
+
+    r = FakeRunner()
+    r.expect("docker", "image", "ls", stdout="sha256:live\nsha256:dead\n")
+    r.expect("docker", "image", "inspect", "--format", stdout="")  # _present_images
+    both = [info("sha256:live", me), info("sha256:dead", dead)]
+    r.expect("docker", "image", "inspect", ANY, ANY, stdout=json.dumps(both))
+    r.expect("docker", "image", "rm")
+    rows = {row["image"]: row for row in cli.prune(r, all=False, older_than=None, unused=True, facts=facts)}
+    assert rows["sha256:dead"]["action"] == "removed", rows
+    assert rows["sha256:live"]["action"] == "kept" and "capture in flight" in rows["sha256:live"]["error"]
+    assert [c.argv for c in r.calls if c.argv[:3] == ("docker", "image", "rm")] == [
+        ("docker", "image", "rm", "sha256:dead")
+    ]
+
+
 def test_ls_prune_and_verify_can_be_scoped_to_one_project() -> None:
     """--project NAME: the engine is shared (other users, concurrent test sessions); a scoped prune lists,
     and so can touch, only the goldens captured for that project."""
