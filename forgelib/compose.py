@@ -544,8 +544,17 @@ class ComposeProject:
         return self.run(cp_argv(str(src), dst), timeout=timeout)
 
     def port(self, service: str, container_port: int, *, protocol: str | None = None) -> tuple[str, int]:
-        """Where the host reaches ``service:container_port``; a wildcard bind is reported as 127.0.0.1."""
-        out = self.run(port_argv(service, container_port, protocol=protocol)).stdout.strip()
+        """Where the host reaches ``service:container_port``; a wildcard bind is reported as 127.0.0.1.
+        ``docker port`` of the service's container (~0.02 s, against ~0.15 s of compose CLI start and project
+        load for ``compose port``, on every HTTP check and client); compose answers where that fails (no such
+        container, nothing published), so the error names the service."""
+        mapping = f"{container_port}/{protocol or 'tcp'}"
+        r = self.runner.run(
+            ["docker", "port", self.container(service), mapping], timeout=self.timeouts.command, check=False
+        )
+        out = r.stdout.strip() if r.rc == 0 else ""
+        if not out:
+            out = self.run(port_argv(service, container_port, protocol=protocol)).stdout.strip()
         line = out.splitlines()[0].strip() if out else ""
         host, _, port = line.rpartition(":")
         if not port.isdigit() or int(port) == 0:  # some compose versions print ":0" for "not published"

@@ -251,15 +251,26 @@ def test_calls_carry_timeouts_env_and_cwd(monkeypatch: pytest.MonkeyPatch) -> No
 )
 def test_port(out: str, expected: tuple[str, int]) -> None:
     fake = FakeRunner()
-    fake.expect(*BASE, "port", "api", "8000", exact=True, stdout=out)
+    fake.expect("docker", "port", "p1-api-1", "8000/tcp", exact=True, stdout=out)
     assert project(fake).port("api", 8000) == expected
+    assert len(fake.calls) == 1  # no compose CLI start
 
 
-def test_port_not_published() -> None:
+@pytest.mark.parametrize("docker_says", ["No such container: p1-api-1", "No public port '8000/tcp'"])
+def test_port_not_published(docker_says: str) -> None:
+    # docker cannot answer: compose does, and its answer (or error) names the service
     fake = FakeRunner()
+    fake.expect("docker", "port", rc=1, stderr=f"Error: {docker_says}")
     fake.expect(*BASE, "port", "api", "8000", stdout=":0\n")
     with pytest.raises(ForgeError, match="does not publish container port 8000"):
         project(fake).port("api", 8000)
+
+
+def test_port_of_the_container_a_warm_stack_serves_with() -> None:
+    fake = FakeRunner()
+    fake.expect("docker", "port", "proj-api-3", "53/udp", exact=True, stdout="127.0.0.1:5353\n")
+    served = c.ComposeProject("proj", (Path("/x/c.yaml"),), fake, containers={"api": "proj-api-3"})
+    assert served.port("api", 53, protocol="udp") == ("127.0.0.1", 5353)
 
 
 def test_parse_ps_accepts_lines_and_arrays() -> None:
