@@ -4,7 +4,9 @@
 * **run**: the run's wall ÷ its trials — everything included: forge's start, the first (fresh) provisioning of
   each warm stack, the final teardown;
 * **trial**: the median trial wall (``wall_seconds`` + its ``teardown``, like for like: a fresh trial's
-  ``down`` against a warm trial's release) of the trials that reused a stack, against all fresh trials'.
+  ``down`` against a warm trial's release) of the trials that reused a stack, against all fresh trials';
+* **held**: the same without the time a reused trial queued for a busy stack (``stack_wait``: at workers > 1
+  the pool may hold fewer stacks than workers, when waiting ends the run sooner than provisioning).
 
 Also the in-place reset step's median per reset service (target ≤ 0.1 s for postgres and redis, ≤ 0.2 s for
 the endpoint pack's tree), and where a reused warm trial's time goes (median of each phase).
@@ -47,18 +49,24 @@ PACKS = {
 RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
 WARM_PHASES = (
+    "stack_wait",
     *("reset", "fingerprint", "successors", "recreate", "ready", "oracle", "grading", "capture_logs"),
     *("record", "teardown"),
 )
 
 
-def _trial_walls(run: bs.ForgeRun, *, reused: bool | None = None) -> list[float]:
-    """Each trial's wall with its teardown (``reused``: only trials that did / did not reuse a stack)."""
+def _trial_walls(
+    run: bs.ForgeRun, *, reused: bool | None = None, queued: bool = True
+) -> list[float]:
+    """Each trial's wall with its teardown (``reused``: only trials that did / did not reuse a stack;
+    ``queued=False``: without the time it queued for a busy stack, ``stack_wait``, i.e. what the trial
+    cost while it held one)."""
     out = []
     for t in run.trials():
         if reused is not None and bool(t.stack.get("reuse")) != reused:
             continue
-        out.append(t.wall_seconds + t.timings.get("teardown", 0.0))
+        wait = 0.0 if queued else t.timings.get("stack_wait", 0.0)
+        out.append(t.wall_seconds + t.timings.get("teardown", 0.0) - wait)
     return out
 
 
@@ -139,6 +147,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 trial_fresh = bs.median(_trial_walls(fresh))
                 reused = _trial_walls(warm, reused=True)
                 trial_warm = bs.median(reused) if reused else float("nan")
+                held = _trial_walls(warm, reused=True, queued=False)
+                trial_held = bs.median(held) if held else float("nan")
                 phases = bs.phase_medians(
                     [t for t in warm.trials() if t.stack.get("reuse")],
                     WARM_PHASES,
@@ -161,6 +171,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                         "reused_trials": len(reused),
                         "trial warm/fresh": round(bs.ratio(trial_warm, trial_fresh), 3),
                         "trial_target": f"<= {TARGET} {'OK' if trial_ok else 'MISSED'}",
+                        # workers > stacks: a reused trial may queue for a stack; without that queueing
+                        "held warm/fresh": round(bs.ratio(trial_held, trial_fresh), 3),
                         "reset_median_s": resets,
                         "reset_target": f"<= {RESET_TARGET[pack]} {'OK' if reset_ok else 'MISSED'}",
                         "replaced": warm.state.stacks_replaced if warm.state else None,

@@ -189,7 +189,11 @@ class WarmPool:
         Raises ``ProvisionError`` like ``provision_trial`` (nothing left behind)."""
         env = task.environment
         key = environment_key(env)
+        asked = time.monotonic()
         stack, evict = self._take(key)
+        # How long the trial queued for a stack (every one busy, none worth provisioning): in its wall, and
+        # on record, so a reused trial's cost and its queueing can be told apart (workers > stacks).
+        queued = {"stack_wait": round(time.monotonic() - asked, 3)}
         if evict is not None:
             self._destroy(evict)
         replaced: str | None = None
@@ -208,7 +212,7 @@ class WarmPool:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
             else:
                 stack.reuse += 1
-                handle = self._handle(stack, trial_dir, timings, None)
+                handle = self._handle(stack, trial_dir, {**queued, **timings}, None)
                 stack.handed = taken  # what a reused trial holds a stack for includes its recycling
                 return handle
         t0 = time.monotonic()
@@ -221,7 +225,7 @@ class WarmPool:
                 self._provisioning[key] -= 1
                 self._freed[key] = time.monotonic()
                 self._cond.notify_all()
-        return self._handle(stack, trial_dir, dict(stack.trial.timings), replaced)
+        return self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced)
 
     def _take(self, key: str) -> tuple[_Stack | None, _Stack | None]:
         """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear

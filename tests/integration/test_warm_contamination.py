@@ -56,6 +56,8 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
                 if trial["stack"]["reuse"]:
                     # reset in place: every reset service restored, then verified
                     assert {"reset:db", "reset:cache", "reset:ws", "fingerprint:db"} <= set(trial["timings"])
+                # workers 1: a stack is always free, and the record says the trial queued ~0 s for it
+                assert 0 <= trial["timings"]["stack_wait"] <= trial["wall_seconds"]
 
         # within_reach[1..3] and beyond_reach[0] reuse the first stack, reset in place each time ...
         assert [s["reuse"] for s in stacks[:5]] == [0, 1, 2, 3, 4], stacks
