@@ -89,6 +89,12 @@ def main_run(
         stacks=stacks,
     )
     if joining is not None:
+        if (cfg.snapshots or snapshots) and not no_snapshots:  # never silently without what was asked
+            raise UsageError(
+                "--cluster runs fresh stacks seeded the normal way on the nodes; golden snapshots are not"
+                " supported there yet: drop --snapshots (or `snapshots: true` in the run config), or pass"
+                " --no-snapshots"
+            )
         state = _run_on_cluster(joining, plan, project, cfg.profiles)
     else:
         runner = SubprocessRunner(default_timeout=cfg.timeouts.command)

@@ -268,3 +268,10 @@ def test_an_error_while_ray_still_imports_exits_at_once_with_its_code(tmp_path: 
     r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--stacks", "warm")
     assert r.returncode == 2, r.stderr
     assert "forge: error: --cluster runs fresh stacks on the nodes" in r.stderr and r.stdout == ""
+
+
+def test_snapshots_on_a_cluster_are_refused_not_silently_dropped(tmp_path: Path) -> None:
+    r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--snapshots")
+    assert r.returncode == 2, r.stderr
+    assert "golden snapshots are not supported there yet" in r.stderr and r.stdout == ""
+    assert not (tmp_path / "runs").exists()
