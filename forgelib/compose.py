@@ -559,8 +559,7 @@ class ComposeProject:
         host, _, port = line.rpartition(":")
         if not port.isdigit() or int(port) == 0:  # some compose versions print ":0" for "not published"
             raise ForgeError(f"service {service!r} does not publish container port {container_port}")
-        host = host.strip("[]")
-        return ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host), int(port)
+        return _loopback(host), int(port)
 
     def ps(self, services: Sequence[str] = ()) -> list[dict[str, Any]]:
         """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
@@ -573,8 +572,9 @@ class ComposeProject:
             ports = out.setdefault(str(row.get("Service", "?")), [])
             for p in row.get("Publishers") or []:
                 if p.get("PublishedPort"):
-                    host = "127.0.0.1" if p.get("URL") in ("", "0.0.0.0", "::") else p.get("URL")
-                    text = f"{host}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
+                    text = _port_text(
+                        str(p.get("URL") or ""), p["PublishedPort"], p.get("TargetPort"), p.get("Protocol")
+                    )
                     if text not in ports:
                         ports.append(text)
         return out
@@ -598,6 +598,30 @@ class ComposeProject:
         except ForgeError as e:
             return f"(could not read the log: {e})"
         return (r.stdout + r.stderr).rstrip()
+
+
+def published_of_inspect(info: Mapping[str, Any]) -> list[str]:
+    """A container's published ports from its ``docker inspect`` record, as ``published_ports`` lists them
+    (``NetworkSettings.Ports``: ``{"8000/tcp": [{"HostIp": ..., "HostPort": ...}]}``; a created container,
+    never started, has none yet)."""
+    out: list[str] = []
+    for spec, binds in sorted(((info.get("NetworkSettings") or {}).get("Ports") or {}).items()):
+        target, _, proto = str(spec).partition("/")
+        for b in binds or []:
+            if str(b.get("HostPort") or "0") != "0":
+                text = _port_text(str(b.get("HostIp") or ""), b["HostPort"], target, proto or "tcp")
+                if text not in out:
+                    out.append(text)
+    return out
+
+
+def _loopback(host: str) -> str:
+    host = host.strip("[]")
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+def _port_text(host: str, published: Any, target: Any, protocol: Any) -> str:
+    return f"{_loopback(host)}:{published}->{target}/{protocol or 'tcp'}"
 
 
 def parse_ps(out: str) -> list[dict[str, Any]]:

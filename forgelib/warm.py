@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 from forgelib import labels as lab
 from forgelib import readiness
-from forgelib.compose import ComposeProject, labels_override, project_name
+from forgelib.compose import ComposeProject, labels_override, project_name, published_of_inspect
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.provision import (
     PhaseCallback,
@@ -105,6 +105,9 @@ class _Stack:
     current: dict[str, str] = field(default_factory=dict)
     networks: dict[str, list[str]] = field(default_factory=dict)  # service -> its current one's networks
     retired: list[str] = field(default_factory=list)  # frozen, off every network, not yet removed
+    # service -> its published ports as the trial on the stack sees them (trial.yaml's `ports`): an
+    # ephemeral service's are its current container's, a new host port each time it is replaced.
+    ports: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -286,8 +289,9 @@ class WarmPool:
         stack.handed = time.monotonic()
         self._spares(stack)
         compose = dataclasses.replace(stack.compose, containers=dict(stack.current))
+        ports = {s: list(p) for s, p in stack.ports.items()}
         return dataclasses.replace(
-            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), stack=info
+            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), stack=info, ports=ports
         )
 
     def _provision(
@@ -322,7 +326,7 @@ class WarmPool:
         )
         images = [str(s.get("image", "")) for s in (trial.config.get("services") or {}).values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-        stack = _Stack(trial, key, *_ephemeral_plan(trial, declared))
+        stack = _Stack(trial, key, *_ephemeral_plan(trial, declared), ports=dict(trial.ports))
         stack.current = {s: stack.compose.container(s) for s in stack.ephemeral}
         with self._lock:
             self._all[name] = stack
@@ -369,7 +373,19 @@ class WarmPool:
                 timed("recreate", functools.partial(self._recreate, stack, wave))
                 infos = []
             timed("ready", functools.partial(self._ready, stack, wave, infos))
+        stack.ports.update(self._published(stack))
         return timings
+
+    def _published(self, stack: _Stack) -> dict[str, list[str]]:
+        """The published ports of the ephemeral services' new containers (one ``docker inspect``, only
+        when one of them publishes any): Docker picks each host port at start, so the last trial's no
+        longer hold, and a precreated container's record (taken before its start) has none yet."""
+        services = stack.trial.config.get("services") or {}
+        publish = [s for s in stack.ephemeral if (services.get(s) or {}).get("ports")]
+        if not publish:
+            return {}
+        found = self._inspect(stack.current[s] for s in publish)
+        return {s: published_of_inspect(found[s]) for s in publish}
 
     def _successors(self, stack: _Stack) -> dict[str, dict[str, Any]] | None:
         """The precreated ephemeral containers (service -> its ``docker inspect`` record, taken after the

@@ -344,3 +344,12 @@ def test_a_provisioned_stack_execs_straight_into_the_container_and_lets_compose_
     with pytest.raises(ServiceCommandError, match='service "api" is not running'):
         p.exec("api", ["true"])
     assert [call.argv[1] for call in fake.calls] == ["exec", "exec", "exec", "compose"]
+
+
+def test_published_ports_of_an_inspect_record_read_like_compose_ps() -> None:
+    info = {"NetworkSettings": {"Ports": {
+        "8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "49170"}, {"HostIp": "::", "HostPort": "49170"}],
+        "9000/udp": None,  # exposed, not published
+    }}}  # fmt: skip
+    assert c.published_of_inspect(info) == ["127.0.0.1:49170->8000/tcp"]
+    assert c.published_of_inspect({"NetworkSettings": {"Ports": {}}}) == []
