@@ -108,6 +108,10 @@ class _Stack:
     # service -> its published ports as the trial on the stack sees them (trial.yaml's `ports`): an
     # ephemeral service's are its current container's, a new host port each time it is replaced.
     ports: dict[str, list[str]] = field(default_factory=dict)
+    # Why this stack's ephemeral services are recreated by compose every trial instead of started from
+    # spares (None: spares). A spare is one precreated container per service; a service of several
+    # replicas has several at once, so its successors are compose's to make (see `_ephemeral_plan`).
+    fallback: str | None = None
 
     @property
     def name(self) -> str:
@@ -176,6 +180,7 @@ class WarmPool:
         self.trials = trials
         self._handed = 0  # stacks handed to trials so far
         self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
+        self._announced: set[str] = set()  # the `_Stack.fallback` reasons already handed to a trial
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -283,9 +288,13 @@ class WarmPool:
     def _handle(
         self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
     ) -> ProvisionedTrial:
-        info = {"mode": "warm", "name": stack.name, "reuse": stack.reuse, "replaced": replaced}
+        info: dict[str, Any] = {"mode": "warm", "name": stack.name, "reuse": stack.reuse}
+        info["replaced"] = replaced
         with self._lock:
             self._handed += 1
+            if stack.fallback and stack.fallback not in self._announced:  # once per run, not per trial
+                self._announced.add(stack.fallback)
+                info["ephemeral_recreated"] = stack.fallback
         stack.handed = time.monotonic()
         self._spares(stack)
         compose = dataclasses.replace(stack.compose, containers=dict(stack.current))
@@ -326,7 +335,8 @@ class WarmPool:
         )
         images = [str(s.get("image", "")) for s in (trial.config.get("services") or {}).values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-        stack = _Stack(trial, key, *_ephemeral_plan(trial, declared), ports=dict(trial.ports))
+        waves, renew, fallback = _ephemeral_plan(trial, declared)
+        stack = _Stack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.current = {s: stack.compose.container(s) for s in stack.ephemeral}
         with self._lock:
             self._all[name] = stack
@@ -384,8 +394,16 @@ class WarmPool:
         publish = [s for s in stack.ephemeral if (services.get(s) or {}).get("ports")]
         if not publish:
             return {}
-        found = self._inspect(stack.current[s] for s in publish)
-        return {s: published_of_inspect(found[s]) for s in publish}
+        if not stack.fallback:
+            found = self._inspect(stack.current[s] for s in publish)
+            return {s: published_of_inspect(found[s]) for s in publish}
+        ids = [cid for cid, _, svc in self._ps(stack, "running") if svc in publish]  # every replica's
+        res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command)
+        out: dict[str, list[str]] = {s: [] for s in publish}
+        for info in json.loads(res.stdout or "[]"):
+            ports = out.setdefault(str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE)), [])
+            ports += [p for p in published_of_inspect(info) if p not in ports]
+        return out
 
     def _successors(self, stack: _Stack) -> dict[str, dict[str, Any]] | None:
         """The precreated ephemeral containers (service -> its ``docker inspect`` record, taken after the
@@ -424,7 +442,9 @@ class WarmPool:
             self._destroy(stack, graceful=graceful)
             return time.monotonic() - t0
         try:
-            if stack.ephemeral:
+            if stack.ephemeral and stack.fallback:
+                self._clear(stack)
+            elif stack.ephemeral:
                 spares, stack.successors = stack.successors, None
                 if spares is not None:  # compose must be done: an `up` meeting a paused container fails
                     spares.wait()
@@ -449,6 +469,16 @@ class WarmPool:
                 self._cond.notify_all()
         return time.monotonic() - t0
 
+    def _clear(self, stack: _Stack) -> None:
+        """The fallback's release: every container of the ephemeral services (all replicas) removed with its
+        anonymous volumes, and the named volumes only they mount, so nothing of theirs runs on into the
+        reset and the next trial's ``_recreate`` makes them all anew."""
+        ids = [cid for cid, _, svc in self._ps(stack, "") if svc in stack.ephemeral]
+        if ids:
+            self._remove(ids)
+        if stack.renew:
+            self.runner.run(["docker", "volume", "rm", *stack.renew], timeout=self.timeouts.command)
+
     def _freeze(self, stack: _Stack) -> None:
         """Nothing of the ephemeral services runs on: paused at once (~20 ms; removed in the background).
         One that cannot be paused (it exited, or is gone) is removed here instead; compose tries last
@@ -466,7 +496,7 @@ class WarmPool:
         labels, networks, aliases, mounts and environment as any ``up``; numbered on by compose). A created
         container has no network endpoint: nothing of the trial can see it. Not when a named volume must be
         renewed with them (a volume in use by the spare cannot be removed): ``_retire`` makes them then."""
-        if not stack.ephemeral or stack.renew:
+        if not stack.ephemeral or stack.renew or stack.fallback:
             return
         succ = stack.successors = _Successors()
 
@@ -501,11 +531,12 @@ class WarmPool:
         return {s: ids[0] for s, ids in found.items()}
 
     def _ps(self, stack: _Stack, status: str) -> list[tuple[str, str, str]]:
-        """(id, name, service) of the stack's containers in ``status`` (one ``docker ps``)."""
+        """(id, name, service) of the stack's containers in ``status`` (any: "") (one ``docker ps``)."""
         fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
+        only = ["--filter", f"status={status}"] if status else []
         res = self.runner.run(
             [
-                "docker", "ps", "--all", "--no-trunc", "--filter", f"status={status}",
+                "docker", "ps", "--all", "--no-trunc", *only,
                 *lab.filters({lab.COMPOSE_PROJECT: stack.name}), "--format", fmt,
             ],
             timeout=self.timeouts.command,
@@ -624,7 +655,7 @@ class WarmPool:
         """Wait until each recreated container is ready (``forgelib.readiness``: its own healthcheck command
         through ``docker exec``, not compose's 1 s ticks): the ones just started (``inspected`` before),
         never their successors."""
-        refs = [stack.current[s] for s in services]
+        refs = [] if stack.fallback else [stack.current[s] for s in services]  # []: every replica
         readiness.wait_ready(
             stack.compose, services, timeout=self.timeouts.compose_up, refs=refs, inspected=inspected
         )
@@ -658,9 +689,15 @@ def _live_name(name: str) -> str:
 
 def _ephemeral_plan(
     trial: ProvisionedTrial, image_volumes: Mapping[str, Sequence[str]]
-) -> tuple[list[list[str]], list[str]]:
-    """The ephemeral (and unlabelled) services in ``depends_on`` waves, and the named volumes only they
-    mount (their full engine names), the override's volumes for image-declared VOLUMEs included."""
+) -> tuple[list[list[str]], list[str], str | None]:
+    """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
+    mount (their full engine names), the override's volumes for image-declared VOLUMEs included, and why
+    they are recreated by compose every trial rather than started from spares (None: spares).
+
+    Spares stand for one container per service (the trial's execs go to it by name); an ephemeral
+    service of several replicas is recreated whole by compose instead (``up --force-recreate`` on the
+    trial's path): every replica is new each trial, as the isolation promises, and the run says so once
+    (a ``warm_ephemeral_recreated`` event) rather than paying for a spare attempt that cannot work."""
     services: Mapping[str, Any] = trial.config.get("services") or {}
     env = trial.environment
     keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
@@ -690,4 +727,18 @@ def _ephemeral_plan(
         for v, who in sorted(users.items())
         if who <= set(eph) and not (declared.get(v) or {}).get("external")
     ]
-    return waves, renew
+    several = {s: _replicas(services[s]) for s in eph if _replicas(services[s]) > 1}
+    fallback = None
+    if several:
+        listed = ", ".join(f"{s} ({n} replicas)" for s, n in sorted(several.items()))
+        fallback = f"ephemeral {listed}: recreated by compose every trial (spares stand for one container)"
+    return waves, renew, fallback
+
+
+def _replicas(service: Mapping[str, Any]) -> int:
+    """How many containers compose runs for ``service`` (``deploy.replicas``, or the legacy ``scale``)."""
+    n = (service.get("deploy") or {}).get("replicas", service.get("scale", 1))
+    try:
+        return int(n if n is not None else 1)
+    except (TypeError, ValueError):
+        return 1

@@ -50,6 +50,10 @@ RUN_INTERRUPTED = "run_interrupted"
 # trial fell back to seeding that service the normal way (informational: the fold only counts them)
 GOLDEN_DISCARDED = "golden_discarded"
 STACK_REPLACED = "stack_replaced"  # task, index, stack, reason: a warm stack not provably clean was replaced
+# task, index, stack, reason: once per run and environment, its ephemeral services are recreated by compose
+# every trial on warm stacks (e.g. several replicas), not started from spares: a known, slower path
+# (informational)
+WARM_EPHEMERAL_RECREATED = "warm_ephemeral_recreated"
 RUN_FINISHED = "run_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
@@ -362,6 +366,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             _end_session(s, e)
         elif kind == GOLDEN_DISCARDED:
             s.goldens_discarded += 1
+        elif kind == WARM_EPHEMERAL_RECREATED:
+            pass  # the record is the event itself: nothing a trial's state depends on
         elif kind == "_unreadable":
             s.unreadable_lines += 1
         else:

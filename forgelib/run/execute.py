@@ -338,6 +338,13 @@ class Executor:
         t.handle = handle
         t.ports = {svc: list(p) for svc, p in handle.ports.items() if p}
         t.stack = dict(handle.stack)
+        slower = t.stack.pop("ephemeral_recreated", None)  # handed to the run's first trial of its stack only
+        if slower:
+            self.events.append(
+                ev.WARM_EPHEMERAL_RECREATED, task=t.task.name, index=t.index, stack=t.stack.get("name"),
+                reason=slower,
+            )  # fmt: skip
+            self.say(f"{t.task.name}[{t.index}] warm stack {t.stack.get('name')}: {slower}")
         if t.stack.get("replaced"):
             self.events.append(
                 ev.STACK_REPLACED, task=t.task.name, index=t.index, stack=t.stack.get("name"),

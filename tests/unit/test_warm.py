@@ -45,7 +45,8 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
         {"db": Isolation.RESET, "api": Isolation.EPHEMERAL},
         {"data": {}, "shared": {}, "scratch": {}},
     )
-    waves, renew = _ephemeral_plan(trial, {"img": ("/var/lib/img",)})
+    waves, renew, fallback = _ephemeral_plan(trial, {"img": ("/var/lib/img",)})
+    assert fallback is None  # one container per service: spares
     # db is reset (not recreated); worker waits for api; runner has no ephemeral dependency.
     assert waves == [["api", "runner"], ["worker"]]
     # scratch and shared are mounted by ephemeral services only; data also by the reset db; the image's
@@ -55,7 +56,19 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
 
 def test_shared_services_are_never_recreated() -> None:
     trial = _trial({"api": {}, "runner": {}}, {"api": Isolation.SHARED}, {})
-    assert _ephemeral_plan(trial, {}) == ([["runner"]], [])
+    assert _ephemeral_plan(trial, {}) == ([["runner"]], [], None)
+
+
+def test_an_ephemeral_service_of_several_replicas_is_recreated_by_compose_and_says_so() -> None:
+    """Spares stand for one container per service: a replicated ephemeral service takes the recreate path,
+    decided once per stack (with the reason the run records once), never tried and failed per trial."""
+    trial = _trial({"web": {"deploy": {"replicas": 2}}, "runner": {}, "db": {"deploy": {"replicas": 3}}},
+                   {"db": Isolation.SHARED}, {})  # fmt: skip
+    waves, _, fallback = _ephemeral_plan(trial, {})
+    assert waves == [["web", "runner"]]
+    assert fallback is not None and "web (2 replicas)" in fallback and "db" not in fallback
+    assert _ephemeral_plan(_trial({"w": {"scale": 2}}, {}, {}), {})[2] is not None  # the legacy key
+    assert _ephemeral_plan(_trial({"w": {"deploy": {"replicas": 1}}}, {}, {}), {})[2] is None
 
 
 def test_environment_key_separates_environments_that_differ_in_labels_or_bindings() -> None:
