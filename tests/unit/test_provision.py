@@ -620,3 +620,27 @@ def test_ctrl_c_while_a_stack_comes_up_is_an_interruption_not_a_compose_up_failu
     compose: Any = SimpleNamespace(up=up)
     with pytest.raises(Interrupted):
         provision._up(compose, {}, ["db"], {}, create=True)
+
+
+def test_ctrl_c_during_a_runs_build_is_not_cached_as_a_broken_build(tmp_path: Path) -> None:
+    """The run builds each `build:` service once and every trial shares the outcome: an interrupted build
+    must propagate as Interrupted, not become the run's "building failed, fix the Dockerfile" for all."""
+    from types import SimpleNamespace
+
+    from forgelib.builds import Builds
+    from forgelib.errors import Interrupted
+
+    calls: list[str] = []
+
+    def build(services: Any, timeout: float) -> None:
+        calls.append("build")
+        if len(calls) == 1:
+            raise Interrupted("stop requested (SIGINT): `build` was stopped")
+
+    compose: Any = SimpleNamespace(files=(tmp_path / "c.yaml",))
+    compose.with_files = lambda *files: SimpleNamespace(build=build)
+    config = {"services": {"api": {"build": {"context": "."}}}}
+    b = Builds()
+    with pytest.raises(Interrupted):
+        b.images("p", compose, config, {}, tmp_path, 5)
+    assert set(b.images("p", compose, config, {}, tmp_path, 5)) == {"api"} and calls == ["build", "build"]
