@@ -23,17 +23,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-import psycopg
-import redis as redis_lib
-from psycopg.conninfo import make_conninfo
-
+from forgelib.clients import deferred
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError
 from forgelib.seeds import redis_dump, sql_dump
 from forgelib.spec.models import EnvironmentManifest
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg.conninfo
+    import redis as redis_lib
+else:  # loaded at first use (forgelib.clients says why)
+    psycopg = deferred("psycopg")
+    redis_lib = deferred("redis")
 
 CONNECT_TIMEOUT = 10  # seconds; a published port that does not answer is a dead stack, not a slow one
 
@@ -82,7 +87,7 @@ class PostgresParams:
         kw["dbname"] = dbname or self.dbname
         if self.password:
             kw["password"] = self.password
-        return make_conninfo(**kw, connect_timeout=CONNECT_TIMEOUT)
+        return psycopg.conninfo.make_conninfo(**kw, connect_timeout=CONNECT_TIMEOUT)
 
     def url(self, *, dbname: str | None = None) -> str:
         """The same as a ``postgresql://`` URL (for tools that take URLs)."""

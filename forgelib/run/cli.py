@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
+from forgelib import clients
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.provision import (
@@ -97,6 +98,7 @@ def main_run(
             )
         state = _run_on_cluster(joining, plan, project, cfg.profiles)
     else:
+        clients.load()  # this process runs the trials: psycopg/redis now, not in the first trials' steps
         runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
         live_stacks = LiveStacks()
         # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).

@@ -16,13 +16,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import redis as redis_lib
+from typing import TYPE_CHECKING, Any
 
 from forgelib import connect
+from forgelib.clients import deferred
 from forgelib.errors import CommandError
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+
+if TYPE_CHECKING:
+    import redis as redis_lib
+else:  # loaded at first use (forgelib.clients says why)
+    redis_lib = deferred("redis")
 
 OPTIONS: frozenset[str] = frozenset()
 MAGIC = b"REDIS"

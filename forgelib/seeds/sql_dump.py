@@ -12,14 +12,19 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import psycopg
-from psycopg import sql
+from typing import TYPE_CHECKING, Any
 
 from forgelib import connect
+from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, RecipeError
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+else:  # loaded at first use (forgelib.clients says why)
+    psycopg = deferred("psycopg")
+    sql = deferred("psycopg.sql")
 
 OPTIONS = frozenset({"user", "database"})
 DEFAULT_USER = "postgres"

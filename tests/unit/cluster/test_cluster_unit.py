@@ -223,6 +223,29 @@ def test_the_local_path_never_imports_ray() -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_the_cluster_driver_loads_a_project_without_the_client_libraries() -> None:
+    # The driver runs no trial, so psycopg/redis (≈ 0.85 s of its start-up) stay unloaded; a process that
+    # runs trials loads them with clients.load(), and the deferred names resolve to the real modules.
+    code = (
+        "import sys, forgelib.cli, forgelib.tasks, forgelib.run.cli, forgelib.run.execute, "
+        "forgelib.cluster.driver, forgelib.cluster.connect, forgelib.connect\n"
+        "from forgelib.seeds import redis_dump, sql_dump\n"
+        "from forgelib.spec.loader import load_project_config\n"
+        f"project = load_project_config({str(PACK)!r})\n"
+        "assert project.seeds, 'the pack has seeds'\n"
+        "clients = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('redis', 'psycopg'))\n"
+        "assert not clients(), clients()\n"
+        "from forgelib import clients as c\n"
+        "c.load()\n"
+        "import psycopg, psycopg.sql, redis\n"
+        "assert sql_dump.psycopg.Error is psycopg.Error and sql_dump.sql.SQL is psycopg.sql.SQL\n"
+        "assert redis_dump.redis_lib.RedisError is redis.RedisError\n"
+        "assert forgelib.connect.psycopg.conninfo.make_conninfo is psycopg.conninfo.make_conninfo\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+
+
 def test_the_driver_names_slots_of_other_forgelib_code_on_its_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
