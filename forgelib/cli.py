@@ -137,6 +137,32 @@ def _help_first(argv: Any) -> Any:
     return argv
 
 
+def cluster_argument(argv: list[str]) -> str | None:
+    """The ADDRESS of a ``forge run … --cluster ADDRESS`` command line (``--cluster=ADDRESS`` too), read
+    before invoke parses it; None for any other command line (invoke's parse stays the authority)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] != "run":
+        return None
+    for i, arg in enumerate(argv):
+        if arg == "--cluster" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+        if arg.startswith("--cluster="):
+            return arg.partition("=")[2] or None
+    return None
+
+
+def _join_early(argv: list[str]) -> None:
+    """``forge run --cluster ADDRESS``: Ray's import and the join start on their thread now, before forge
+    imports its commands (≈ 0.5 s of CPU) and loads the project, so ray.init's waits on the cluster (its
+    round trips to the GCS and the raylet) overlap that work instead of following it. ``main_run`` takes
+    the join over (``connect.Joining.started``); a command line it reads otherwise starts its own."""
+    address = cluster_argument(argv)
+    if address:
+        from forgelib.cluster.connect import Joining
+
+        Joining(address)
+
+
 class ForgeProgram(Program):
     """Invoke's Program with forge's exit codes: every parse stage maps its errors to a usage error (2),
     and a command's ``Exit`` keeps its code."""
@@ -167,10 +193,14 @@ class ForgeProgram(Program):
 
 
 def main() -> None:
+    _join_early(sys.argv[1:])
     from forgelib.tasks import ns
 
     try:
         ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()
+    except SystemExit as e:  # a usage error after an early join: that process leaves like a joined one
+        _leave_cluster(e.code if isinstance(e.code, int) else EXIT_USER if e.code else 0)
+        raise
     except BrokenPipeError:
         # The reader went away (`forge --help | head`): not worth a traceback. Point stdout at devnull so
         # the interpreter's final flush does not raise again.

@@ -162,6 +162,11 @@ class Joining:
         _joining = self
         self._thread.start()
 
+    @staticmethod
+    def started(address: str) -> Joining | None:
+        """The join this process already started for ``address`` (``forge``'s command line), if any."""
+        return _joining if _joining is not None and _joining.address == address else None
+
     def _join(self) -> None:
         try:
             self._nodes = connect(self.address)

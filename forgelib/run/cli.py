@@ -135,7 +135,7 @@ def _start_joining(address: str | None) -> Joining | None:
         return None
     from forgelib.cluster.connect import Joining
 
-    return Joining(address)
+    return Joining.started(address) or Joining(address)
 
 
 def _run_on_cluster(joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:

@@ -298,3 +298,38 @@ def test_snapshots_on_a_cluster_are_refused_not_silently_dropped(tmp_path: Path)
     assert r.returncode == 2, r.stderr
     assert "golden snapshots are not supported there yet" in r.stderr and r.stdout == ""
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "address"),
+    [
+        (["run", "--config", "c.yaml", "--cluster", "10.0.0.5:6379"], "10.0.0.5:6379"),
+        (["run", "--cluster=127.0.0.1:6379", "--json"], "127.0.0.1:6379"),
+        (["run", "--config", "c.yaml"], None),
+        (["validate", "--cluster", "10.0.0.5:6379"], None),  # not forge run: invoke says what it thinks
+        (["run", "--cluster", "--json"], None),  # no value: invoke's parse reports it
+        ([], None),
+    ],
+)
+def test_the_cluster_address_is_read_off_the_command_line(argv: list[str], address: str | None) -> None:
+    from forgelib.cli import cluster_argument
+
+    assert cluster_argument(argv) == address
+
+
+def test_forge_run_takes_over_the_join_its_command_line_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forgelib.cli
+    import forgelib.run.cli
+    from forgelib.cluster import connect
+
+    calls: list[str] = []
+    monkeypatch.setattr(connect, "connect", lambda address: calls.append(address) or [])
+    monkeypatch.setattr(connect, "_joining", None)
+    forgelib.cli._join_early(["run", "--config", "c.yaml", "--cluster", "10.0.0.5:6379"])
+    early = connect._joining
+    assert early is not None
+    assert forgelib.run.cli._start_joining("10.0.0.5:6379") is early  # not a second join
+    other = forgelib.run.cli._start_joining("10.0.0.6:6379")  # the run config named another: its own
+    assert other is not early
+    early.result(), other.result()
+    assert sorted(calls) == ["10.0.0.5:6379", "10.0.0.6:6379"]
