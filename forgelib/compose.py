@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from forgelib import labels as lab
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
@@ -565,18 +566,37 @@ class ComposeProject:
         """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
         return parse_ps(self.run(ps_argv(services)).stdout)
 
+    def inspect(self, refs: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The ``docker inspect`` records of this project's containers (``refs``: exactly these names or
+        ids), found by compose's labels with one ``docker ps``: two docker CLI calls (~0.05 s), where a
+        compose call costs ~0.15-0.3 s of CLI start and project load. ``compose run`` one-offs are not the
+        stack's. A container gone meanwhile is simply absent."""
+        ids = list(refs)
+        if not ids:
+            only = {lab.COMPOSE_PROJECT: self.name, lab.COMPOSE_ONEOFF: "False"}
+            argv = ["docker", "ps", "--all", "--quiet", "--no-trunc", *lab.filters(only)]
+            ids = self.runner.run(argv, timeout=self.timeouts.command).stdout.split()
+        if not ids:
+            return []
+        # rc 1 when one went meanwhile; stdout still holds the others
+        res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command, check=False)
+        try:
+            found = json.loads(res.stdout or "[]")
+        except json.JSONDecodeError:
+            return []
+        return [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+
     def published_ports(self) -> dict[str, list[str]]:
-        """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded)."""
+        """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded) for every service
+        with a container; a service served by a given container (``containers``) lists that one's only."""
         out: dict[str, list[str]] = {}
-        for row in self.ps():
-            ports = out.setdefault(str(row.get("Service", "?")), [])
-            for p in row.get("Publishers") or []:
-                if p.get("PublishedPort"):
-                    text = _port_text(
-                        str(p.get("URL") or ""), p["PublishedPort"], p.get("TargetPort"), p.get("Protocol")
-                    )
-                    if text not in ports:
-                        ports.append(text)
+        for info in sorted(self.inspect(), key=lambda i: str(i.get("Name", ""))):
+            svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, "?"))
+            current = self.containers.get(svc)
+            if current is not None and current not in (info.get("Id"), str(info.get("Name", "")).lstrip("/")):
+                continue
+            ports = out.setdefault(svc, [])
+            ports += [p for p in published_of_inspect(info) if p not in ports]
         return out
 
     def container_logs(self, ref: str, dest: Path, *, tail: int | None = None) -> Result:

@@ -85,25 +85,7 @@ def containers(
     ps`` and one ``docker inspect``, not a compose call (~0.3 s of CLI start each). ``refs``: inspect
     exactly these containers (names or ids) instead of every one of the project. ``required``: a service
     without a container is an error (else it is simply absent from the answer)."""
-    runner, timeout = compose.runner, compose.timeouts.command
-    ids = list(refs)
-    if not ids:
-        ps = runner.run(
-            [
-                "docker", "ps", "--all", "--quiet", "--no-trunc",
-                *lab.filters({lab.COMPOSE_PROJECT: compose.name, lab.COMPOSE_ONEOFF: "False"}),
-            ],
-            timeout=timeout,
-        )  # fmt: skip
-        ids = ps.stdout.split()
-    found: list[Any] = []
-    if ids:  # rc 1 when one went meanwhile; stdout still lists the others
-        res = runner.run(["docker", "inspect", *ids], timeout=timeout, check=False)
-        try:
-            found = json.loads(res.stdout or "[]")
-        except json.JSONDecodeError:
-            found = []
-    return of_inspect(compose, services, found if isinstance(found, list) else [], required=required)
+    return of_inspect(compose, services, compose.inspect(refs), required=required)
 
 
 def of_inspect(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -353,3 +354,26 @@ def test_published_ports_of_an_inspect_record_read_like_compose_ps() -> None:
     }}}  # fmt: skip
     assert c.published_of_inspect(info) == ["127.0.0.1:49170->8000/tcp"]
     assert c.published_of_inspect({"NetworkSettings": {"Ports": {}}}) == []
+
+
+def test_published_ports_come_from_docker_inspect_of_the_containers_a_trial_runs_on() -> None:
+    fake = FakeRunner()
+    bind = [{"HostIp": "0.0.0.0", "HostPort": "49153"}, {"HostIp": "::", "HostPort": "49153"}]
+    infos = [
+        {"Id": "a1", "Name": "/p1-db-1", "Config": {"Labels": {c.lab.COMPOSE_SERVICE: "db"}},
+         "NetworkSettings": {"Ports": {"5432/tcp": bind, "9/udp": None}}},
+        {"Id": "r1", "Name": "/p1-runner-1", "Config": {"Labels": {c.lab.COMPOSE_SERVICE: "runner"}},
+         "NetworkSettings": {"Ports": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "40001"}]}}},
+        {"Id": "r2", "Name": "/p1-runner-2", "Config": {"Labels": {c.lab.COMPOSE_SERVICE: "runner"}},
+         "NetworkSettings": {"Ports": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "40002"}]}}},
+    ]  # fmt: skip
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="a1\nr1\nr2\n")
+    fake.expect("docker", "inspect", "a1", "r1", "r2", exact=True, stdout=json.dumps(infos))
+    served = dataclasses.replace(project(fake), containers={"runner": "p1-runner-2"})
+    assert served.published_ports() == {
+        "db": ["127.0.0.1:49153->5432/tcp"],  # IPv4/IPv6 folded, an unpublished port left out
+        "runner": ["127.0.0.1:40002->8000/tcp"],  # the container the trial runs on, not the old one
+    }
+    ps = fake.calls[0].argv
+    assert f"label={c.lab.COMPOSE_PROJECT}=p1" in ps and f"label={c.lab.COMPOSE_ONEOFF}=False" in ps
+    assert not [x for x in fake.calls if "compose" in x.argv]  # no compose CLI start

@@ -118,16 +118,17 @@ class Stack:
         return [f"id-{n}" for n in self.env.services]
 
     def infos(self) -> list[dict[str, Any]]:
-        """``docker inspect`` of one container per service, named as compose names them."""
+        """``docker inspect`` of one container per service, named as compose names them (app-db publishes
+        5432 on loopback, as the override asks for a seeded postgres)."""
         return [
-            {"Id": f"id-{n}", "Name": f"/{NAME}-{n}-1", "Config": {"Labels": {COMPOSE_SERVICE: n}}}
+            {
+                "Id": f"id-{n}",
+                "Name": f"/{NAME}-{n}-1",
+                "Config": {"Labels": {COMPOSE_SERVICE: n}},
+                "NetworkSettings": {"Ports": PUBLISHED.get(n, {})},
+            }
             for n in self.env.services
         ]
-
-    def expect_ps(self) -> None:
-        pub = {"URL": "127.0.0.1", "TargetPort": 5432, "PublishedPort": 49153, "Protocol": "tcp"}
-        rows = [{"Service": "app-db", "Publishers": [pub]}, {"Service": "runner", "Publishers": []}]
-        self.fake.expect(*self.full, "ps", "--all", "--format", "json", exact=True, stdout=json.dumps(rows))
 
     def expect_readiness(self) -> None:
         """What ``forgelib.readiness`` finds, starts and watches: one container per service, no
@@ -197,6 +198,8 @@ def pg_stack(tmp_path: Path, seed: bytes = SQL) -> Stack:
 
 COMPOSE_SERVICE = "com.docker.compose.service"
 CREATE = ("up", "--detach", "--no-start")  # every container created at once; forgelib.readiness starts them
+# What `docker inspect` says each service publishes (NetworkSettings.Ports).
+PUBLISHED = {"app-db": {"5432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "49153"}], "9/udp": None}}
 PSQL = ("exec", "-T", "app-db", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
 
 
@@ -206,10 +209,9 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     s.fake.expect(*s.full, *CREATE, exact=True)
     s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, exact=True)
-    s.expect_ps()
     phases: list[str] = []
     trial = s.provision(on_phase=lambda name, secs: phases.append(name))
-    assert s.verbs() == ["config --format json", " ".join(CREATE), " ".join(PSQL), "ps --all --format json"]
+    assert s.verbs() == ["config --format json", " ".join(CREATE), " ".join(PSQL)]
     # app-db alone before the seed; then the API (its dependency is up) and the runner, at once.
     assert s.started()[0] == ["app-db"]
     assert sorted(x for ids in s.started()[1:] for x in ids) == ["runner", "widgets-api"]
@@ -217,7 +219,7 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     starts_at = [i for i, c in enumerate(s.fake.calls) if c.argv[:2] == ("docker", "start")]
     assert starts_at[0] < psql_at < starts_at[1]
     # The mapping trial.yaml and `forge provision` show: the seeded postgres on loopback (direct connections)
-    assert trial.ports == {"app-db": ["127.0.0.1:49153->5432/tcp"], "runner": []}
+    assert trial.ports == {"app-db": ["127.0.0.1:49153->5432/tcp"], "runner": [], "widgets-api": []}
     assert phases == ["compose_config", "up_seeded", "recipe:app-db", "up_rest"]
     assert list(trial.timings) == [*phases, "provision"]
     assert trial.name == NAME and trial.compose.files[-1] == s.trial_dir / "compose.forge.yaml"
@@ -279,9 +281,8 @@ def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> Non
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
     s.fake.expect(*s.full, *PSQL)
-    s.expect_ps()
     s.provision()
-    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec", "ps"]
+    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec"]
     assert s.started() == [["app-db"]]
 
 
@@ -594,14 +595,13 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
     s.fake.expect(*s.full, *PSQL, exact=False)
-    s.expect_ps()
     s.provision()
     config_call, *after = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
     assert config_call.secrets == ()  # the config is what names them
     assert after and all({"s3cret", "tok-1"} <= set(c.secrets) and "/root" not in c.secrets for c in after)
     # each compose call is tagged with its verb: what a stop kills (launches) is known, not guessed
     tags = [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
-    assert tags == ["config", "up", "exec", "ps"]
+    assert tags == ["config", "up", "exec"]
     # and so is each container start: a stop refuses it (signals.LAUNCH_VERBS)
     assert {c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "start")} == {"start"}
 
