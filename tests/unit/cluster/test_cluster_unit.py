@@ -157,6 +157,24 @@ def test_a_slot_unpacks_and_verifies_a_bundle_once_per_digest(
     assert not (slot.home / second.sha256[:16]).exists()
 
 
+def test_a_slot_hashes_each_shipped_seed_once(
+    slot: Slot, project_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import forgelib.spec.loader as loader_mod
+
+    project = load_project_config(project_copy)
+    bundle = pack(project)
+    hashed: list[str] = []
+
+    def counting(real):  # type: ignore[no-untyped-def]
+        return lambda path, kind: (hashed.append(Path(path).name), real(path, kind))[1]
+
+    monkeypatch.setattr(loader_mod, "seed_digest", counting(loader_mod.seed_digest))
+    monkeypatch.setattr(bundle_mod, "seed_digest", counting(bundle_mod.seed_digest))
+    slot._project(bundle)
+    assert sorted(hashed) == sorted(s.path.name for s in project.seeds.values()) and hashed
+
+
 def test_a_slot_refuses_trials_from_other_forgelib_code(slot: Slot, project_copy: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setenv("FORGE_DOCKER_HOST", "unix:///srv/engine.sock")
