@@ -124,22 +124,49 @@ def connect(address: str) -> list[NodeInfo]:
     return nodes
 
 
-ANSWER_SECONDS = 10.0  # a GCS address that accepts no connection in this long is not a cluster
+ANSWER_SECONDS = 10.0  # no connection, or no greeting, in this long: not a cluster
+# A Ray head's GCS is a gRPC server, so HTTP/2: a client that opens with HTTP/2's connection preface (the
+# magic string, then an empty SETTINGS frame) gets the server's preface back, a SETTINGS frame (RFC 9113
+# §3.4). A frame header is 9 bytes: length (3), type (1; 4 is SETTINGS), flags (1), stream id (4).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_SETTINGS = 4
 
 
 def _require_answer(address: str) -> None:
-    # ray.init retries an address where nothing listens for minutes, printing a warning every few seconds;
-    # a plain connect says at once that nothing is there. (Only host:port addresses: not "auto", ray://.)
+    """Fail at once, naming the address and the fix, where ``ray.init`` would retry for minutes: nothing
+    listens there, or something that is not a Ray head does (another service on the port: ray.init's GCS
+    client keeps reconnecting to it, warning every few seconds). A gRPC greeting is all that is checked;
+    Ray itself says the rest (a version mismatch, say). Only host:port addresses: not "auto", ray://."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "/" in address:
         return
+    fix = "give the head node's address as `ray start --head` printed it (its GCS port, 6379 by default)"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_SECONDS).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_SECONDS)
     except OSError as e:
         raise ForgeError(
-            f"cannot join the Ray cluster at {address}: nothing answers there ({e.strerror or e}); give the "
-            f"head node's address as `ray start --head` printed it (its GCS port, 6379 by default)"
+            f"cannot join the Ray cluster at {address}: nothing answers there ({e.strerror or e}); {fix}"
         ) from None
+    with conn:
+        try:
+            conn.sendall(_H2_PREFACE)
+            head = _read(conn, 9)
+        except OSError as e:  # (a timeout too: a service waiting for its own protocol's first words)
+            head, why = b"", f"{e.strerror or e or type(e).__name__}"
+        else:
+            why = f"it answered {head[:40]!r}" if head else "it closed the connection"
+    if len(head) < 9 or head[3] != _H2_SETTINGS:
+        raise ForgeError(
+            f"cannot join the Ray cluster at {address}: something listens there, but not a Ray head's GCS "
+            f"(no gRPC greeting: {why}); {fix}"
+        )
+
+
+def _read(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n and (chunk := conn.recv(n - len(data))):
+        data += chunk
+    return data
 
 
 def _no_sigterm_notice(record: logging.LogRecord) -> bool:

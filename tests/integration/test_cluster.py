@@ -6,12 +6,15 @@ node, so it runs last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,6 +142,35 @@ def test_an_address_where_no_cluster_answers_is_a_clear_error(tmp_path: Path) ->
     assert r.returncode == 1, r.stderr
     assert f"forge: error: cannot join the Ray cluster at {address}: nothing answers there" in r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_an_address_where_another_service_listens_is_a_clear_error(tmp_path: Path) -> None:
+    # Real Ray, no cluster: a service that is not a Ray head (here one that answers like redis) accepts the
+    # connection, and ray.init alone would keep reconnecting its GCS client to it for minutes.
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        address = f"127.0.0.1:{srv.getsockname()[1]}"
+
+        def answer() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = srv.accept()
+                    with conn:
+                        conn.recv(1024)
+                        conn.sendall(b"-ERR unknown command 'PRI'\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        cfg = str(_config(tmp_path, 1))
+        start = time.monotonic()
+        r = _forge("-m", "forgelib", "run", "--config", cfg, "--cluster", address, "--json")
+        took = time.monotonic() - start
+    assert r.returncode == 1, r.stderr
+    assert (
+        f"forge: error: cannot join the Ray cluster at {address}: something listens there, but not a Ray "
+        "head's GCS (no gRPC greeting: it answered b'-ERR unkn'); give the head node's address" in r.stderr
+    ), r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == "" and took < 60, took
 
 
 def test_eight_trials_split_across_both_engines_like_a_local_run(

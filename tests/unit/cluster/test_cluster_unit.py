@@ -3,8 +3,10 @@ and stop handling), import hygiene."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -351,3 +353,54 @@ def test_forge_run_takes_over_the_join_its_command_line_started(monkeypatch: pyt
     assert other is not early
     early.result(), other.result()
     assert sorted(calls) == ["10.0.0.5:6379", "10.0.0.6:6379"]
+
+
+def _listener(reply: bytes | None) -> tuple[socket.socket, str]:
+    """A loopback server that answers each connection with ``reply`` (None: says nothing)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = srv.accept()
+                conn.recv(1024)
+                if reply is not None:
+                    conn.sendall(reply)
+                    conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, f"127.0.0.1:{srv.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (b"HTTP/1.0 400 Bad Request\r\n\r\n", "it answered b'HTTP/1.0 '"),
+        (b"", "it closed the connection"),
+        (None, "timed out"),  # a service waiting for its own protocol's first words
+    ],
+)
+def test_a_service_that_is_not_a_ray_head_is_refused_at_once(
+    reply: bytes | None, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib.cluster import connect
+
+    monkeypatch.setattr(connect, "ANSWER_SECONDS", 0.5)
+    srv, address = _listener(reply)
+    with srv, pytest.raises(ForgeError) as e:
+        connect._require_answer(address)
+    assert str(e.value).startswith(
+        f"cannot join the Ray cluster at {address}: something listens there, but not a Ray head's GCS "
+        f"(no gRPC greeting: {why}"
+    ) and "`ray start --head` printed it" in str(e.value)
+
+
+def test_a_grpc_server_passes_the_greeting_check() -> None:
+    from forgelib.cluster import connect
+
+    settings = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + b"\x00\x03\x00\x00\x00\x64"  # SETTINGS, 1 entry
+    srv, address = _listener(settings)
+    with srv:
+        connect._require_answer(address)  # no error; the real GCS: tests/integration/test_cluster.py
