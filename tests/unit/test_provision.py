@@ -644,3 +644,41 @@ def test_ctrl_c_during_a_runs_build_is_not_cached_as_a_broken_build(tmp_path: Pa
     with pytest.raises(Interrupted):
         b.images("p", compose, config, {}, tmp_path, 5)
     assert set(b.images("p", compose, config, {}, tmp_path, 5)) == {"api"} and calls == ["build", "build"]
+
+
+def test_a_golden_failing_while_a_stop_is_requested_is_not_discarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a stop any service may fail to come up (its commands refused or killed): that is no proof
+    against the golden it was restored from, so it stays tagged and the provisioning ends Interrupted."""
+    from types import SimpleNamespace
+
+    from forgelib import provision
+    from forgelib.errors import Interrupted
+    from forgelib.signals import StopState
+    from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    state = StopState()
+    runner = state.guard(FakeRunner())  # unscripted: any discard (docker image rm) would fail the test
+    project: Any = SimpleNamespace(name="p")
+    env: Any = None
+    p = provision._Provisioning(
+        project, env, "p1", {}, tmp_path, Timeouts(), runner, provision.ProvisionCache(), snapshots=True
+    )
+    discarded: list[str] = []
+    monkeypatch.setattr(TrialGoldens, "discard", lambda self, plan, reason: discarded.append(reason))
+
+    attempts: list[int] = []
+
+    def attempt(goldens: Any) -> Any:
+        attempts.append(1)
+        assert len(attempts) == 1, "provisioned again after a stop"
+        state.request("SIGINT")
+        raise GoldenFailed(Plan("db"), "did not start from the golden")
+
+    monkeypatch.setattr(p, "_attempt", attempt)
+    with pytest.raises(Interrupted):
+        p.run()
+    assert discarded == []
