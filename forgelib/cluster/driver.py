@@ -30,7 +30,7 @@ from forgelib.cluster import RESOURCE
 from forgelib.cluster.bundle import pack
 from forgelib.cluster.connect import NodeInfo, import_ray
 from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
-from forgelib.cluster.slot import IDLE_SECONDS, Slot, code_digest
+from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_digest, retirement
 from forgelib.errors import ForgeError
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, TrialHandle
@@ -115,6 +115,30 @@ class Cluster:
             if n.startswith("forge-slot-") and not n.endswith(f"-{self.code}") and n.split("-")[2] in ours
         )  # fmt: skip
 
+    def retire_other_code_slots(self, names: Sequence[str]) -> list[str]:
+        """Retire the idle ones of ``names`` (slots of other forgelib code on this run's nodes) so that this
+        run's slots get their units now instead of when they idle out; returns those still busy."""
+        calls = []
+        for name in names:
+            try:
+                handle = self.ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:  # gone meanwhile
+                continue
+            retire = getattr(handle, "retire", None)  # slots of forgelib code that has Slot.retire
+            if retire is not None:
+                calls.append((name, retire.remote(RETIRE_IDLE_SECONDS)))
+            else:  # older slots: the same decision through Ray's __ray_call__ (a DeveloperAPI actor method
+                # that runs a function on the actor's instance; Ray ships the function by value)
+                calls.append((name, handle.__ray_call__.remote(retirement(RETIRE_IDLE_SECONDS))))
+        busy = []
+        for name, ref in calls:
+            try:
+                self.ray.get(ref)  # returns only when the slot stays: a retired one exits first
+            except self.ray.exceptions.RayError:  # exited (retired), or died on its own: its unit is free
+                continue
+            busy.append(name)
+        return busy
+
     def reap(self, run_id: str) -> None:
         first = {s.node_id: s for s in reversed(self.slots)}
         failed = [t for t in self.ray.get([s.actor.reap.remote(run_id) for s in first.values()]) if t]
@@ -179,11 +203,16 @@ class ClusterExecutor:
         nodes = len({s.node_id for s in self.c.slots})
         self.say(f"cluster: {nodes} node(s), {len(self.c.slots)} forge slot(s)")
         if stale := self.c.other_code_slots():
-            self.say(
-                f"warning: {len(stale)} slot(s) of other forgelib code still hold forge_docker units on "
-                f"these nodes ({', '.join(stale[:4])}{', ...' if len(stale) > 4 else ''}); this run's slots "
-                f"wait for them to idle out ({IDLE_SECONDS / 60:.0f} min), or restart those nodes' Ray"
-            )
+            busy = self.c.retire_other_code_slots(stale)
+            if retired := len(stale) - len(busy):
+                self.say(f"retired {retired} idle slot(s) of other forgelib code on these nodes")
+            if busy:
+                self.say(
+                    f"warning: {len(busy)} slot(s) of other forgelib code on these nodes are busy "
+                    f"({', '.join(busy[:4])}{', ...' if len(busy) > 4 else ''}); this run's slots wait for "
+                    f"their units until they idle out ({IDLE_SECONDS / 60:.0f} min), or restart those "
+                    f"nodes' Ray"
+                )
         self._queue.extend(_Attempt(task, index, 1) for task, index in trials)
         try:
             while self._queue or self._inflight:

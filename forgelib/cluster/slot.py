@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import forgelib
 from forgelib import clients
@@ -40,6 +41,9 @@ from forgelib.spec.models import Project
 
 DRIVER_SILENCE = 60.0  # seconds without a drain from a run's driver: it is gone, stop its trial
 IDLE_SECONDS = 900.0  # a slot with no trial for this long exits (and frees its forge_docker unit)
+# A slot of other forgelib code with no trial for this long is retired by a driver that needs its unit: a
+# driver hands a freed slot its next queued trial within milliseconds, so by then no driver has one for it.
+RETIRE_IDLE_SECONDS = 10.0
 BUNDLES_KEPT = 2  # unpacked projects a slot keeps (two drivers alternating do not thrash)
 
 
@@ -99,6 +103,11 @@ class Slot:
         with self._mu:
             run = self._run_state(run_id)
             run.stop = max(run.stop, level)
+
+    def retire(self, idle_seconds: float) -> bool:
+        """Exit now, freeing this slot's unit, if no trial runs here and none ran for ``idle_seconds``
+        (a driver of other forgelib code needs the unit); False (and nothing changes) otherwise."""
+        return retirement(idle_seconds)(self)
 
     def reap(self, run_id: str) -> str:
         """``forge reap --run RUN_ID`` on this node's engine (resuming a killed cluster run)."""
@@ -198,4 +207,30 @@ class Slot:
                 os._exit(0)  # Ray records the actor dead and frees its resources and its name
 
 
-__all__ = ["DRIVER_SILENCE", "IDLE_SECONDS", "Slot", "code_digest"]
+def retirement(idle_seconds: float) -> Callable[[Any], bool]:
+    """What ``Slot.retire`` does, as a function of the slot: also run, through Ray's ``__ray_call__``, in
+    slots of forgelib code that predates ``retire`` (it needs only attributes they have: ``_trial``,
+    ``_last_trial``, ``_clock``, ``home``). Made here rather than at module level so that Ray's pickler
+    ships its code by value: by reference it would be looked up in the old slot's own forgelib, which
+    has no such function. It decides holding the slot's trial lock, so no trial starts in between; it
+    exits the way an idle slot does (Ray records the actor dead, frees its unit and its name)."""
+
+    def retire(slot: Any) -> bool:
+        import os
+        import shutil
+
+        lock = getattr(slot, "_trial", None)
+        if lock is None or not hasattr(slot, "_last_trial") or not lock.acquire(blocking=False):
+            return False
+        try:
+            if slot._clock() - slot._last_trial < idle_seconds:
+                return False
+            shutil.rmtree(slot.home, ignore_errors=True)
+            os._exit(0)
+        finally:
+            lock.release()  # (reached only when it stays)
+
+    return retire
+
+
+__all__ = ["DRIVER_SILENCE", "IDLE_SECONDS", "RETIRE_IDLE_SECONDS", "Slot", "code_digest", "retirement"]

@@ -33,6 +33,8 @@ from support.cluster import (  # noqa: E402 - after the importorskip
     wait_for,
 )
 
+from forgelib.cluster.slot import RETIRE_IDLE_SECONDS  # noqa: E402
+
 PACK = Path(__file__).resolve().parents[2] / "examples" / "multi_service_postgres_reset"
 TASK = "read_widget"
 IMAGES = ["forgelib/postgres:15", "forgelib/python:3.11"]  # what the pack's compose file runs
@@ -171,6 +173,59 @@ def test_an_address_where_another_service_listens_is_a_clear_error(tmp_path: Pat
         "head's GCS (no gRPC greeting: it answered b'-ERR unkn'); give the head node's address" in r.stderr
     ), r.stderr
     assert "Traceback" not in r.stderr and r.stdout == "" and took < 60, took
+
+
+OLD_SLOTS = """
+import os, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from forgelib.cluster import RESOURCE
+from forgelib.cluster.connect import connect
+from forgelib.cluster.driver import NAMESPACE
+from forgelib.cluster.slot import Slot
+
+class OlderSlot(Slot):  # a slot of forgelib code from before Slot.retire
+    retire = None
+
+nodes = connect(sys.argv[1])
+handles = [
+    ray.remote(cls).options(
+        name=f"forge-slot-{n.node_id}-0-0123456789abcdef", namespace=NAMESPACE, lifetime="detached",
+        max_restarts=0, max_concurrency=4, num_cpus=0, resources={RESOURCE: 1},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False),
+    ).remote(n.node_id)
+    for n, cls in zip(nodes, (OlderSlot, Slot))
+]
+ray.get([h.drain.remote("none") for h in handles])  # both started, each holding a unit of its node
+os._exit(0)
+"""
+NAMED = """
+import os, sys
+from ray.util import list_named_actors
+from forgelib.cluster.connect import connect
+connect(sys.argv[1])
+print(sorted(a["name"] for a in list_named_actors(all_namespaces=True)))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_idle_slots_of_other_forgelib_code_are_retired_for_this_runs_slots(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    # Runs first on the cluster: the old slots take a unit on each node before this code's slots exist.
+    # One is a slot from before Slot.retire (retired through __ray_call__), one has it.
+    r = _forge("-c", OLD_SLOTS, cluster.address)
+    assert r.returncode == 0, r.stderr
+    time.sleep(RETIRE_IDLE_SECONDS + 1)  # no trial for that long: no driver has one queued for them
+    cfg = str(_config(tmp_path, 2))
+    r = _forge("-m", "forgelib", "run", "--config", cfg, "--cluster", cluster.address, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "forge: retired 2 idle slot(s) of other forgelib code on these nodes" in r.stderr, r.stderr
+    assert "warning" not in r.stderr
+    names = _forge("-c", NAMED, cluster.address)
+    assert names.returncode == 0, names.stderr
+    assert "0123456789abcdef" not in names.stdout and names.stdout.count("forge-slot-") == 4, names.stdout
 
 
 def test_eight_trials_split_across_both_engines_like_a_local_run(

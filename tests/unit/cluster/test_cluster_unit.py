@@ -404,3 +404,36 @@ def test_a_grpc_server_passes_the_greeting_check() -> None:
     srv, address = _listener(settings)
     with srv:
         connect._require_answer(address)  # no error; the real GCS: tests/integration/test_cluster.py
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_a_slot_retires_only_when_no_trial_runs_or_ran_lately(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def exit_(code: int) -> None:
+        raise _Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    clock = slot._clock
+    assert isinstance(clock, Clock)
+    assert not slot.retire(slot_mod.RETIRE_IDLE_SECONDS)  # started just now: a driver may still send one
+    clock.now += slot_mod.RETIRE_IDLE_SECONDS
+    with slot._trial:  # a trial runs: it stays, whatever the clock says
+        assert not slot.retire(slot_mod.RETIRE_IDLE_SECONDS)
+    assert slot._trial.acquire(blocking=False)  # a refusal leaves the trial lock free
+    slot._trial.release()
+    assert slot.home.is_dir()
+    with pytest.raises(_Exited):
+        slot.retire(slot_mod.RETIRE_IDLE_SECONDS)
+    assert not slot.home.exists()  # its files go with it, as when it idles out
+
+
+def test_slots_that_predate_retire_are_retired_by_a_function_shipped_by_value(slot: Slot) -> None:
+    # Ray pickles with cloudpickle, which ships a function by reference when it can be imported by name:
+    # an old slot's forgelib has no `retirement`, so the function must not be importable that way.
+    fn = slot_mod.retirement(slot_mod.RETIRE_IDLE_SECONDS)
+    assert "<locals>" in fn.__qualname__
+    assert not fn(object())  # not a slot as it knows them: left alone
