@@ -98,11 +98,11 @@ def test_sql_syntax_error(docker_ready: None, runner: SubprocessRunner, run_id: 
         "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
         f"psql step on service 'app-db': seed file {seed.resolve()} (on psql's stdin): "
     )
-    # the cause, then the short command; the compose argv and the output tails only in the trial's files
+    # the cause, then the short command; the whole argv and the output tails only in the trial's files
     assert 'ERROR:  syntax error at or near "selec"' in err.value.reason
     assert err.value.reason.endswith("(`psql` in service `app-db`, rc 3)"), err.value.reason
-    assert "docker compose" not in err.value.reason
-    assert "docker compose" in (tmp_path / "trial-0" / "provision-error.txt").read_text()
+    assert "docker exec" not in err.value.reason
+    assert "docker exec -i " in (tmp_path / "trial-0" / "provision-error.txt").read_text()
     logs = tmp_path / "trial-0" / "services"
     assert sorted(p.name for p in logs.iterdir()) == ["app-db.log", "idle.log"]
     assert "database system is ready to accept connections" in (logs / "app-db.log").read_text()

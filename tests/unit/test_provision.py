@@ -200,7 +200,9 @@ COMPOSE_SERVICE = "com.docker.compose.service"
 CREATE = ("up", "--detach", "--no-start")  # every container created at once; forgelib.readiness starts them
 # What `docker inspect` says each service publishes (NetworkSettings.Ports).
 PUBLISHED = {"app-db": {"5432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "49153"}], "9/udp": None}}
-PSQL = ("exec", "-T", "app-db", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "app", "-d", "app")
+# The recipe's psql goes straight to the container (`docker exec`, no compose CLI start).
+PSQL = ("docker", "exec", "-i", f"{NAME}-app-db-1", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "app")
+PSQL += ("-d", "app")
 
 
 def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) -> None:
@@ -208,10 +210,10 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     s.expect_config()
     s.fake.expect(*s.full, *CREATE, exact=True)
     s.expect_readiness()
-    s.fake.expect(*s.full, *PSQL, exact=True)
+    s.fake.expect(*PSQL, exact=True)
     phases: list[str] = []
     trial = s.provision(on_phase=lambda name, secs: phases.append(name))
-    assert s.verbs() == ["config --format json", " ".join(CREATE), " ".join(PSQL)]
+    assert s.verbs() == ["config --format json", " ".join(CREATE)]
     # app-db alone before the seed; then the API (its dependency is up) and the runner, at once.
     assert s.started()[0] == ["app-db"]
     assert sorted(x for ids in s.started()[1:] for x in ids) == ["runner", "widgets-api"]
@@ -265,7 +267,7 @@ def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> No
     s.expect_config()
     s.fake.expect(*s.full, *CREATE, exact=True)
     s.expect_readiness()
-    s.fake.expect(*s.full, "exec", "-T", "api")
+    s.fake.expect("docker", "exec", "-i", f"{NAME}-api-1")  # the tree's wipe, straight to the container
     s.fake.expect(*s.full, "cp", f"{tmp_path / 'tree'}/.", "api:/srv", exact=True)
     s.provision()
     assert s.verbs()[1] == "up --detach --no-start"
@@ -280,9 +282,9 @@ def test_no_second_up_when_every_service_was_in_the_first(tmp_path: Path) -> Non
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
-    s.fake.expect(*s.full, *PSQL)
+    s.fake.expect(*PSQL)
     s.provision()
-    assert [v.split()[0] for v in s.verbs()] == ["config", "up", "exec"]
+    assert [v.split()[0] for v in s.verbs()] == ["config", "up"]
     assert s.started() == [["app-db"]]
 
 
@@ -323,13 +325,13 @@ def test_recipe_failure_reason_is_exact_and_the_stack_is_cleaned_up(tmp_path: Pa
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
-    s.fake.expect(*s.full, *PSQL, rc=3, stderr='psql:<stdin>:2: ERROR:  syntax error at or near "selec"')
+    s.fake.expect(*PSQL, rc=3, stderr='psql:<stdin>:2: ERROR:  syntax error at or near "selec"')
     s.expect_cleanup()
     with pytest.raises(ProvisionError) as err:
         s.provision()
     e = err.value
     assert e.stage == "reset_recipe"
-    argv = " ".join((*s.full, *PSQL))
+    argv = " ".join(PSQL)
     # the cause, then the short command: no 500-character compose argv in the reason a user reads
     assert e.reason == (
         "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
@@ -439,7 +441,7 @@ def test_ctrl_c_during_a_recipe_still_cleans_up_then_reraises(tmp_path: Path) ->
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
-    s.fake.expect(*s.full, *PSQL, raises=KeyboardInterrupt())
+    s.fake.expect(*PSQL, raises=KeyboardInterrupt())
     s.expect_cleanup()
     with pytest.raises(KeyboardInterrupt):
         s.provision()
@@ -594,14 +596,14 @@ def test_every_call_after_the_config_redacts_the_services_passwords_and_is_tagge
     s.expect_config()
     s.fake.expect(*s.full, "up", exact=False)
     s.expect_readiness()
-    s.fake.expect(*s.full, *PSQL, exact=False)
+    s.fake.expect(*PSQL, exact=False)
     s.provision()
-    config_call, *after = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
+    stack_calls = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose") or "psql" in c.argv]
+    config_call, *after = stack_calls
     assert config_call.secrets == ()  # the config is what names them
     assert after and all({"s3cret", "tok-1"} <= set(c.secrets) and "/root" not in c.secrets for c in after)
-    # each compose call is tagged with its verb: what a stop kills (launches) is known, not guessed
-    tags = [c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
-    assert tags == ["config", "up", "exec"]
+    # each call is tagged with its verb: what a stop kills (launches) is known, not guessed
+    assert [c.tag for c in stack_calls] == ["config", "up", "exec"]
     # and so is each container start: a stop refuses it (signals.LAUNCH_VERBS)
     assert {c.tag for c in s.fake.calls if c.argv[:2] == ("docker", "start")} == {"start"}
 
