@@ -1,0 +1,22 @@
+"""Warm stacks (``forge run --stacks warm``): each worker keeps a stack up for the whole run and resets it
+in place between trials, instead of a fresh ``up``/``down`` per trial.
+
+* ``pool`` — ``WarmPool``: which stack a trial gets (per environment, at most ``workers``, grown or waited
+  for), the reset services' in-place reset and fingerprint check, replacing a stack nobody proved clean,
+  teardown.
+* ``ephemeral`` — ``Ephemerals``: a new container per trial for every ephemeral service of a stack
+  (precreated beside the running trial, frozen and retired after it, started once proven never started).
+
+The names below are what the rest of forgelib, the tests and the benchmarks import from ``forgelib.warm``.
+"""
+
+from __future__ import annotations
+
+from forgelib.warm.ephemeral import Ephemerals
+from forgelib.warm.ephemeral import _ephemeral_plan as _ephemeral_plan
+from forgelib.warm.ephemeral import _networks as _networks
+from forgelib.warm.ephemeral import _never_started as _never_started
+from forgelib.warm.pool import DirtyStack, WarmPool, environment_key
+from forgelib.warm.pool import _Stack as _Stack
+
+__all__ = ["DirtyStack", "Ephemerals", "WarmPool", "environment_key"]

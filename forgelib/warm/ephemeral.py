@@ -1,0 +1,432 @@
+"""The ephemeral (and unlabelled) services of one warm stack: a container no trial ran with, every trial.
+
+While a trial runs, compose itself creates the next one beside it, not started (``up --no-start --no-deps
+--no-recreate --scale <svc>=2``: the same labels, networks, aliases, mounts and environment as any ``up``,
+numbered on; a created container has no network endpoint, so nothing of the trial sees it). When the trial
+ends, after its logs were captured, its ephemeral containers are frozen (``docker pause``), so nothing of
+theirs runs on while the reset services are reset, and, in the background during the reset, taken off
+every network (so exactly one container answers for the service's name once its successor starts); they
+are removed during the next trial, before compose creates the next spares. The next trial, after the
+reset, checks each successor is provably fresh (never started: state ``created``, no start time, an id no
+trial has used) and starts them with plain ``docker start`` in ``depends_on`` waves; the trial's execs go
+to them by name (``ComposeProject.containers``). Anything else (no spare, a named volume only ephemeral
+services mount, which must be renewed with them) removes the old ones after the release and has compose
+create the successors then (``up --no-start --force-recreate --renew-anon-volumes``), and a failed or
+unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready when the container's own
+healthcheck command, run by us through ``docker exec``, first passes (compose's ``--wait`` sees health
+only at the healthcheck's interval).
+
+``Ephemerals`` is one stack's share of this; the pool (``forgelib.warm.pool``) calls it at four points of
+a stack's life: ``precreate`` as a trial gets the stack, ``release`` when the trial is over, ``recycle``
+after the reset services were reset and verified, ``settle`` before the stack is torn down.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from forgelib import labels as lab
+from forgelib import readiness
+from forgelib.compose import ComposeProject, labels_override, published_of_inspect
+from forgelib.errors import ForgeError
+from forgelib.provision import ProvisionedTrial
+from forgelib.runner import Runner
+from forgelib.spec.models import Isolation, Timeouts
+
+# The pool's logger: warm stacks log under one name, whichever module of the package speaks.
+log = logging.getLogger("forgelib.warm")
+_T = TypeVar("_T")
+
+
+class Timed(Protocol):
+    """Runs one step of a trial's recycling and records how long it took under ``phase`` (the pool's)."""
+
+    def __call__(self, phase: str, step: Callable[[], _T]) -> _T: ...
+
+
+@dataclass
+class _Successors:
+    """The next trial's ephemeral containers, made in the background (``Ephemerals._spares`` during a
+    trial, ``Ephemerals._retire`` after its release): service -> container id once created, their ``docker
+    inspect`` records once the old ones are gone, or why they could not be made."""
+
+    job: threading.Thread | None = None
+    ids: dict[str, str] = field(default_factory=dict)
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+
+    def wait(self) -> None:
+        if self.job is not None:
+            self.job.join()
+
+
+@dataclass(eq=False)
+class Ephemerals:
+    """The ephemeral services of one warm stack and the containers they run in (see the module docstring).
+    Its commands go through the stack's compose project, with that project's runner and timeouts (the
+    pool's)."""
+
+    trial: ProvisionedTrial  # the stack as provisioned (compose, resolved config)
+    waves: list[list[str]]  # ephemeral services, in depends_on order
+    renew: list[str]  # named volumes only ephemeral services mount (removed with them)
+    # Why these services are recreated by compose every trial instead of started from spares (None:
+    # spares). A spare is one precreated container per service; a service of several replicas has
+    # several at once, so its successors are compose's to make (see `_ephemeral_plan`).
+    fallback: str | None = None
+    successors: _Successors | None = None  # the next trial's ephemeral containers, created not started
+    used: set[str] = field(default_factory=set)  # ids of every ephemeral container a trial ran with
+    # service -> the name of the ephemeral container the current (or last) trial runs with: compose
+    # numbers each new one on (`<project>-<service>-<n>`), the trial's compose execs into this one.
+    current: dict[str, str] = field(default_factory=dict)
+    networks: dict[str, list[str]] = field(default_factory=dict)  # service -> its current one's networks
+    retired: list[str] = field(default_factory=list)  # frozen, off every network, not yet removed
+
+    def __post_init__(self) -> None:
+        # A new stack's: the containers compose's `up` made first.
+        self.current = {s: self.compose.container(s) for s in self.services}
+
+    @property
+    def name(self) -> str:
+        return self.trial.name
+
+    @property
+    def compose(self) -> ComposeProject:
+        return self.trial.compose
+
+    @property
+    def runner(self) -> Runner:
+        return self.compose.runner
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.compose.timeouts
+
+    @property
+    def services(self) -> list[str]:
+        return [s for wave in self.waves for s in wave]
+
+    # ------------------------------------------------------------------------- what the pool calls
+
+    def precreate(self) -> None:
+        """A trial got the stack: while it runs, have compose create the next trial's ephemeral containers
+        beside the running ones, not started (``up --no-start --no-deps --no-recreate --scale <svc>=2``:
+        the same labels, networks, aliases, mounts and environment as any ``up``; numbered on by compose).
+        A created container has no network endpoint: nothing of the trial can see it. Not when a named
+        volume must be renewed with them (a volume in use by the spare cannot be removed): ``_retire``
+        makes them then."""
+        if not self.services or self.renew or self.fallback:
+            return
+        succ = self.successors = _Successors()
+
+        def create() -> None:
+            try:
+                if self.retired:  # the last trial's: compose counts (and would try to start) them
+                    self._remove(self.retired)
+                    self.retired = []
+                if set(self.networks) != set(self.services):  # a new stack's first containers
+                    for svc, i in self._inspect(self.current.values()).items():
+                        self.networks[svc] = _networks(i)
+                scale = {svc: 2 for svc in self.services}
+                self.compose.up(
+                    self.services, wait=False, no_deps=True, no_start=True, no_recreate=True, scale=scale
+                )
+                succ.ids = self._created()
+            except (ForgeError, OSError, ValueError) as e:  # `_retire` makes them the usual way
+                succ.error = str(e)
+
+        succ.job = threading.Thread(target=create, name=f"forge-warm-spare-{self.name}", daemon=True)
+        succ.job.start()
+
+    def release(self) -> None:
+        """The trial is over: freeze its ephemeral containers (nothing of theirs may run on into the next
+        reset) and start making their successors in the background; the fallback removes every replica
+        now instead. Raises ``ForgeError`` when that fails (the pool tears the stack down)."""
+        if not self.services:
+            return
+        if self.fallback:
+            self._clear()
+            return
+        spares, self.successors = self.successors, None
+        if spares is not None:  # compose must be done: an `up` meeting a paused container fails
+            spares.wait()
+        self._freeze()
+        succ = self.successors = _Successors()
+        succ.job = threading.Thread(
+            target=self._retire,
+            args=(succ, spares),
+            name=f"forge-warm-next-{self.name}",
+            daemon=True,
+        )
+        succ.job.start()
+
+    def recycle(self, timed: Timed) -> dict[str, list[str]]:
+        """After the reset services were reset and verified: the successors started (``successors``,
+        ``recreate``) and waited for (``ready``), wave by wave; the published ports of the ephemeral
+        services' new containers. Raises ``ForgeError`` when they could not be made ready."""
+        fresh = timed("successors", self._successors) if self.waves else None
+        for wave in self.waves:
+            if fresh is not None:  # created in the background, proven never started: start them
+                timed("recreate", functools.partial(self._start, [fresh[s]["Id"] for s in wave]))
+                infos = [fresh[s] for s in wave]
+                self.current.update({s: str(fresh[s].get("Name", "")).lstrip("/") for s in wave})
+                self.networks.update({s: _networks(fresh[s]) for s in wave})
+            else:
+                timed("recreate", functools.partial(self._recreate, wave))
+                infos = []
+            timed("ready", functools.partial(self._ready, wave, infos))
+        return self._published()
+
+    def settle(self) -> None:
+        """Wait for the successors being made in the background: never ``down`` while compose may still be
+        creating."""
+        if self.successors is not None:
+            self.successors.wait()
+
+    # ------------------------------------------------------------------------------------- release
+
+    def _clear(self) -> None:
+        """The fallback's release: every container of the ephemeral services (all replicas) removed with its
+        anonymous volumes, and the named volumes only they mount, so nothing of theirs runs on into the
+        reset and the next trial's ``_recreate`` makes them all anew."""
+        ids = [cid for cid, _, svc in self._ps("") if svc in self.services]
+        if ids:
+            self._remove(ids)
+        if self.renew:
+            self.runner.run(["docker", "volume", "rm", *self.renew], timeout=self.timeouts.command)
+
+    def _freeze(self) -> None:
+        """Nothing of the ephemeral services runs on: paused at once (~20 ms; removed in the background).
+        One that cannot be paused (it exited, or is gone) is removed here instead; compose tries last
+        (which removes the spares too: the next trial then recreates the usual way)."""
+        names = [self.current[svc] for svc in self.services]
+        if self.runner.run(["docker", "pause", *names], timeout=self.timeouts.command, check=False).rc == 0:
+            return
+        rm = ["docker", "rm", "--force", "--volumes", *names]
+        if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
+            self.compose.run(["rm", "--stop", "--force", "--volumes", *self.services])
+
+    def _created(self) -> dict[str, str]:
+        """service -> id of the one never-started container of each ephemeral service (raises otherwise)."""
+        found: dict[str, list[str]] = {}
+        for cid, _, svc in self._ps("created"):
+            if svc in self.services:
+                found.setdefault(svc, []).append(cid)
+        odd = [s for s in self.services if len(found.get(s, ())) != 1]
+        if odd:
+            raise ForgeError(f"expected one created container of {', '.join(odd)}, found {found}")
+        return {s: ids[0] for s, ids in found.items()}
+
+    def _ps(self, status: str) -> list[tuple[str, str, str]]:
+        """(id, name, service) of the stack's containers in ``status`` (any: "") (one ``docker ps``)."""
+        fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
+        only = ["--filter", f"status={status}"] if status else []
+        res = self.runner.run(
+            [
+                "docker", "ps", "--all", "--no-trunc", *only,
+                *lab.filters({lab.COMPOSE_PROJECT: self.name}), "--format", fmt,
+            ],
+            timeout=self.timeouts.command,
+        )  # fmt: skip
+        rows = [[*line.split("\t"), "", ""][:3] for line in res.stdout.splitlines()]
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def _retire(self, succ: _Successors, spares: _Successors | None) -> None:
+        """In the background after a release: take the frozen ephemeral containers off every network (so
+        none answers for the service's name when its successor starts; the next ``precreate`` removes them,
+        with their anonymous volumes, off the path of a trial), or remove them at once when there are no
+        spares, have compose create the successors then (first removing the named volumes only they
+        mount); then inspect the successors (``_successors`` proves them fresh from that record)."""
+        try:
+            names = [self.current[svc] for svc in self.services]
+            if spares is not None and spares.error is None and set(spares.ids) == set(self.services):
+                ids = spares.ids
+                if self._disconnect():
+                    self.retired = names
+                else:
+                    self._remove(names)
+            else:
+                self._remove([*self.retired, *names])
+                self.retired = []
+                if spares is not None:
+                    log.warning("warm stack %s: spare containers unusable (%s)", self.name, spares.error)
+                if self.renew:
+                    self.runner.run(["docker", "volume", "rm", *self.renew], timeout=self.timeouts.command)
+                # Every container of the services replaced by one, whatever spares are left.
+                self.compose.up(self.services, wait=False, no_deps=True, force_recreate=True, no_start=True)
+                ids = self._created()
+            succ.infos = self._inspect(ids.values())
+            succ.ids = {svc: str(i.get("Id")) for svc, i in succ.infos.items()}
+        except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
+            succ.error = str(e)
+
+    def _inspect(self, refs: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """service -> the ``docker inspect`` record of these containers (one per service; raises if one is
+        not there)."""
+        res = self.runner.run(["docker", "inspect", *refs], timeout=self.timeouts.command)
+        return {str(lab.of_inspect(i).get(lab.COMPOSE_SERVICE)): i for i in json.loads(res.stdout or "[]")}
+
+    def _disconnect(self) -> bool:
+        """Take the current ephemeral containers off their networks (~0.08 s each against ~0.15 s for a
+        removal); False when one could not be (or its networks are not known): remove them instead."""
+        for svc in self.services:
+            nets = self.networks.get(svc)
+            if not nets:
+                return False
+            for net in nets:
+                argv = ["docker", "network", "disconnect", "--force", net, self.current[svc]]
+                if self.runner.run(argv, timeout=self.timeouts.command, check=False).rc != 0:
+                    return False
+        return True
+
+    def _remove(self, names: Sequence[str]) -> None:
+        """Remove these containers with their anonymous volumes (gone already is fine); raises otherwise."""
+        gone = self.runner.run(
+            ["docker", "rm", "--force", "--volumes", *names], timeout=self.timeouts.command, check=False
+        )
+        if gone.rc != 0 and "No such container" not in gone.stderr:
+            raise ForgeError(f"could not remove {', '.join(names)}: {gone.stderr.strip()[-300:]}")
+
+    # ------------------------------------------------------------------------------------- recycle
+
+    def _successors(self) -> dict[str, dict[str, Any]] | None:
+        """The precreated ephemeral containers (service -> its ``docker inspect`` record, taken after the
+        trial before was over and its containers gone) if every one is provably fresh: created by compose
+        for this stack and service, never started (state ``created``, no start time), an id no trial has
+        run with. None (recreate them the usual way) otherwise."""
+        succ, self.successors = self.successors, None
+        if succ is None:
+            return None
+        succ.wait()
+        if succ.error is not None or set(succ.infos) != set(self.services):
+            log.warning("warm stack %s: precreated containers unusable (%s)", self.name, succ.error)
+            return None
+        for svc, info in succ.infos.items():
+            if not _never_started(info, self.name, svc) or str(info.get("Id")) in self.used:
+                log.warning("warm stack %s: precreated %s is not provably fresh", self.name, svc)
+                return None
+        self.used.update(str(i.get("Id")) for i in succ.infos.values())
+        return succ.infos
+
+    def _start(self, ids: Sequence[str]) -> None:
+        self.runner.run(["docker", "start", *ids], timeout=self.timeouts.compose_up, tag="start")
+
+    def _recreate(self, services: Sequence[str]) -> None:
+        """The fallback: compose replaces every container of ``services`` (spares included) by one."""
+        self.compose.up(services, wait=False, no_deps=True, force_recreate=True)
+        for cid, name, svc in self._ps("running"):
+            if svc in services:
+                self.current[svc] = name
+                self.used.add(cid)
+
+    def _ready(self, services: Sequence[str], inspected: Sequence[Mapping[str, Any]]) -> None:
+        """Wait until each recreated container is ready (``forgelib.readiness``: its own healthcheck command
+        through ``docker exec``, not compose's 1 s ticks): the ones just started (``inspected`` before),
+        never their successors."""
+        refs = [] if self.fallback else [self.current[s] for s in services]  # []: every replica
+        readiness.wait_ready(
+            self.compose, services, timeout=self.timeouts.compose_up, refs=refs, inspected=inspected
+        )
+
+    def _published(self) -> dict[str, list[str]]:
+        """The published ports of the ephemeral services' new containers (one ``docker inspect``, only
+        when one of them publishes any): Docker picks each host port at start, so the last trial's no
+        longer hold, and a precreated container's record (taken before its start) has none yet."""
+        services = self.trial.config.get("services") or {}
+        publish = [s for s in self.services if (services.get(s) or {}).get("ports")]
+        if not publish:
+            return {}
+        if not self.fallback:
+            found = self._inspect(self.current[s] for s in publish)
+            return {s: published_of_inspect(found[s]) for s in publish}
+        ids = [cid for cid, _, svc in self._ps("running") if svc in publish]  # every replica's
+        res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command)
+        out: dict[str, list[str]] = {s: [] for s in publish}
+        for info in json.loads(res.stdout or "[]"):
+            ports = out.setdefault(str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE)), [])
+            ports += [p for p in published_of_inspect(info) if p not in ports]
+        return out
+
+
+def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
+    """``docker inspect``'s record of a container compose created for ``project``'s ``service`` and nobody
+    ever started (Docker's zero time as its start time)."""
+    state = info.get("State") or {}
+    labels = lab.of_inspect(info)
+    return (
+        state.get("Status") == "created"
+        and str(state.get("StartedAt", "")).startswith("0001-01-01")
+        and labels.get(lab.COMPOSE_PROJECT) == project
+        and labels.get(lab.COMPOSE_SERVICE) == service
+    )
+
+
+def _networks(info: Mapping[str, Any]) -> list[str]:
+    """The networks ``docker inspect`` says a container is (or, created, will be) attached to; none for
+    ``network_mode: host|none|service:…`` (nothing of its own to take off)."""
+    mode = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
+    if mode in ("host", "none") or mode.startswith(("container:", "service:")):
+        return []
+    return sorted((info.get("NetworkSettings") or {}).get("Networks") or {})
+
+
+def _ephemeral_plan(
+    trial: ProvisionedTrial, image_volumes: Mapping[str, Sequence[str]]
+) -> tuple[list[list[str]], list[str], str | None]:
+    """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
+    mount (their full engine names), the override's volumes for image-declared VOLUMEs included, and why
+    they are recreated by compose every trial rather than started from spares (None: spares).
+
+    Spares stand for one container per service (the trial's execs go to it by name); an ephemeral
+    service of several replicas is recreated whole by compose instead (``up --force-recreate`` on the
+    trial's path): every replica is new each trial, as the isolation promises, and the run says so once
+    (a ``warm_ephemeral_recreated`` event) rather than paying for a spare attempt that cannot work."""
+    services: Mapping[str, Any] = trial.config.get("services") or {}
+    env = trial.environment
+    keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
+    eph = [n for n in services if n not in keep]
+    waves: list[list[str]] = []
+    placed: set[str] = set()
+    while len(placed) < len(eph):
+        wave = [
+            s
+            for s in eph
+            if s not in placed
+            and all(d in placed or d not in eph for d in (services[s].get("depends_on") or {}))
+        ]
+        if not wave:  # a cycle compose itself would refuse: one wave, compose orders it
+            wave = [s for s in eph if s not in placed]
+        waves.append(wave)
+        placed.update(wave)
+    users: dict[str, set[str]] = {}
+    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
+    for n, svc in services.items():
+        for m in [*(svc.get("volumes") or []), *((added.get(n) or {}).get("volumes") or [])]:
+            if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
+                users.setdefault(str(m["source"]), set()).add(n)
+    declared: Mapping[str, Any] = trial.config.get("volumes") or {}
+    renew = [
+        str((declared.get(v) or {}).get("name") or f"{trial.name}_{v}")
+        for v, who in sorted(users.items())
+        if who <= set(eph) and not (declared.get(v) or {}).get("external")
+    ]
+    several = {s: _replicas(services[s]) for s in eph if _replicas(services[s]) > 1}
+    fallback = None
+    if several:
+        listed = ", ".join(f"{s} ({n} replicas)" for s, n in sorted(several.items()))
+        fallback = f"ephemeral {listed}: recreated by compose every trial (spares stand for one container)"
+    return waves, renew, fallback
+
+
+def _replicas(service: Mapping[str, Any]) -> int:
+    """How many containers compose runs for ``service`` (``deploy.replicas``, or the legacy ``scale``)."""
+    n = (service.get("deploy") or {}).get("replicas", service.get("scale", 1))
+    try:
+        return int(n if n is not None else 1)
+    except (TypeError, ValueError):
+        return 1
