@@ -570,7 +570,8 @@ class ComposeProject:
         """The ``docker inspect`` records of this project's containers (``refs``: exactly these names or
         ids), found by compose's labels with one ``docker ps``: two docker CLI calls (~0.05 s), where a
         compose call costs ~0.15-0.3 s of CLI start and project load. ``compose run`` one-offs are not the
-        stack's. A container gone meanwhile is simply absent."""
+        stack's. A container gone meanwhile is simply absent; an engine that did not answer raises
+        (CommandError), never looks like "no containers"."""
         ids = list(refs)
         if not ids:
             only = {lab.COMPOSE_PROJECT: self.name, lab.COMPOSE_ONEOFF: "False"}
@@ -578,13 +579,30 @@ class ComposeProject:
             ids = self.runner.run(argv, timeout=self.timeouts.command).stdout.split()
         if not ids:
             return []
-        # rc 1 when one went meanwhile; stdout still holds the others
+        # rc 1 when one went meanwhile; stdout still holds the others ("[]" when all went)
         res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command, check=False)
         try:
-            found = json.loads(res.stdout or "[]")
+            found = json.loads(res.stdout or "")
         except json.JSONDecodeError:
+            if res.rc != 0:
+                raise CommandError(res.argv, res.rc, res.stdout, res.stderr) from None
             return []
         return [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+
+    def service_states(self, services: Sequence[str] = ()) -> dict[str, list[tuple[str, str]]]:
+        """service -> ``(status, health)`` of each of its containers (``"running"``, ``"exited"``, ...;
+        health ``""`` without a healthcheck), from ``inspect`` (~0.05 s, against ~0.2 s for ``ps``); only
+        ``services`` when given. A service without a container is absent. An engine that did not answer
+        raises (a ForgeError), so a failed look is never taken for stopped containers."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for info in self.inspect():
+            svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, ""))
+            if services and svc not in services:
+                continue
+            state = info.get("State") or {}
+            health = str((state.get("Health") or {}).get("Status") or "")
+            out.setdefault(svc, []).append((str(state.get("Status") or ""), health))
+        return out
 
     def published_ports(self) -> dict[str, list[str]]:
         """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded) for every service

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forgelib.compose import ComposeProject
-from forgelib.errors import ForgeError, Interrupted
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.runner import Runner
 from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
@@ -234,15 +234,36 @@ class TrialGoldens:
             return
         if not restored:
             return
-        try:
-            rows = {str(r.get("Service")): r for r in compose.ps(restored)}
-        except ForgeError:
-            rows = {}
+        states = self._observe(compose, restored, cause)
         for svc in restored:
-            row = rows.get(svc) or {}
-            if row.get("State") != "running" or row.get("Health") not in ("", None, "healthy"):
+            found = states.get(svc) or [("absent", "")]
+            if any(status != "running" or health not in ("", "healthy") for status, health in found):
                 tail = compose.log_tail(svc, 10)
                 raise GoldenFailed(plans[svc], f"did not start from the golden ({cause}); log tail:\n{tail}")
+
+    def _observe(
+        self, compose: ComposeProject, restored: Sequence[str], cause: ForgeError
+    ) -> dict[str, list[tuple[str, str]]]:
+        """The restored services' container states, looked at twice at most. A look that fails (the engine
+        did not answer) is no verdict on a golden: a discard would throw away a good golden and make later
+        trials pay a capture again, so the trial fails instead, saying why, and its goldens stay."""
+        for attempt in (1, 2):
+            try:
+                return compose.service_states(restored)
+            except Interrupted:
+                raise
+            except ForgeError as e:
+                if attempt == 2:
+                    stage = getattr(cause, "stage", "compose_up")
+                    reason = getattr(cause, "reason", str(cause))
+                    raise ProvisionError(
+                        stage,
+                        f"{reason}; whether the restored service(s) {', '.join(restored)} started from their"
+                        f" goldens could not be checked, so the goldens are kept (looking at their containers"
+                        f" failed twice: {e})",
+                    ) from e
+                log.warning("looking at the restored services failed, once more: %s", e)
+        raise AssertionError("unreachable")
 
     def discard(self, plan: Plan, reason: str) -> None:
         """Untag the failed golden (no trial restores it again; its image goes once unused) and record

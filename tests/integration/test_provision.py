@@ -299,5 +299,13 @@ def test_depends_on_among_the_rest_still_orders_startup(
             "late": "running",
             "probe": "running",
         }
+        # the same states through docker ps/inspect by label (what a failed `up` checks restored services
+        # with), and the healthcheck's verdict where there is one
+        seen = trial.compose.service_states()
+        assert {svc: [status for status, _ in found] for svc, found in seen.items()} == {
+            svc: [state] for svc, state in states.items()
+        }
+        assert seen["slow"] == [("running", "healthy")] and seen["db"] == [("running", "")]
+        assert set(trial.compose.service_states(["db", "migrate"])) == {"db", "migrate"}
     finally:
         trial.compose.down()

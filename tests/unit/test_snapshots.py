@@ -420,3 +420,97 @@ def test_ls_prune_and_verify_can_be_scoped_to_one_project() -> None:
     assert cli.verify(r, project="mine") == []
     scoped = ("--filter", f"label={store.GOLDEN}", "--filter", f"label={store.PROJECT}=mine")
     assert [c.argv[-4:] for c in r.calls] == [scoped, scoped]
+
+
+# ------------------------------------------------------ a failed look at the restored services is no verdict
+
+
+def _restored_db() -> tuple[Any, Any]:
+    import json
+
+    from forgelib.snapshots.trial import Plan
+
+    k = key.make_key(**BASE, service_config={})
+    labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps({"a": "1"})}
+    golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
+    return k, {"db": Plan("db", k, golden)}
+
+
+def _db_info(status: str, health: str | None = None) -> dict[str, Any]:
+    from forgelib.labels import COMPOSE_SERVICE
+
+    state: dict[str, Any] = {"Status": status}
+    if health is not None:
+        state["Health"] = {"Status": health}
+    return {"Id": "id-db", "Name": "/p1-db-1", "Config": {"Labels": {COMPOSE_SERVICE: "db"}}, "State": state}
+
+
+@pytest.mark.parametrize("where", ["ps", "inspect"])
+@pytest.mark.parametrize("hiccups", [1, 2])
+def test_an_engine_hiccup_while_looking_at_restored_services_discards_no_golden(
+    hiccups: int, where: str
+) -> None:
+    """After a failed ``up``, the restored services are looked at through ``docker ps``/``inspect`` (not
+    ``compose ps``). A look that fails is retried once; failing again, the trial's provisioning fails
+    saying the goldens could not be checked, and no golden is blamed (before: every restored service
+    counted as not running, so a good golden was discarded on an engine hiccup)."""
+    import json
+
+    from forgelib.compose import ComposeProject
+    from forgelib.errors import CommandError, ProvisionError
+    from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    _, plans = _restored_db()
+    fake = FakeRunner()
+    daemon = "Cannot connect to the Docker daemon"
+    if where == "ps":
+        down = CommandError(("docker", "ps"), 1, "", daemon)
+        fake.expect("docker", "ps", raises=down, times=hiccups)
+    else:  # `docker inspect` runs unchecked (rc 1 when a container went): no JSON at all is a failure
+        fake.expect("docker", "ps", "--all", "--quiet", stdout="id-db\n", times=hiccups)
+        fake.expect("docker", "inspect", "id-db", rc=1, stderr=daemon, times=hiccups)
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="id-db\n")
+    fake.expect("docker", "inspect", "id-db", stdout=json.dumps([_db_info("running", "healthy")]))
+    fake.expect("docker", "compose", stdout="")  # compose ps / logs: the old path, must not decide
+    compose = ComposeProject("p1", (Path("/x/c.yaml"),), fake)
+    goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
+    cause = ProvisionError("compose_up", "service 'app' exited (1)")
+    if hiccups == 1:
+        goldens.check_started(compose, plans, ["db", "app"], cause)  # the second look: db is fine
+    else:
+        with pytest.raises(ProvisionError) as info:
+            goldens.check_started(compose, plans, ["db", "app"], cause)
+        assert not isinstance(info.value, GoldenFailed)
+        assert info.value.stage == "compose_up"
+        assert "service 'app' exited (1)" in info.value.reason
+        assert "could not be checked" in info.value.reason and "goldens are kept" in info.value.reason
+        assert daemon in info.value.reason
+    assert [c.argv[1] for c in fake.calls].count("ps") == 2
+    assert not any(c.argv[:2] == ("docker", "compose") for c in fake.calls)
+
+
+@pytest.mark.parametrize(
+    "info", [_db_info("exited"), _db_info("running", "unhealthy"), _db_info("running", "starting"), None]
+)
+def test_a_restored_service_not_running_after_a_failed_up_blames_its_golden(info: Any) -> None:
+    """Exited, unhealthy, still starting, or without a container (inspect answers ``[]``): its golden."""
+    import json
+
+    from forgelib.compose import ComposeProject
+    from forgelib.errors import ProvisionError
+    from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    _, plans = _restored_db()
+    fake = FakeRunner()
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="id-db\n")
+    fake.expect("docker", "inspect", "id-db", rc=1, stdout=json.dumps([info] if info else []))
+    fake.expect("docker", "compose", stdout="db | corrupt\n")  # the log tail
+    compose = ComposeProject("p1", (Path("/x/c.yaml"),), fake)
+    goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
+    with pytest.raises(GoldenFailed, match="did not start from the golden"):
+        goldens.check_started(compose, plans, [], ProvisionError("compose_up", "boom"))
+    assert not any("ps" in c.argv[:6] and c.argv[1] == "compose" for c in fake.calls)
