@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ NODE_LOST = "node_lost"
 WAIT_SECONDS = 0.25  # how often the driver drains the busy slots while trials run
 ATTEMPTS = 2  # a trial whose node is lost runs once more
 NAMESPACE = "forgelib"  # the slots' Ray namespace: every driver finds the same slots by name
+TAKE_OVER_SECONDS = 180.0  # a resumed run waits this long for its killed driver's trials to come down
 SLOT_CONCURRENCY = 4  # a slot serves drain/stop calls (and queues other drivers' trials) while one runs
 
 
@@ -76,6 +78,9 @@ class Cluster:
 
         self._affinity = NodeAffinitySchedulingStrategy
         self.code = code_digest()
+        # This driver's token, on its trials' orders and its drains and stops: a slot tells its events and
+        # stops from those of a killed driver of the same run (resumed by this one) by it.
+        self.driver = uuid.uuid4().hex[:16]
         self.bundle_ref = self.ray.put(pack(project, exclude=[output]))
         actor = self.ray.remote(Slot)
         # Interleaved by node (n0s0, n1s0, n0s1, ...): a run smaller than the cluster still spreads out.
@@ -140,6 +145,17 @@ class Cluster:
         return busy
 
     def reap(self, run_id: str) -> None:
+        """Resuming ``run_id``: stop what its killed driver still runs on the slots (they stop it by
+        themselves only after ``DRIVER_SILENCE``), wait for it to come down, then reap its leftovers."""
+        taken = self.ray.get(
+            [s.actor.take_over.remote(run_id, self.driver, TAKE_OVER_SECONDS) for s in self.slots]
+        )
+        if not all(taken):
+            busy = sorted({s.node_id for s, ok in zip(self.slots, taken, strict=True) if not ok})
+            raise ForgeError(
+                f"cannot resume {run_id} yet: trials of its killed driver are still tearing down on node(s) "
+                f"{', '.join(busy)}; try again in a minute"
+            )
         first = {s.node_id: s for s in reversed(self.slots)}
         failed = [t for t in self.ray.get([s.actor.reap.remote(run_id) for s in first.values()]) if t]
         if failed:
@@ -252,6 +268,7 @@ class ClusterExecutor:
             retries=self.s.retries,
             profiles=self.profiles,
             prior=tar_dir(d) if (d := trial_dir(self.s.run_dir, a.task.name, a.index)).is_dir() else b"",
+            driver=self.c.driver,
         )
         a.started = time.time()
         a.node = slot.node_id
@@ -303,7 +320,7 @@ class ClusterExecutor:
 
     def _drain(self, slots: list[SlotRef]) -> None:
         """Every busy slot's buffered events, appended in the order each slot recorded them."""
-        refs = [s.actor.drain.remote(self.s.run_id) for s in slots]
+        refs = [s.actor.drain.remote(self.s.run_id, self.c.driver) for s in slots]
         for ref in refs:
             try:
                 items = self.ray.get(ref)
@@ -395,7 +412,9 @@ class ClusterExecutor:
                 self._stop_slots(level)
 
     def _stop_slots(self, level: int) -> None:
-        refs = [slot.actor.stop.remote(self.s.run_id, level) for _, slot in self._inflight.values()]
+        refs = [
+            slot.actor.stop.remote(self.s.run_id, level, self.c.driver) for _, slot in self._inflight.values()
+        ]
         for ref in refs:
             try:
                 self.ray.get(ref)

@@ -47,6 +47,7 @@ class TrialOrder:
     retries: int = 0
     profiles: tuple[str, ...] = ()
     prior: bytes = b""  # the trial's directory on the driver: earlier attempts, shelved under attempts/
+    driver: str = ""  # the driver's token: its events and stops are its own (a resumed run's driver is new)
 
 
 @dataclass

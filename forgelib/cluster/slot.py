@@ -56,6 +56,11 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
+# A run as one driver runs it: (run id, the driver's token). A run resumed after its driver was killed
+# has a new driver, whose trials' events and stops are not the killed driver's.
+Session = tuple[str, str]
+
+
 @dataclass
 class _Run:
     """What a slot holds for one driver's run."""
@@ -74,10 +79,11 @@ class Slot:
         reap_owned_dirs(NODE_DIR)  # slots killed with their node (or their process) left theirs
         self.home = owned_temp_dir(NODE_DIR)
         self._projects: OrderedDict[str, Project] = OrderedDict()  # bundle sha256 -> verified project
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[Session, _Run] = {}
         self._mu = threading.Lock()  # guards _runs (drain/stop run on other threads than run)
         self._trial = threading.Lock()  # one trial at a time, whoever asks
         self._busy_since: float | None = None
+        self._current: Session | None = None  # the run and driver of the trial running here
         self._last_trial = clock()
         threading.Thread(target=self._exit_when_idle, name="forge-slot-idle", daemon=True).start()
 
@@ -86,23 +92,41 @@ class Slot:
         """One trial of ``order.run_id`` here, through ``node.run_trial`` (the local trial code path)."""
         with self._trial:
             self._busy_since = self._clock()
+            self._current = (order.run_id, order.driver)
             try:
                 return self._run(bundle, order, code)
             finally:
+                self._current = None
                 self._busy_since = None
                 self._last_trial = self._clock()
                 self._forget_gone_runs()
 
-    def drain(self, run_id: str) -> list[Item]:
+    def drain(self, run_id: str, driver: str = "") -> list[Item]:
         with self._mu:
-            run = self._run_state(run_id)
+            run = self._run_state((run_id, driver))
             items, run.events = run.events, []
             return items
 
-    def stop(self, run_id: str, level: int) -> None:
+    def stop(self, run_id: str, level: int, driver: str = "") -> None:
         with self._mu:
-            run = self._run_state(run_id)
+            run = self._run_state((run_id, driver))
             run.stop = max(run.stop, level)
+
+    def take_over(self, run_id: str, driver: str, timeout: float) -> bool:
+        """``driver`` resumes ``run_id``: every other driver's trial of it here (a killed driver's, still
+        running until its silence says it is gone) is stopped like a Ctrl-C, and this waits (up to
+        ``timeout`` s) for it to come down, so the resumed run neither runs that trial twice nor takes its
+        events as its own. True once none runs here."""
+        with self._mu:
+            for (rid, drv), run in self._runs.items():
+                if rid == run_id and drv != driver:
+                    run.stop = max(run.stop, 1)
+        deadline = self._clock() + timeout
+        while (cur := self._current) is not None and cur[0] == run_id and cur[1] != driver:
+            if self._clock() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def retire(self, idle_seconds: float) -> bool:
         """Exit now, freeing this slot's unit, if no trial runs here and none ran for ``idle_seconds``
@@ -121,8 +145,9 @@ class Slot:
     # ------------------------------------------------------------------------------------------ inside
     def _run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
         marks = {"entered": time.time()}
+        session = (order.run_id, order.driver)
         with self._mu:
-            self._run_state(order.run_id)
+            self._run_state(session)
         try:
             engine = node_engine()
             node = node_identity(self.node_id, engine)
@@ -134,7 +159,7 @@ class Slot:
                 error=f"this node runs other forgelib code (digest {self.code}) than the driver ({code}): "
                 "install the same forgelib version on the driver and every node",
             )
-        if self._stop_level(order.run_id) > 0:
+        if self._stop_level(session) > 0:
             return TrialReturn(node, started=False)
         try:
             project = self._project(bundle)
@@ -148,8 +173,8 @@ class Slot:
                 order,
                 node=node,
                 workdir=Path(tmp),
-                push=lambda items: self._push(order.run_id, items),
-                stop_level=lambda: self._stop_level(order.run_id),
+                push=lambda items: self._push(session, items),
+                stop_level=lambda: self._stop_level(session),
             )
         ret.marks = {**marks, **ret.marks, "cleaned": time.time()}
         return ret
@@ -176,18 +201,18 @@ class Slot:
             shutil.rmtree(self.home / old[:16], ignore_errors=True)
         return project
 
-    def _run_state(self, run_id: str) -> _Run:
-        run = self._runs.setdefault(run_id, _Run(seen=self._clock()))
+    def _run_state(self, session: Session) -> _Run:
+        run = self._runs.setdefault(session, _Run(seen=self._clock()))
         run.seen = self._clock()
         return run
 
-    def _push(self, run_id: str, items: list[Item]) -> None:
+    def _push(self, session: Session, items: list[Item]) -> None:
         with self._mu:
-            self._runs.setdefault(run_id, _Run(seen=self._clock())).events.extend(items)
+            self._runs.setdefault(session, _Run(seen=self._clock())).events.extend(items)
 
-    def _stop_level(self, run_id: str) -> int:
+    def _stop_level(self, session: Session) -> int:
         with self._mu:
-            run = self._runs.get(run_id)
+            run = self._runs.get(session)
             if run is None:
                 return 0
             gone = self._clock() - run.seen > DRIVER_SILENCE

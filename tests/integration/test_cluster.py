@@ -307,6 +307,41 @@ def test_ctrl_c_tears_down_every_stack_on_every_node(
         assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
 
 
+def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    # The killed driver's trials still run on their slots (a slot stops them only after 60 s without
+    # their driver); a --resume within that time must not take them over as its own, nor run them twice.
+    cfg = _config(tmp_path, repeats=4)  # a trial on every slot: the resumed ones queue behind the old ones
+    watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for("stacks on both engines", lambda: all(w.labels() for w in watches), proc, timeout=300)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in watches:
+            w.stop()
+    run_dir = _run_dir(tmp_path)
+    rid = run_dir.name
+    r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--resume", rid, "--cluster", cluster.address,
+               "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    events = _events(run_dir)
+    resumed = [i for i, e in enumerate(events) if e["kind"] == "run_resumed"]
+    assert resumed, r.stderr
+    after = events[resumed[-1] :]
+    finished = [(e["task"], e["index"]) for e in after if e["kind"] == "trial_finished"]
+    assert sorted(finished) == [(TASK, i) for i in range(4)], after  # once each: the resume's own trials
+    assert all(e.get("status") == "passed" for e in after if e["kind"] == "trial_finished"), after
+    for eng in engines:
+        assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
 def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
     cluster: RayCluster, engines: list[Engine], tmp_path: Path
 ) -> None:

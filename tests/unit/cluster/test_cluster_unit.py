@@ -190,20 +190,42 @@ def test_a_slot_refuses_trials_from_other_forgelib_code(slot: Slot, project_copy
 def test_a_slot_buffers_each_runs_events_and_stops_when_its_driver_goes_silent(slot: Slot) -> None:
     clock = slot._clock
     assert isinstance(clock, Clock)
-    slot._push("r1", [("say", "a")])
-    slot._push("r2", [("say", "b")])
-    assert slot.drain("r1") == [("say", "a")] and slot.drain("r1") == []
-    assert slot.drain("r2") == [("say", "b")]
-    slot.stop("r2", 1)
-    assert (slot._stop_level("r1"), slot._stop_level("r2")) == (0, 1)
+    slot._push(("r1", "d1"), [("say", "a")])
+    slot._push(("r2", "d2"), [("say", "b")])
+    assert slot.drain("r1", "d1") == [("say", "a")] and slot.drain("r1", "d1") == []
+    assert slot.drain("r2", "d2") == [("say", "b")]
+    slot.stop("r2", 1, "d2")
+    assert (slot._stop_level(("r1", "d1")), slot._stop_level(("r2", "d2"))) == (0, 1)
     clock.now += DRIVER_SILENCE / 2
-    slot.drain("r1")  # r1's driver is alive: it keeps draining
+    slot.drain("r1", "d1")  # r1's driver is alive: it keeps draining
     clock.now += DRIVER_SILENCE / 2 + 1
-    assert slot._stop_level("r1") == 0
+    assert slot._stop_level(("r1", "d1")) == 0
     clock.now += DRIVER_SILENCE
-    assert slot._stop_level("r1") == 1  # killed driver: its trial is stopped, its stack torn down
+    assert slot._stop_level(("r1", "d1")) == 1  # killed driver: its trial is stopped, its stack torn down
     slot._forget_gone_runs()
     assert slot._runs == {}
+
+
+def test_a_resuming_driver_takes_a_run_over_from_its_killed_driver(slot: Slot) -> None:
+    # The killed driver d1's trial of r1 still runs here; d2 resumes r1 within DRIVER_SILENCE.
+    slot._current = ("r1", "d1")
+    slot._push(("r1", "d1"), [("say", "old")])
+    slot._push(("r9", "d1"), [("say", "another run")])
+    assert slot.take_over("r1", "d2", timeout=0) is False  # it still runs: not yet
+    assert slot._stop_level(("r1", "d1")) == 1  # stopped like a Ctrl-C (its stack torn down)
+    assert slot._stop_level(("r9", "d1")) == 0 and slot._stop_level(("r1", "d2")) == 0
+    assert slot.drain("r1", "d2") == []  # the old trial's events are not the resuming driver's
+
+    def ends() -> None:
+        time.sleep(0.3)
+        slot._current = None
+
+    threading.Thread(target=ends).start()
+    clock = slot._clock
+    assert isinstance(clock, Clock)
+    assert slot.take_over("r1", "d2", timeout=DRIVER_SILENCE)  # (the fake clock stands still)
+    slot._current = ("r1", "d2")
+    assert slot.take_over("r1", "d2", timeout=0)  # its own trial is not in the way
 
 
 def test_a_dead_slots_directory_is_removed_by_the_next_slot(tmp_path: Path, slot: Slot) -> None:
