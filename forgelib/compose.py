@@ -460,10 +460,13 @@ class ComposeProject:
     ) -> Result:
         """``argv`` in ``service``. With ``direct``, through ``docker exec -i`` into its container: the same
         process, environment and exit status as ``compose exec -T``, without the compose CLI's start and
-        project load (~0.1-0.2 s on every oracle, check and judge input); when the container is not there
-        (or not running), through compose, whose message names the service. ``stdout_path``: the command's
-        stdout goes to this file, never into memory (the result's is ""); ``stderr_path``: its stderr too
-        (the result keeps its tail)."""
+        project load (~0.1-0.2 s on every oracle, check and judge input, seed recipe and warm reset); when
+        the container is not there (or not running), through compose, whose message names the service.
+        This is forge's one way to exec into a service's container: tagged ``exec``, so a stop kills it
+        and refuses new ones (``Interrupted``), and the services' secrets are redacted from its log line
+        and errors. ``-i`` is always passed; without ``stdin``/``input`` the command reads an empty stdin
+        (/dev/null), as it would without it. ``stdout_path``: the command's stdout goes to this file, never
+        into memory (the result's is ""); ``stderr_path``: its stderr too (the result keeps its tail)."""
         if self.direct:
             r = self._exec_direct(
                 service, argv, stdin, input, timeout, env, workdir, user, secrets, stdout_path, stderr_path
@@ -526,17 +529,6 @@ class ComposeProject:
         """The name of ``service``'s container: ``containers``' entry, else the first one, which compose v2
         names ``<project>-<service>-1`` (the override drops any ``container_name``)."""
         return self.containers.get(service) or f"{self.name}-{service}-1"
-
-    def exec_fast(
-        self, service: str, argv: Sequence[str], *, timeout: float | None = None, check: bool = True
-    ) -> Result:
-        """``docker exec`` straight into the service's container: ~0.1 s less than ``compose exec`` (no
-        compose CLI start, no project load). For the per-trial hot path of warm stacks."""
-        return self.runner.run(
-            ["docker", "exec", self.container(service), *argv],
-            timeout=self.timeouts.command if timeout is None else timeout,
-            check=check,
-        )
 
     def build(self, services: Sequence[str], *, timeout: float | None = None) -> Result:
         return self.run(build_argv(services), timeout=timeout)

@@ -164,7 +164,7 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     target = target_dir(ctx).rstrip("/")
     try:
         argv = ["sh", "-c", _RESET_SH, "forge-reset", target, str(prepared)]
-        ctx.compose.exec_fast(ctx.service, argv, timeout=ctx.timeouts.recipe)
+        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
     except CommandError as e:
         raise ctx.fail("reset", f"could not restore {target} from {prepared}: {e}") from e
 
@@ -178,7 +178,7 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
     target = target_dir(ctx).rstrip("/")
     pristine = pristine_dir(ctx.seed.digest)
     argv = ["sh", "-c", _FINGERPRINT_SH, "forge-fingerprint", target, pristine, _LISTING_FORMAT]
-    r = ctx.compose.exec_fast(ctx.service, argv, timeout=ctx.timeouts.recipe, check=False)
+    r = ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe, check=False)
     tree, sep, copy = r.stdout.partition(_SEPARATOR)
     if r.rc != 0 or not sep:
         raise ctx.fail("fingerprint", f"could not list {target}: {r.stderr.strip() or r.rc}")

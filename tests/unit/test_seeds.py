@@ -117,6 +117,63 @@ def test_filesystem_dir_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert all(call.timeout == 40 for call in fake.calls)
 
 
+def _direct(c: ApplyContext) -> ApplyContext:
+    import dataclasses
+
+    return dataclasses.replace(c, compose=dataclasses.replace(c.compose, direct=True))
+
+
+def test_filesystem_dir_warm_reset_and_fingerprint_exec_through_the_one_direct_path(tmp_path: Path) -> None:
+    """The warm hot path (reset, fingerprint) goes through ``ComposeProject.exec`` like every other exec:
+    ``docker exec -i`` into the container; where it is not running, compose answers and names the service."""
+    fake = FakeRunner()
+    c = _direct(ctx(fake, tmp_path, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
+    box = ("docker", "exec", "-i", "p1-box-1", "sh", "-c")
+    fake.expect(*box, filesystem_dir._RESET_SH, "forge-reset", "/work", "/pristine", exact=True, times=1)
+    listing = f"d\t\n{filesystem_dir._SEPARATOR}d\t\n"
+    fake.expect(*box, filesystem_dir._FINGERPRINT_SH, exact=False, times=1, stdout=listing)
+    filesystem_dir.reset(c, "/pristine")
+    assert set(filesystem_dir.fingerprint(c)) == {"tree", "pristine"}
+    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 2
+    gone = "Error response from daemon: Container abc is not running"
+    fake.expect("docker", "exec", rc=1, stderr=gone)
+    fake.expect(*BASE, "exec", "-T", "box", rc=1, stderr='service "box" is not running')
+    with pytest.raises(RecipeError, match=r"^reset step on service 'box': .*service \"box\" is not running"):
+        filesystem_dir.reset(c, "/pristine")
+    with pytest.raises(RecipeError, match=r"^fingerprint step on service 'box': could not list /work"):
+        filesystem_dir.fingerprint(c)
+
+
+@pytest.mark.parametrize("step", ["reset", "fingerprint"])
+def test_a_stop_during_a_warm_tree_reset_is_an_interruption_not_a_recipe_failure(
+    tmp_path: Path, step: str
+) -> None:
+    """The reset's ``docker exec`` is a launch like any other exec: a stop kills it and it raises
+    Interrupted (before, the untagged exec ran on and its death read as "could not restore")."""
+    from forgelib.errors import Interrupted
+    from forgelib.signals import StopState
+
+    state = StopState()
+    fake = FakeRunner()
+    fake.expect("docker", "exec", rc=-9, stderr="killed", side_effect=lambda call: state.request("SIGINT"))
+    c = _direct(ctx(fake, tmp_path, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
+    c = _with_runner(c, state.guard(fake))
+    with pytest.raises(Interrupted):
+        if step == "reset":
+            filesystem_dir.reset(c, "/pristine")
+        else:
+            filesystem_dir.fingerprint(c)
+    with pytest.raises(Interrupted):  # and once stopping, none is launched
+        filesystem_dir.reset(c, "/pristine")
+    assert len(fake.calls) == 1
+
+
+def _with_runner(c: ApplyContext, runner: Any) -> ApplyContext:
+    import dataclasses
+
+    return dataclasses.replace(c, compose=dataclasses.replace(c.compose, runner=runner))
+
+
 def test_filesystem_dir_default_target_is_workspace(tmp_path: Path) -> None:
     c = ctx(FakeRunner(), tmp_path, SeedKind.FILESYSTEM_DIR)
     assert filesystem_dir.target_dir(c) == "/workspace"
