@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
-from forgelib.errors import CommandTimeout, ForgeError, tail
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.runner import Result
 from forgelib.seeds.sql_dump import postgres_credentials
@@ -154,6 +154,8 @@ def exec_failure(shown: str, service: str, failure: ForgeError | Result) -> str:
 def _exec(stack: Stack, service: str, argv: Sequence[str], timeout: float) -> str:
     try:
         r = stack.exec(service, argv, timeout=timeout, check=False)
+    except Interrupted:  # the stop killed or refused it: no observation, and no failed check either
+        raise
     except ForgeError as e:
         raise ObservationError(exec_failure(" ".join(argv), service, e)) from None
     if r.rc != 0:
@@ -189,6 +191,8 @@ def _http(stack: Stack, spec: Mapping[str, Any], *, timeout: float) -> tuple[str
     """(observed text, status mismatch) — the text is the JSON field when ``json`` is given, else the body."""
     try:
         host, port = stack.port(spec["service"], int(spec["port"]))
+    except Interrupted:
+        raise
     except ForgeError as e:
         raise ObservationError(
             f"no published port {spec['port']} for service {spec['service']!r}: {e}"

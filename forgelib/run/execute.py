@@ -395,7 +395,12 @@ class Executor:
         timeout = effective_timeout(oracle, self.s.timeouts.oracle)
         # A bare seed bound to the oracle's service: its variable names where the file is mounted.
         seed_env = {m.env_var: m.path for m in t.handle.bare_seeds.values() if m.service == oracle.service}
-        r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
+        t0 = time.monotonic()
+        try:
+            r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
+        except Interrupted:  # the stop killed or refused its exec: neither a failure nor a crash
+            t.timings["oracle"] = time.monotonic() - t0
+            return Outcome.INTERRUPTED, None
         t.timings["oracle"] = r.seconds
         t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
         if r.ok:
@@ -441,6 +446,8 @@ class Executor:
                     ]
                     gates, parts = gates_f.result(), [f.result() for f in parts_f]
                 t.grade = combine(gates, parts, g.threshold)
+        except Interrupted:  # a check's or the judge's exec killed or refused by the stop: no grade
+            return Outcome.INTERRUPTED, None
         except JudgeError as e:  # no score without the judge: a named grading error, retryable
             t.error = str(e)
             t.grade = failed_grade([str(e)], _threshold(t.task))

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.run.checks import Stack, exec_failure, read_argv
 from forgelib.run.grading import Verdict
 from forgelib.runner import Result
@@ -70,6 +70,8 @@ def run_judge(
         try:
             argv = read_argv(judge.input_path)
             got = stack.exec(judge.input_service, argv, timeout=timeout, check=False)
+        except Interrupted:  # the stop's doing: no JudgeError (a grading error the judge never made)
+            raise
         except ForgeError as e:
             failure = exec_failure("cat", judge.input_service, e)
             raise JudgeError(f"{what}: cannot read its input: {failure}") from None
@@ -87,6 +89,8 @@ def run_judge(
             r = stack.exec(judge.service, judge.command, input=text, timeout=timeout, env=env, check=False)
         else:
             r = host(judge.command, timeout=timeout, cwd=cwd, env=env, input=text)
+    except Interrupted:
+        raise
     except CommandTimeout:
         raise JudgeError(f"{what} (`{shown}` on {where}) timed out after {timeout:g}s") from None
     except ForgeError as e:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.run.checks import Stack, exec_failure
 from forgelib.runner import file_tail, secret_values
 from forgelib.spec.models import Oracle
@@ -68,6 +68,8 @@ def run_oracle(
             stdout_path=stdout_path,
             stderr_path=stderr_path,
         )
+    except Interrupted:  # the stop killed or refused its exec: the trial is interrupted, not failed
+        raise
     except CommandTimeout as e:
         out = file_tail(stdout_path) if stdout_path is not None else e.stdout_tail
         res = OracleResult(

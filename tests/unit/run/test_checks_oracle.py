@@ -281,3 +281,30 @@ def test_read_once_reads_a_file_once_for_all_its_concurrent_readers_and_shares_a
     assert view.port("api", 80) == ("127.0.0.1", 4000)
     st.ports[("api", 80)] = ("127.0.0.1", 5000)
     assert view.port("api", 80) == ("127.0.0.1", 4000)  # looked up once per grading pass
+
+
+def test_a_stop_killing_an_oracle_or_check_exec_propagates_unwrapped() -> None:
+    """Interrupted (the stop killed or refused the exec) is no oracle failure and no failed check: it
+    propagates as it is, as provisioning lets it (before: "could not run: stop requested ...")."""
+    from forgelib.errors import Interrupted
+
+    stop = Interrupted("stop requested (SIGINT): `exec` was stopped")
+    with pytest.raises(Interrupted):
+        run_oracle(stack_answering(raises=stop), Oracle(service="runner", command=("true",)), timeout=5)
+    for check in (
+        Check("f", "file", {"service": "runner", "path": "/x", "equals": "y"}),
+        Check("s", "sql", {"service": "app-db", "query": "select 1", "equals": "1"}),
+        Check("r", "redis", {"service": "cache", "command": "GET k", "equals": "v"}),
+    ):
+        with pytest.raises(Interrupted):
+            evaluate(stack_answering(raises=stop), check, ENV, timeout=5)
+
+    class Refused(FakeStack):
+        def port(self, service: str, container_port: int) -> tuple[str, int]:
+            raise stop
+
+    http = Check("h", "http", {"service": "api", "port": 80, "path": "/", "status": 200})
+    with pytest.raises(Interrupted):
+        evaluate(Refused(lambda s, a, k: ok()), http, ENV, timeout=5)
+    with pytest.raises(Interrupted):  # through ReadOnce, as grading reads
+        evaluate(ReadOnce(stack_answering(raises=stop)), check, ENV, timeout=5)

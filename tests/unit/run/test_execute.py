@@ -506,3 +506,58 @@ def test_a_file_many_checks_read_is_read_once_unless_a_check_mutates(
     run(plan(tmp_path, [make_task("t", checks=checks)], repeats=1), backend)
     reads = [a for _, a, _ in backend.stacks[("t", 0)].calls if a == ("cat", "--", "/work/note.md")]
     assert len(reads) == (4 if mutating else 1)
+
+
+@pytest.mark.parametrize("phase", ["oracle", "grading"])
+def test_an_exec_the_stop_killed_leaves_an_interrupted_trial_with_no_failure_on_record(
+    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None, phase: str
+) -> None:
+    """Ctrl-C while the oracle (or a check) runs: its exec dies and raises Interrupted, which now reaches the
+    executor as it is (no crash, no failure): the trial is interrupted and nothing on record blames the
+    oracle or a check (the record's rewrite of an interrupted trial already hid them; see the next test for
+    where they showed)."""
+    from forgelib.errors import Interrupted
+
+    torn_down = threading.Event()
+    program = "python3" if phase == "oracle" else "cat"
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == program and not torn_down.is_set():
+            _thread.interrupt_main()
+            assert torn_down.wait(60), "the main thread never tore the stack down"
+            raise Interrupted("stop requested (SIGINT): `exec` was stopped")
+        return good_answer(service, argv, kw)
+
+    class Backend(FakeBackend):
+        def teardown(self, trial: Any, *, graceful: bool = True) -> float:
+            seconds = super().teardown(trial, graceful=graceful)
+            torn_down.set()
+            return seconds
+
+    with pytest.raises(KeyboardInterrupt):
+        run_project(plan(tmp_path, [widget_task("a")], repeats=1), Backend(answer), lambda line: None)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
+    assert state.interrupted and state.trials[("a", 0)].status == "interrupted"
+    text = "\n".join(p.read_text() for p in (run_dir / "trials" / "a" / "0").rglob("*.yaml"))
+    assert "stop requested" not in text and "could not run" not in text, text
+
+
+@pytest.mark.parametrize("phase", ["oracle", "grading"])
+def test_an_exec_killed_by_the_stop_is_an_interruption_even_before_the_run_knows_it_is_stopping(
+    tmp_path: Path, fake_backend: Any, phase: str
+) -> None:
+    """The signal handler kills the in-flight execs at once; the main thread sets the run's stop a moment
+    later. A worker whose oracle (or check) exec died in between gets Interrupted from the runner: that
+    trial is interrupted, never failed (before, its "could not run: stop requested" failed it)."""
+    from forgelib.errors import Interrupted
+
+    program = "python3" if phase == "oracle" else "cat"
+
+    def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
+        if argv[0] == program:
+            raise Interrupted("stop requested (SIGINT): `exec` was stopped")
+        return good_answer(service, argv, kw)
+
+    _, state, _ = run(plan(tmp_path, [widget_task("a")], repeats=1), fake_backend(answer))
+    assert state.trials[("a", 0)].status == "interrupted"

@@ -140,3 +140,27 @@ components:
     assert grading.gates[0].gate and grading.components[0].judge == Judge(
         ("python3", "j.py"), input_service="runner", input_path="/n"
     )
+
+
+@pytest.mark.parametrize("where", ["input", "service", "host"])
+def test_a_stop_killing_the_judge_or_its_input_read_is_no_judge_error(tmp_path: Path, where: str) -> None:
+    """Interrupted propagates unwrapped (before: JudgeError "could not run: stop requested ...", a grading
+    error the judge never made)."""
+    from forgelib.errors import Interrupted
+
+    stop = Interrupted("stop requested (SIGINT): `exec` was stopped")
+
+    def answer(service: str, argv: Any, kw: Any) -> Result:
+        if where == "input" or service == "grader":
+            raise stop
+        return ok("the note\n")
+
+    def host(argv: Any, **kw: Any) -> Result:
+        raise stop
+
+    judge = Judge(
+        ("python3", "judge.py"), service="grader" if where == "service" else None,
+        input_service="runner", input_path="/n.md",
+    )  # fmt: skip
+    with pytest.raises(Interrupted):
+        run_judge("j", judge, stack=FakeStack(answer), host=host, cwd=tmp_path, env={}, timeout=5)
