@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from forgelib import connect
 from forgelib.clients import deferred
-from forgelib.errors import CommandError
+from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 
 if TYPE_CHECKING:
@@ -175,11 +175,20 @@ def _wait_for_ping(ctx: ApplyContext) -> None:
 
 
 def _state(ctx: ApplyContext) -> str:
+    """The service's container state (``running``, ``exited``, ...) through ``docker ps`` + ``inspect`` by
+    label (~0.05 s a poll, against ~0.2 s for ``compose ps``); ``exited`` when it has no container, ``""``
+    when the engine did not answer (unknown: the caller keeps polling until its deadline). Of several
+    containers, a running one wins: dead only when none runs."""
     try:
-        rows = ctx.compose.ps([ctx.service])
-    except CommandError:
+        found = ctx.compose.service_states([ctx.service]).get(ctx.service) or []
+    except Interrupted:
+        raise
+    except ForgeError:
         return ""
-    return str(rows[0].get("State", "")) if rows else "exited"
+    statuses = [status for status, _health in found]
+    if not statuses:
+        return "exited"
+    return "running" if "running" in statuses else statuses[0]
 
 
 def _log_tail(ctx: ApplyContext) -> str:

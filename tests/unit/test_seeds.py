@@ -281,6 +281,23 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
+def _cache_info(status: str, health: str | None = None, service: str = "cache") -> dict[str, Any]:
+    from forgelib.labels import COMPOSE_SERVICE
+
+    state: dict[str, Any] = {"Status": status}
+    if health is not None:
+        state["Health"] = {"Status": health}
+    return {"Id": f"id-{service}", "Config": {"Labels": {COMPOSE_SERVICE: service}}, "State": state}
+
+
+def _script_states(fake: FakeRunner, *infos: dict[str, Any], times: int | None = None) -> None:
+    """The state look: ``docker ps`` by the project's labels, then ``docker inspect`` of what it found."""
+    ids = [str(i["Id"]) for i in infos]
+    more = {} if times is None else {"times": times}
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="".join(f"{i}\n" for i in ids), **more)
+    fake.expect("docker", "inspect", *ids, exact=True, stdout=json.dumps(list(infos)), **more)
+
+
 def test_redis_dump_argv_stop_cp_start_ping(tmp_path: Path, no_sleep: list[float]) -> None:
     rdb = _rdb(tmp_path)
     fake = FakeRunner()
@@ -289,12 +306,13 @@ def test_redis_dump_argv_stop_cp_start_ping(tmp_path: Path, no_sleep: list[float
     fake.expect(*BASE, "cp", str(rdb), "cache:/var/lib/redis/seed.rdb", exact=True)
     fake.expect(*BASE, "start", "cache", exact=True)
     fake.expect(*BASE, *CLI, "PING", exact=True, times=1, rc=1, stderr="Could not connect to Redis")
-    fake.expect(*BASE, "ps", "--all", "--format", "json", "cache", exact=True, stdout='{"State": "running"}')
+    _script_states(fake, _cache_info("running"))
     fake.expect(*BASE, *CLI, "PING", exact=True, stdout="PONG\n")
     redis_dump.check(SeedTarget("cache", Seed("s1", rdb, SeedKind.REDIS_DUMP, "")))
     redis_dump.apply(ctx(fake, rdb, SeedKind.REDIS_DUMP, "cache"))
-    verbs = [call.argv[len(BASE)] for call in fake.calls]
-    assert verbs == ["exec", "exec", "stop", "cp", "start", "exec", "ps", "exec"]
+    verbs = [call.argv[len(BASE)] if call.argv[1] == "compose" else call.argv[1] for call in fake.calls]
+    assert verbs == ["exec", "exec", "stop", "cp", "start", "exec", "ps", "inspect", "exec"]
+    assert fake.calls[6].argv[:2] == ("docker", "ps")  # docker ps by label, never compose ps
     assert "restart" not in verbs
 
 
@@ -329,7 +347,7 @@ def test_redis_dump_crash_is_a_ping_step_error_with_the_log_tail(
     fake.expect(*BASE, "cp")
     fake.expect(*BASE, "start")
     fake.expect(*BASE, *CLI, "PING", rc=1, stderr='service "cache" is not running')
-    fake.expect(*BASE, "ps", stdout=json.dumps({"State": "exited", "ExitCode": 1}))
+    _script_states(fake, _cache_info("exited"))
     fake.expect(
         *BASE, "logs", "--no-color", "--tail", "30", "cache", exact=True, stdout="# Bad file format reading"
     )
@@ -349,11 +367,96 @@ def test_redis_dump_ping_is_bounded(tmp_path: Path, no_sleep: list[float]) -> No
     fake.expect(*BASE, "cp")
     fake.expect(*BASE, "start")
     fake.expect(*BASE, *CLI, "PING", stdout="LOADING Redis is loading the dataset in memory")
-    fake.expect(*BASE, "ps", stdout=json.dumps({"State": "running"}))
+    _script_states(fake, _cache_info("running"))
     fake.expect(*BASE, "logs", stdout="loading...")
     with pytest.raises(RecipeError, match=r"^ping step on service 'cache': no PONG within 40s after start"):
         redis_dump.apply(ctx(fake, _rdb(tmp_path), SeedKind.REDIS_DUMP, "cache"))
     assert 40 <= no_sleep[0] < 41
+
+
+def _script_restart(fake: FakeRunner) -> None:
+    _script_preflight(fake)
+    fake.expect(*BASE, "stop")
+    fake.expect(*BASE, "cp")
+    fake.expect(*BASE, "start")
+
+
+def _no_compose_ps(fake: FakeRunner) -> None:
+    compose = [c.argv[len(BASE)] for c in fake.calls if c.argv[:2] == ("docker", "compose")]
+    assert "ps" not in compose
+
+
+@pytest.mark.parametrize("health", [None, "starting", "healthy"])
+def test_redis_dump_polls_the_state_by_label_until_pong(
+    tmp_path: Path, no_sleep: list[float], health: str | None
+) -> None:
+    """While Redis loads the RDB, each poll looks at the container through ``docker ps`` + ``inspect``
+    (~0.05 s), never ``compose ps`` (~0.2 s); a running container (healthy or not yet) keeps the poll
+    going until PONG."""
+    fake = FakeRunner()
+    _script_restart(fake)
+    fake.expect(*BASE, *CLI, "PING", times=3, stdout="LOADING Redis is loading the dataset in memory")
+    fake.expect(*BASE, *CLI, "PING", stdout="PONG\n")
+    _script_states(fake, _cache_info("running", health), _cache_info("exited", service="other"))
+    redis_dump.apply(ctx(fake, _rdb(tmp_path), SeedKind.REDIS_DUMP, "cache"))
+    assert [c.argv[1] for c in fake.calls].count("inspect") == 3
+    _no_compose_ps(fake)  # another service's exited container is not the cache's verdict
+
+
+@pytest.mark.parametrize("status", ["exited", "dead", "restarting", None])
+def test_redis_dump_dead_container_fails_the_ping_step_at_once(
+    tmp_path: Path, no_sleep: list[float], status: str | None
+) -> None:
+    """Exited, dead, restarting, or gone (no container of the service): a clear ping step error with the
+    log tail, on the first look, not at the deadline."""
+    fake = FakeRunner()
+    _script_restart(fake)
+    fake.expect(*BASE, *CLI, "PING", rc=1, stderr='service "cache" is not running')
+    _script_states(fake, *([_cache_info(status)] if status else []))
+    fake.expect(*BASE, "logs", stdout="# Bad file format reading")
+    with pytest.raises(RecipeError) as err:
+        redis_dump.apply(ctx(fake, _rdb(tmp_path), SeedKind.REDIS_DUMP, "cache"))
+    assert str(err.value).startswith(
+        f"ping step on service 'cache': Redis {status or 'exited'} after the seed was copied in"
+    )
+    assert "# Bad file format reading" in str(err.value)
+    assert no_sleep[0] == 0
+    _no_compose_ps(fake)
+
+
+@pytest.mark.parametrize("where", ["ps", "inspect"])
+def test_redis_dump_a_failed_state_look_is_unknown_and_the_poll_goes_on(
+    tmp_path: Path, no_sleep: list[float], where: str
+) -> None:
+    """The engine not answering the state look is no verdict: the poll goes on (PONG still ends it), and
+    an engine that never answers ends at the recipe deadline, not as a dead Redis."""
+    daemon = "Cannot connect to the Docker daemon"
+
+    def script_hiccup(fake: FakeRunner, times: int | None) -> None:
+        more = {} if times is None else {"times": times}
+        if where == "ps":
+            fake.expect("docker", "ps", raises=CommandError(("docker", "ps"), 1, "", daemon), **more)
+        else:  # docker inspect runs unchecked: no JSON at all is a failed look, not "no containers"
+            fake.expect("docker", "ps", "--all", "--quiet", stdout="id-cache\n", **more)
+            fake.expect("docker", "inspect", "id-cache", rc=1, stderr=daemon, **more)
+
+    fake = FakeRunner()
+    _script_restart(fake)
+    fake.expect(*BASE, *CLI, "PING", times=2, rc=1, stderr="Could not connect to Redis")
+    fake.expect(*BASE, *CLI, "PING", stdout="PONG\n")
+    script_hiccup(fake, times=2)
+    redis_dump.apply(ctx(fake, _rdb(tmp_path), SeedKind.REDIS_DUMP, "cache"))
+    assert no_sleep[0] > 0
+
+    fake = FakeRunner()
+    _script_restart(fake)
+    fake.expect(*BASE, *CLI, "PING", rc=1, stderr="Could not connect to Redis")
+    script_hiccup(fake, times=None)
+    fake.expect(*BASE, "logs", stdout="")
+    with pytest.raises(RecipeError, match=r"^ping step on service 'cache': no PONG within 40s after start"):
+        redis_dump.apply(ctx(fake, _rdb(tmp_path), SeedKind.REDIS_DUMP, "cache"))
+    assert 40 <= no_sleep[0] < 41
+    _no_compose_ps(fake)
 
 
 def test_redis_dump_stop_failure_names_the_step(tmp_path: Path) -> None:
