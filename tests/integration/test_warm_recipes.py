@@ -6,6 +6,7 @@ checks; the last ones leave it in states only a replacement fixes, so they run l
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,11 +57,16 @@ def stack(
         reset={"db": "sql", "cache": "rdb", "ws": "tree"},
         volumes={"work": {}},
     )
-    run_id = "it-warm-recipes"
+    # one stack per session (per xdist worker): a fixed name made two sessions on one engine, or `-n 2`,
+    # share (and tear down) each other's compose project
+    run_id = f"it-warm-recipes-{secrets.token_hex(4)}"
+    name = f"itwarm-{run_id}"
+    for only in ({lab.RUN: run_id}, {lab.COMPOSE_PROJECT: name}):  # nobody else's stack is taken for ours
+        assert lab.is_empty(lab.resources_with_labels(runner, only)), only
     trial = provision_stack(
         project,
         project.environment,
-        name=f"itwarm-{run_id}",
+        name=name,
         labels=lab.run_labels(run_id, "warm-0"),
         trial_dir=tmp / "stack",
         timeouts=TIMEOUTS,
