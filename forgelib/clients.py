@@ -4,9 +4,10 @@ Importing them costs ≈ 0.85 s of CPU on the 2-core test box (redis ≈ 0.55 s,
 spec loader reaches the recipe modules that use them (each recipe owns its options). A process that loads
 a project but never talks to a service — the ``forge run --cluster`` driver, whose trials run on the
 nodes, or ``forge validate`` — should not pay for them. So ``connect`` and the recipes name them through
-``deferred``; a process that runs trials loads them up front with ``load`` (the local ``forge run`` before
-its first trial, a cluster slot when it starts), so no trial waits on the import and trials keep their
-timings.
+``deferred``. Nor does a run whose trials never use them: a fresh stack is seeded with the services' own
+tools (psql, redis-cli, docker cp), so only warm stacks' resets and fingerprints and golden checks connect.
+A local ``forge run`` that will use them loads them up front with ``load``, so no trial's step pays for the
+import; cluster slots run fresh stacks without goldens only and never load them.
 """
 
 from __future__ import annotations

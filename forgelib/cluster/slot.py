@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import forgelib
-from forgelib import clients
 from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
 from forgelib.cluster.node import Item, TrialOrder, TrialReturn, node_engine, node_identity, run_trial
 from forgelib.custody import NODE_DIR, reap_owned_dirs
@@ -72,7 +71,6 @@ class _Run:
 
 class Slot:
     def __init__(self, node_id: str, clock: Callable[[], float] = time.monotonic) -> None:
-        clients.load()  # the slot runs trials: psycopg/redis once, at its start, not in its first trial
         self.node_id = node_id
         self.code = code_digest()
         self._clock = clock

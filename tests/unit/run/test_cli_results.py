@@ -134,3 +134,24 @@ def test_a_trial_reads_back_as_its_writer_wrote_it(tmp_path: Path) -> None:
         timings={"provision": 2.0, "recipe:db": 0.5}, compose_project="p2",
         stack={"mode": "warm", "reuse": True}, snapshots={"db": {"outcome": "restored"}}, checks=(check,),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "loads"),
+    [({}, False), ({"stacks": "warm"}, True), ({"snapshots": True}, True)],
+)
+def test_only_a_run_that_connects_to_services_loads_the_client_libraries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], loads: bool
+) -> None:
+    # Fresh stacks are seeded with the services' own tools; psycopg/redis (≈ 0.85 s of CPU to import) are
+    # for warm resets and golden checks only, loaded before the first trial when the run will use them.
+    import forgelib.run.cli as run_cli
+
+    loaded: list[bool] = []
+    monkeypatch.setattr(run_cli.clients, "load", lambda: loaded.append(True))
+    monkeypatch.setattr(run_cli, "heal_leftovers", lambda runner: None)
+    monkeypatch.setattr(run_cli, "make_backend", lambda *a, **kw: object())
+    monkeypatch.setattr(run_cli, "run_project", lambda plan, *a, **kw: (tmp_path, ev.RunState()))
+    pack = Path(__file__).parents[3] / "examples/multi_service_postgres_reset/run_configs/dev.yaml"
+    main_run(str(pack), output=str(tmp_path), as_json=True, **options)
+    assert bool(loaded) is loads
