@@ -530,6 +530,12 @@ class ComposeProject:
         names ``<project>-<service>-1`` (the override drops any ``container_name``)."""
         return self.containers.get(service) or f"{self.name}-{service}-1"
 
+    def serves(self, service: str, container_id: str, container_name: str) -> bool:
+        """Whether that container (of ``service``) is one the trial uses: the one ``containers`` names for
+        the service (a warm stack's retired and spare containers are not), else every one of it."""
+        current = self.containers.get(service)
+        return current is None or current in (container_id, container_name)
+
     def build(self, services: Sequence[str], *, timeout: float | None = None) -> Result:
         return self.run(build_argv(services), timeout=timeout)
 
@@ -602,8 +608,7 @@ class ComposeProject:
         out: dict[str, list[str]] = {}
         for info in sorted(self.inspect(), key=lambda i: str(i.get("Name", ""))):
             svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, "?"))
-            current = self.containers.get(svc)
-            if current is not None and current not in (info.get("Id"), str(info.get("Name", "")).lstrip("/")):
+            if not self.serves(svc, str(info.get("Id")), str(info.get("Name", "")).lstrip("/")):
                 continue
             ports = out.setdefault(svc, [])
             ports += [p for p in published_of_inspect(info) if p not in ports]

@@ -663,9 +663,8 @@ def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail
 
     def one(svc: str) -> None:
         path = dest / f"{svc}.log"
-        current = compose.containers.get(svc)
         mine = sorted(
-            (c for c in found.get(svc, []) if current in (None, c.id, c.name)), key=lambda c: c.name
+            (c for c in found.get(svc, []) if compose.serves(svc, c.id, c.name)), key=lambda c: c.name
         )
         try:
             if len(mine) <= 1:  # a service that was never created: an empty file

@@ -89,8 +89,9 @@ def main_run(
         retries=retries,
         stacks=stacks,
     )
+    use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
     if joining is not None:
-        if (cfg.snapshots or snapshots) and not no_snapshots:  # never silently without what was asked
+        if use_snapshots:  # never silently without what was asked
             raise UsageError(
                 "--cluster runs fresh stacks seeded the normal way on the nodes; golden snapshots are not"
                 " supported there yet: drop --snapshots (or `snapshots: true` in the run config), or pass"
@@ -98,7 +99,6 @@ def main_run(
             )
         state = _run_on_cluster(joining, plan, project, cfg.profiles)
     else:
-        use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
         if plan.stacks == "warm" or use_snapshots:
             # Resets, fingerprints and golden checks talk to the services over psycopg/redis: load them
             # now, not inside the first trial's steps. A fresh run without goldens never uses them (≈ 0.85
