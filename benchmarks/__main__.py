@@ -1,6 +1,8 @@
 """``python -m benchmarks [NAME ...]``: run every ``benchmarks/*_bench.py`` module's ``main()``, or only the
-named ones (``digest`` runs ``digest_bench``). ``--list`` prints the names. Each benchmark prints its table
-and writes ``benchmarks/results/<name>.json``; one failing does not stop the others (exit 1 at the end)."""
+named ones (``digest`` runs ``digest_bench``). ``python -m benchmarks NAME [--option ...]``: one benchmark
+with its options (everything from the first ``-`` argument on goes to that one; with several names options
+are refused). ``--list`` prints the names. Each benchmark prints its table and writes
+``benchmarks/results/<name>.json``; one failing does not stop the others (exit 1 at the end)."""
 
 from __future__ import annotations
 
@@ -16,20 +18,35 @@ def available() -> list[str]:
     return sorted(p.stem.removesuffix("_bench") for p in HERE.glob("*_bench.py"))
 
 
+def split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The benchmark names (the arguments before the first one starting with ``-``) and the rest."""
+    first = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    return argv[:first], argv[first:]
+
+
 def main(argv: list[str]) -> int:
     names = available()
-    if "--list" in argv:
+    chosen, options = split(argv)
+    if not chosen and "--list" in options:
         print("\n".join(names))
         return 0
-    unknown = [a for a in argv if a not in names]
+    unknown = [a for a in chosen if a not in names]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; available: {', '.join(names)}", file=sys.stderr)
         return 2
+    if options and len(chosen) != 1:
+        where = " ".join(options)
+        print(f"options ({where}) go to one benchmark: name exactly one before them", file=sys.stderr)
+        return 2
     failed = []
-    for name in argv or names:
+    for name in chosen or names:
         try:
-            importlib.import_module(f"benchmarks.{name}_bench").main([])
-        except (Exception, SystemExit):  # noqa: BLE001 - report and go on to the next benchmark
+            importlib.import_module(f"benchmarks.{name}_bench").main(options)
+        except SystemExit as e:  # argparse's usage error (printed already) or the benchmark's message
+            if e.code not in (0, None):
+                failed.append(name)
+                print(f"\n== {name} == FAILED: {e.code}", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - report and go on to the next benchmark
             failed.append(name)
             print(f"\n== {name} == FAILED\n{traceback.format_exc()}", file=sys.stderr)
     if failed:

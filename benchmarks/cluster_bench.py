@@ -148,3 +148,7 @@ def main(argv: Sequence[str]) -> None:
             cluster.stop()
     finally:
         stop_engine(second)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
