@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,10 +165,6 @@ def port_argv(service: str, container_port: int, *, protocol: str | None = None)
 
 def ps_argv(services: Sequence[str] = (), *, all: bool = True) -> list[str]:
     return ["ps", *flags(all=all, format="json"), *services]
-
-
-def logs_argv(services: Sequence[str], *, tail: int | None = None, timestamps: bool = False) -> list[str]:
-    return ["logs", *flags(no_color=True, timestamps=timestamps, tail=tail), *services]
 
 
 # ------------------------------------------------------------------------------------------ override
@@ -602,16 +600,31 @@ class ComposeProject:
             out.setdefault(svc, []).append((str(state.get("Status") or ""), health))
         return out
 
+    def served(
+        self, services: Sequence[str] = (), found: Sequence[Mapping[str, Any]] | None = None
+    ) -> dict[str, list[Mapping[str, Any]]]:
+        """service -> the ``docker inspect`` records of the containers the trial uses for it (``serves``:
+        on a warm stack, not its retired or spare ones), by name; only ``services`` when given. From
+        ``found`` (records a caller just inspected), else one ``inspect``. A service without one is absent;
+        an engine that did not answer raises, as ``inspect`` does."""
+        out: dict[str, list[Mapping[str, Any]]] = {}
+        records = self.inspect() if found is None else found
+        for info in sorted(records, key=lambda i: str(i.get("Name", ""))):
+            svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, "?"))
+            if services and svc not in services:
+                continue
+            if self.serves(svc, str(info.get("Id")), str(info.get("Name", "")).lstrip("/")):
+                out.setdefault(svc, []).append(info)
+        return out
+
     def published_ports(self) -> dict[str, list[str]]:
         """service -> ["127.0.0.1:49153->5432/tcp", ...] (IPv4/IPv6 duplicates folded) for every service
         with a container; a service served by a given container (``containers``) lists that one's only."""
         out: dict[str, list[str]] = {}
-        for info in sorted(self.inspect(), key=lambda i: str(i.get("Name", ""))):
-            svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, "?"))
-            if not self.serves(svc, str(info.get("Id")), str(info.get("Name", "")).lstrip("/")):
-                continue
+        for svc, infos in self.served().items():
             ports = out.setdefault(svc, [])
-            ports += [p for p in published_of_inspect(info) if p not in ports]
+            for info in infos:
+                ports += [p for p in published_of_inspect(info) if p not in ports]
         return out
 
     def container_logs(self, ref: str, dest: Path, *, tail: int | None = None) -> Result:
@@ -626,13 +639,40 @@ class ComposeProject:
             argv, timeout=self.timeouts.command, stdout_path=dest, stderr_path=dest, check=False
         )
 
+    def service_log(self, containers: Sequence[Mapping[str, Any]], dest: Path, *, tail: int | None) -> None:
+        """A service's log into ``dest``, from ``containers`` (its ``served`` records): one container's
+        ``container_logs``; several (replicas) each under a ``==> name <==`` header, as tail(1) shows
+        files; none (never created): an empty file. forge's one way to read a service's log: the trial's
+        captured logs and every log tail in an error message."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if len(containers) <= 1:
+            if containers:
+                self.container_logs(str(containers[0].get("Id")), dest, tail=tail)
+            else:
+                dest.write_bytes(b"")
+            return
+        with dest.open("wb") as out:
+            for info in containers:
+                cid, name = str(info.get("Id")), str(info.get("Name", "")).lstrip("/")
+                part = dest.parent / f".{dest.name}.{cid[:12]}.part"
+                try:
+                    self.container_logs(cid, part, tail=tail)
+                    out.write(f"==> {name} <==\n".encode())
+                    with part.open("rb") as f:
+                        shutil.copyfileobj(f, out)
+                finally:
+                    part.unlink(missing_ok=True)
+
     def log_tail(self, service: str, lines: int) -> str:
-        """The last ``lines`` log lines as text, for error messages (never raises: it explains a failure)."""
+        """The last ``lines`` log lines of ``service``'s container(s) as text (``service_log``), for error
+        messages (never raises: it explains a failure)."""
         try:
-            r = self.run(logs_argv([service], tail=lines), check=False)
-        except ForgeError as e:
+            with tempfile.TemporaryDirectory(prefix="forge-log-") as tmp:
+                path = Path(tmp) / f"{service}.log"
+                self.service_log(self.served([service]).get(service, []), path, tail=lines)
+                return path.read_text(errors="replace").rstrip()
+        except (ForgeError, OSError) as e:
             return f"(could not read the log: {e})"
-        return (r.stdout + r.stderr).rstrip()
 
 
 def published_of_inspect(info: Mapping[str, Any]) -> list[str]:

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import logging
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -655,7 +654,7 @@ def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail
     dest.mkdir(parents=True, exist_ok=True)
     services = list(env.services)
     try:
-        found = readiness.containers(compose, services, required=False)
+        found = compose.served(services)
     except ForgeError as e:
         for svc in services:
             (dest / f"{svc}.log").write_text(f"forge: could not capture this log: {e}\n")
@@ -663,24 +662,8 @@ def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail
 
     def one(svc: str) -> None:
         path = dest / f"{svc}.log"
-        mine = sorted(
-            (c for c in found.get(svc, []) if compose.serves(svc, c.id, c.name)), key=lambda c: c.name
-        )
         try:
-            if len(mine) <= 1:  # a service that was never created: an empty file
-                if mine:
-                    compose.container_logs(mine[0].id, path, tail=tail_lines)
-                else:
-                    path.write_bytes(b"")
-                return
-            with path.open("wb") as out:  # replicas: each one's log under a header, as tail(1) shows files
-                for c in mine:
-                    part = dest / f".{svc}.{c.id[:12]}.part"
-                    compose.container_logs(c.id, part, tail=tail_lines)
-                    out.write(f"==> {c.name} <==\n".encode())
-                    with part.open("rb") as f:
-                        shutil.copyfileobj(f, out)
-                    part.unlink()
+            compose.service_log(found.get(svc, []), path, tail=tail_lines)
         except ForgeError as e:  # one unreadable log must not hide the others (or the original error)
             path.write_text(f"forge: could not capture this log: {e}\n")
 

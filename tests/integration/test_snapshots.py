@@ -259,6 +259,8 @@ def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
         rec["discarded"]["golden"] == first["golden"]
         and "did not start from the golden" in rec["discarded"]["reason"]
     )
+    # with the log tail of the container that did not start (read like a trial's captured logs)
+    assert "pg_control" in rec["discarded"]["reason"].partition("log tail:\n")[2], rec
     # A golden that starts but restores other state than it was taken from: its fingerprint says so.
     runner.run(["docker", "image", "rm", "--force", golden.id], timeout=120, check=False)
     _trial(project, run_id, tmp_path, runner, 2)  # captures afresh (the bad one went with the discard)

@@ -113,7 +113,6 @@ def test_argv_builders() -> None:
     assert c.start_argv(["cache"]) == ["start", "cache"]
     assert c.port_argv("api", 8000) == ["port", "api", "8000"]
     assert c.ps_argv() == ["ps", "--all", "--format", "json"]
-    assert c.logs_argv(["db"], tail=200) == ["logs", "--no-color", "--tail", "200", "db"]
     assert c.config_argv() == ["config", "--format", "json"]
 
 
@@ -377,3 +376,27 @@ def test_published_ports_come_from_docker_inspect_of_the_containers_a_trial_runs
     ps = fake.calls[0].argv
     assert f"label={c.lab.COMPOSE_PROJECT}=p1" in ps and f"label={c.lab.COMPOSE_ONEOFF}=False" in ps
     assert not [x for x in fake.calls if "compose" in x.argv]  # no compose CLI start
+
+
+def test_log_tail_reads_the_containers_the_trial_uses_with_docker_logs() -> None:
+    """An error message's log tail is read the way a trial's logs are captured (``service_log``): the
+    container a warm stack serves the service with (not its retired one), replicas each under a header."""
+    fake = FakeRunner()
+    infos = [
+        {"Id": i, "Name": f"/p1-{svc}-{n}", "Config": {"Labels": {c.lab.COMPOSE_SERVICE: svc}}}
+        for i, svc, n in [("old", "api", 1), ("cur", "api", 2), ("w2", "worker", 2), ("w1", "worker", 1)]
+    ]  # fmt: skip
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="old cur w2 w1\n")
+    fake.expect("docker", "inspect", "old", "cur", "w2", "w1", exact=True, stdout=json.dumps(infos))
+    for i in ("cur", "w1", "w2"):
+        fake.expect("docker", "logs", "--tail", "3", i, exact=True, stdout=f"{i} out\n", stderr=f"{i} err\n")
+    p = dataclasses.replace(project(fake), containers={"api": "p1-api-2"})
+    assert p.log_tail("api", 3) == "cur out\ncur err"
+    replicas = "==> p1-worker-1 <==\nw1 out\nw1 err\n==> p1-worker-2 <==\nw2 out\nw2 err"
+    assert p.log_tail("worker", 3) == replicas
+    assert p.log_tail("gone", 3) == ""
+    assert not [x for x in fake.calls if "compose" in x.argv]  # no compose logs
+
+    down = FakeRunner()
+    down.expect("docker", "ps", rc=1, stderr="Cannot connect to the Docker daemon")
+    assert project(down).log_tail("api", 3).startswith("(could not read the log: ")
