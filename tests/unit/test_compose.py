@@ -400,3 +400,32 @@ def test_log_tail_reads_the_containers_the_trial_uses_with_docker_logs() -> None
     down = FakeRunner()
     down.expect("docker", "ps", rc=1, stderr="Cannot connect to the Docker daemon")
     assert project(down).log_tail("api", 3).startswith("(could not read the log: ")
+
+
+def test_service_states_of_a_warm_ephemeral_service_are_its_current_containers() -> None:
+    """A warm stack's retired container (paused, off its networks) and its created spare are not the
+    service's state: only the container ``containers`` names, as ``serves`` says; other services keep
+    every container (replicas)."""
+
+    def info(i: str, svc: str, n: int, status: str, health: str | None = None) -> dict[str, Any]:
+        state: dict[str, Any] = {"Status": status, **({"Health": {"Status": health}} if health else {})}
+        return {"Id": i, "Name": f"/p1-{svc}-{n}", "Config": {"Labels": {c.lab.COMPOSE_SERVICE: svc}},
+                "State": state}  # fmt: skip
+
+    infos = [
+        info("old", "api", 1, "paused"),
+        info("cur", "api", 2, "running", "healthy"),
+        info("spare", "api", 3, "created"),
+        info("db1", "db", 1, "running"),
+        info("db2", "db", 2, "exited"),
+    ]
+    fake = FakeRunner()
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="old cur spare db1 db2\n")
+    ids = ("old", "cur", "spare", "db1", "db2")
+    fake.expect("docker", "inspect", *ids, exact=True, stdout=json.dumps(infos))
+    warm = dataclasses.replace(project(fake), containers={"api": "p1-api-2"})
+    assert warm.service_states() == {"api": [("running", "healthy")], "db": [("running", ""), ("exited", "")]}
+    assert warm.service_states(["api"]) == {"api": [("running", "healthy")]}
+    # the same look on a fresh stack (no container map) lists every container of the service
+    every = [("paused", ""), ("running", "healthy"), ("created", "")]
+    assert project(fake).service_states(["api"])["api"] == every
