@@ -544,12 +544,23 @@ class ComposeProject:
         """Where the host reaches ``service:container_port``; a wildcard bind is reported as 127.0.0.1.
         ``docker port`` of the service's container (~0.02 s, against ~0.15 s of compose CLI start and project
         load for ``compose port``, on every HTTP check and client); compose answers where that fails (no such
-        container, nothing published), so the error names the service."""
+        container, nothing published), so the error names the service. Not for a service ``containers``
+        names a container for (a warm stack's ephemeral one): compose could answer for another container of
+        it (retired or spare), so that failure is the answer."""
         mapping = f"{container_port}/{protocol or 'tcp'}"
-        r = self.runner.run(
-            ["docker", "port", self.container(service), mapping], timeout=self.timeouts.command, check=False
-        )
+        ref = self.container(service)
+        r = self.runner.run(["docker", "port", ref, mapping], timeout=self.timeouts.command, check=False)
         out = r.stdout.strip() if r.rc == 0 else ""
+        if not out and service in self.containers:
+            said = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.rc}").splitlines()[-1]
+            if r.rc == 0 or "No public port" in said:
+                raise ForgeError(
+                    f"service {service!r} does not publish container port {container_port} (container {ref})"
+                )
+            raise ForgeError(
+                f"service {service!r}: where its container {ref} publishes port {mapping} could not be read"
+                f" ({said})"
+            )
         if not out:
             out = self.run(port_argv(service, container_port, protocol=protocol)).stdout.strip()
         line = out.splitlines()[0].strip() if out else ""

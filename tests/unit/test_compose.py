@@ -429,3 +429,26 @@ def test_service_states_of_a_warm_ephemeral_service_are_its_current_containers()
     # the same look on a fresh stack (no container map) lists every container of the service
     every = [("paused", ""), ("running", "healthy"), ("created", "")]
     assert project(fake).service_states(["api"])["api"] == every
+
+
+@pytest.mark.parametrize(
+    ("rc", "docker_says", "error"),
+    [
+        (1, "Error: No public port '8000/tcp' published for proj-api-3", "does not publish container port"),
+        (0, "", "does not publish container port"),
+        (1, "Error response from daemon: No such container: proj-api-3", "could not be read .*No such"),
+    ],
+)
+def test_port_of_a_warm_ephemeral_service_never_falls_back_to_compose(
+    rc: int, docker_says: str, error: str
+) -> None:
+    """``compose port`` answers for a container of the service, which on a warm stack may be its retired
+    or spare one: where ``docker port`` of the container the trial uses fails, that is the answer."""
+    fake = FakeRunner()
+    fake.expect("docker", "port", "proj-api-3", "8000/tcp", exact=True, rc=rc, stderr=docker_says)
+    fake.expect("docker", "compose", stdout="127.0.0.1:40001\n")  # the retired container's port
+    served = c.ComposeProject("proj", (Path("/x/c.yaml"),), fake, containers={"api": "proj-api-3"})
+    with pytest.raises(ForgeError, match=f"^service 'api'.*{error}") as err:
+        served.port("api", 8000)
+    assert "proj-api-3" in str(err.value)
+    assert [x.argv[1] for x in fake.calls] == ["port"]
