@@ -2,18 +2,23 @@
 concurrency, same machine, same run (target ≤ 1.15).
 
 Overhead per trial = (wall x concurrency - Σ trial wall_seconds) / trials: slot time not spent inside a
-trial (start-up, scheduling, shipping the project and the files, relaying events, waiting for the last
-trial). The cluster is the tests' own: a loopback Ray head and two worker nodes, one on this machine's
-engine and one on a second dockerd (tests/support/cluster.py), 2 slots each; the local run uses
-``--workers 4``. The first cluster run on a fresh cluster starts its slot actors ("cold"); the runs after
-it reuse them ("warm", what a standing cluster serves). ``--rounds`` local/warm pairs alternate so load
-drifts hit both; the ratio is warm over local, each summed over its rounds.
+trial (start-up, scheduling, shipping the project and the files, relaying events, each trial's teardown,
+which follows its ``wall_seconds``, waiting for the last trial). Part of it is fixed per run (start-up, exit,
+the last wave's tail) and part grows with each trial (teardowns, hand-offs), so the ratio depends on the
+run's size: it is measured at each size of ``--trials`` (default 8 and 32), and the smallest and largest
+split each mode's overhead into seconds per run + seconds per trial.
+
+The cluster is the tests' own: a loopback Ray head and two worker nodes, one on this machine's engine and
+one on a second dockerd (tests/support/cluster.py), 2 slots each; the local run uses ``--workers 4``. The
+first cluster run on a fresh cluster starts its slot actors ("cold"); the runs after it reuse them ("warm",
+what a standing cluster serves). ``--rounds`` (default 2) local/warm pairs per size alternate so load drifts
+hit both; the ratio is warm over local, each averaged over its rounds.
 
 Where the overhead goes, per run: ``pre`` (spawn → ``run_started``: imports, joining the cluster or
 healing leftovers locally, shipping the project), ``idle`` (slot time inside the run not spent in a trial:
-waiting for the last trial of a wave, hand-offs), ``post`` (``run_finished`` → exit); and per cluster trial,
-from the driver's debug log: sent → entered on the node, the project from the slot's cache, the files tar
-and the way back. Needs Ray (``.[ray]``). Size: ``--trials`` (default 8), ``--rounds`` (default 2).
+teardowns, waiting for the last trial of a wave, hand-offs), ``post`` (``run_finished`` → exit); and per
+cluster trial, from the driver's debug log: sent → entered on the node, the project from the slot's cache,
+the files tar and the way back. Needs Ray (``.[ray]``).
 """
 
 from __future__ import annotations
@@ -88,11 +93,72 @@ def timed(
     return run, spawned
 
 
+def split(totals: dict[int, float]) -> tuple[float, float]:
+    """(fixed seconds per run, marginal seconds per trial) of one mode's overhead, from its total overhead
+    (slot-seconds outside any trial, per run) at the smallest and the largest run size:
+    total(N) = fixed + N x marginal."""
+    (n1, t1), (n2, t2) = min(totals.items()), max(totals.items())
+    marginal = (t2 - t1) / (n2 - n1) if n2 != n1 else t1 / n1
+    return t1 - n1 * marginal, marginal
+
+
+def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
+    """The ratio cluster (warm) / local at each run size, and each mode's fixed and marginal overhead."""
+
+    def mean(mode: str, n: int) -> float:
+        return float(
+            statistics.mean(
+                r["overhead_per_trial_s"] for r in rows if r["run"].startswith(mode) and r["trials"] == n
+            )
+        )
+
+    fixed: dict[str, float] = {}
+    marginal: dict[str, float] = {}
+    for mode in ("local", "cluster warm"):
+        f, m = split({n: mean(mode, n) * n for n in sizes})
+        fixed[mode.split()[0]], marginal[mode.split()[0]] = round(f, 2), round(m, 3)
+    by_size = {n: round(bs.ratio(mean("cluster warm", n), mean("local", n)), 3) for n in sizes}
+    return {
+        "ratio_by_trials": by_size,
+        "ratio": by_size[max(sizes)],
+        "ratio_cold": round(bs.ratio(rows[0]["overhead_per_trial_s"], mean("local", rows[0]["trials"])), 3),
+        "fixed_s_per_run": fixed,
+        "marginal_s_per_trial": marginal,
+    }
+
+
+def measure(
+    tmp: Path, address: str, sizes: Sequence[int], rounds: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A cold cluster run, then ``rounds`` alternating local/cluster pairs per run size: their rows, and
+    the cluster runs' hand-off steps."""
+    cfg, on = bs.config_path(), ["--cluster", address]
+    runs = [("cluster cold", sizes[0], *timed(cfg, sizes[0], tmp / "cold", on))]
+    for n in sizes:
+        for i in range(rounds):
+            local = timed(cfg, n, tmp / f"local{n}-{i}", workers=CONCURRENCY)
+            runs.append((f"local --workers {CONCURRENCY}", n, *local))
+            runs.append(("cluster warm", n, *timed(cfg, n, tmp / f"warm{n}-{i}", on)))
+    rows: list[dict[str, Any]] = [
+        {
+            "run": label,
+            "trials": n,
+            "wall_s": round(run.wall, 2),
+            "overhead_per_trial_s": round(overhead(run), 3),
+            **phases(run, spawned),
+        }
+        for label, n, run, spawned in runs
+    ]
+    marks = {f"{label} {n}": node_marks(run) for label, n, run, _ in runs if label.startswith("cluster")}
+    return rows, marks
+
+
 def main(argv: Sequence[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks cluster")
-    ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--trials", default="8,32", help="run sizes, comma-separated (default 8,32)")
+    ap.add_argument("--rounds", type=int, default=2, help="local/cluster pairs per run size (default 2)")
     args = ap.parse_args(argv)
+    sizes = sorted({int(n) for n in args.trials.split(",")})
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from support.cluster import start_engine_and_cluster, stop_engine
 
@@ -103,51 +169,38 @@ def main(argv: Sequence[str]) -> None:
     try:
         try:
             with tempfile.TemporaryDirectory(prefix="forge-bench-cluster-") as tmp:
-                cfg, on = bs.config_path(), ["--cluster", cluster.address]
-                runs: list[tuple[str, bs.ForgeRun, float]] = []
-                runs.append(("cluster cold", *timed(cfg, args.trials, Path(tmp) / "cold", on)))
-                for i in range(args.rounds):
-                    local = timed(cfg, args.trials, Path(tmp) / f"local{i}", workers=CONCURRENCY)
-                    runs.append((f"local --workers {CONCURRENCY}", *local))
-                    runs.append(("cluster warm", *timed(cfg, args.trials, Path(tmp) / f"warm{i}", on)))
-                rows: list[dict[str, Any]] = []
-                for label, run, spawned in runs:
-                    row = {
-                        "run": label,
-                        "wall_s": round(run.wall, 2),
-                        "overhead_per_trial_s": round(overhead(run), 3),
-                    }
-                    rows.append({**row, **phases(run, spawned)})
-                lo = statistics.mean(r["overhead_per_trial_s"] for r in rows if r["run"].startswith("local"))
-                warm = statistics.mean(r["overhead_per_trial_s"] for r in rows if r["run"] == "cluster warm")
-                cold = rows[0]["overhead_per_trial_s"]
-                marks = {label: node_marks(run) for label, run, _ in runs if label.startswith("cluster")}
-                bs.report(
-                    NAME,
-                    rows,
-                    meta={
-                        "trials": args.trials,
-                        "rounds": args.rounds,
-                        "ratio": round(bs.ratio(warm, lo), 3),
-                        "ratio_cold": round(bs.ratio(cold, lo), 3),
-                        "target": TARGET,
-                        **load_start,
-                        "cluster_start_s": round(cluster_start, 1),
-                        "node_marks": marks,
-                    },
-                    notes=[
-                        f"overhead ratio cluster (warm slots) / local = {bs.ratio(warm, lo):.3f} "
-                        f"(target <= {TARGET})",
-                        f"first run on the fresh cluster (starts its slots): {bs.ratio(cold, lo):.3f}",
-                        f"hand-off steps per cluster trial, mean s: {marks}",
-                        f"second engine + cluster start (head, 2 nodes): {cluster_start:.1f} s",
-                        f"load average: {bs.loadavg()}",
-                    ],
-                )
+                rows, marks = measure(Path(tmp), cluster.address, sizes, args.rounds)
         finally:
             cluster.stop()
     finally:
         stop_engine(second)
+    result = summarize(rows, sizes)
+    fixed, marginal = result["fixed_s_per_run"], result["marginal_s_per_trial"]
+    bs.report(
+        NAME,
+        rows,
+        meta={
+            "trials": sizes,
+            "rounds": args.rounds,
+            **result,
+            "target": TARGET,
+            **load_start,
+            "cluster_start_s": round(cluster_start, 1),
+            "node_marks": marks,
+        },
+        notes=[
+            *(
+                f"overhead ratio cluster (warm slots) / local, {n}-trial runs: {r:.3f} (target <= {TARGET})"
+                for n, r in result["ratio_by_trials"].items()
+            ),
+            f"overhead, slot-seconds = fixed per run + marginal per trial: local {fixed['local']:.1f} + "
+            f"{marginal['local']:.2f} x N, cluster {fixed['cluster']:.1f} + {marginal['cluster']:.2f} x N",
+            f"first run on the fresh cluster (starts its slots): {result['ratio_cold']:.3f}",
+            f"hand-off steps per cluster trial, mean s: {marks}",
+            f"second engine + cluster start (head, 2 nodes): {cluster_start:.1f} s",
+            f"load average: {bs.loadavg()}",
+        ],
+    )
 
 
 if __name__ == "__main__":
