@@ -18,6 +18,7 @@ Everything started here is stopped here, by pid, even when a test fails; the mai
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -37,6 +38,9 @@ POOL = f"base={SUBNET},size=24"
 FORWARD_RULE = ["DOCKER-USER", "-s", SUBNET, "-d", SUBNET, "-j", "ACCEPT"]
 # The second engine's default bridge: made here, because dockerd creates only docker0 itself.
 BRIDGE, BRIDGE_ADDR = "forge-br2", "10.212.255.1/24"
+# The bridge, the pool and the FORWARD rule are the machine's: one second engine at a time holds this lock
+# (the kernel drops it with its process, so a killed session's leftovers are then safe to remove).
+LOCK = Path("/var/tmp/forge-second-engine.lock")
 
 
 def wait_for(
@@ -116,6 +120,7 @@ class Engine:
     proc: subprocess.Popen[bytes] | None = None
     forward_rule: bool = False  # FORWARD_RULE inserted for this engine
     bridge: bool = False  # BRIDGE created for this engine
+    lock: int | None = None  # LOCK's descriptor while this engine holds it
 
     def docker(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         env = {**os.environ, "DOCKER_HOST": self.host}
@@ -149,6 +154,7 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
     d = eng.dir
     log = d / "dockerd.log"
     try:
+        eng.lock = _lock(LOCK)
         _iptables("-I", *FORWARD_RULE)
         eng.forward_rule = True
         _ip("link", "del", BRIDGE, check=False)  # a killed run's
@@ -174,6 +180,29 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
         stop_engine(eng)
         raise
     return eng
+
+
+def _lock(path: Path, timeout: float = START_TIMEOUT) -> int:
+    """``path`` locked for this process: waits for another session's second engine to stop, then fails
+    naming it rather than sharing the bridge (each would remove the other's)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise AssertionError(
+                    f"another session's second engine (pid {holder}) still holds {path} after "
+                    f"{timeout:.0f}s; one cluster test session per machine"
+                ) from None
+            time.sleep(0.5)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
 
 
 def _host(*argv: str, check: bool = True) -> None:
@@ -206,6 +235,9 @@ def stop_engine(eng: Engine) -> None:
     if eng.dir is not None and eng.dir.exists():
         _unmount_below(eng.dir)
         shutil.rmtree(eng.dir)
+    if eng.lock is not None:  # last: the next session may now take the bridge and the pool
+        os.close(eng.lock)
+        eng.lock = None
 
 
 def _unmount_below(d: Path) -> None:
