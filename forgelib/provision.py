@@ -290,9 +290,11 @@ class _Provisioning:
         prepared: tuple[PreparedSeed, ...] = ()
         bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
         built: Mapping[str, str] = {}
+        # The override is written once, in the last of these phases: with goldens, after the plan says
+        # which services start from one (each on its golden's image, without the image's VOLUMEs).
         with self._phase("compose_config", "compose_config"):
             config = compose.config()
-            if not build_services(config):
+            if not build_services(config) and goldens is None:
                 compose, services, declared, loopback = self._override(compose, config, bindings, {})
         if build_services(config):
             with self._phase("build", "build"):  # the run's first trial builds; the others wait, ~0 s
@@ -300,17 +302,15 @@ class _Provisioning:
                 built = self.cache.builds.images(
                     self.project.name, compose, config, self.labels, self.trial_dir, timeout
                 )
-                compose, services, declared, loopback = self._override(compose, config, bindings, built)
-        self._compose = compose
+                if goldens is None:
+                    compose, services, declared, loopback = self._override(compose, config, bindings, built)
         plans: dict[str, Plan] = {}
         if goldens is not None:
             with self._phase("golden_plan", "compose_config"):
-                plans = goldens.plan(bindings, services, locks)
-                restored = goldens.images(plans)
-                if restored:  # the override again, each restored service on its golden (image, VOLUMEs)
-                    over = self._override(compose, config, bindings, {**built, **restored})
-                    compose, services, declared, loopback = over
-                    self._compose = compose
+                plans = goldens.plan(bindings, _imaged(config, built), locks)
+                over = self._override(compose, config, bindings, {**built, **goldens.images(plans)})
+                compose, services, declared, loopback = over
+        self._compose = compose
         absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
@@ -375,7 +375,7 @@ class _Provisioning:
     ) -> tuple[ComposeProject, dict[str, Any], dict[str, tuple[str, ...]], dict[str, list[int]]]:
         """Write this trial's override; the compose project with it, the services (built ones naming the
         run's image), their images' declared VOLUMEs and the ports published for direct connections."""
-        services = {n: {**s, "image": built.get(n, s.get("image"))} for n, s in config["services"].items()}
+        services = _imaged(config, built)
         images = [str(s.get("image", "")) for s in services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         loopback = _loopback(bindings, config)
@@ -467,6 +467,12 @@ class _Provisioning:
 
 
 FAILURE_FILE = "provision-error.txt"
+
+
+def _imaged(config: Mapping[str, Any], built: Mapping[str, str]) -> dict[str, Any]:
+    """The resolved config's services, each naming the image it runs: ``built``'s (a built or golden
+    image) where it has one, else its own."""
+    return {n: {**s, "image": built.get(n, s.get("image"))} for n, s in config["services"].items()}
 
 
 def write_failure_detail(path: Path, error: BaseException) -> None:

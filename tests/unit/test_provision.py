@@ -684,3 +684,40 @@ def test_a_golden_failing_while_a_stop_is_requested_is_not_discarded(
     with pytest.raises(Interrupted):
         p.run()
     assert discarded == []
+
+
+def test_a_trial_restoring_a_golden_writes_its_override_once_on_the_golden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The override is written after the golden plan, once: the restored service on its golden's image
+    (by ID) without a volume at the image's VOLUME, the others as on a fresh trial; no recipe runs for it."""
+    from types import SimpleNamespace
+
+    from forgelib.snapshots.trial import Plan, TrialGoldens
+
+    s = pg_stack(tmp_path)
+    golden: Any = SimpleNamespace(id="sha256:golden")
+    planned: list[Mapping[str, Any]] = []
+
+    def plan(self: Any, bindings: Any, services: Mapping[str, Any], locks: Any) -> dict[str, Plan]:
+        planned.append(services)
+        return {"app-db": Plan("app-db", golden=golden)}
+
+    monkeypatch.setattr(TrialGoldens, "plan", plan)
+    monkeypatch.setattr(TrialGoldens, "verify", lambda self, plan, recipe, ctx: None)
+    writes: list[Path] = []
+    write = prov.write_override
+    monkeypatch.setattr(prov, "write_override", lambda path, doc: writes.append(path) or write(path, doc))
+    s.expect_config()
+    s.fake.expect("docker", "image", "inspect", "sha256:golden", stdout=json.dumps([{"Id": "sha256:golden"}]))
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
+    trial = s.provision(snapshots=True)
+    assert writes == [s.trial_dir / "compose.forge.yaml"]
+    assert planned[0]["app-db"]["image"] == "forgelib/postgres:15"  # planned on the config's image
+    override = load_override(writes[0].read_text())
+    assert override["services"]["app-db"]["image"] == "sha256:golden"
+    assert "volumes" not in override["services"]["app-db"]
+    assert "image" not in override["services"]["runner"]
+    assert not [c for c in s.fake.calls if "psql" in c.argv]
+    assert trial.compose.files[-1] == writes[0]
