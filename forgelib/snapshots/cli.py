@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from datetime import UTC, datetime, timedelta
@@ -166,13 +167,20 @@ def prune(
         if held is not None:
             out.append({**row, "action": "kept", "error": held})
             continue
-        err = store.remove(runner, g)
-        if err is None:
-            store.forget(g.key) if g.complete else None
-            out.append({**row, "action": "removed"})
-        else:
-            out.append({**row, "action": "kept" if "in use" in err else "failed", "error": err})
+        with contextlib.ExitStack() as hold:
+            if g.complete and not hold.enter_context(store.unclaimed(g.key)):
+                out.append({**row, "action": "kept", "error": CLAIMED})
+                continue
+            err = store.remove(runner, g)
+            if err is None:
+                store.forget(g.key) if g.complete else None
+                out.append({**row, "action": "removed"})
+            else:
+                out.append({**row, "action": "kept" if "in use" in err else "failed", "error": err})
     return out
+
+
+CLAIMED = "a trial on this host has chosen it and its containers do not exist yet"
 
 
 def _in_flight(g: store.Golden, facts: custody.HostFacts) -> str | None:

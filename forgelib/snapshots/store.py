@@ -18,7 +18,9 @@ absent. A capture cut short (Ctrl-C, SIGKILL, a full disk) leaves at most a buil
 worst an untagged built image; the labels come in the build's last step, so no half-built image looks like
 a golden. A golden discarded (or whose tag a newer capture of its key took) is untagged: lookups never see
 it, and the reaper removes it once its owner is gone and no container uses it. Docker refuses to remove an
-image a container still uses, so ``prune`` never pulls a golden from under a trial.
+image a container still uses, and from choosing a golden until its containers exist a trial claims it (the
+key's lock, shared: ``key_claim``), which ``prune`` respects, so ``prune`` never pulls a golden from under a
+trial of this host.
 
 Every golden carries ``io.forgelib.managed``, the capturing run and owner labels, and its key and key parts
 (``io.forgelib.golden.*``) — what ``forge snapshots ls`` shows. Two workers or processes needing the same
@@ -368,10 +370,48 @@ def key_lock(key: str, *, timeout: float, stopping: Callable[[], bool] = lambda:
         tlock.release()
 
 
-def _flock(f: IO[str], key: str, deadline: float, stopping: Callable[[], bool]) -> None:
-    while True:
+@contextlib.contextmanager
+def key_claim(key: str, *, timeout: float, stopping: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """A trial's claim on ``key``'s golden, from choosing it until its containers exist (then Docker itself
+    refuses to remove the image): the key's lock shared (``flock`` ``LOCK_SH``), so any number of trials
+    claim it at once and none while a capture holds the lock; ``prune`` leaves a claimed golden alone
+    (``unclaimed``). Raises like ``key_lock``."""
+    deadline = time.monotonic() + timeout
+    path = state_dir() / f"{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        _flock(f, key, deadline, stopping, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def unclaimed(key: str) -> Iterator[bool]:
+    """For ``prune``: the key's lock, at once, when no process of this host holds or claims it (True), else
+    False: a trial has chosen the golden and its containers do not exist yet, or a capture runs. Held
+    while the golden is removed and its state forgotten. Processes the lock does not reach are not seen."""
+    path = state_dir() / f"{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _flock(
+    f: IO[str], key: str, deadline: float, stopping: Callable[[], bool], mode: int = fcntl.LOCK_EX
+) -> None:
+    while True:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             _check_wait(key, deadline, stopping)

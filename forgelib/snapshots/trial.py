@@ -80,8 +80,9 @@ class TrialGoldens:
         self, bindings: Sequence[Binding], services: Mapping[str, Any], locks: contextlib.ExitStack
     ) -> dict[str, Plan]:
         """A plan per reset service of a kind with goldens: restore when a complete golden of its key
-        exists; otherwise take the key's lock (waiting while another trial captures it), look again, and
-        capture after seeding if it is still missing."""
+        exists, claiming it (``store.key_claim``, held in ``locks``: until the trial's containers exist,
+        ``prune`` leaves it alone); otherwise take the key's lock (waiting while another trial captures
+        it), look again, and capture after seeding if it is still missing."""
         plans: dict[str, Plan] = {}
         wanted = [b for b in bindings if b.recipe.SUPPORTS_GOLDEN and b.service not in self.disabled]
         images = self._image_ids([str((services.get(b.service) or {}).get("image") or "") for b in wanted])
@@ -101,20 +102,36 @@ class TrialGoldens:
                 service_config=cfg,
             )
             p = Plan(b.service, key)
-            p.golden = store.find(self.runner, key, self.timeouts.command)
-            if p.golden is None and key.digest not in capturing:
+            plans[b.service] = p
+            if key.digest in capturing:  # this trial holds the key's lock: another service captures it
+                continue
+            p.golden = self._claimed(p, locks)
+            if p.golden is None:
                 p.lock.enter_context(
                     store.key_lock(key.digest, timeout=self._lock_timeout(), stopping=self.stopping)
                 )
                 locks.callback(p.release)
-                p.golden = store.find(self.runner, key, self.timeouts.command)  # taken while we waited?
-                if p.golden is None:
+                if store.find(self.runner, key, self.timeouts.command) is None:  # taken while we waited?
                     p.capture = True
                     capturing.add(key.digest)
                 else:
                     p.release()
-            plans[b.service] = p
+                    p.golden = self._claimed(p, locks)
         return plans
+
+    def _claimed(self, p: Plan, locks: contextlib.ExitStack) -> store.Golden | None:
+        """``p``'s complete golden, claimed for this trial until ``locks`` closes; None when there is none."""
+        assert p.key is not None
+        claim = contextlib.ExitStack()
+        timeout = self._lock_timeout()
+        claim.enter_context(store.key_claim(p.key.digest, timeout=timeout, stopping=self.stopping))
+        golden = store.find(self.runner, p.key, self.timeouts.command)
+        if golden is None:
+            claim.close()
+            return None
+        p.lock.enter_context(claim)
+        locks.callback(p.release)
+        return golden
 
     def _lock_timeout(self) -> float:
         # The holder seeds and captures one service: bounded by its own up, recipe and build timeouts.

@@ -280,6 +280,37 @@ def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
     assert not [g for g in _goldens(runner, name) if g.complete]  # discarded: no trial restores it again
 
 
+def test_prune_all_leaves_a_golden_a_trial_has_chosen_until_its_containers_exist(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`forge snapshots prune --all` (another process) right after a trial chose its golden, before its
+    containers exist (Docker would refuse then): the golden stays and the trial restores it; once the
+    trial is over, the same prune removes it."""
+    from forgelib.snapshots.trial import TrialGoldens
+
+    project = _project(tmp_path / "p", name)
+    first, _ = _trial(project, run_id, tmp_path, runner, 0)
+    assert first["outcome"] == "captured"
+    pruned: list[dict[str, Any]] = []
+    plan = TrialGoldens.plan
+
+    def plan_then_prune(self: TrialGoldens, *args: Any) -> Any:
+        plans = plan(self, *args)
+        out = _forge("snapshots", "prune", "--all", "--project", name, "--json").stdout
+        pruned.extend(json.loads(out))
+        return plans
+
+    monkeypatch.setattr(TrialGoldens, "plan", plan_then_prune)
+    rec, row = _trial(project, run_id, tmp_path, runner, 1)
+    assert (rec, row) == ({"outcome": "restored", "golden": first["golden"]}, "baseline")
+    assert [(r["action"], r["why"]) for r in pruned] == [("kept", "--all")], pruned
+    assert "chosen it" in pruned[0]["error"]
+    monkeypatch.undo()
+    removed = json.loads(_forge("snapshots", "prune", "--all", "--project", name, "--json").stdout)
+    assert [r["action"] for r in removed] == ["removed"], removed
+    assert not _goldens(runner, name)
+
+
 def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_once(
     tmp_path: Path, runner: SubprocessRunner, name: str
 ) -> None:

@@ -152,6 +152,23 @@ def test_the_key_lock_lets_one_holder_in_and_gives_up_when_stopping(
     assert order == ["first in", "first out", "second in"]
 
 
+def test_a_claimed_key_is_shared_by_trials_and_refused_to_prune_and_capture() -> None:
+    """Trials claim a golden together; while any claim holds, ``prune`` cannot have the key (at once,
+    never waiting) and a capture waits (here: gives up on a stop); once the claims go, prune has it."""
+    with store.key_claim("k2", timeout=30), store.key_claim("k2", timeout=30):
+        with store.unclaimed("k2") as free:
+            assert free is False
+        with (
+            pytest.raises(Interrupted, match="stopped while waiting"),
+            store.key_lock("k2", timeout=30, stopping=lambda: True),
+        ):
+            pass
+    with store.unclaimed("k2") as free:
+        assert free is True
+        with pytest.raises(Interrupted), store.key_claim("k2", timeout=30, stopping=lambda: True):
+            pass  # prune holds it: a trial waits for it to finish (here: a stop)
+
+
 # ---------------------------------------------------------------------- sql_dump: the dump format preflight
 
 
