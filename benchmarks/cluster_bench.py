@@ -5,8 +5,8 @@ Overhead per trial = (wall x concurrency - Σ trial wall_seconds) / trials: slot
 trial (start-up, scheduling, shipping the project and the files, relaying events, each trial's teardown,
 which follows its ``wall_seconds``, waiting for the last trial). Part of it is fixed per run (start-up, exit,
 the last wave's tail) and part grows with each trial (teardowns, hand-offs), so the ratio depends on the
-run's size: it is measured at each size of ``--trials`` (default 8 and 32), and the smallest and largest
-split each mode's overhead into seconds per run + seconds per trial.
+run's size: it is measured at each size of ``--trials`` (default 8 and 32), with each mode's start-up + exit
+(seconds once per run) and idle slot time per trial beside it.
 
 The cluster is the tests' own: a loopback Ray head and two worker nodes, one on this machine's engine and
 one on a second dockerd (tests/support/cluster.py), 2 slots each; the local run uses ``--workers 4``. The
@@ -93,37 +93,38 @@ def timed(
     return run, spawned
 
 
-def split(totals: dict[int, float]) -> tuple[float, float]:
-    """(fixed seconds per run, marginal seconds per trial) of one mode's overhead, from its total overhead
-    (slot-seconds outside any trial, per run) at the smallest and the largest run size:
-    total(N) = fixed + N x marginal."""
-    (n1, t1), (n2, t2) = min(totals.items()), max(totals.items())
-    marginal = (t2 - t1) / (n2 - n1) if n2 != n1 else t1 / n1
-    return t1 - n1 * marginal, marginal
-
-
 def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
-    """The ratio cluster (warm) / local at each run size, and each mode's fixed and marginal overhead."""
+    """The ratio cluster (warm) / local at each run size, and where each mode's overhead goes: start-up +
+    exit (``pre`` + ``post``, seconds once per run, on every slot) and slot time idle per trial."""
 
-    def mean(mode: str, n: int) -> float:
+    def mean(mode: str, key: str, n: int | None = None) -> float:
         return float(
             statistics.mean(
-                r["overhead_per_trial_s"] for r in rows if r["run"].startswith(mode) and r["trials"] == n
+                r[key] if key != "start_exit" else r["pre_s"] + r["post_s"]
+                for r in rows
+                if r["run"].startswith(mode) and n in (None, r["trials"])
             )
         )
 
-    fixed: dict[str, float] = {}
-    marginal: dict[str, float] = {}
-    for mode in ("local", "cluster warm"):
-        f, m = split({n: mean(mode, n) * n for n in sizes})
-        fixed[mode.split()[0]], marginal[mode.split()[0]] = round(f, 2), round(m, 3)
-    by_size = {n: round(bs.ratio(mean("cluster warm", n), mean("local", n)), 3) for n in sizes}
+    per_trial = "overhead_per_trial_s"
+    by_size = {
+        n: round(bs.ratio(mean("cluster warm", per_trial, n), mean("local", per_trial, n)), 3) for n in sizes
+    }
+    cold = rows[0]
     return {
         "ratio_by_trials": by_size,
         "ratio": by_size[max(sizes)],
-        "ratio_cold": round(bs.ratio(rows[0]["overhead_per_trial_s"], mean("local", rows[0]["trials"])), 3),
-        "fixed_s_per_run": fixed,
-        "marginal_s_per_trial": marginal,
+        "ratio_cold": round(bs.ratio(cold[per_trial], mean("local", per_trial, cold["trials"])), 3),
+        "start_exit_s": {
+            mode.split()[0]: round(mean(mode, "start_exit"), 2) for mode in ("local", "cluster warm")
+        },
+        "idle_per_trial_s": {
+            n: {
+                mode.split()[0]: round(mean(mode, "idle_per_trial_s", n), 2)
+                for mode in ("local", "cluster warm")
+            }
+            for n in sizes
+        },
     }
 
 
@@ -175,7 +176,7 @@ def main(argv: Sequence[str]) -> None:
     finally:
         stop_engine(second)
     result = summarize(rows, sizes)
-    fixed, marginal = result["fixed_s_per_run"], result["marginal_s_per_trial"]
+    start, idle = result["start_exit_s"], result["idle_per_trial_s"]
     bs.report(
         NAME,
         rows,
@@ -193,8 +194,11 @@ def main(argv: Sequence[str]) -> None:
                 f"overhead ratio cluster (warm slots) / local, {n}-trial runs: {r:.3f} (target <= {TARGET})"
                 for n, r in result["ratio_by_trials"].items()
             ),
-            f"overhead, slot-seconds = fixed per run + marginal per trial: local {fixed['local']:.1f} + "
-            f"{marginal['local']:.2f} x N, cluster {fixed['cluster']:.1f} + {marginal['cluster']:.2f} x N",
+            f"start-up + exit per run (on each of the {CONCURRENCY} slots): local {start['local']:.2f} s, "
+            f"cluster {start['cluster']:.2f} s; slot time idle per trial (teardowns, the last wave): "
+            + ", ".join(
+                f"{n} trials local {i['local']:.2f} s, cluster {i['cluster']:.2f} s" for n, i in idle.items()
+            ),
             f"first run on the fresh cluster (starts its slots): {result['ratio_cold']:.3f}",
             f"hand-off steps per cluster trial, mean s: {marks}",
             f"second engine + cluster start (head, 2 nodes): {cluster_start:.1f} s",

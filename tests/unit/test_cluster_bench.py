@@ -1,5 +1,5 @@
-"""The cluster benchmark's arithmetic: a mode's overhead split into a fixed part per run and a marginal part
-per trial, and the ratio per run size."""
+"""The cluster benchmark's summary: the ratio per run size, and each mode's start-up + exit and idle slot
+time per trial beside it."""
 
 from __future__ import annotations
 
@@ -8,38 +8,40 @@ import pytest
 from benchmarks import cluster_bench as cb
 
 
-def test_split_recovers_fixed_and_marginal_from_two_run_sizes() -> None:
-    # total(N) = 16 s per run + 1.5 s per trial
-    fixed, marginal = cb.split({8: 16 + 8 * 1.5, 32: 16 + 32 * 1.5})
-    assert fixed == pytest.approx(16.0)
-    assert marginal == pytest.approx(1.5)
+def _row(run: str, trials: int, per_trial: float, pre: float = 0.5, idle: float = 1.5) -> dict[str, object]:
+    return {"run": run, "trials": trials, "overhead_per_trial_s": per_trial, "pre_s": pre,
+            "idle_per_trial_s": idle, "post_s": 0.05}  # fmt: skip
 
 
-def test_split_uses_the_extreme_sizes() -> None:
-    fixed, marginal = cb.split({32: 4 + 32 * 2.0, 8: 4 + 8 * 2.0, 16: 999.0})
-    assert (fixed, marginal) == (pytest.approx(4.0), pytest.approx(2.0))
-
-
-def test_split_with_one_size_charges_everything_per_trial() -> None:
-    assert cb.split({8: 20.0}) == (pytest.approx(0.0), pytest.approx(2.5))
-
-
-def _row(run: str, trials: int, per_trial: float) -> dict[str, object]:
-    return {"run": run, "trials": trials, "overhead_per_trial_s": per_trial}
-
-
-def test_summarize_ratio_per_size_and_fixed_cost_of_each_mode() -> None:
-    # local: 2 s fixed (4 slots x 0.5 s start-up) + 1.5 s per trial; cluster: 6 s fixed + 1.5 s per trial,
-    # so the ratio falls from 1.29 at 8 trials to 1.08 at 32, and only the fixed part differs.
-    local = {n: (2 + 1.5 * n) / n for n in (8, 32)}
-    warm = {n: (6 + 1.5 * n) / n for n in (8, 32)}
-    rows = [_row("cluster cold", 8, 3.0)]
+def test_ratio_per_size_start_up_and_idle_of_each_mode() -> None:
+    # 4 slots: the cluster's extra 1 s of start-up costs 4 slot-seconds per run, 0.5 s a trial at 8 trials
+    # and 0.125 s at 32, over the same 1.5 s of idle slot time per trial.
+    rows = [_row("cluster cold", 8, 3.0, pre=1.5, idle=2.5)]
     for n in (8, 32):
-        rows += [_row("local --workers 4", n, local[n] + 0.1), _row("cluster warm", n, warm[n]),
-                 _row("local --workers 4", n, local[n] - 0.1), _row("cluster warm", n, warm[n])]  # fmt: skip
+        local, warm = 1.5 + 4 * 0.55 / n, 1.5 + 4 * 1.55 / n
+        rows += [
+            _row("local --workers 4", n, local + 0.1, pre=0.4),
+            _row("cluster warm", n, warm, pre=1.4),
+            _row("local --workers 4", n, local - 0.1, pre=0.6),
+            _row("cluster warm", n, warm, pre=1.6),
+        ]
     got = cb.summarize(rows, [8, 32])
-    assert got["ratio_by_trials"] == {8: pytest.approx(1.286, abs=1e-3), 32: pytest.approx(1.08, abs=1e-3)}
+    assert got["ratio_by_trials"] == {
+        8: pytest.approx((1.5 + 0.775) / (1.5 + 0.275), abs=1e-3),
+        32: pytest.approx((1.5 + 0.19375) / (1.5 + 0.06875), abs=1e-3),
+    }
     assert got["ratio"] == got["ratio_by_trials"][32]
-    assert got["fixed_s_per_run"] == {"local": pytest.approx(2.0), "cluster": pytest.approx(6.0)}
-    assert got["marginal_s_per_trial"] == {"local": pytest.approx(1.5), "cluster": pytest.approx(1.5)}
-    assert got["ratio_cold"] == pytest.approx(3.0 / local[8], abs=1e-3)
+    assert got["start_exit_s"] == {"local": pytest.approx(0.55), "cluster": pytest.approx(1.55)}
+    assert got["idle_per_trial_s"] == {8: {"local": 1.5, "cluster": 1.5}, 32: {"local": 1.5, "cluster": 1.5}}
+    assert got["ratio_cold"] == pytest.approx(3.0 / (1.5 + 0.275), abs=1e-3)
+
+
+def test_cold_run_is_not_averaged_with_the_warm_ones() -> None:
+    rows = [
+        _row("cluster cold", 8, 9.0, pre=5.0),
+        _row("local --workers 4", 8, 2.0),
+        _row("cluster warm", 8, 2.2),
+    ]
+    got = cb.summarize(rows, [8])
+    assert got["ratio"] == pytest.approx(1.1)
+    assert got["start_exit_s"]["cluster"] == pytest.approx(0.55)
