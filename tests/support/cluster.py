@@ -18,10 +18,12 @@ Everything started here is stopped here, by pid, even when a test fails; the mai
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -38,9 +40,10 @@ POOL = f"base={SUBNET},size=24"
 FORWARD_RULE = ["DOCKER-USER", "-s", SUBNET, "-d", SUBNET, "-j", "ACCEPT"]
 # The second engine's default bridge: made here, because dockerd creates only docker0 itself.
 BRIDGE, BRIDGE_ADDR = "forge-br2", "10.212.255.1/24"
-# The bridge, the pool and the FORWARD rule are the machine's: one second engine at a time holds this lock
-# (the kernel drops it with its process, so a killed session's leftovers are then safe to remove).
-LOCK = Path("/var/tmp/forge-second-engine.lock")
+# The bridge, the pool and the FORWARD rule are the machine's: one second engine at a time holds this lock,
+# a listening abstract Unix socket (no file to leave behind; the kernel frees the name with its process, so
+# a killed session's leftovers are then safe to remove).
+LOCK = "forge-second-engine"
 
 
 def wait_for(
@@ -120,7 +123,7 @@ class Engine:
     proc: subprocess.Popen[bytes] | None = None
     forward_rule: bool = False  # FORWARD_RULE inserted for this engine
     bridge: bool = False  # BRIDGE created for this engine
-    lock: int | None = None  # LOCK's descriptor while this engine holds it
+    lock: socket.socket | None = None  # LOCK, while this engine holds it
 
     def docker(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         env = {**os.environ, "DOCKER_HOST": self.host}
@@ -182,27 +185,35 @@ def start_engine(images: list[str], eng: Engine | None = None) -> Engine:
     return eng
 
 
-def _lock(path: Path, timeout: float = START_TIMEOUT) -> int:
-    """``path`` locked for this process: waits for another session's second engine to stop, then fails
-    naming it rather than sharing the bridge (each would remove the other's)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _lock(name: str, timeout: float = START_TIMEOUT) -> socket.socket:
+    """The machine-wide lock ``name`` for this process: waits for another session's second engine to stop,
+    then fails naming it rather than sharing the bridge (each would remove the other's)."""
     deadline = time.monotonic() + timeout
     while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            sock.bind("\0" + name)
+        except OSError as e:
+            sock.close()
+            if e.errno != errno.EADDRINUSE:
+                raise
             if time.monotonic() > deadline:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                os.close(fd)
                 raise AssertionError(
-                    f"another session's second engine (pid {holder}) still holds {path} after "
-                    f"{timeout:.0f}s; one cluster test session per machine"
+                    f"another session's second engine (pid {_holder(name)}) still holds the lock {name!r} "
+                    f"after {timeout:.0f}s; one cluster test session per machine"
                 ) from None
             time.sleep(0.5)
             continue
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        return fd
+        sock.listen(1)  # so that a waiting session can ask who holds it (SO_PEERCRED)
+        return sock
+
+
+def _holder(name: str) -> str:
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("\0" + name)
+        pid, _, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        return str(pid)
+    return "?"
 
 
 def _host(*argv: str, check: bool = True) -> None:
@@ -236,7 +247,7 @@ def stop_engine(eng: Engine) -> None:
         _unmount_below(eng.dir)
         shutil.rmtree(eng.dir)
     if eng.lock is not None:  # last: the next session may now take the bridge and the pool
-        os.close(eng.lock)
+        eng.lock.close()
         eng.lock = None
 
 
