@@ -280,24 +280,33 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
     assert set(json.loads((tmp_path / "local.out").read_text())) == set(summary)
 
 
-def test_ctrl_c_tears_down_every_stack_on_every_node(
-    cluster: RayCluster, engines: list[Engine], tmp_path: Path
-) -> None:
-    cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
+@contextlib.contextmanager
+def _driver_with_stacks_on_both(
+    cluster: RayCluster, engines: list[Engine], cfg: Path, tmp_path: Path, log_name: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``forge run --cluster`` driver (output in ``tmp_path/log_name``), handed over once a stack is up
+    on each engine (both nodes have live trials); killed afterwards if it is still running."""
     watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
-    with open(tmp_path / "driver.log", "wb") as log:
+    with open(tmp_path / log_name, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        # Interrupt once a stack is up on each engine (both nodes have live trials).
         wait_for("stacks on both engines", lambda: all(w.labels() for w in watches), proc, timeout=300)
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=RUN_TIMEOUT)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
         for w in watches:
             w.stop()
+
+
+def test_ctrl_c_tears_down_every_stack_on_every_node(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log") as proc:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
     out = (tmp_path / "driver.log").read_text()
     assert rc == 130, out
     run_dir = _run_dir(tmp_path)
@@ -313,19 +322,9 @@ def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
     # The killed driver's trials still run on their slots (a slot stops them only after 60 s without
     # their driver); a --resume within that time must not take them over as its own, nor run them twice.
     cfg = _config(tmp_path, repeats=4)  # a trial on every slot: the resumed ones queue behind the old ones
-    watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
-    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
-    with open(tmp_path / "killed.log", "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for("stacks on both engines", lambda: all(w.labels() for w in watches), proc, timeout=300)
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "killed.log") as proc:
         proc.kill()
         proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for w in watches:
-            w.stop()
     run_dir = _run_dir(tmp_path)
     rid = run_dir.name
     r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--resume", rid, "--cluster", cluster.address,

@@ -9,6 +9,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,19 @@ def ctrl_c_raises() -> Iterator[None]:
     signal.signal(signal.SIGINT, old)
 
 
+@dataclass
+class _SignalsTeardown(FakeBackend):
+    """A fake backend that sets ``done`` once it has torn a stack down: an oracle stuck "running" waits
+    for it, as a real exec runs on until the main thread's stop removes its stack."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def teardown(self, trial: Any, *, graceful: bool = True) -> float:
+        seconds = super().teardown(trial, graceful=graceful)
+        self.done.set()
+        return seconds
+
+
 def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
     tmp_path: Path, fake_backend: Any, ctrl_c_raises: None
 ) -> None:
@@ -188,13 +202,7 @@ def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
             assert torn_down.wait(60), "the main thread never tore the stack down"
         return good_answer(service, argv, kw)
 
-    class Backend(FakeBackend):
-        def teardown(self, trial: Any, *, graceful: bool = True) -> float:
-            seconds = super().teardown(trial, graceful=graceful)
-            torn_down.set()
-            return seconds
-
-    backend = Backend(answer)
+    backend = _SignalsTeardown(answer, done=torn_down)
     p = plan(tmp_path, tasks, repeats=3)
     with pytest.raises(KeyboardInterrupt):
         run_project(p, backend, lambda line: None)
@@ -528,14 +536,9 @@ def test_an_exec_the_stop_killed_leaves_an_interrupted_trial_with_no_failure_on_
             raise Interrupted("stop requested (SIGINT): `exec` was stopped")
         return good_answer(service, argv, kw)
 
-    class Backend(FakeBackend):
-        def teardown(self, trial: Any, *, graceful: bool = True) -> float:
-            seconds = super().teardown(trial, graceful=graceful)
-            torn_down.set()
-            return seconds
-
+    run_plan = plan(tmp_path, [widget_task("a")], repeats=1)
     with pytest.raises(KeyboardInterrupt):
-        run_project(plan(tmp_path, [widget_task("a")], repeats=1), Backend(answer), lambda line: None)
+        run_project(run_plan, _SignalsTeardown(answer, done=torn_down), lambda line: None)
     (run_dir,) = (tmp_path / "runs").iterdir()
     state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
     assert state.interrupted and state.trials[("a", 0)].status == "interrupted"
