@@ -97,16 +97,17 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
     """The ratio cluster (warm) / local at each run size, and where each mode's overhead goes: start-up +
     exit (``pre`` + ``post``, seconds once per run, on every slot) and slot time idle per trial."""
 
-    def mean(mode: str, key: str, n: int | None = None) -> float:
+    def mean(mode: str, keys: Sequence[str], n: int | None = None) -> float:
+        """Mean over ``mode``'s runs (of ``n`` trials, or all) of each run's ``keys`` summed."""
         return float(
             statistics.mean(
-                r[key] if key != "start_exit" else r["pre_s"] + r["post_s"]
+                sum(r[k] for k in keys)
                 for r in rows
                 if r["run"].startswith(mode) and n in (None, r["trials"])
             )
         )
 
-    per_trial = "overhead_per_trial_s"
+    per_trial = ("overhead_per_trial_s",)
     by_size = {
         n: round(bs.ratio(mean("cluster warm", per_trial, n), mean("local", per_trial, n)), 3) for n in sizes
     }
@@ -114,13 +115,13 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
     return {
         "ratio_by_trials": by_size,
         "ratio": by_size[max(sizes)],
-        "ratio_cold": round(bs.ratio(cold[per_trial], mean("local", per_trial, cold["trials"])), 3),
+        "ratio_cold": round(bs.ratio(cold[per_trial[0]], mean("local", per_trial, cold["trials"])), 3),
         "start_exit_s": {
-            mode.split()[0]: round(mean(mode, "start_exit"), 2) for mode in ("local", "cluster warm")
+            mode.split()[0]: round(mean(mode, ("pre_s", "post_s")), 2) for mode in ("local", "cluster warm")
         },
         "idle_per_trial_s": {
             n: {
-                mode.split()[0]: round(mean(mode, "idle_per_trial_s", n), 2)
+                mode.split()[0]: round(mean(mode, ("idle_per_trial_s",), n), 2)
                 for mode in ("local", "cluster warm")
             }
             for n in sizes
