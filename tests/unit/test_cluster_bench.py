@@ -33,6 +33,7 @@ def test_ratio_per_size_start_up_and_idle_of_each_mode() -> None:
     assert got["ratio"] == got["ratio_by_trials"][32]
     assert got["start_exit_s"] == {"local": pytest.approx(0.55), "cluster": pytest.approx(1.55)}
     assert got["idle_per_trial_s"] == {8: {"local": 1.5, "cluster": 1.5}, 32: {"local": 1.5, "cluster": 1.5}}
+    assert got["idle_ratio_by_trials"] == {8: 1.0, 32: 1.0}
     assert got["ratio_cold"] == pytest.approx(3.0 / (1.5 + 0.275), abs=1e-3)
 
 
@@ -45,3 +46,18 @@ def test_cold_run_is_not_averaged_with_the_warm_ones() -> None:
     got = cb.summarize(rows, [8])
     assert got["ratio"] == pytest.approx(1.1)
     assert got["start_exit_s"]["cluster"] == pytest.approx(0.55)
+
+
+def test_idle_ratio_is_the_per_trial_part_without_start_up() -> None:
+    # Same start-up in both modes, the cluster 10 % more idle slot time per trial: the idle ratio says 1.1
+    # whatever the run's size, while the all-in ratio also carries each run's start-up.
+    rows = [
+        _row("cluster cold", 8, 9.0),
+        _row("local --workers 4", 8, 2.0, idle=2.0),
+        _row("cluster warm", 8, 2.2, idle=2.2),
+        _row("local --workers 4", 32, 2.0, idle=1.0),
+        _row("cluster warm", 32, 2.5, idle=1.1),
+    ]
+    got = cb.summarize(rows, [8, 32])
+    assert got["idle_ratio_by_trials"] == {8: pytest.approx(1.1), 32: pytest.approx(1.1)}
+    assert got["ratio_by_trials"] == {8: pytest.approx(1.1), 32: pytest.approx(1.25)}
