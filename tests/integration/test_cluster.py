@@ -28,6 +28,7 @@ pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.
 from support.cluster import (  # noqa: E402 - after the importorskip
     Engine,
     RayCluster,
+    descendants,
     start_engine_and_cluster,
     stop_engine,
     wait_for,
@@ -128,6 +129,18 @@ def _files(run_dir: Path) -> set[str]:
                 parts[2] = "N"
             shape.add("/".join(parts))
     return shape
+
+
+def _slot_niceness(cluster: RayCluster) -> list[int]:
+    """The niceness of each slot process on the cluster's worker nodes (``ray::Slot``, by its title)."""
+    out = []
+    for node in cluster.workers:
+        for pid in descendants(node.proc.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::Slot"):
+                    # /proc/PID/stat after the command's ")": state, ppid, ... nice is the 17th field
+                    out.append(int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[16]))
+    return out
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
@@ -271,6 +284,10 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
     finished = [e for e in _events(run_dir) if e["kind"] == "trial_finished"]
     assert len(finished) == 8 and all(e.get("node") for e in finished)
     assert all(not _leftovers(e, rid) for e in engines)
+    # The slots (and so each trial's compose and docker calls, their children) run at the priority a local
+    # trial does, not at the niceness Ray gives its workers (15).
+    niceness = _slot_niceness(cluster)
+    assert len(niceness) == 4 and set(niceness) == {0}, niceness
 
     local_err = (tmp_path / "local.err").read_text()
     assert local_rc == 0, local_err
