@@ -96,6 +96,10 @@ def timed(
 def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
     """The ratio cluster (warm) / local at each run size, and where each mode's overhead goes: start-up +
     exit (``pre`` + ``post``, seconds once per run, on every slot) and slot time idle per trial."""
+    # Each run's mean trial seconds, from the overhead's own terms: Σ wall_seconds / trials.
+    rows = [
+        {**r, "trial_s": r["wall_s"] * CONCURRENCY / r["trials"] - r["overhead_per_trial_s"]} for r in rows
+    ]
 
     def mean(mode: str, keys: Sequence[str], n: int | None = None) -> float:
         """Mean over ``mode``'s runs (of ``n`` trials, or all) of each run's ``keys`` summed."""
@@ -107,19 +111,27 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
             )
         )
 
+    def ratios(keys: Sequence[str]) -> dict[int, float]:
+        """Cluster (warm) over local, of ``keys`` summed, at each run size."""
+        return {n: round(bs.ratio(mean("cluster warm", keys, n), mean("local", keys, n)), 3) for n in sizes}
+
     per_trial = ("overhead_per_trial_s",)
-    by_size = {
-        n: round(bs.ratio(mean("cluster warm", per_trial, n), mean("local", per_trial, n)), 3) for n in sizes
-    }
+    by_size = ratios(per_trial)
     # The part of the overhead that grows with the run (idle slot time per trial: teardowns, hand-offs)
     # apart from the part paid once per run (start-up + exit), which the all-in ratio spreads over its
     # trials: at 1,500 trials only the first matters.
-    idle = ("idle_per_trial_s",)
-    idle_by_size = {
-        n: round(bs.ratio(mean("cluster warm", idle, n), mean("local", idle, n)), 3) for n in sizes
+    idle_by_size = ratios(("idle_per_trial_s",))
+    # The trials themselves are outside the overhead: a node whose trial runs slower than a local one (as
+    # the slots did at Ray's worker niceness) shows here and in the wall, not in the ratios above.
+    trial_s = {
+        n: {mode.split()[0]: round(mean(mode, ("trial_s",), n), 2) for mode in ("local", "cluster warm")}
+        for n in sizes
     }
+    wall_by_size = ratios(("wall_s",))
     cold = rows[0]
     return {
+        "trial_s": trial_s,
+        "wall_ratio_by_trials": wall_by_size,
         "ratio_by_trials": by_size,
         "ratio": by_size[max(sizes)],
         "idle_ratio_by_trials": idle_by_size,
@@ -206,6 +218,11 @@ def main(argv: Sequence[str]) -> None:
             *(
                 f"per-trial part only (idle slot time per trial), cluster / local, {n}-trial runs: {r:.3f}"
                 for n, r in result["idle_ratio_by_trials"].items()
+            ),
+            *(
+                f"mean trial seconds, {n}-trial runs: local {t['local']:.2f}, cluster {t['cluster']:.2f}; "
+                f"wall cluster / local {result['wall_ratio_by_trials'][n]:.3f}"
+                for n, t in result["trial_s"].items()
             ),
             f"start-up + exit per run (on each of the {CONCURRENCY} slots): local {start['local']:.2f} s, "
             f"cluster {start['cluster']:.2f} s; slot time idle per trial (teardowns, the last wave): "

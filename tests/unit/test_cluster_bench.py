@@ -8,8 +8,10 @@ import pytest
 from benchmarks import cluster_bench as cb
 
 
-def _row(run: str, trials: int, per_trial: float, pre: float = 0.5, idle: float = 1.5) -> dict[str, object]:
-    return {"run": run, "trials": trials, "overhead_per_trial_s": per_trial, "pre_s": pre,
+def _row(
+    run: str, trials: int, per_trial: float, pre: float = 0.5, idle: float = 1.5, wall: float = 100.0
+) -> dict[str, object]:
+    return {"run": run, "trials": trials, "wall_s": wall, "overhead_per_trial_s": per_trial, "pre_s": pre,
             "idle_per_trial_s": idle, "post_s": 0.05}  # fmt: skip
 
 
@@ -61,3 +63,16 @@ def test_idle_ratio_is_the_per_trial_part_without_start_up() -> None:
     got = cb.summarize(rows, [8, 32])
     assert got["idle_ratio_by_trials"] == {8: pytest.approx(1.1), 32: pytest.approx(1.1)}
     assert got["ratio_by_trials"] == {8: pytest.approx(1.1), 32: pytest.approx(1.25)}
+
+
+def test_trials_that_run_slower_on_the_nodes_show_in_trial_seconds_and_wall_not_in_overhead() -> None:
+    # Same overhead per trial; the cluster's 8 trials take 12 s each against 10 s locally (4 slots).
+    rows = [
+        _row("cluster cold", 8, 3.0),
+        _row("local --workers 4", 8, 2.0, wall=(10 + 2.0) * 8 / 4),
+        _row("cluster warm", 8, 2.0, wall=(12 + 2.0) * 8 / 4),
+    ]
+    got = cb.summarize(rows, [8])
+    assert got["ratio"] == pytest.approx(1.0)
+    assert got["trial_s"] == {8: {"local": pytest.approx(10.0), "cluster": pytest.approx(12.0)}}
+    assert got["wall_ratio_by_trials"] == {8: pytest.approx(14 / 12, abs=1e-3)}
