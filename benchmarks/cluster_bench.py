@@ -11,8 +11,9 @@ run's size: it is measured at each size of ``--trials`` (default 8 and 32), with
 The cluster is the tests' own: a loopback Ray head and two worker nodes, one on this machine's engine and
 one on a second dockerd (tests/support/cluster.py), 2 slots each; the local run uses ``--workers 4``. The
 first cluster run on a fresh cluster starts its slot actors ("cold"); the runs after it reuse them ("warm",
-what a standing cluster serves). ``--rounds`` (default 2) local/warm pairs per size alternate so load drifts
-hit both; the ratio is warm over local, each averaged over its rounds.
+what a standing cluster serves). ``--rounds`` (default 2) local/warm pairs per size run in ABBA order (every
+other pair runs the cluster first) so a drift of the box's speed hits both; the ratio is warm over local,
+each averaged over its rounds.
 
 Where the overhead goes, per run: ``pre`` (spawn → ``run_started``: imports, joining the cluster or
 healing leftovers locally, shipping the project), ``idle`` (slot time inside the run not spent in a trial:
@@ -121,8 +122,8 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
     # apart from the part paid once per run (start-up + exit), which the all-in ratio spreads over its
     # trials: at 1,500 trials only the first matters.
     idle_by_size = ratios(("idle_per_trial_s",))
-    # The trials themselves are outside the overhead: a node whose trial runs slower than a local one (as
-    # the slots did at Ray's worker niceness) shows here and in the wall, not in the ratios above.
+    # The trials themselves are outside the overhead: a node whose trial runs slower than a local one shows
+    # here and in the wall, not in the ratios above.
     trial_s = {
         n: {mode.split()[0]: round(mean(mode, ("trial_s",), n), 2) for mode in ("local", "cluster warm")}
         for n in sizes
@@ -158,9 +159,15 @@ def measure(
     runs = [("cluster cold", sizes[0], *timed(cfg, sizes[0], tmp / "cold", on))]
     for n in sizes:
         for i in range(rounds):
-            local = timed(cfg, n, tmp / f"local{n}-{i}", workers=CONCURRENCY)
-            runs.append((f"local --workers {CONCURRENCY}", n, *local))
-            runs.append(("cluster warm", n, *timed(cfg, n, tmp / f"warm{n}-{i}", on)))
+            # ABBA: every other round runs the cluster first, so a drift of the box's speed over the run
+            # (150-trial runs here slowed 493 -> 580 -> 576 -> 653 s in L C L C order) does not always fall on
+            # the mode that runs second.
+            for mode in ("local", "cluster") if i % 2 == 0 else ("cluster", "local"):
+                if mode == "local":
+                    local = timed(cfg, n, tmp / f"local{n}-{i}", workers=CONCURRENCY)
+                    runs.append((f"local --workers {CONCURRENCY}", n, *local))
+                else:
+                    runs.append(("cluster warm", n, *timed(cfg, n, tmp / f"warm{n}-{i}", on)))
     rows: list[dict[str, Any]] = [
         {
             "run": label,

@@ -48,12 +48,13 @@ NAMESPACE = "forgelib"  # the slots' Ray namespace: every driver finds the same 
 TAKE_OVER_SECONDS = 180.0  # a resumed run waits this long for its killed driver's trials to come down
 SLOT_CONCURRENCY = 4  # a slot serves drain/stop calls (and queues other drivers' trials) while one runs
 # Ray renices every worker process to 15 (its worker_niceness, so the raylet and GCS stay responsive), and a
-# slot's trial would inherit it: compose, docker exec and the readiness polls, all of them children of the
-# slot, while the stack they drive (dockerd, containerd, the containers) runs at 0. On a busy 2-core node
-# that made each trial ~18 % slower than the same trial run locally (13.4 s against 11.3 s, 150-trial runs)
-# and its teardown slower too. At 0 a node's trial runs at the priority a local trial does. The variable is
-# the one Ray's own job supervisor actor sets for itself; no privilege is needed: the worker starts at the
-# raylet's niceness and only lowers its own priority when asked to.
+# slot's trial would inherit it: compose, docker exec and the readiness polls are children of the slot. A
+# local trial runs them at the user's niceness, 0, and a pack's timeouts are set on local runs; at 15 a
+# node's trial loses the CPU to every other process of that host at 0. So a slot asks for 0, as Ray's own job
+# supervisor actor does for itself (no privilege needed: a worker starts at the raylet's niceness and only
+# lowers its priority when asked). Parity, not speed: on the 2-core test box, saturated by forge's own
+# stacks, trial times were the same either way (32-trial runs in ABBA order: 14.5 s at 0, 14.1 s at 15,
+# with 12.4-15.8 s between runs of the same setting).
 SLOT_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 
