@@ -116,6 +116,12 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
         """Cluster (warm) over local, of ``keys`` summed, at each run size."""
         return {n: round(bs.ratio(mean("cluster warm", keys, n), mean("local", keys, n)), 3) for n in sizes}
 
+    def by_mode_and_size(key: str) -> dict[int, dict[str, float]]:
+        """Each mode's mean ``key`` at each run size: {n: {"local": ..., "cluster": ...}}."""
+        return {
+            n: {m.split()[0]: round(mean(m, (key,), n), 2) for m in ("local", "cluster warm")} for n in sizes
+        }
+
     per_trial = ("overhead_per_trial_s",)
     by_size = ratios(per_trial)
     # The part of the overhead that grows with the run (idle slot time per trial: teardowns, hand-offs)
@@ -124,10 +130,7 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
     idle_by_size = ratios(("idle_per_trial_s",))
     # The trials themselves are outside the overhead: a node whose trial runs slower than a local one shows
     # here and in the wall, not in the ratios above.
-    trial_s = {
-        n: {mode.split()[0]: round(mean(mode, ("trial_s",), n), 2) for mode in ("local", "cluster warm")}
-        for n in sizes
-    }
+    trial_s = by_mode_and_size("trial_s")
     wall_by_size = ratios(("wall_s",))
     cold = rows[0]
     return {
@@ -140,13 +143,7 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
         "start_exit_s": {
             mode.split()[0]: round(mean(mode, ("pre_s", "post_s")), 2) for mode in ("local", "cluster warm")
         },
-        "idle_per_trial_s": {
-            n: {
-                mode.split()[0]: round(mean(mode, ("idle_per_trial_s",), n), 2)
-                for mode in ("local", "cluster warm")
-            }
-            for n in sizes
-        },
+        "idle_per_trial_s": by_mode_and_size("idle_per_trial_s"),
     }
 
 
@@ -162,12 +159,12 @@ def measure(
             # ABBA: every other round runs the cluster first, so a drift of the box's speed over the run
             # (150-trial runs here slowed 493 -> 580 -> 576 -> 653 s in L C L C order) does not always fall on
             # the mode that runs second.
-            for mode in ("local", "cluster") if i % 2 == 0 else ("cluster", "local"):
-                if mode == "local":
-                    local = timed(cfg, n, tmp / f"local{n}-{i}", workers=CONCURRENCY)
-                    runs.append((f"local --workers {CONCURRENCY}", n, *local))
-                else:
-                    runs.append(("cluster warm", n, *timed(cfg, n, tmp / f"warm{n}-{i}", on)))
+            pair = [
+                (f"local --workers {CONCURRENCY}", f"local{n}-{i}", (), CONCURRENCY),
+                ("cluster warm", f"warm{n}-{i}", on, None),
+            ]
+            for label, workdir, extra, workers in pair if i % 2 == 0 else pair[::-1]:
+                runs.append((label, n, *timed(cfg, n, tmp / workdir, extra, workers)))
     rows: list[dict[str, Any]] = [
         {
             "run": label,

@@ -136,10 +136,9 @@ def _slot_niceness(cluster: RayCluster) -> list[int]:
     out = []
     for node in cluster.workers:
         for pid in descendants(node.proc.pid):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # (ProcessLookupError too: gone meanwhile)
                 if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::Slot"):
-                    # /proc/PID/stat after the command's ")": state, ppid, ... nice is the 17th field
-                    out.append(int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[16]))
+                    out.append(os.getpriority(os.PRIO_PROCESS, pid))
     return out
 
 
