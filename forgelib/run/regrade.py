@@ -176,9 +176,9 @@ def regrade_run(
 def _claim(folder: Path, when: datetime) -> tuple[str, Path]:
     """A regrade name no earlier regrade of this run has (the run's summary file, created exclusively)."""
     folder.mkdir(parents=True, exist_ok=True)
-    base = when.strftime("%Y%m%dT%H%M%SZ")
+    base = when.strftime("%Y%m%dT%H%M%S.%fZ")  # sorts in time order
     for n in range(1, 1000):
-        stamp = base if n == 1 else f"{base}.{n}"
+        stamp = base if n == 1 else f"{base}-{n}"  # the same microsecond: not in practice
         path = folder / f"{stamp}.json"
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
