@@ -12,6 +12,7 @@ from forgelib.cli import Number, guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
+from forgelib.run.regrade import main_grade
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
@@ -149,6 +150,19 @@ def report(c: Context, run_dir: str | None = None, output: str = "", open: bool 
 
 
 @task(
+    positional=["run_dir"],
+    help={
+        "run_dir": "a finished run's directory (the one `forge run` printed: OUTPUT/<run_id>)",
+        "project": "the project whose rubrics grade it (default: the one the run recorded)",
+        "json": "print the regrade record as JSON",
+    },
+)
+def grade(c: Context, run_dir: str | None = None, project: str = "", json: bool = False) -> None:
+    """Re-score a finished run under its rubrics as they are now, from its traces and recorded evidence."""
+    guarded(main_grade, run_dir=run_dir or "", project=project or None, as_json=json)
+
+
+@task(
     help={
         "dry_run": "only report what would be removed",
         "run": "only this run id",
@@ -192,4 +206,4 @@ def snapshots(
     )
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, reap, snapshots)
+ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots)

@@ -46,6 +46,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
+from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
@@ -428,10 +429,11 @@ class Executor:
         checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
         # Without a mutating check every read sees the same state: a file several checks read is read once.
         stack: Stack = handle.compose if mutates else ReadOnce(handle.compose)
+        trace = read_trace(t.dir / TRACE_FILE)  # the agent's tool calls, for trace checks
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
             def one(c: Check) -> CheckOutcome:
-                return evaluate(stack, c, handle.config, timeout=budget())
+                return evaluate(stack, c, handle.config, timeout=budget(), trace=trace)
 
             return list(checks_pool.map(one, checks))
 
