@@ -489,7 +489,10 @@ class Toolbox:
             client = self._redis.get(service)
             if client is None:
                 password = redis_dump.command_option(svc, "requirepass")
-                client = self._redis[service] = RedisParams(where[0], where[1], password).client()
+                client = RedisParams(where[0], where[1], password).client()
+                # Replies as redis sends them ("OK", not redis-py's True for SET): what redis-cli shows.
+                client.response_callbacks.clear()
+                self._redis[service] = client
         try:
             with self._lock:  # one connection (single_connection_client): one command on it at a time
                 reply = client.execute_command(*command)
