@@ -23,7 +23,7 @@ from support.stacks import IDLE, REDIS, make_project, provision
 from forgelib import labels as lab
 from forgelib.errors import ForgeError
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, ToolServer, read_trace
-from forgelib.mcp.network import TrialNetwork, stack_network_name
+from forgelib.mcp.network import TrialNetwork, stack_network_name, trial_network
 from forgelib.mcp.tools import BODY_LIMIT, Toolbox, ToolFailure
 from forgelib.mcp.trace import RESULT_LIMIT
 from forgelib.provision import ProvisionedTrial, teardown_trial
@@ -346,7 +346,7 @@ def _open_fds_to(path: Path) -> list[str]:
 def test_close_leaves_nothing_behind_even_on_ctrl_c(
     pack_stack: ProvisionedTrial, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    net = TrialNetwork.inspect(runner, str(stack_network_name(pack_stack.name, pack_stack.config)))
+    net = trial_network(runner, pack_stack.name, pack_stack.config)
     trace = tmp_path / "trace.jsonl"
     before = {t.name for t in threading.enumerate()}
     # Ctrl-C arrives while the agent is working: the `with` closes the server on the way out.
