@@ -17,7 +17,16 @@ import pytest
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
-from forgelib.mcp.tools import BODY_LIMIT, FILE_LIMIT, Toolbox, ToolFailure, service_kind, validate
+from forgelib.mcp.tools import (
+    BODY_LIMIT,
+    FILE_LIMIT,
+    LIST_LIMIT,
+    MAX_RESULT,
+    Toolbox,
+    ToolFailure,
+    service_kind,
+    validate,
+)
 from forgelib.mcp.trace import TraceWriter, truncate_utf8
 from forgelib.run.checks import ExecOptions
 from forgelib.runner import Result
@@ -200,6 +209,13 @@ def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as
         "wrote 2 bytes to /a b; rm -rf /"
     )
     assert stack.calls[-1] == ("runner", ("sh", "-c", 'cat > "$1"', "sh", "/a b; rm -rf /"), "é")
+
+
+def test_no_result_is_larger_than_the_limit() -> None:
+    huge = "\n".join("x" * 300 for _ in range(LIST_LIMIT))  # 10,000 entries of 300 bytes: 3 MB
+    box = Toolbox(ScriptedStack({"ls": _result(stdout=huge)}), CONFIG)
+    with pytest.raises(ToolFailure, match=f"the result is {len(huge)} bytes; at most {MAX_RESULT}"):
+        box.call("list_dir", {"service": "runner", "path": "/"})
 
 
 def test_a_toolbox_is_scoped_to_the_services_it_is_given() -> None:
