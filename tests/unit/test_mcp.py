@@ -14,7 +14,7 @@ from typing import Any, Unpack
 
 import pytest
 
-from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
 from forgelib.mcp.tools import (
@@ -181,6 +181,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         {
             "head": _result(1, stderr="head: cannot open '/nope' for reading: No such file or directory"),
             "sleep": CommandTimeout(["docker", "exec"], 0.5),
+            "stopped": Interrupted("interrupted"),  # Ctrl-C: the stop killed (or refused) the exec
         }
     )
     box = Toolbox(stack, CONFIG)
@@ -188,6 +189,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         ("read_file", {"service": "ghost", "path": "/x"}, "no service 'ghost' in this trial's stack"),
         ("read_file", {"service": "runner", "path": "/nope"}, "No such file or directory"),
         ("exec", {"service": "runner", "argv": ["sleep", "9"]}, "timed out after 0.5s"),
+        ("exec", {"service": "runner", "argv": ["stopped"]}, "forge is stopping this trial"),
         ("sql_query", {"service": "runner", "query": "x"}, "not a postgres service; postgres services: db"),
         ("redis_command", {"service": "db", "command": ["PING"]}, "redis services: (none)"),
         ("http_request", {"service": "runner"}, "publishes no port"),
@@ -197,7 +199,8 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         with pytest.raises(ToolFailure) as e:
             box.call(tool, args)
         assert message in str(e.value), (tool, str(e.value))
-    assert [c[1][0] for c in stack.calls] == ["head", "sleep"]  # the oversized write never reached the stack
+    # the oversized write never reached the stack
+    assert [c[1][0] for c in stack.calls] == ["head", "sleep", "stopped"]
 
 
 def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as_an_argument() -> None:
