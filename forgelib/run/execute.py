@@ -104,7 +104,7 @@ class TrialRequest(TypedDict, total=False):
 
 
 class Backend(Protocol):
-    """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
+    """Provisioning as the orchestrator needs it; ``stacks.DockerBackend`` is the real one."""
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
