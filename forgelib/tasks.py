@@ -1,6 +1,6 @@
 """The forge commands, as one Invoke namespace: ``forge X`` (installed) and ``invoke X`` (in a checkout,
 through the top-level tasks.py) are the same tasks. Each task is a thin line over one forgelib function;
-``cli.guarded`` maps what it raises to an exit code."""
+``guard.guarded`` maps what it raises to an exit code."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.tasks import task
 
-from forgelib.cli import Number, guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
+from forgelib.guard import Number, guarded
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
 from forgelib.run.regrade import main_grade
@@ -17,7 +17,7 @@ from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 
-# Numeric options are taken as text and converted by ``cli.Number`` inside the guard: invoke's own int()
+# Numeric options are taken as text and converted by ``guard.Number`` inside the guard: invoke's own int()
 # cast raises a traceback on `--repeats x`, and "" tells an option left out from an explicit `--repeats 0`
 # (which still reaches the command's own check, a usage error).
 # Required options still get a default: invoke makes a parameter without one positional, and a positional

@@ -105,7 +105,7 @@ class TrialRequest(TypedDict, total=False):
 
 
 class Backend(Protocol):
-    """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
+    """Provisioning as the orchestrator needs it; ``stacks.DockerBackend`` is the real one."""
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
@@ -498,18 +498,10 @@ class Executor:
     def _record(self, t: _Trial, p: Progress) -> tuple[Outcome, bool | None]:
         """The attempt's evidence, durably, while its stack still stands: trial.yaml, grade.yaml,
         metrics.yaml, then the event (``trial_finished``, or ``trial_attempt`` for one that is retried)."""
-        term = p.termination or Termination.INTERNAL_ERROR
-        r = self._result(t, term, retried=p.retry)
-        write_trial(t.dir, r)
+        r = self._result(t, p.termination or Termination.INTERNAL_ERROR, retried=p.retry)
+        record_attempt(self.events, self.say, t.dir, r)
         if p.retry:
-            self.events.append(ev.TRIAL_ATTEMPT, **r.event_fields())
             t.earlier.append(r.attempt_summary())
-            self.say(f"{r.task}[{r.index}] {'retrying':<13} {r.wall_seconds:7.1f}s attempt {r.attempt}: "
-                     f"{term.value}")  # fmt: skip
-        else:
-            self.events.append(ev.TRIAL_FINISHED, **r.event_fields())
-            extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
-            self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
         t.result = r
         return Outcome.OK, None
 
@@ -579,6 +571,24 @@ class Executor:
 
 
 GRADING_THREADS = 8  # observations of one trial at once
+
+
+def record_attempt(
+    events: EventSink, say: Callable[[str], None], trial_dir: Path, r: TrialResult, **fields: Any
+) -> None:
+    """An attempt's record, the one way it is written: ``trial.yaml`` (with grade.yaml and metrics.yaml),
+    then its event (``trial_finished``, or ``trial_attempt`` when ``r.retried``) and its progress line.
+    The executor's RECORD phase writes through it, and so does a cluster driver for an attempt its node
+    could not finish (``fields`` override the event's, e.g. the driver's ``error_stage``)."""
+    write_trial(trial_dir, r)
+    term = r.termination
+    if r.retried:
+        events.append(ev.TRIAL_ATTEMPT, **{**r.event_fields(), **fields})
+        say(f"{r.task}[{r.index}] {'retrying':<13} {r.wall_seconds:7.1f}s attempt {r.attempt}: {term.value}")
+    else:
+        events.append(ev.TRIAL_FINISHED, **{**r.event_fields(), **fields})
+        extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
+        say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
 
 
 def _mutates(g: Grading) -> bool:
