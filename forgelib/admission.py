@@ -11,7 +11,8 @@ measured figures (unit-tested with made-up ones) and two small stateful holders:
   The default budget is ``DEFAULT_SHARE`` of the machine's ``MemAvailable`` when the run starts.
 * **Workload** (``Workload``, ``stacks_wanted``): host CPU (this process and the commands it waited for)
   per second a stack is held by a trial. A trial that spends its stack's time waiting on a model uses a
-  few hundredths of a core; an oracle-only trial, most of one. ``stacks_wanted`` turns the figure into how
+  few hundredths of a core; an oracle-only trial, a sixth of one or more (the rest of its CPU is the
+  engine's and the containers', which this figure leaves out). ``stacks_wanted`` turns the figure into how
   many stacks the cores can keep busy: a waiting workload gets one per worker (provisioned ahead, several at
   once); a CPU-bound one keeps the warm pool's older rule (``WarmPool._grow``).
 """
@@ -32,7 +33,10 @@ from forgelib.runner import Runner
 MIB = 1024 * 1024
 DEFAULT_SHARE = 0.8  # of MemAvailable at the run's start: the rest stays for the host and forge itself
 ASSUMED_STACK = 512 * MIB  # one stack's footprint until the first one is measured (reference packs: < 200)
-WAITING_CPU = 0.5  # host CPU seconds per held second above which a workload counts as CPU-bound
+# Host CPU seconds (forge and the commands it waited for) per second a trial holds a stack, above which a
+# workload counts as working rather than waiting. Measured on the busy 2-core box: oracle-only warm trials
+# 0.16, the simulated agent (two 6 s model calls) 0.027-0.044 while other stacks were being provisioned.
+WAITING_CPU = 0.1
 MIN_OBSERVED = 1.0  # held seconds before the CPU figure means anything
 
 
@@ -219,15 +223,21 @@ def stacks_wanted(
     cpu_per_held: float | None,
     hold: float,
     provision: float | None,
+    demand: int | None = None,
 ) -> int | None:
-    """How many stacks a workload shown to wait warrants, or None when it is not shown to (no figures yet,
-    trials shorter than a provision, or more CPU per held second than ``WAITING_CPU``): then the warm
-    pool's own rule decides, as for an oracle-only run.
+    """How many stacks a workload shown to wait warrants, or None when it is not shown to: then the warm
+    pool's own rule (``WarmPool._grow``) decides, as for an oracle-only run.
 
-    ``hold``: how long a trial holds a stack (the longest one in flight counts: it is a lower bound);
-    ``provision``: how long bringing one up takes. A waiting workload gets as many stacks as the cores
-    keep busy at its CPU per held second, at most ``workers``."""
-    if cpu_per_held is None or provision is None or hold < provision or cpu_per_held > WAITING_CPU:
+    Shown to wait: at most ``WAITING_CPU`` host CPU per held second, and trials still to serve: with a plan,
+    ``demand`` > 0 trials that no stack is handed to or on its way for; without one (pytest), trials held at
+    least as long as a provision takes (``hold``, the longest one in flight counting as a lower bound, >=
+    ``provision``: ski rental). Such a workload gets as many stacks as the cores keep busy at its CPU per
+    held second, at most ``workers``."""
+    if cpu_per_held is None or provision is None or cpu_per_held > WAITING_CPU:
+        return None
+    if demand is None and hold < provision:
+        return None
+    if demand is not None and demand <= 0:
         return None
     return max(1, min(workers, math.floor(cores / max(cpu_per_held, 1e-3))))
 

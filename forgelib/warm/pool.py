@@ -151,6 +151,7 @@ class WarmPool:
         self.admission = admission
         self.workload = workload
         self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed
+        self._last_cpu: float | None = None  # the workload's CPU per held second, as last measured
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -273,10 +274,14 @@ class WarmPool:
         held = self._held.get(key) or []
         hold = max([*in_flight, statistics.median(held) if held else 0.0])
         cpu = self.workload.cpu_per_held(in_flight)
-        wanted = stacks_wanted(
-            workers=self.workers, cores=self.workload.cores, cpu_per_held=cpu, hold=hold, provision=patience
-        )
         provisioning = self._provisioning.get(key, 0)
+        # With a plan: the trials no stack is handed to or on its way for (the waiting ones among them).
+        demand = None if self.trials is None else self.trials - self._handed - provisioning
+        wanted = stacks_wanted(
+            workers=self.workers, cores=self.workload.cores, cpu_per_held=cpu, hold=hold, provision=patience,
+            demand=demand,
+        )  # fmt: skip
+        self._last_cpu = cpu
         # Provisions at once: as many as there are cores (more only slow each other down).
         return wanted is not None and stacks + provisioning < wanted and provisioning < self.workload.cores
 
@@ -312,6 +317,8 @@ class WarmPool:
                 info["pool"] = {**note, "stacks": len(self._all), "busy": len(self._busy) + 1}
                 if self.admission is not None:
                     info["pool"].update(self.admission.figures(), held=len(self._all))
+                if self._last_cpu is not None:
+                    info["pool"]["cpu_per_held"] = round(self._last_cpu, 4)
             self._handed += 1
             self._busy[stack.name] = time.monotonic()
             if self.workload is not None:

@@ -99,20 +99,28 @@ def test_enter_queues_for_memory_until_a_stack_leaves_and_a_stop_ends_the_wait()
 
 
 @pytest.mark.parametrize(
-    ("cpu", "hold", "provision", "wanted"),
+    ("cpu", "hold", "provision", "demand", "wanted"),
     [
-        (None, 30.0, 5.0, None),  # nothing measured yet: the older rule decides
-        (0.02, 30.0, None, None),  # no provision timed yet
-        (0.02, 1.0, 5.0, None),  # short trials (the oracle-only run): queue on the stacks there are
-        (0.9, 30.0, 5.0, None),  # long but CPU-bound: the cores are the limit, not the stacks
-        (0.02, 30.0, 5.0, 64),  # waiting on a model: one stack per worker
-        (0.25, 30.0, 5.0, 8),  # waiting, but 2 cores keep only 8 such trials busy
+        (None, 30.0, 5.0, 10, None),  # nothing measured yet: the older rule decides
+        (0.02, 30.0, None, 10, None),  # no provision timed yet
+        (0.3, 30.0, 5.0, 10, None),  # CPU-bound (an oracle-only run measures ~0.16): the cores are the limit
+        (0.02, 30.0, 5.0, 100, 64),  # waiting on a model: one stack per worker
+        (0.08, 30.0, 5.0, 100, 25),  # waiting, but 2 cores keep only 25 such trials busy
+        (0.02, 1.0, 5.0, None, None),  # no plan (pytest) and trials shorter than a provision: ski rental
+        (0.02, 6.0, 5.0, None, 64),  # no plan, held longer than a provision takes
+        (0.02, 1.0, 5.0, 0, None),  # every trial has a stack or one on its way
     ],
 )
 def test_stacks_wanted_follows_the_measured_workload(
-    cpu: float | None, hold: float, provision: float | None, wanted: int | None
+    cpu: float | None, hold: float, provision: float | None, demand: int | None, wanted: int | None
 ) -> None:
-    assert stacks_wanted(workers=64, cores=2, cpu_per_held=cpu, hold=hold, provision=provision) == wanted
+    kw: dict[str, Any] = {"cpu_per_held": cpu, "hold": hold, "provision": provision, "demand": demand}
+    assert stacks_wanted(workers=64, cores=2, **kw) == wanted
+
+
+def test_with_a_plan_only_trials_still_waiting_for_a_stack_ask_for_more() -> None:
+    kw: dict[str, Any] = {"workers": 8, "cores": 2, "cpu_per_held": 0.02, "hold": 30.0, "provision": 5.0}
+    assert stacks_wanted(**kw, demand=3) == 8 and stacks_wanted(**kw, demand=0) is None
 
 
 def test_workload_is_cpu_per_held_second_counting_stacks_still_held() -> None:
