@@ -181,9 +181,8 @@ class _Trial:
     teardown_error: str | None = None
     log_capture_error: str | None = None
     snapshots: dict[str, Any] = field(default_factory=dict)
-    ready: dict[str, float] = field(
-        default_factory=dict
-    )  # time to ready and what it waited on (run/ready.py)
+    # time to ready and what it waited on (run/ready.py)
+    ready: dict[str, float] = field(default_factory=dict)
     attempt: int = 1
     earlier: list[dict[str, Any]] = field(default_factory=list)  # the retried attempts, oldest first
     result: TrialResult | None = None  # the current attempt's, once RECORD wrote it
