@@ -99,6 +99,7 @@ def teardown(c: Context, name: str = "") -> None:
         "snapshots": "start reset services from golden snapshots (overrides the config's `snapshots`)",
         "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
         "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
+        "memory_budget_mb": "MiB the run's stacks may use together (overrides the config; default: 80% free)",
     }
 )
 def run(
@@ -116,6 +117,7 @@ def run(
     snapshots: bool = False,
     no_snapshots: bool = False,
     cluster: str = "",
+    memory_budget_mb: str = "",
 ) -> None:
     """Run trials: provision, oracle, state checks, results on disk."""
     guarded(
@@ -133,6 +135,7 @@ def run(
         snapshots=snapshots,
         no_snapshots=no_snapshots,
         cluster=cluster or None,
+        memory_budget_mb=Number("--memory-budget-mb", memory_budget_mb),
     )
 
 

@@ -54,6 +54,8 @@ def build(state: RunState, files: FileLister | None = None) -> dict[str, Any]:
         },
         "all_passed": summary["all_passed"],
         "timings": summary["timings"],
+        "ready": summary["ready"],
+        "pool": summary["pool"],
         "phases": distributions(state.records()),
         "skipped_events": summary["skipped_events"],
         "trials": trials,

@@ -47,6 +47,7 @@ def main_run(
     no_snapshots: bool = False,
     stacks: str | None = None,
     cluster: str | None = None,
+    memory_budget_mb: int | None = None,
 ) -> int:
     if snapshots and no_snapshots:
         raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
@@ -60,6 +61,8 @@ def main_run(
         raise UsageError(f"--retries must be between 0 and {MAX_RETRIES}")
     if stacks is not None and stacks not in STACK_MODES:
         raise UsageError(f"--stacks must be one of {', '.join(STACK_MODES)}, not {stacks!r}")
+    if memory_budget_mb is not None and memory_budget_mb < 64:
+        raise UsageError("--memory-budget-mb must be at least 64 (MiB)")
     if resume and repeats is not None:
         raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
     joining = _start_joining(cluster)  # --cluster: Ray's import and the join start now, on a thread
@@ -104,7 +107,7 @@ def main_run(
             heal_leftovers(runner)
             backend = make_backend(
                 plan, project, cfg, stop.guard(runner), live_stacks, stop,
-                snapshots=use_snapshots,
+                snapshots=use_snapshots, memory_budget_mb=memory_budget_mb or cfg.memory_budget_mb,
             )  # fmt: skip
             if live.wanted(as_json):
                 with live.LiveProgress(sys.stderr, workers=plan.workers) as display:

@@ -54,6 +54,10 @@ STACK_REPLACED = "stack_replaced"  # task, index, stack, reason: a warm stack no
 # every trial on warm stacks (e.g. several replicas), not started from spares: a known, slower path
 # (informational)
 WARM_EPHEMERAL_RECREATED = "warm_ephemeral_recreated"
+# task, index, decision (reuse / first / grow / ahead: a warm pool's; fresh), memory_wait, evicted (a warm
+# stack of another environment torn down to make room), stacks, busy, held (stacks counted against the
+# memory budget), budget_mb, per_stack_mb, ready (run/ready.py): how a trial got its stack
+STACK_ACQUIRED = "stack_acquired"
 RUN_FINISHED = "run_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
@@ -208,6 +212,7 @@ class TrialRecord:
     error_stage: str | None = None
     reasons: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, float] = field(default_factory=dict)  # time to ready and what it waited on
     attempts: int = 0  # how many times it was started (a retried or resumed trial: 2 or more)
     history: list[Attempt] = field(default_factory=list)  # one per start, for the timeline
     worker: str | None = None  # who ran (or runs) the latest attempt
@@ -245,6 +250,7 @@ class RunState:
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     goldens_discarded: int = 0
     unreadable_lines: int = 0
+    acquired: list[dict[str, Any]] = field(default_factory=list)  # the stack_acquired events, in order
 
     def pending(self) -> list[TrialKey]:
         """Trials in plan order that did not finish: never started, cut off by a kill, interrupted."""
@@ -346,6 +352,7 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             t.error_stage = e.get("error_stage") or error_stage(t.termination)
             t.reasons = tuple(e.get("reasons") or ())
             t.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+            t.ready = {str(k): float(v) for k, v in (e.get("ready") or {}).items()}
             if t.history and t.history[-1].ended is None:
                 a = t.history[-1]
                 a.ended, a.termination, a.error_stage, a.timings = (
@@ -366,6 +373,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             _end_session(s, e)
         elif kind == GOLDEN_DISCARDED:
             s.goldens_discarded += 1
+        elif kind == STACK_ACQUIRED:
+            s.acquired.append(dict(e))
         elif kind == WARM_EPHEMERAL_RECREATED:
             pass  # the record is the event itself: nothing a trial's state depends on
         elif kind == "_unreadable":
@@ -437,6 +446,52 @@ def summarize(s: RunState) -> dict[str, Any]:
         ],
         "skipped_events": {"unknown_kinds": dict(s.unknown_kinds), "unreadable_lines": s.unreadable_lines},
         "goldens_discarded": s.goldens_discarded,
+        "ready": ready_summary(recs),
+        "pool": pool_summary(s.acquired),
+    }
+
+
+def ready_summary(recs: Iterable[TrialRecord]) -> dict[str, Any]:
+    """Time to ready over the trials that got a stack: statistics, and the seconds spent on each thing
+    waited on (summed over trials), ``reused`` apart (a warm stack reset in place)."""
+    readies = [r.ready for r in recs if r.ready]
+    if not readies:
+        return {}
+    waited = {
+        k: round(sum(x.get(k, 0.0) for x in readies), 3) for k in ("queue", "memory", "provisioning", "reset")
+    }
+    reused = [
+        x["seconds"]
+        for x in readies
+        if x.get("reset", 0.0) > 0 and x.get("provisioning", 0.0) < x["seconds"] / 2
+    ]
+    out: dict[str, Any] = {**timing_stats([x["seconds"] for x in readies]), "waited_on": waited}
+    if reused:
+        out["reused"] = timing_stats(reused)
+    return out
+
+
+def pool_summary(acquired: list[dict[str, Any]]) -> dict[str, Any]:
+    """How trials got their stacks (``stack_acquired``): each decision's count, evictions, the trials the
+    memory budget held back and for how long, how long trials queued, the most stacks at once."""
+    if not acquired:
+        return {}
+    decisions: dict[str, int] = {}
+    for a in acquired:
+        decisions[str(a.get("decision"))] = decisions.get(str(a.get("decision")), 0) + 1
+    memory = [float(a.get("memory_wait") or 0.0) for a in acquired]
+    queue = [float((a.get("ready") or {}).get("queue") or 0.0) for a in acquired]
+    last = acquired[-1]
+    return {
+        "decisions": dict(sorted(decisions.items())),
+        "evictions": sum(1 for a in acquired if a.get("evicted")),
+        "queued": sum(1 for q in queue if q > 0.05),
+        "queue_seconds": timing_stats(queue),
+        "memory_waits": sum(1 for m in memory if m > 0),
+        "memory_wait_seconds": round(sum(memory), 3),
+        "peak_stacks": max(int(a.get("held") or a.get("stacks") or 0) for a in acquired),
+        "budget_mb": last.get("budget_mb"),
+        "per_stack_mb": next((a["per_stack_mb"] for a in reversed(acquired) if a.get("per_stack_mb")), None),
     }
 
 

@@ -38,6 +38,7 @@ from forgelib.run.ids import new_run_id
 from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import effective_timeout, run_oracle
+from forgelib.run.ready import ready_breakdown
 from forgelib.run.results import (
     TrialResult,
     shelve_attempt,
@@ -180,6 +181,8 @@ class _Trial:
     teardown_error: str | None = None
     log_capture_error: str | None = None
     snapshots: dict[str, Any] = field(default_factory=dict)
+    # time to ready and what it waited on (run/ready.py)
+    ready: dict[str, float] = field(default_factory=dict)
     attempt: int = 1
     earlier: list[dict[str, Any]] = field(default_factory=list)  # the retried attempts, oldest first
     result: TrialResult | None = None  # the current attempt's, once RECORD wrote it
@@ -190,7 +193,7 @@ class _Trial:
         self.started = time.time()
         self.timings, self.handle, self.grade, self.provision_stage = {}, None, None, None
         self.error, self.oracle, self.teardown_error, self.log_capture_error = None, None, None, None
-        self.result, self.ports, self.snapshots = None, {}, {}
+        self.result, self.ports, self.snapshots, self.ready = None, {}, {}, {}
 
 
 class Executor:
@@ -215,6 +218,8 @@ class Executor:
         self._print_lock = threading.Lock()
         self._stop = threading.Event()
         self._interrupted_recorded = False  # RUN_INTERRUPTED is in the log (once)
+        self._teardowns: ThreadPoolExecutor | None = None  # fresh stacks come down here, off the workers
+        self._downs: list[Future[tuple[Outcome, bool | None]]] = []
 
     # -------------------------------------------------------------------------------------- the pool
 
@@ -224,6 +229,9 @@ class Executor:
         pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
         futures: list[Future[TrialResult]] = []
         deferred = self._signal_stop.deferred if self._signal_stop is not None else contextlib.nullcontext
+        # A fresh stack's graceful `down` (~1 s) runs beside the worker's next trial, not before it.
+        downs = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-down")
+        self._teardowns = downs
         try:
             futures = [pool.submit(self.run_trial, task, idx) for task, idx in trials]
             pending: set[Future[TrialResult]] = set(futures)
@@ -244,6 +252,10 @@ class Executor:
             if self.stopping():
                 self._record_interrupted()
             pool.shutdown(wait=True, cancel_futures=True)
+            downs.shutdown(wait=True)  # every stack is down (or its failure on record) before we return
+        for f in self._downs:  # what escaped a background teardown (a bug, a kill) ends the run as inline
+            if not f.cancelled() and (e := f.exception()) is not None:
+                raise e
         return results
 
     def _interrupt(self, pool: ThreadPoolExecutor, futures: Sequence[Future[TrialResult]]) -> None:
@@ -359,7 +371,16 @@ class Executor:
         t.timings.update({k: float(v) for k, v in handle.timings.items()})
         t.timings["provision"] = time.monotonic() - t0
         self._record_goldens(t, handle.snapshots)
+        self._record_ready(t)
         return Outcome.OK, None
+
+    def _record_ready(self, t: _Trial) -> None:
+        """Time to ready (from the ask for a stack until the solver may start: the provision phase) and
+        what it waited on; the backend's decision for the stack (reuse, grow, ahead, fresh...) as an event."""
+        t.ready = ready_breakdown(t.timings, t.timings["provision"])
+        pool = t.stack.pop("pool", None)
+        if pool:
+            self.events.append(ev.STACK_ACQUIRED, task=t.task.name, index=t.index, **pool, ready=t.ready)
 
     def _record_goldens(self, t: _Trial, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
         """trial.yaml's ``snapshots``; a discarded golden is also an event and a warning (loud fallback)."""
@@ -534,6 +555,7 @@ class Executor:
             teardown_error=t.teardown_error,
             log_capture_error=t.log_capture_error,
             snapshots=t.snapshots,
+            ready=t.ready,
             attempt=t.attempt,
             retried=retried,
             earlier_attempts=tuple(t.earlier),
@@ -543,6 +565,16 @@ class Executor:
     def _teardown(self, t: _Trial) -> tuple[Outcome, bool | None]:
         if t.handle is None:
             return Outcome.OK, None
+        done = t.result is not None and not t.result.retried  # a retried attempt's files move on: not async
+        if self._teardowns is not None and done and t.stack.get("mode") != "warm" and not self.stopping():
+            # Its verdict is on record; the stack stays in LiveStacks (Ctrl-C, the reaper's labels) and in
+            # the memory budget until its `down` is over.
+            self._downs.append(self._teardowns.submit(self._tear_down, t))
+            return Outcome.OK, None
+        return self._tear_down(t)
+
+    def _tear_down(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        assert t.handle is not None
         t0 = time.monotonic()
         t.teardown_error = self._stacks.teardown(t.handle.name)
         if t.teardown_error is not None:

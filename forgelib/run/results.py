@@ -53,6 +53,9 @@ class TrialResult:
     earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt
     snapshots: dict[str, Any] = field(default_factory=dict)  # service -> what its golden did
     node: dict[str, str] | None = None  # the cluster node that ran it (id, host, engine); None: this host
+    ready: dict[str, float] = field(
+        default_factory=dict
+    )  # time to ready and what it waited on (run/ready.py)
 
     @property
     def status(self) -> str:
@@ -85,6 +88,7 @@ class TrialResult:
             "timings": {**self.timings, "total": self.wall_seconds},
             "attempt": self.attempt,
             **({"node": self.node["id"]} if self.node else {}),
+            **({"ready": self.ready} if self.ready else {}),
         }
 
     def attempt_summary(self) -> dict[str, Any]:
@@ -141,6 +145,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "finished_at": _iso(r.finished_at),
         "wall_seconds": r.wall_seconds,
         "timings": {k: round(v, 3) for k, v in r.timings.items()},
+        **({"ready": r.ready} if r.ready else {}),
         "oracle": r.oracle,
         "log_capture_error": r.log_capture_error,
         "teardown_error": r.teardown_error,

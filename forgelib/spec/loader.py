@@ -518,6 +518,7 @@ def collect_run_config(
             timeouts=Timeouts(**{k: float(v) for k, v in (data.get("timeouts") or {}).items()}),
             profiles=tuple(data.get("profiles", ())),
             snapshots=data.get("snapshots", False),
+            memory_budget_mb=data.get("memory_budget_mb"),
         ),
         [],
     )

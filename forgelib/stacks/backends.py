@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Unpack, cast
 
+from forgelib.admission import MIB, Admission, Workload, default_budget, mem_available
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import ForgeError
 from forgelib.provision import (
@@ -46,26 +48,46 @@ class DockerBackend:
     cache: ProvisionCache = field(default_factory=ProvisionCache)
     profiles: tuple[str, ...] = ()  # the run config's compose profiles
     snapshots: bool = False  # start reset services of fresh stacks from goldens (forgelib.snapshots)
+    admission: Admission | None = None  # the run's memory budget: a stack counts from its ask to its `down`
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
-        return provision_trial(
-            self.project,
-            task,
-            **trial,
-            timeouts=self.timeouts,
-            runner=self.runner,
-            log_tail_lines=self.log_tail_lines,
-            shared=self.shared,
-            cache=self.cache,
-            profiles=self.profiles,
-            snapshots=self.snapshots,
-        )
+        waited = self.admission.enter() if self.admission is not None else 0.0
+        try:
+            handle = provision_trial(
+                self.project,
+                task,
+                **trial,
+                timeouts=self.timeouts,
+                runner=self.runner,
+                log_tail_lines=self.log_tail_lines,
+                shared=self.shared,
+                cache=self.cache,
+                profiles=self.profiles,
+                snapshots=self.snapshots,
+            )
+        except BaseException:
+            if self.admission is not None:
+                self.admission.leave()
+            raise
+        if self.admission is not None:
+            self.admission.measure("fresh", self.runner, handle.name, timeout=self.timeouts.command)
+            pool = {"decision": "fresh", "memory_wait": round(waited, 3), **self.admission.figures()}
+            handle = dataclasses.replace(
+                handle,
+                timings={**handle.timings, "memory_wait": round(waited, 3)},
+                stack={**handle.stack, "pool": pool},
+            )
+        return handle
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
         capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
 
     def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
-        return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
+        try:
+            return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
+        finally:
+            if self.admission is not None:
+                self.admission.leave()
 
     def run_host(
         self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
@@ -126,15 +148,22 @@ def make_backend(
     stop: StopState | None,
     *,
     snapshots: bool = False,
+    memory_budget_mb: int | None = None,
 ) -> DockerBackend:
-    """The backend for ``plan.stacks``."""
+    """The backend for ``plan.stacks``; ``memory_budget_mb`` None: the default budget (admission)."""
     cfg_timeouts, tail = plan.timeouts, plan.log_tail_lines
+    stopping = (lambda: stop.requested) if stop is not None else (lambda: False)
+    budget = memory_budget_mb * MIB if memory_budget_mb else default_budget(mem_available())
+    admission = Admission(budget, stopping=stopping)
     if plan.stacks != "warm":
-        return DockerBackend(project, cfg_timeouts, runner, tail, profiles=cfg.profiles, snapshots=snapshots)
+        profiles = cfg.profiles
+        return DockerBackend(
+            project, cfg_timeouts, runner, tail, profiles=profiles, snapshots=snapshots, admission=admission
+        )
     cache = ProvisionCache()
     pool = WarmPool(
         project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
-        profiles=cfg.profiles, stopping=(lambda: stop.requested) if stop is not None else (lambda: False),
+        profiles=cfg.profiles, stopping=stopping, admission=admission, workload=Workload(),
         trials=None if plan.resume else len(plan.tasks) * plan.repeats,
     )  # fmt: skip
     return WarmBackend(
@@ -146,6 +175,7 @@ def make_backend(
         snapshots=snapshots,
         cache=cache,
         pool=pool,
+        admission=admission,
     )
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from forgelib import labels as lab
+from forgelib.admission import Admission, Workload, stacks_wanted
 from forgelib.compose import ComposeProject, project_name
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.provision import (
@@ -120,6 +121,8 @@ class WarmPool:
         stopping: Callable[[], bool] = lambda: False,
         profiles: Sequence[str] = (),
         trials: int | None = None,
+        admission: Admission | None = None,
+        workload: Workload | None = None,
     ) -> None:
         self.project = project
         self.timeouts = timeouts
@@ -143,6 +146,12 @@ class WarmPool:
         self._handed = 0  # stacks handed to trials so far
         self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
         self._announced: set[str] = set()  # the `_Stack.fallback` reasons already handed to a trial
+        # The run's memory budget (None: unbounded) and its CPU per held stack-second (None: the older
+        # rule alone, e.g. under pytest): see forgelib.admission.
+        self.admission = admission
+        self.workload = workload
+        self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed
+        self._last_cpu: float | None = None  # the workload's CPU per held second, as last measured
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -160,10 +169,16 @@ class WarmPool:
         env = task.environment
         key = environment_key(env)
         asked = time.monotonic()
-        stack, evict = self._take(key)
+        note: dict[str, Any] = {}
+        stack, evict = self._take(key, note)
         # How long the trial queued for a stack (every one busy, none worth provisioning): in its wall, and
-        # on record, so a reused trial's cost and its queueing can be told apart (workers > stacks).
+        # on record, so a reused trial's cost and its queueing can be told apart (workers > stacks). The
+        # part of it spent waiting for the memory budget is `memory_wait`.
         queued = {"stack_wait": round(time.monotonic() - asked, 3)}
+        if note.get("memory_wait"):
+            queued["memory_wait"] = round(note["memory_wait"], 3)
+        if evict is not None:
+            note["evicted"] = evict.name
         if evict is not None:
             self._destroy(evict)
         replaced: str | None = None
@@ -182,7 +197,7 @@ class WarmPool:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
             else:
                 stack.reuse += 1
-                handle = self._handle(stack, trial_dir, {**queued, **timings}, None)
+                handle = self._handle(stack, trial_dir, {**queued, **timings}, None, note)
                 stack.handed = taken  # what a reused trial holds a stack for includes its recycling
                 return handle
         t0 = time.monotonic()
@@ -195,9 +210,11 @@ class WarmPool:
                 self._provisioning[key] -= 1
                 self._freed[key] = time.monotonic()
                 self._cond.notify_all()
-        return self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced)
+        if self.admission is not None:
+            self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
+        return self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)
 
-    def _take(self, key: str) -> tuple[_Stack | None, _Stack | None]:
+    def _take(self, key: str, note: dict[str, Any] | None = None) -> tuple[_Stack | None, _Stack | None]:
         """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear
         down first, or None) with a provisioning slot of ``key`` reserved; waits until one of them holds.
 
@@ -205,12 +222,20 @@ class WarmPool:
         new stack, unless ``_grow`` finds the run ends sooner with one more: short trials queue on the
         stacks there are (a reused trial takes ~1 s, a new stack ~7 s, and several provisions at once on a
         small machine take longer still); long ones, or many left, grow the pool towards ``workers``
-        stacks, one provisioning at a time per environment."""
+        stacks, one provisioning at a time per environment.
+
+        A workload shown to wait (``_ahead``: trials hold stacks longer than one takes to come up, at little
+        CPU) grows towards ``workers`` at once, several provisions at a time. Either way a new stack needs
+        room in the memory budget (``admission``); ``note`` gets what was decided (``decision``: reuse,
+        first, grow or ahead) and how long the memory budget held the trial back (``memory_wait``)."""
+        note = {} if note is None else note
+        memory_since: float | None = None
         with self._cond:
             while True:
                 stack = next((s for s in self._idle if s.key == key), None)
                 if stack is not None:
                     self._idle.remove(stack)
+                    note["decision"] = "reuse"
                     return stack, None
                 if self.stopping():
                     raise Interrupted("stopping: no warm stack handed out")
@@ -218,17 +243,47 @@ class WarmPool:
                 took = self._provision_s.get(key)
                 patience = statistics.median(took) if took else 0.0
                 stacks = sum(1 for s in self._all.values() if s.key == key)
-                if not self._provisioning.get(key) and (
+                grow = not self._provisioning.get(key) and (
                     not stacks or self._grow(key, stacks, waited, patience)
-                ):
+                )
+                ahead = not grow and stacks > 0 and self._ahead(key, stacks, patience)
+                if grow or ahead:
                     evict = None
-                    if len(self._all) + sum(self._provisioning.values()) >= self.workers:
+                    total = len(self._all) + sum(self._provisioning.values())
+                    if total >= self.workers:
                         evict = self._idle.pop(0) if self._idle else None  # another environment's
-                    if evict is not None or len(self._all) + sum(self._provisioning.values()) < self.workers:
+                    room = total < self.workers and (self.admission is None or self.admission.fits(total))
+                    if evict is not None or room:
                         self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                        note["decision"] = "ahead" if ahead else ("grow" if stacks else "first")
+                        if memory_since is not None:
+                            note["memory_wait"] = time.monotonic() - memory_since
                         return None, evict
+                    if total < self.workers and memory_since is None:
+                        memory_since = time.monotonic()  # a worker is free, the memory is not
                 # Woken by a release, a finished provision or a teardown; or to see the patience run out.
                 self._cond.wait(timeout=min(0.5, max(patience - waited, 0.05)))
+
+    def _ahead(self, key: str, stacks: int, patience: float) -> bool:
+        """Whether the run's trials are shown to wait more than work (``admission.stacks_wanted``) and want
+        more stacks of ``key`` than exist or are on their way. Called under the pool's lock."""
+        if self.workload is None or not patience:
+            return False
+        now = time.monotonic()
+        in_flight = [now - t for t in self._busy.values()]
+        held = self._held.get(key) or []
+        hold = max([*in_flight, statistics.median(held) if held else 0.0])
+        cpu = self.workload.cpu_per_held(in_flight)
+        provisioning = self._provisioning.get(key, 0)
+        # With a plan: the trials no stack is handed to or on its way for (the waiting ones among them).
+        demand = None if self.trials is None else self.trials - self._handed - provisioning
+        wanted = stacks_wanted(
+            workers=self.workers, cores=self.workload.cores, cpu_per_held=cpu, hold=hold, provision=patience,
+            demand=demand,
+        )  # fmt: skip
+        self._last_cpu = cpu
+        # Provisions at once: as many as there are cores (more only slow each other down).
+        return wanted is not None and stacks + provisioning < wanted and provisioning < self.workload.cores
 
     def _grow(self, key: str, stacks: int, waited: float, patience: float) -> bool:
         """Whether a trial waiting for a busy environment should provision another stack of it.
@@ -248,12 +303,26 @@ class WarmPool:
         return p + (left - meanwhile) * r / (stacks + 1) < left * r / stacks
 
     def _handle(
-        self, stack: _Stack, trial_dir: Path, timings: Mapping[str, float], replaced: str | None
+        self,
+        stack: _Stack,
+        trial_dir: Path,
+        timings: Mapping[str, float],
+        replaced: str | None,
+        note: Mapping[str, Any] | None = None,
     ) -> ProvisionedTrial:
         info: dict[str, Any] = {"mode": "warm", "name": stack.name, "reuse": stack.reuse}
         info["replaced"] = replaced
         with self._lock:
+            if note:  # the pool's decision for this trial (forge records it as a `stack_acquired` event)
+                info["pool"] = {**note, "stacks": len(self._all), "busy": len(self._busy) + 1}
+                if self.admission is not None:
+                    info["pool"].update(self.admission.figures(), held=len(self._all))
+                if self._last_cpu is not None:
+                    info["pool"]["cpu_per_held"] = round(self._last_cpu, 4)
             self._handed += 1
+            self._busy[stack.name] = time.monotonic()
+            if self.workload is not None:
+                self.workload.handed()
             fallback = stack.ephemerals.fallback
             if fallback and fallback not in self._announced:  # once per run, not per trial
                 self._announced.add(fallback)
@@ -359,6 +428,9 @@ class WarmPool:
             return time.monotonic() - t0
         with self._cond:
             self._held.setdefault(stack.key, []).append(t0 - stack.handed)
+            handed = self._busy.pop(stack.name, None)
+            if self.workload is not None and handed is not None:
+                self.workload.released(t0 - handed)
             if not stack.gone:
                 self._idle.append(stack)
                 self._freed[stack.key] = time.monotonic()
@@ -397,6 +469,7 @@ class WarmPool:
             stack.gone = True
         with self._cond:
             self._all.pop(stack.name, None)
+            self._busy.pop(stack.name, None)
             with contextlib.suppress(ValueError):
                 self._idle.remove(stack)
             self._cond.notify_all()

@@ -1,0 +1,29 @@
+"""Time to ready: from the moment a trial asks for a stack until its solver may start, and what it waited on.
+
+Read off the provision phase's timings (the backend records each step as it ends), so it costs nothing and
+is the same for every backend: ``queue`` (a warm trial waiting for a busy stack, ``stack_wait`` without its
+memory part), ``memory`` (the run's memory budget held it back, ``memory_wait``), ``reset`` (a reused warm
+stack's in-place reset, fingerprint check and recreated services) and ``provisioning`` (the rest: bringing
+a stack up and seeding it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# A reused warm stack's steps (forgelib.warm.pool.WarmPool._recycle): `reset:<svc>`, `fingerprint:<svc>`,
+# `recreate`, `ready`.
+_RESET_STEPS = ("reset:", "fingerprint:")
+_RESET_NAMES = frozenset({"recreate", "ready"})
+WAITED_ON = ("queue", "memory", "provisioning", "reset")
+
+
+def ready_breakdown(timings: Mapping[str, float], seconds: float) -> dict[str, float]:
+    """``{"seconds": total, "queue", "memory", "provisioning", "reset"}`` (seconds, rounded to ms) for a
+    provision phase of ``seconds`` whose steps are ``timings``; the parts add up to the total."""
+    memory = max(0.0, float(timings.get("memory_wait", 0.0)))
+    queue = max(0.0, float(timings.get("stack_wait", 0.0)) - memory)
+    reset = sum(float(v) for k, v in timings.items() if k.startswith(_RESET_STEPS) or k in _RESET_NAMES)
+    provisioning = max(0.0, seconds - queue - memory - reset)
+    parts = {"queue": queue, "memory": memory, "provisioning": provisioning, "reset": reset}
+    return {"seconds": round(seconds, 3), **{k: round(v, 3) for k, v in parts.items()}}

@@ -1,0 +1,98 @@
+"""Agent-shaped load on the real engine (issue 30): the postgres pack's task solved by the simulated agent
+(benchmarks/sim_agent.py: a "model" sleep before each real tool call, then the task's own solver).
+
+* Warm, 6 trials at workers 3: the trials hold their stacks for ~12 s at little CPU, so the pool provisions
+  ahead until there is a stack per worker; every acquisition is a ``stack_acquired`` event and
+  summary.json tells the decisions, the queueing and each trial's time to ready.
+* Fresh, a memory budget below one stack: the trials queue for memory (each stack counts until its
+  teardown is over), one stack at a time, and every trial is still graded.
+
+Nothing labelled with either run is left afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from benchmarks import agent_pack
+from forgelib import labels as lab
+from forgelib.run.cli import main_run
+from forgelib.runner import SubprocessRunner
+
+pytestmark = pytest.mark.integration
+
+
+def _run(config: Path, out: Path, runner: SubprocessRunner) -> tuple[int, Path]:
+    rc = main_run(str(config), output=str(out), as_json=True)
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return rc, run_dir
+
+
+def _events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["kind"] == kind]
+
+
+def _no_leftovers(runner: SubprocessRunner, run_dir: Path) -> None:
+    left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
+    assert lab.is_empty(left), f"leaked: {left}"
+
+
+def test_a_waiting_workload_gets_a_warm_stack_per_worker(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    config = agent_pack.make("postgres", tmp_path / "pack", latency="6", calls=2, repeats=6, workers=3)
+    rc, run_dir = _run(config, tmp_path / "runs", runner)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert rc == 0 and summary["totals"]["passed"] == 6, summary["totals"]
+        acquired = _events(run_dir, "stack_acquired")
+        assert len(acquired) == 6
+        pool = summary["pool"]
+        # Grown to a stack per worker, at least one of them provisioned ahead for a waiting trial ...
+        assert pool["peak_stacks"] == 3 and pool["decisions"].get("ahead", 0) >= 1, pool
+        # ... and the second wave reuses them (6 trials on 3 stacks).
+        assert pool["decisions"].get("reuse", 0) == 3 and pool["evictions"] == 0, pool
+        assert pool["per_stack_mb"] and pool["per_stack_mb"] > 0 and pool["budget_mb"] > 0, pool
+        assert pool["memory_waits"] == 0
+        ready = summary["ready"]
+        assert ready["count"] == 6 and ready["reused"]["count"] == 3, ready
+        for i in range(6):
+            trial = yaml.safe_load((run_dir / "trials" / "read_widget" / str(i) / "trial.yaml").read_text())
+            r = trial["ready"]
+            assert r["seconds"] == trial["timings"]["provision"]
+            assert r["queue"] + r["memory"] + r["provisioning"] + r["reset"] == pytest.approx(
+                r["seconds"], abs=0.01
+            )
+            assert (r["reset"] > 0) == (trial["stack"]["reuse"] > 0), trial
+        assert "stack_acquired" not in summary["skipped_events"]["unknown_kinds"]
+    finally:
+        _no_leftovers(runner, run_dir)
+
+
+def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    config = agent_pack.make(
+        "postgres", tmp_path / "pack", latency="1", calls=1, repeats=3, workers=3, stacks="fresh",
+        memory_budget_mb=64,
+    )  # fmt: skip
+    rc, run_dir = _run(config, tmp_path / "runs", runner)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert rc == 0 and summary["totals"]["passed"] == 3, summary["totals"]
+        pool = summary["pool"]
+        # Three trials asked at once; the budget admits one stack at a time, counted until it is down:
+        # the other two waited for memory, and never two stacks at once.
+        assert pool["decisions"] == {"fresh": 3} and pool["memory_waits"] == 2, pool
+        assert pool["peak_stacks"] == 1 and pool["budget_mb"] == 64, pool
+        assert summary["ready"]["waited_on"]["memory"] > 0
+        waits = sorted(e["memory_wait"] for e in _events(run_dir, "stack_acquired"))
+        assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
+    finally:
+        _no_leftovers(runner, run_dir)

@@ -1,0 +1,228 @@
+"""The memory budget and the workload figure without an engine: pure decisions over made-up figures, the
+``docker stats`` parsing, and the warm pool's choice between queueing and provisioning ahead."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgelib.admission import (
+    ASSUMED_STACK,
+    MIB,
+    Admission,
+    Workload,
+    admits,
+    capacity,
+    default_budget,
+    parse_meminfo,
+    parse_size,
+    parse_stats,
+    stacks_wanted,
+)
+from forgelib.errors import Interrupted
+from forgelib.provision import ProvisionedTrial
+from forgelib.run import events as ev
+from forgelib.run.ready import ready_breakdown
+from forgelib.testing import FakeRunner
+
+
+def test_meminfo_gives_memavailable_in_bytes_and_the_default_budget_keeps_a_fifth_back() -> None:
+    text = "MemTotal:       24681240 kB\nMemFree:  1000 kB\nMemAvailable:   2000000 kB\n"
+    assert parse_meminfo(text) == 2000000 * 1024
+    assert parse_meminfo("MemTotal: 1 kB\n") is None
+    assert default_budget(1000 * MIB) == 800 * MIB and default_budget(None) is None
+
+
+def test_a_stack_is_admitted_while_all_of_them_fit_and_the_first_one_always() -> None:
+    per = 200 * MIB
+    assert admits(0, per, 100 * MIB)  # below one stack: the run still moves, one stack at a time
+    assert not admits(1, per, 100 * MIB)
+    assert admits(3, per, 800 * MIB) and not admits(4, per, 800 * MIB)  # 4 x 200 fits, 5 does not
+    assert admits(1000, per, None)  # no budget
+    assert admits(1, None, 2 * ASSUMED_STACK) and not admits(2, None, 2 * ASSUMED_STACK)  # not measured yet
+    assert capacity(per, 1000 * MIB) == 5 and capacity(per, 10 * MIB) == 1 and capacity(per, None) is None
+
+
+def test_docker_stats_memory_is_read_per_container_and_junk_is_skipped() -> None:
+    assert parse_size("12.5MiB") == int(12.5 * MIB) and parse_size("1.5GiB") == int(1.5 * 1024 * MIB)
+    assert parse_size("800kB") == 800_000
+    with pytest.raises(ValueError):
+        parse_size("--")
+    out = "p-app-db-1\t40.2MiB / 23.5GiB\np-runner-1\t1.1MiB / 23.5GiB\nbroken line\np-x-1\t-- / --\n"
+    assert parse_stats(out) == {"p-app-db-1": int(40.2 * MIB), "p-runner-1": int(1.1 * MIB)}
+
+
+def test_the_footprint_is_measured_through_the_runner_and_the_largest_stack_counts() -> None:
+    runner = FakeRunner()
+    runner.expect(
+        "docker", "ps", "--quiet", "--filter", "label=com.docker.compose.project=p1", stdout="a\nb\n"
+    )
+    runner.expect("docker", "stats", "--no-stream", stdout="p1-db-1\t100MiB / 1GiB\np1-api-1\t50MiB / 1GiB\n")
+    adm = Admission(1000 * MIB)
+    adm.measure("env", runner, "p1", timeout=5)
+    deadline = time.monotonic() + 10
+    while adm.per_stack is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert adm.per_stack == 150 * MIB
+    assert adm.footprints["env"] == {"p1-db-1": 100 * MIB, "p1-api-1": 50 * MIB}
+    adm.measure("env", runner, "p1", timeout=5)  # once per environment: no second `docker stats`
+    assert sum(1 for c in runner.calls if c.argv[:2] == ("docker", "stats")) == 1
+    adm.recorded("other", {"c": 90 * MIB})  # a smaller stack does not lower the figure
+    assert adm.per_stack == 150 * MIB and adm.describe()["capacity"] == 6
+
+
+def test_enter_queues_for_memory_until_a_stack_leaves_and_a_stop_ends_the_wait() -> None:
+    adm = Admission(300 * MIB)
+    adm.recorded("env", {"c": 200 * MIB})
+    assert adm.enter() >= 0 and adm.held == 1
+    admitted = threading.Event()
+
+    def second() -> None:
+        adm.enter()
+        admitted.set()
+
+    th = threading.Thread(target=second)
+    th.start()
+    assert not admitted.wait(0.3)  # 2 x 200 MiB > 300 MiB: it waits
+    adm.leave()  # the first stack's teardown is over
+    assert admitted.wait(5) and adm.held == 1
+    th.join()
+    stopping = Admission(300 * MIB, stopping=lambda: True)
+    stopping.recorded("env", {"c": 200 * MIB})
+    stopping.enter()
+    with pytest.raises(Interrupted):
+        stopping.enter()
+
+
+@pytest.mark.parametrize(
+    ("cpu", "hold", "provision", "demand", "wanted"),
+    [
+        (None, 30.0, 5.0, 10, None),  # nothing measured yet: the older rule decides
+        (0.02, 30.0, None, 10, None),  # no provision timed yet
+        (0.3, 30.0, 5.0, 10, None),  # CPU-bound (an oracle-only run measures ~0.16): the cores are the limit
+        (0.02, 30.0, 5.0, 100, 64),  # waiting on a model: one stack per worker
+        (0.08, 30.0, 5.0, 100, 25),  # waiting, but 2 cores keep only 25 such trials busy
+        (0.02, 1.0, 5.0, None, None),  # no plan (pytest) and trials shorter than a provision: ski rental
+        (0.02, 6.0, 5.0, None, 64),  # no plan, held longer than a provision takes
+        (0.02, 1.0, 5.0, 0, None),  # every trial has a stack or one on its way
+    ],
+)
+def test_stacks_wanted_follows_the_measured_workload(
+    cpu: float | None, hold: float, provision: float | None, demand: int | None, wanted: int | None
+) -> None:
+    kw: dict[str, Any] = {"cpu_per_held": cpu, "hold": hold, "provision": provision, "demand": demand}
+    assert stacks_wanted(workers=64, cores=2, **kw) == wanted
+
+
+def test_with_a_plan_only_trials_still_waiting_for_a_stack_ask_for_more() -> None:
+    kw: dict[str, Any] = {"workers": 8, "cores": 2, "cpu_per_held": 0.02, "hold": 30.0, "provision": 5.0}
+    assert stacks_wanted(**kw, demand=3) == 8 and stacks_wanted(**kw, demand=0) is None
+
+
+def test_workload_is_cpu_per_held_second_counting_stacks_still_held() -> None:
+    now, cpu = [100.0], [10.0]
+    w = Workload(cpu=lambda: cpu[0], clock=lambda: now[0], cores=2)
+    assert w.cpu_per_held([]) is None  # nothing handed yet
+    w.handed()
+    cpu[0] = 10.5
+    assert w.cpu_per_held([0.5]) is None  # under a second held: not yet a figure
+    w.released(20.0)
+    cpu[0] = 11.0
+    assert w.cpu_per_held([30.0]) == pytest.approx(1.0 / 50.0)
+
+
+def test_time_to_ready_splits_into_what_it_waited_on() -> None:
+    warm = {
+        "stack_wait": 3.0,
+        "memory_wait": 1.0,
+        "reset:app-db": 0.1,
+        "fingerprint:app-db": 0.05,
+        "recreate": 0.2,
+    }
+    r = ready_breakdown(warm, 3.5)
+    assert r == {"seconds": 3.5, "queue": 2.0, "memory": 1.0, "provisioning": 0.15, "reset": 0.35}
+    fresh = ready_breakdown({"memory_wait": 2.0, "up_seeded": 3.0}, 6.0)
+    assert fresh == {"seconds": 6.0, "queue": 0.0, "memory": 2.0, "provisioning": 4.0, "reset": 0.0}
+
+
+def test_pool_decisions_fold_into_the_summary() -> None:
+    start = {"kind": ev.RUN_STARTED, "run_id": "r", "plan": [{"task": "t", "index": i} for i in range(3)]}
+    acq = [
+        {"decision": "first", "memory_wait": 0.0, "held": 1, "budget_mb": 800, "per_stack_mb": None,
+         "ready": {"seconds": 5.0, "queue": 0.0}},
+        {"decision": "ahead", "memory_wait": 2.5, "held": 2, "budget_mb": 800, "per_stack_mb": 150.0,
+         "ready": {"seconds": 6.0, "queue": 0.0}},
+        {"decision": "reuse", "memory_wait": 0.0, "held": 2, "evicted": "x", "budget_mb": 800,
+         "per_stack_mb": 150.0, "ready": {"seconds": 1.0, "queue": 0.8}},
+    ]  # fmt: skip
+    events: list[dict[str, Any]] = [
+        start,
+        *({"kind": ev.STACK_ACQUIRED, "task": "t", "index": i, **a} for i, a in enumerate(acq)),
+    ]
+    pool = ev.summarize(ev.fold(events))["pool"]
+    assert pool["decisions"] == {"ahead": 1, "first": 1, "reuse": 1}
+    assert pool["evictions"] == 1 and pool["queued"] == 1 and pool["memory_waits"] == 1
+    assert pool["memory_wait_seconds"] == 2.5 and pool["peak_stacks"] == 2
+    assert pool["budget_mb"] == 800 and pool["per_stack_mb"] == 150.0
+
+
+def _second_look() -> Any:
+    """A ``stopping`` that says no once, then yes: the pool's wait ends at its second look."""
+    looks = iter([False])
+    return lambda: next(looks, True)
+
+
+def _pool(workers: int, cpu: list[float]) -> Any:
+    from forgelib.warm import WarmPool
+
+    w = Workload(cpu=lambda: cpu[0], cores=2)
+    return WarmPool(None, None, FakeRunner(), workers=workers, workload=w, admission=Admission(None))  # type: ignore[arg-type]
+
+
+def _stack(name: str, key: str) -> Any:
+    from forgelib.warm import _Stack
+
+    return _Stack(ProvisionedTrial(name, None, None, {}, {}, Path("/t")), key, [], [])  # type: ignore[arg-type]
+
+
+def test_a_waiting_workload_provisions_ahead_while_its_stacks_are_held() -> None:
+    cpu = [0.0]
+    pool = _pool(8, cpu)
+    pool._all["a"] = _stack("a", "k")
+    pool._provision_s["k"] = [5.0]
+    pool._freed["k"] = time.monotonic()  # just freed: the older rule would wait for a release
+    pool._busy["a"] = time.monotonic() - 30.0  # held for 30 s ...
+    pool.workload.handed()
+    cpu[0] = 0.3  # ... at 0.01 core
+    note: dict[str, Any] = {}
+    assert pool._take("k", note) == (None, None) and note["decision"] == "ahead"
+    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 2}  # a second one at once
+    pool.stopping = _second_look()
+    with pytest.raises(Interrupted):  # two provisions already: as many as the cores, the third waits
+        pool._take("k")
+
+
+def test_a_cpu_bound_workload_keeps_queueing_and_the_memory_budget_holds_growth_back() -> None:
+    cpu = [0.0]
+    pool = _pool(8, cpu)
+    pool._all["a"] = _stack("a", "k")
+    pool._provision_s["k"] = [5.0]
+    pool._freed["k"] = time.monotonic()
+    pool._busy["a"] = time.monotonic() - 30.0
+    pool.workload.handed()
+    cpu[0] = 27.0  # 0.9 core per held second: CPU-bound
+    pool.stopping = _second_look()
+    with pytest.raises(Interrupted):
+        pool._take("k")
+    assert pool._provisioning == {}
+    cpu[0] = 0.3  # waiting after all, but the budget holds one stack only
+    pool.admission = Admission(300 * MIB)
+    pool.admission.recorded("k", {"c": 200 * MIB})
+    pool.stopping = _second_look()
+    with pytest.raises(Interrupted):
+        pool._take("k")
+    assert pool._provisioning == {}
