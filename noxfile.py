@@ -40,6 +40,7 @@ def integration(session: nox.Session) -> None:
     cluster tests (tests/integration/test_cluster.py starts its own nodes and second engine)."""
     _install(session)
     session.install("-e", ".[ray]")
+    session.install("-e", ".[inspect]")  # tests/integration/test_inspect_sandbox.py
     session.run(*PYTEST, "-m", "integration", "tests/integration", *session.posargs)
 
 
