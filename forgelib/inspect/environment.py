@@ -96,8 +96,10 @@ _tasks: dict[str, TaskStacks] = {}
 _tasks_lock = threading.Lock()
 
 
-async def _thread(fn: Callable[..., _T], *args: Any) -> _T:
-    result: _T = await anyio.to_thread.run_sync(fn, *args)
+async def _thread(fn: Callable[..., _T], *args: Any, abandon: bool = False) -> _T:
+    """``fn(*args)`` on a worker thread. ``abandon``: a cancelled caller (a sample stopped by Ctrl-C or a
+    limit) does not wait for it; the task's cleanup kills what it runs (``TaskStacks.close``)."""
+    result: _T = await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=abandon)
     return result
 
 
@@ -136,11 +138,12 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         stacks = await _thread(_start, config, Path.cwd())
         wanted = metadata.get(TASK_METADATA)
         try:
-            stack = await _thread(stacks.acquire, str(wanted) if wanted else None)
+            stack = await _thread(stacks.acquire, str(wanted) if wanted else None, abandon=True)
         except ProvisionError as e:  # forge's PROVISION_ERROR: the sample's error, the eval goes on
             raise RuntimeError(f"PROVISION_ERROR: {e}") from None
         except ForgeError as e:
             raise RuntimeError(_shown(e)) from None
+        _record(stack, stacks.run_id)
         return {svc: cls(stack, svc) for svc in stack.services}
 
     @classmethod
@@ -190,7 +193,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        return await _thread(self._exec, list(cmd), input, cwd, env or {}, user, timeout)
+        return await _thread(self._exec, list(cmd), input, cwd, env or {}, user, timeout, abandon=True)
 
     def _exec(
         self,
@@ -228,7 +231,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         return ExecResult(success=r.rc == 0, returncode=r.rc, stdout=stdout, stderr=stderr)
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
-        await _thread(self._write, file, contents)
+        await _thread(self._write, file, contents, abandon=True)
 
     def _write(self, file: str, contents: str | bytes) -> None:
         with self._scratch() as tmp:
@@ -257,7 +260,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
 
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
         limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE  # a context variable of the caller's
-        data = await _thread(self._read, file, limit)
+        data = await _thread(self._read, file, limit, abandon=True)
         return data.decode("utf-8") if text else data
 
     def _read(self, file: str, limit: int) -> bytes:
@@ -332,6 +335,28 @@ class _TempDir(tempfile.TemporaryDirectory[str]):
 
     def __enter__(self) -> Path:  # type: ignore[override]
         return Path(self.name)
+
+
+def _record(stack: SampleStack, run_id: str) -> None:
+    """The sample's transcript says which stack it got and how (fresh, or warm: reused, reset, replaced)."""
+    from inspect_ai.log import transcript
+
+    trial = stack.trial
+    how = dict(trial.stack) or {"mode": "fresh"}
+    transcript().info(
+        {
+            "stack": trial.name,
+            "run_id": run_id,
+            "task": stack.task.name,
+            "services": list(stack.services),
+            "mode": how.get("mode", "fresh"),
+            "reuse": how.get("reuse", 0),
+            "replaced": how.get("replaced"),
+            "timings": {k: round(v, 3) for k, v in trial.timings.items()},
+            "goldens": {svc: dict(g) for svc, g in trial.snapshots.items()},
+        },
+        source="forge",
+    )
 
 
 def _output(path: Path) -> str:

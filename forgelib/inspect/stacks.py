@@ -33,7 +33,7 @@ from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, teardown_trial
 # module of their own: this is the one line to change).
 from forgelib.run.cli import DockerBackend, WarmBackend, heal_leftovers
 from forgelib.runner import Runner, SubprocessRunner
-from forgelib.signals import LiveStacks
+from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
 from forgelib.warm import WarmPool
@@ -134,12 +134,18 @@ class TaskStacks:
         self, settings: Settings, *, runner: Runner | None = None, workers: int | None = None
     ) -> None:
         self.settings = settings
-        self.runner = runner or SubprocessRunner(default_timeout=settings.timeouts.command)
+        # Guarded as forge run's runner is: once the task is being cleaned up (an eval's Ctrl-C included),
+        # nothing new is launched and what is in flight (an `up`, an agent's long `exec`) is killed, so a
+        # cancelled sample's abandoned thread ends at once instead of holding the eval's exit.
+        self.stop = StopState()
+        self.runner = self.stop.guard(runner or SubprocessRunner(default_timeout=settings.timeouts.command))
         self.project = load_project(settings.project)
         self.run_id = f"{RUN_PREFIX}-{secrets.token_hex(4)}"
         self.live = LiveStacks()
         self._stopping = False
         self._lock = threading.Lock()
+        self._busy = threading.Condition()  # guards _inflight: acquires running now (close waits for them)
+        self._inflight = 0
         self._index = itertools.count()
         self._root: Path | None = None
         base = self.resolve_task(None)  # the config's task (or the project's environment) must be usable
@@ -193,8 +199,18 @@ class TaskStacks:
     def acquire(self, task_name: str | None) -> SampleStack:
         """A seeded stack for one sample: fresh, or a warm one reset and fingerprint-verified. Raises
         ``ProvisionError`` (nothing left behind) or ``SandboxConfigError``."""
-        if self._stopping:
-            raise Interrupted("the eval is stopping: no new stacks")
+        with self._busy:
+            if self._stopping:
+                raise Interrupted("the eval is stopping: no new stacks")
+            self._inflight += 1
+        try:
+            return self._acquire(task_name)
+        finally:
+            with self._busy:
+                self._inflight -= 1
+                self._busy.notify_all()
+
+    def _acquire(self, task_name: str | None) -> SampleStack:
         task = self.resolve_task(task_name)
         default = (
             self.base_default
@@ -206,6 +222,9 @@ class TaskStacks:
             task, run_id=self.run_id, trial_index=index, trial_dir=self.root() / str(index)
         )
         assert isinstance(trial, ProvisionedTrial)
+        if self._stopping:  # the task was cleaned up meanwhile (its sample cancelled): nobody will use it
+            self.backend.teardown(trial, graceful=False)
+            raise Interrupted(f"the eval is stopping: {trial.name} torn down")
         if trial.stack.get("mode") != "warm":  # the pool registers its own stacks
             try:
                 self.live.add(trial.name, lambda graceful: self._teardown(trial, graceful), started=True)
@@ -236,7 +255,11 @@ class TaskStacks:
     def close(self) -> None:
         """``task_cleanup``: every stack of the task torn down (warm pool, shared stacks, any sample's stack
         still registered), built images removed, the temp dir gone."""
-        self._stopping = True
+        with self._busy:
+            self._stopping = True
+        self.stop.request("the task's cleanup")  # in-flight launches killed, new ones refused
+        with self._busy:  # a provisioning cut short cleans up after itself (its `down` is not refused)
+            self._busy.wait_for(lambda: self._inflight == 0, timeout=self.settings.timeouts.teardown)
         errors: list[str] = []
         try:
             self.backend.finish_run(self.run_id)
