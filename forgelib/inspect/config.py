@@ -33,7 +33,11 @@ class ForgeConfig(BaseModel):  # type: ignore[misc]  # Any where pydantic is abs
         description="fresh: a new stack per sample; warm: stacks reused across samples, reset in place "
         "and fingerprint-verified before each",
     )
-    goldens: bool = Field(default=False, description="start reset services from golden snapshots")
+    goldens: bool = Field(
+        default=False,
+        description="fresh stacks start reset services from golden snapshots (captured in task_init); "
+        "a warm pool provisions each stack once and resets it in place",
+    )
     default: str | None = Field(
         default=None,
         description="the compose service that is inspect's default sandbox (else the one marked "

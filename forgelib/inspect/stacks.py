@@ -175,7 +175,7 @@ class TaskStacks:
         heal_leftovers(self.runner, lambda line: log.warning("forge: %s", line))
         if self.settings.stacks == "warm" or self.settings.goldens:
             clients.load()
-        if self.settings.goldens:
+        if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool resets in place instead
             stack = self.acquire(None)
             self.release(stack, interrupted=True)  # torn down: the golden stays, the stack does not
 
