@@ -112,6 +112,18 @@ async def _eventually_gone(env: ForgeSandboxEnvironment, marker: str) -> None:
     raise AssertionError(f"a process with {marker} still runs after the timeout")
 
 
+def test_inspect_sandbox_cleanup_keeps_a_live_evals_stack(pg_stack: tuple[TaskStacks, SampleStack]) -> None:
+    stacks, stack = pg_stack  # this process owns it and is alive: the reaper must keep it
+    inspect_cli = Path(sys.executable).parent / "inspect"
+    done = subprocess.run(
+        [str(inspect_cli), "sandbox", "cleanup", "forge", stacks.run_id],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert stack.name in done.stdout and "kept" in done.stdout, done.stdout
+    assert _left(stacks.run_id)["containers"], "the live stack was removed"
+
+
 async def test_connection_names_the_container(sandbox_env: ForgeSandboxEnvironment) -> None:
     conn = await sandbox_env.connection()
     assert conn.type == "forge" and conn.container
