@@ -7,8 +7,8 @@ classmethods), its median and p95, and the whole eval's wall; ratios against the
 docker sandbox brings the compose file up as written (no seed: it has none to apply), with ``x-default`` on
 ``runner`` and the offline stand-in images (``FORGE_IMAGE_*`` from ``forgelib.images``, as forge sets them);
 forge's arms seed app-db with the pack's ``postgres_baseline`` every sample. The goldens arm captures its
-golden in ``task_init`` (outside the per-sample figure; the golden image is left for the next run, like
-``forge run --snapshots``). Needs ``.[inspect]``.
+golden in ``task_init`` (outside the per-sample figure); the benchmark removes it at the end. Needs
+``.[inspect]``.
 
     python -m benchmarks inspect [--samples 8] [--arms docker,fresh,goldens,warm]
 """
@@ -90,6 +90,15 @@ def _timed(cls: type, record: list[float]) -> Callable[[], None]:
     return undo
 
 
+def _remove_own_goldens() -> None:
+    """The goldens arm's snapshots (this process is their owner): a benchmark leaves nothing behind."""
+    runner = SubprocessRunner()
+    owned = ["--filter", "label=io.forgelib.golden", "--filter", f"label=io.forgelib.owner.pid={os.getpid()}"]
+    ids = runner.run(["docker", "images", "-q", *owned]).stdout.split()
+    if ids:
+        runner.run(["docker", "image", "rm", "--force", *sorted(set(ids))], check=False)
+
+
 def _skip_engine_version_check() -> None:
     """inspect's docker sandbox refuses Docker Engine < 24.0.6; this box's is 20.10.24 (docs/ci-environment).
     The compose v2 calls it makes work there (compose 2.40 does the work), so the benchmark skips only
@@ -167,8 +176,11 @@ def main(argv: list[str]) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="forge-bench-inspect-") as tmp:
         compose = _docker_compose(Path(tmp))
-        for arm in arms:
-            rows.append(_arm(arm, a.samples, compose, Path(tmp) / "logs"))
+        try:
+            for arm in arms:
+                rows.append(_arm(arm, a.samples, compose, Path(tmp) / "logs"))
+        finally:
+            _remove_own_goldens()
     base = rows[0]
     raw = {r["arm"]: r.pop("raw") for r in rows}
     for r in rows:
