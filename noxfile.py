@@ -40,6 +40,7 @@ def integration(session: nox.Session) -> None:
     cluster tests (tests/integration/test_cluster.py starts its own nodes and second engine)."""
     _install(session)
     session.install("-e", ".[ray]")
+    session.install("-e", ".[inspect]")  # tests/integration/test_inspect_sandbox.py
     # `nox -s integration -- tests/integration/test_x.py -k y` runs just that file: a path among the
     # arguments replaces the folder instead of being added to it.
     paths = [a for a in session.posargs if a.startswith("tests/")]

@@ -61,11 +61,14 @@ PROVISION_DIR = "forge-provision-"
 PYTEST_DIR = "forge-pytest-"
 # A cluster slot's (forgelib.cluster.slot): the shipped project and its trials' files, on its node.
 NODE_DIR = "forge-node-"
+# inspect_ai's `forge` sandbox (forgelib.inspect): one per task of an `inspect eval` process.
+INSPECT_DIR = "forge-inspect-"
 # Every kind of ``owned_temp_dir`` the reaper removes once its owner is provably gone: (kind, who made it).
 OWNED_DIRS = {
     PROVISION_DIR: ("provision", "a `forge provision`"),
     PYTEST_DIR: ("pytest", "a pytest process (forgelib's plugin)"),
     NODE_DIR: ("cluster slot", "a `forge run --cluster` slot on this node"),
+    INSPECT_DIR: ("inspect", "an `inspect eval` (forge's sandbox)"),
 }
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant

@@ -289,8 +289,8 @@ def _heal(config: pytest.Config) -> None:
     if config.stash.get(_HEALED, False):
         return
     config.stash[_HEALED] = True
-    from forgelib.run.cli import heal_leftovers
     from forgelib.runner import SubprocessRunner
+    from forgelib.stacks.backends import heal_leftovers
 
     heal_leftovers(SubprocessRunner(), _notes(config).append)
 

@@ -9,22 +9,21 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forgelib import clients
-from forgelib.custody import reap_dead_owners
-from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
+from forgelib.errors import EXIT_OK, EXIT_USER, UsageError
 from forgelib.run import live
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, run_project
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, RunConfig, Task
 from forgelib.spec.validate import print_notices
-from forgelib.stacks import STACK_MODES, make_backend
+from forgelib.stacks import STACK_MODES, heal_leftovers, make_backend
 from forgelib.table import align
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ def main_run(
         # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
         print_notices(project.notices, prefix="forge: ")
         with interruptible(live_stacks) as stop:
-            heal_leftovers(runner)
+            heal_leftovers(runner, progress)
             backend = make_backend(
                 plan, project, cfg, stop.guard(runner), live_stacks, stop,
                 snapshots=use_snapshots, memory_budget_mb=memory_budget_mb or cfg.memory_budget_mb,
@@ -162,20 +161,6 @@ def _cluster_run(joining: Joining, plan: RunPlan, project: Project, profiles: tu
             executor=lambda log, settings: ClusterExecutor(cl, log, settings, progress, profiles),
         )
     return state
-
-
-def heal_leftovers(runner: Runner, say: Callable[[str], None] | None = None) -> None:
-    """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
-    rules; live owners, other hosts and unproven owners are kept), and ``say`` (default: ``progress``)
-    what was removed. ``forge run`` calls it at start, the pytest plugin before a process's first stack."""
-    say = say or progress
-    try:
-        report = reap_dead_owners(runner)
-    except ForgeError as e:  # healing is a courtesy to earlier runs: it never stops this one
-        say(f"warning: could not look for leftovers of dead forge processes: {e}")
-        return
-    if report.removed or report.failed:
-        say(f"removed leftovers of dead forge processes:\n{report.table()}")
 
 
 def build_plan(
@@ -238,4 +223,4 @@ def render_table(summary: Mapping[str, Any]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-__all__ = ["build_plan", "heal_leftovers", "main_run", "progress", "render_table"]
+__all__ = ["build_plan", "main_run", "progress", "render_table"]

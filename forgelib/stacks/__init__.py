@@ -10,6 +10,6 @@
 
 from __future__ import annotations
 
-from forgelib.stacks.backends import STACK_MODES, DockerBackend, WarmBackend, make_backend
+from forgelib.stacks.backends import STACK_MODES, DockerBackend, WarmBackend, heal_leftovers, make_backend
 
-__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "make_backend"]
+__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "heal_leftovers", "make_backend"]

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Unpack, cast
@@ -179,4 +179,18 @@ def make_backend(
     )
 
 
-__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "make_backend"]
+def heal_leftovers(runner: Runner, say: Callable[[str], None]) -> None:
+    """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
+    rules; live owners, other hosts and unproven owners are kept), and ``say``
+    what was removed. ``forge run`` calls it at start, the pytest plugin before a process's first stack,
+    the inspect sandbox at ``task_init``."""
+    try:
+        report = reap_dead_owners(runner)
+    except ForgeError as e:  # healing is a courtesy to earlier runs: it never stops this one
+        say(f"warning: could not look for leftovers of dead forge processes: {e}")
+        return
+    if report.removed or report.failed:
+        say(f"removed leftovers of dead forge processes:\n{report.table()}")
+
+
+__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "heal_leftovers", "make_backend"]

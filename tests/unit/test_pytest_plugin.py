@@ -134,7 +134,7 @@ RECORDER = """
 import os
 from pathlib import Path
 import pytest
-import forgelib.run.cli
+import forgelib.stacks.backends
 from forgelib.errors import ProvisionError
 from forgelib.pytest_stacks import ProvisionFailed, StackPool
 
@@ -148,7 +148,7 @@ def heal_leftovers(runner, say):
     REAPED.touch()
     say(f"the reaper ran in {PROCESS}")
 
-forgelib.run.cli.heal_leftovers = heal_leftovers
+forgelib.stacks.backends.heal_leftovers = heal_leftovers
 
 class Stack:
     def __init__(self, name):

@@ -149,7 +149,7 @@ def test_only_a_run_that_connects_to_services_loads_the_client_libraries(
 
     loaded: list[bool] = []
     monkeypatch.setattr(run_cli.clients, "load", lambda: loaded.append(True))
-    monkeypatch.setattr(run_cli, "heal_leftovers", lambda runner: None)
+    monkeypatch.setattr(run_cli, "heal_leftovers", lambda runner, say: None)
     monkeypatch.setattr(run_cli, "make_backend", lambda *a, **kw: object())
     monkeypatch.setattr(run_cli, "run_project", lambda plan, *a, **kw: (tmp_path, ev.RunState()))
     pack = Path(__file__).parents[3] / "examples/multi_service_postgres_reset/run_configs/dev.yaml"

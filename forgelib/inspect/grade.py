@@ -1,0 +1,108 @@
+"""A sample's forge grade: the task's grading.yaml run on the sample's stack, with forge run's own pieces
+(``run.checks.evaluate`` observes, ``run.grading`` scores: checks, gates, weighted components, alternatives;
+``run.judge`` for a judge). No inspect here; ``forgelib.inspect.scorer`` turns the grade into a Score.
+
+Checks run one after another (a sample's grading is a handful of reads; ``forge run`` runs them on a thread
+pool, a speed-up this adapter does not need), each a ``ReadOnce`` read unless a check may change state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from forgelib.errors import ForgeError
+from forgelib.inspect.stacks import SampleStack
+from forgelib.run.checks import ReadOnce, Stack, evaluate
+from forgelib.run.grading import (
+    CheckOutcome,
+    ComponentResult,
+    Grade,
+    alternatives_component,
+    checks_component,
+    combine,
+    grade,
+    judge_component,
+)
+from forgelib.run.judge import run_judge
+from forgelib.runner import Result, Runner
+from forgelib.spec.models import Check, Component, Grading
+
+# Trace checks (an agent's tool calls, checked against the grading's expectations) are being added to
+# forge's grading by another change; when they land, a component of that kind is observed from inspect's
+# transcript of the sample, handed in here as ``trace`` (the scorer has it: TaskState.messages).
+TraceObserver = Callable[[Component], ComponentResult]
+
+
+def grade_stack(
+    stack: SampleStack, runner: Runner, *, env: Mapping[str, str], trace: TraceObserver | None = None
+) -> Grade:
+    """The task's grading.yaml on ``stack``; ``ForgeError`` when the task has none."""
+    task = stack.task
+    g = task.grading
+    if g is None:
+        raise ForgeError(
+            f"forge task {task.name!r} has no grading.yaml to score with; name a task that has one "
+            "(ForgeConfig(task=...) or the sample's metadata forge_task)"
+        )
+    deadline = time.monotonic() + stack.timeouts.grading  # one budget for the sample's checks
+
+    def budget() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    view: Stack = stack.trial.compose if _mutates(g) else ReadOnce(stack.trial.compose)
+
+    def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
+        return [evaluate(view, c, stack.trial.config, timeout=budget()) for c in checks]
+
+    if not g.components:
+        return grade(observe((*g.checks, *g.gates)), g.threshold)
+
+    def host(
+        argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
+    ) -> Result:
+        return runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
+
+    def component(c: Component) -> ComponentResult:
+        if c.judge is not None:
+            verdict = run_judge(
+                c.name, c.judge, stack=view, host=host, cwd=g.path.parent,
+                env={"FORGE_TASK": task.name, "FORGE_INSTRUCTION": task.instruction, **env},
+                timeout=min(c.judge.timeout, budget()),
+            )  # fmt: skip
+            return judge_component(c.name, c.weight, verdict)
+        if c.alternatives:
+            return alternatives_component(
+                c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()}
+            )
+        return checks_component(c.name, c.weight, observe(c.checks))
+
+    return combine(observe(g.gates), [component(c) for c in g.components], g.threshold)
+
+
+def _mutates(g: Grading) -> bool:
+    """Whether a check may change state (an HTTP request other than GET/HEAD): then every read is made."""
+    checks = [*g.checks, *g.gates]
+    for c in g.components:
+        checks += [*c.checks, *(x for alt in c.alternatives.values() for x in alt)]
+    return any(
+        c.type == "http" and str(c.spec.get("method", "GET")).upper() not in ("GET", "HEAD") for c in checks
+    )
+
+
+def explain(g: Grade) -> str:
+    """Every check's verdict with its reason, one per line (the Score's explanation)."""
+    lines = [
+        f"forge grade: {'pass' if g.binary_pass else 'fail'}, score {g.score:.3f} (threshold {g.threshold:g})"
+    ]
+    for o in g.checks:
+        kind = "gate" if o.gate else "check"
+        lines.append(
+            f"- {kind} {o.name}: passed (observed {o.observed!r})" if o.passed else f"- {o.reason()}"
+        )
+    for name, d in g.details.items():
+        if d.get("reason"):
+            lines.append(f"- {d['kind']} {name}: {d['score']:.2f}: {d['reason']}")
+    lines += [f"- {r}" for r in g.reasons if r.startswith("score ")]
+    return "\n".join(lines)

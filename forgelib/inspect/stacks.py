@@ -1,0 +1,290 @@
+"""The stacks behind inspect_ai's ``forge`` sandbox, with no inspect in sight (unit-testable, and the only
+place that decides what a sample's stack is).
+
+One ``TaskStacks`` per sandbox config of an ``inspect eval`` process (inspect calls ``task_init`` once per
+config): the project loaded and verified, a run id naming the process's stacks on their labels, an owned
+temp dir for the trials' override files and logs, the ``LiveStacks`` registry, and ``forge run``'s own
+backend (``DockerBackend`` fresh, ``WarmBackend`` warm: the same provisioning, reset, fingerprint and
+golden code, not a copy). ``acquire`` gives a sample its seeded stack; ``release`` hands it back to the
+warm pool or tears it down; ``close`` leaves nothing of the task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from forgelib import clients
+from forgelib.custody import INSPECT_DIR
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.labels import owned_temp_dir
+from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, teardown_trial
+from forgelib.runner import Runner, SubprocessRunner
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.loader import load_project_config
+from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
+
+# forge run's own stack backends (forgelib.stacks): the same stack code as forge run, not a copy.
+from forgelib.stacks.backends import DockerBackend, WarmBackend, heal_leftovers
+from forgelib.warm import WarmPool
+
+log = logging.getLogger("forgelib.inspect")
+
+StackMode = Literal["fresh", "warm"]
+TASK_METADATA = "forge_task"  # a sample's metadata key naming its forge task (overrides the config's)
+RUN_PREFIX = "inspect"
+# One stack per sample held at once; what a stack of the reference packs takes while it runs (3-5
+# containers: postgres ~60 MiB, a python service ~40 MiB, docker's own share), with room to spare.
+MEMORY_PER_STACK = 512 * 1024**2
+
+
+class SandboxConfigError(ForgeError):
+    """The sandbox config (or the project it names) cannot be used; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a ``forge`` sandbox config says, with the project path made absolute."""
+
+    project: Path
+    task: str | None = None
+    stacks: StackMode = "fresh"
+    goldens: bool = False
+    default: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+def default_concurrency() -> int:
+    """How many samples' stacks at once fit this machine: two per CPU this process may use (a stack
+    mostly waits: on its services' start, on the model), but no more than available memory holds at
+    ``MEMORY_PER_STACK`` each; at least 1."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(2 * cpus, _available_memory() // MEMORY_PER_STACK))
+
+
+def _available_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 2**62  # unknown: the CPUs decide
+
+
+def default_service(env: EnvironmentManifest, wanted: str | None, where: str) -> str:
+    """inspect's ``default`` sandbox among ``env``'s services: ``wanted`` (the config's ``default``), else
+    the service marked ``x-default: true``, else one named ``default``; else a ``SandboxConfigError``
+    naming the services and the fix."""
+    services: Mapping[str, Any] = env.compose.get("services") or {}
+    names = sorted(services)
+    listed = ", ".join(names) or "(none)"
+    if wanted is not None:
+        if wanted not in services:
+            raise SandboxConfigError(
+                f"{where}: default service {wanted!r} is not a service of "
+                f"{env.compose_file}; its services: {listed}. Fix: set default to one of them"
+            )
+        return wanted
+    marked = [n for n in names if (services[n] or {}).get("x-default") is True]
+    if len(marked) > 1:
+        raise SandboxConfigError(
+            f"{where}: services {', '.join(marked)} of {env.compose_file} are all marked x-default; "
+            "mark one, or set default in the sandbox config"
+        )
+    if marked:
+        return marked[0]
+    if "default" in services:
+        return "default"
+    raise SandboxConfigError(
+        f"{where}: no default service in {env.compose_file} (services: {listed}). Fix: set default in "
+        "the sandbox config, e.g. sandbox=SandboxEnvironmentSpec('forge', ForgeConfig(project=..., "
+        f"default={names[0] if names else 'SERVICE'!r})), mark one service `x-default: true`, or name one "
+        "`default`"
+    )
+
+
+@dataclass
+class SampleStack:
+    """One sample's stack: the provisioned trial and its services, inspect's default first."""
+
+    trial: ProvisionedTrial
+    task: Task
+    services: tuple[str, ...]
+    timeouts: Timeouts
+
+    @property
+    def name(self) -> str:
+        return self.trial.name
+
+
+class TaskStacks:
+    """The stacks of one sandbox config in one process. Thread-safe: inspect's samples run concurrently
+    and each blocking call runs on a worker thread."""
+
+    def __init__(
+        self, settings: Settings, *, runner: Runner | None = None, workers: int | None = None
+    ) -> None:
+        self.settings = settings
+        # Guarded as forge run's runner is: once the task is being cleaned up (an eval's Ctrl-C included),
+        # nothing new is launched and what is in flight (an `up`, an agent's long `exec`) is killed, so a
+        # cancelled sample's abandoned thread ends at once instead of holding the eval's exit.
+        self.stop = StopState()
+        self.runner = self.stop.guard(runner or SubprocessRunner(default_timeout=settings.timeouts.command))
+        self.project = load_project(settings.project)
+        self.run_id = f"{RUN_PREFIX}-{secrets.token_hex(4)}"
+        self.live = LiveStacks()
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._busy = threading.Condition()  # guards _inflight: acquires running now (close waits for them)
+        self._inflight = 0
+        self._index = itertools.count()
+        self._root: Path | None = None
+        base = self.resolve_task(None)  # the config's task (or the project's environment) must be usable
+        self.base_default = default_service(base.environment, settings.default, self.where)
+        self.backend: DockerBackend
+        if settings.stacks == "warm":
+            pool = WarmPool(
+                self.project, settings.timeouts, self.runner, workers=workers or default_concurrency(),
+                stacks=self.live, stopping=lambda: self._stopping,
+            )  # fmt: skip
+            self.backend = WarmBackend(
+                self.project, settings.timeouts, self.runner, cache=pool.cache, pool=pool,
+                snapshots=settings.goldens,
+            )  # fmt: skip
+        else:
+            self.backend = DockerBackend(
+                self.project, settings.timeouts, self.runner, snapshots=settings.goldens
+            )
+
+    @property
+    def where(self) -> str:
+        return f"sandbox ('forge', {self.settings.project})"
+
+    def start(self) -> None:
+        """``task_init``: heal leftovers of dead owners, load the clients resets talk through, and with
+        goldens capture them now (one stack of the config's environment, provisioned and torn down)."""
+        heal_leftovers(self.runner, lambda line: log.warning("forge: %s", line))
+        if self.settings.stacks == "warm" or self.settings.goldens:
+            clients.load()
+        if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool resets in place instead
+            stack = self.acquire(None)
+            self.release(stack, interrupted=True)  # torn down: the golden stays, the stack does not
+
+    def root(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = owned_temp_dir(INSPECT_DIR)  # the reaper removes it once this process is gone
+            return self._root
+
+    def resolve_task(self, name: str | None) -> Task:
+        """The forge task a sample runs: ``name`` (its metadata's ``forge_task``), else the config's task,
+        else the project's default environment (as a task without grading)."""
+        chosen = name or self.settings.task
+        if chosen is None:
+            return Task(DEFAULT_TASK, self.project.path, "", self.project.environment)
+        try:
+            return self.project.task(chosen)
+        except ForgeError as e:
+            raise SandboxConfigError(f"{self.where}: {e}") from None
+
+    def acquire(self, task_name: str | None) -> SampleStack:
+        """A seeded stack for one sample: fresh, or a warm one reset and fingerprint-verified. Raises
+        ``ProvisionError`` (nothing left behind) or ``SandboxConfigError``."""
+        with self._busy:
+            if self._stopping:
+                raise Interrupted("the eval is stopping: no new stacks")
+            self._inflight += 1
+        try:
+            return self._acquire(task_name)
+        finally:
+            with self._busy:
+                self._inflight -= 1
+                self._busy.notify_all()
+
+    def _acquire(self, task_name: str | None) -> SampleStack:
+        task = self.resolve_task(task_name)
+        default = (
+            self.base_default
+            if task_name is None or task_name == self.settings.task
+            else default_service(task.environment, self.settings.default, f"{self.where}, task {task.name}")
+        )
+        index = next(self._index)
+        trial = self.backend.provision(
+            task, run_id=self.run_id, trial_index=index, trial_dir=self.root() / str(index)
+        )
+        assert isinstance(trial, ProvisionedTrial)
+        if self._stopping:  # the task was cleaned up meanwhile (its sample cancelled): nobody will use it
+            self.backend.teardown(trial, graceful=False)
+            raise Interrupted(f"the eval is stopping: {trial.name} torn down")
+        if trial.stack.get("mode") != "warm":  # the pool registers its own stacks
+            try:
+                self.live.add(trial.name, lambda graceful: self._teardown(trial, graceful), started=True)
+            except BaseException:
+                teardown_trial(trial, graceful=False)
+                raise
+        services = [s for s in (trial.config.get("services") or {}) if s != default]
+        return SampleStack(trial, task, (default, *services), self.settings.timeouts)
+
+    def _teardown(self, trial: ProvisionedTrial, graceful: bool) -> None:
+        self.backend.teardown(trial, graceful=graceful)
+
+    def release(self, stack: SampleStack, *, interrupted: bool) -> None:
+        """The sample is over: a warm stack goes back to its pool (reset before its next sample); a fresh
+        one, or any stack of an interrupted sample, is torn down."""
+        trial = stack.trial
+        if trial.stack.get("mode") == "warm":
+            assert isinstance(self.backend, WarmBackend) and self.backend.pool is not None
+            if interrupted:
+                self.backend.pool.release(trial, graceful=False)  # not graceful: destroyed, never reused
+            else:
+                self.backend.teardown(trial)
+            return
+        why = self.live.teardown(trial.name, graceful=not interrupted)
+        if why is not None:
+            raise ForgeError(f"tearing down {trial.name} failed: {why}")
+
+    def close(self) -> None:
+        """``task_cleanup``: every stack of the task torn down (warm pool, shared stacks, any sample's stack
+        still registered), built images removed, the temp dir gone."""
+        with self._busy:
+            self._stopping = True
+        self.stop.request("the task's cleanup")  # in-flight launches killed, new ones refused
+        with self._busy:  # a provisioning cut short cleans up after itself (its `down` is not refused)
+            self._busy.wait_for(lambda: self._inflight == 0, timeout=self.settings.timeouts.teardown)
+        errors: list[str] = []
+        try:
+            self.backend.finish_run(self.run_id)
+        except ForgeError as e:
+            errors.append(str(e))
+        report = self.live.teardown_all()
+        errors += [f"{n}: {why}" for n, why in sorted(report.failed.items())]
+        with self._lock:
+            root, self._root = self._root, None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+        if errors:
+            raise ForgeError("forge sandbox cleanup left:\n" + "\n".join(errors))
+
+
+def load_project(path: Path) -> Project:
+    """The project at ``path``, its spec and seed digests verified (``SpecError``: file:line, the fix)."""
+    return load_project_config(path)
+
+
+__all__ = [
+    "ProvisionError",
+    "SampleStack",
+    "SandboxConfigError",
+    "Settings",
+    "TaskStacks",
+    "default_concurrency",
+    "default_service",
+]
