@@ -43,6 +43,12 @@ else:  # loaded at first use (forgelib.clients says why)
 CONNECT_TIMEOUT = 10  # seconds; a published port that does not answer is a dead stack, not a slow one
 
 
+class PortLookup(Protocol):
+    """Where a container port is published on the host (``ComposeProject.port``)."""
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]: ...
+
+
 class Stack(Protocol):
     """What a connection needs of a provisioned stack (``provision.ProvisionedTrial`` satisfies it)."""
 
@@ -104,19 +110,22 @@ class PostgresParams:
 
 
 def postgres_params(
-    compose: ComposeProject,
+    compose: PortLookup,
     service: str,
     config: Mapping[str, Any],
     options: Mapping[str, Any] | None = None,
     *,
     database: str | None = None,
+    inside: bool = False,
 ) -> PostgresParams:
-    """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``)."""
+    """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``;
+    ``inside``: as a container on the stack's network reaches it, by service name and container port)."""
     svc = service_config(config, service)
     env = svc.get("environment") or {}
     env = env if isinstance(env, Mapping) else {}
     user, db = sql_dump.postgres_credentials(options or {}, env)
-    host, port = compose.port(service, sql_dump.direct_port(svc))
+    port_in = sql_dump.direct_port(svc)
+    host, port = (service, port_in) if inside else compose.port(service, port_in)
     password = env.get("POSTGRES_PASSWORD")
     return PostgresParams(host, port, user, str(password) if password else None, database or db)
 
@@ -166,10 +175,11 @@ class RedisParams:
 
 
 def redis_params(
-    compose: ComposeProject, service: str, config: Mapping[str, Any], db: int = 0
+    compose: PortLookup, service: str, config: Mapping[str, Any], db: int = 0, *, inside: bool = False
 ) -> RedisParams:
     svc = service_config(config, service)
-    host, port = compose.port(service, redis_dump.direct_port(svc))
+    port_in = redis_dump.direct_port(svc)
+    host, port = (service, port_in) if inside else compose.port(service, port_in)
     return RedisParams(host, port, redis_dump.command_option(svc, "requirepass"), db)
 
 

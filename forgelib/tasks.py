@@ -98,6 +98,7 @@ def teardown(c: Context, name: str = "") -> None:
         "snapshots": "start reset services from golden snapshots (overrides the config's `snapshots`)",
         "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
         "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
+        "agent": "what solves every trial: `oracle` (each task's) or an agent file (overrides the config)",
     }
 )
 def run(
@@ -115,8 +116,9 @@ def run(
     snapshots: bool = False,
     no_snapshots: bool = False,
     cluster: str = "",
+    agent: str = "",
 ) -> None:
-    """Run trials: provision, oracle, state checks, results on disk."""
+    """Run trials: provision, solve (each task's oracle or --agent), state checks, results on disk."""
     guarded(
         main_run,
         config=config,
@@ -132,6 +134,7 @@ def run(
         snapshots=snapshots,
         no_snapshots=no_snapshots,
         cluster=cluster or None,
+        agent=agent or None,
     )
 
 

@@ -18,7 +18,7 @@ from forgelib.run.events import Attempt, RunState, Session, TrialRecord, summari
 from forgelib.run.lifecycle import Phase
 
 # The timeline's colours: provisioning is split into the stack itself and the seeds going in.
-CATEGORIES = ("provision", "recipes", "oracle", "grading", "capture_logs", "record", "teardown")
+CATEGORIES = ("provision", "recipes", "solve", "grading", "capture_logs", "record", "teardown")
 # Timing keys that are provisioning's inner steps applying state (a seed recipe, a reset, a restore).
 _STATE_STEPS = ("recipe", "reset", "restore", "golden", "seed")
 # Timing keys that are not provisioning's inner steps: the phases themselves and the trial's total.
@@ -178,10 +178,10 @@ def distributions(records: list[TrialRecord]) -> dict[str, dict[str, Any]]:
         recipes = [v for k, v in r.timings.items() if k not in _NOT_STEPS and category(k) == "recipes"]
         if recipes:
             values.setdefault("recipes", []).append(sum(recipes))
-        for name in ("provision", "oracle", "grading", "capture_logs", "teardown", "total"):
+        for name in ("provision", "solve", "grading", "capture_logs", "teardown", "total"):
             if name in r.timings:
                 values.setdefault(name, []).append(r.timings[name])
-    order = ["provision", "recipes", "oracle", "grading", "capture_logs", "teardown", "total"]
+    order = ["provision", "recipes", "solve", "grading", "capture_logs", "teardown", "total"]
     return {
         name: {**timing_stats(values[name]), "values": [round(v, 3) for v in values[name]]}
         for name in order

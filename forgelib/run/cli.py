@@ -30,8 +30,8 @@ from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest, run_project
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState, interruptible
-from forgelib.spec.loader import load_project_config, load_run_config
-from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
+from forgelib.spec.loader import load_agent, load_project_config, load_run_config
+from forgelib.spec.models import LOG_TAIL_LINES, Agent, Project, RunConfig, Task, Timeouts
 from forgelib.spec.validate import print_notices
 from forgelib.table import align
 from forgelib.warm import WarmPool
@@ -56,6 +56,7 @@ def main_run(
     no_snapshots: bool = False,
     stacks: str | None = None,
     cluster: str | None = None,
+    agent: str | None = None,
 ) -> int:
     if snapshots and no_snapshots:
         raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
@@ -77,6 +78,7 @@ def main_run(
     if address and joining is None:  # the run config's `cluster:`
         joining = _start_joining(address)
     project = load_project_config(cfg.project)
+    solver = choose_agent(agent, cfg, project)
     plan = build_plan(
         cfg,
         project,
@@ -88,6 +90,7 @@ def main_run(
         report=report,
         retries=retries,
         stacks=stacks,
+        agent=solver,
     )
     use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
     if joining is not None:
@@ -147,6 +150,8 @@ def _run_on_cluster(joining: Joining, plan: RunPlan, project: Project, profiles:
     """The same run on a Ray cluster's nodes (``forgelib.cluster``)."""
     if plan.stacks == "warm":
         raise UsageError("--cluster runs fresh stacks on the nodes; `stacks: warm` is not supported yet")
+    if plan.agent is not None:
+        raise UsageError("--cluster runs each task's oracle; a command agent is not supported there yet")
     # Ray prints what it learns about the cluster (a raylet that died...) on stdout, which belongs to the
     # summary (`--json`): while the run lasts, stdout is stderr. (The joining thread's Ray messages go to
     # stderr by connect._ray_messages_to_stderr and Ray's loggers.)
@@ -196,6 +201,7 @@ def build_plan(
     report: bool = False,
     retries: int | None = None,
     stacks: str | None = None,
+    agent: Agent | None = None,
 ) -> RunPlan:
     """The run config with the command line's options on top."""
     tasks: tuple[Task, ...] = (
@@ -219,7 +225,23 @@ def build_plan(
         junit=Path(junit).resolve() if junit else None,
         report=report,
         stacks=stacks or cfg.stacks,
+        agent=agent,
     )
+
+
+ORACLE = "oracle"
+
+
+def choose_agent(option: str | None, cfg: RunConfig, project: Project) -> Agent | None:
+    """The run's solver: ``--agent oracle`` / ``--agent FILE.yaml``, else the run config's ``agent:``;
+    None: each task's oracle. An agent in a service must find it in every task's stack (file:line)."""
+    if option == ORACLE:
+        return None
+    if option:
+        return load_agent(option, project, cfg.tasks)
+    if cfg.agent is not None and not cfg.agent.on_host:
+        load_run_config(cfg.path, project)  # raises the `where:` problem at its line
+    return cfg.agent
 
 
 def progress(line: str) -> None:
@@ -282,6 +304,24 @@ class DockerBackend:
         self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
     ) -> Result:
         return self.runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
+
+    def launch_host(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        cwd: Path,
+        env: Mapping[str, str],
+        stdin: Path,
+        stdout_path: Path,
+        stderr_path: Path,
+        secrets: Sequence[str],
+    ) -> Result:
+        # Tagged `run` (a launch verb): a stop refuses it, and kills its process group while it runs.
+        return self.runner.run(
+            argv, timeout=timeout, cwd=cwd, env=env, stdin=stdin, stdout_path=stdout_path,
+            stderr_path=stderr_path, secrets=secrets, check=False, tag="run",
+        )  # fmt: skip
 
     def discard_leftovers(self, run_id: str) -> None:
         report = reap_dead_owners(self.runner, run_id)

@@ -408,7 +408,7 @@ def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tm
     summary = json.loads(out)
     (trial,) = summary["trials"]
     assert trial["status"] != "passed"
-    assert trial["termination_reason"] in {"ORACLE_ERROR", "ENGINE_LOST", "INTERNAL_ERROR"}
+    assert trial["termination_reason"] in {"AGENT_ERROR", "ENGINE_LOST", "INTERNAL_ERROR"}
     trial_yaml = yaml.safe_load(
         (tmp_path / "p" / "runs" / run_id / "trials" / "t" / "0" / "trial.yaml").read_text()
     )
