@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecError, SpecIssue
+from forgelib.mcp.names import DEFAULT_TOOLS
 from forgelib.spec import rules, schema
 from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
@@ -355,6 +356,7 @@ class _ProjectLoader:
             oracle=_oracle(data.get("oracle"), script),
             grading=grading,
             instruction=data.get("instruction", ""),
+            tools=tuple(data["tools"]) if "tools" in data else DEFAULT_TOOLS,
         )
 
     def _grading_for(self, doc: YamlDoc, services: Mapping[str, Any] | None) -> Grading | None:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.mcp.names import DEFAULT_TOOLS
 
 
 class SeedKind(StrEnum):
@@ -185,6 +186,8 @@ class Task:
     oracle: Oracle | None = None
     grading: Grading | None = None
     instruction: str = ""
+    # The MCP tools the trial's tool server offers (task.yaml `tools:`; forgelib.mcp.names).
+    tools: tuple[str, ...] = DEFAULT_TOOLS
 
 
 @dataclass(frozen=True)
