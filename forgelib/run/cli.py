@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,10 +26,10 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
-from forgelib.run import live
+from forgelib.run import live, tools
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest, run_project
-from forgelib.runner import Result, Runner, SubprocessRunner
+from forgelib.runner import Result, Runner, SubprocessRunner, merged_env
 from forgelib.signals import LiveStacks, StopState, interruptible
 from forgelib.spec.loader import load_agent, load_project_config, load_run_config
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Project, RunConfig, Task, Timeouts
@@ -79,6 +80,8 @@ def main_run(
         joining = _start_joining(address)
     project = load_project_config(cfg.project)
     solver = choose_agent(agent, cfg, project)
+    if solver is not None or any(tools.declares_tools(t) for t in project.tasks):
+        tools.preload()  # every trial serves tools: load the server now, not in the first trial
     plan = build_plan(
         cfg,
         project,
@@ -238,10 +241,20 @@ def choose_agent(option: str | None, cfg: RunConfig, project: Project) -> Agent 
     if option == ORACLE:
         return None
     if option:
-        return load_agent(option, project, cfg.tasks)
-    if cfg.agent is not None and not cfg.agent.on_host:
-        load_run_config(cfg.path, project)  # raises the `where:` problem at its line
-    return cfg.agent
+        agent: Agent | None = load_agent(option, project, cfg.tasks)
+    else:
+        agent = cfg.agent
+        if agent is not None and not agent.on_host:
+            load_run_config(cfg.path, project)  # raises the `where:` problem at its line
+    if agent is not None and agent.on_host:
+        program = agent.command[0]
+        if shutil.which(program, path=merged_env(dict(agent.env)).get("PATH")) is None:
+            # Before any stack exists: every trial would fail the same way.
+            raise ForgeError(
+                f"{agent.source}: the agent's program {program!r} was not found (or is not executable); "
+                "fix `command:` (a relative path is relative to that file) or install it"
+            )
+    return agent
 
 
 def progress(line: str) -> None:

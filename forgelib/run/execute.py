@@ -55,7 +55,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
-from forgelib.runner import Result
+from forgelib.runner import Result, secret_values
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Grading, Task, Timeouts
@@ -426,13 +426,14 @@ class Executor:
         (``run.tools``) up around it when it gets one, and closed however it ends."""
         assert t.handle is not None
         agent = self.s.agent
-        wanted = agent is not None or tools.declared_tools(t.task) is not None
+        wanted = agent is not None or tools.declares_tools(t.task)
+        in_stack = agent is None or not agent.on_host
         t0 = time.monotonic()
         t.solver = {"kind": "oracle"} if agent is None else {
             "kind": "command", "name": agent.label, "where": agent.where,
         }  # fmt: skip
         try:
-            with tools.serving(t.handle, t.task, t.dir, wanted=wanted, network=_network(t.handle)) as srv:
+            with tools.serving(t.handle, t.task, t.dir, wanted=wanted, in_stack=in_stack) as srv:
                 if srv is not None:
                     t.timings["tools_start"] = time.monotonic() - t0
                     t.solver["tools"] = {"trace": tools.TRACE_FILE}
@@ -460,8 +461,10 @@ class Executor:
         )  # fmt: skip
         write_inputs(t.dir, t.task.instruction, doc)
         env = agent_env(agent, files, url, token)
+        # Redacted from every line forge logs: the token, and the agent's own secrets (an API key in `env:`).
+        secrets = sorted({*([token] if token else []), *secret_values(agent.env)})
         r = run_agent(
-            agent, out_dir=t.dir, env=env, secrets=[token] if token else [], host=self.backend.launch_host,
+            agent, out_dir=t.dir, env=env, secrets=secrets, host=self.backend.launch_host,
             stack=t.handle.compose, command_timeout=self.s.timeouts.command,
         )  # fmt: skip
         t.timings["solve"] = r.seconds
@@ -480,8 +483,9 @@ class Executor:
         timeout = effective_timeout(oracle, self.s.timeouts.oracle)
         # A bare seed bound to the oracle's service: its variable names where the file is mounted.
         seed_env = {m.env_var: m.path for m in t.handle.bare_seeds.values() if m.service == oracle.service}
-        if srv is not None:  # the oracle runs in the stack: it reaches the server on the trial's network
-            seed_env |= {"FORGE_MCP_URL": srv.url_for(False), "FORGE_MCP_TOKEN": srv.token}
+        url = srv.url_for(False) if srv is not None else None
+        if srv is not None and url is not None:  # the oracle runs in the stack: it reaches the server there
+            seed_env |= {"FORGE_MCP_URL": url, "FORGE_MCP_TOKEN": srv.token}
         r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
         t.timings["solve"] = r.seconds
         t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
@@ -676,12 +680,6 @@ def _mutates(g: Grading) -> bool:
 
 def _threshold(task: Task) -> float:
     return task.grading.threshold if task.grading else 1.0
-
-
-def _network(handle: TrialHandle) -> str | None:
-    """The trial's compose network (an in-stack solver reaches the tool server on it): compose's default
-    one, ``<project>_default``."""
-    return f"{handle.name}_default"
 
 
 def _worker() -> str:

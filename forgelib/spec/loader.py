@@ -7,6 +7,7 @@ everything that can be known.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -529,9 +530,15 @@ def collect_run_config(
     )
 
 
+PYTHON_PLACEHOLDER = "{python}"  # a host agent's argv[0]: forge's own Python
+
+
 def _agent(data: Mapping[str, Any], source: Path) -> Agent:
     command = [str(a) for a in data["command"]]
     where = str(data.get("where", HOST))
+    if where == HOST and command[0] == PYTHON_PLACEHOLDER:
+        # The interpreter running forge: it has forgelib and so the `mcp` SDK, whichever `python3` is on PATH.
+        command[0] = sys.executable
     # A host agent's relative program path is relative to the file that declared it (not to wherever
     # forge was started), so the runner finds it; a service's paths are the container's.
     if where == HOST and "/" in command[0] and not Path(command[0]).is_absolute():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -128,6 +129,14 @@ def test_a_host_agent_is_given_the_instruction_and_the_manifest(tmp_path: Path) 
     assert seen["stdout_path"] == d / "agent.stdout" and seen["stderr_path"] == d / "agent.stderr"
     assert seen["manifest"]["trial"]["task"] == "read_widget" and seen["manifest"]["where"] == "host"
     assert (d / "agent.stdout").read_text() == "solved\n"
+    # The trial's MCP server: its URL and token in the env and the manifest, the token kept out of logs.
+    token = seen["env"]["FORGE_MCP_TOKEN"]
+    assert seen["env"]["FORGE_MCP_URL"].startswith("http://127.0.0.1:") and set(seen["secrets"]) == {
+        token,
+        "v",
+    }  # MY_KEY too
+    assert seen["manifest"]["mcp"] == {"url": seen["env"]["FORGE_MCP_URL"], "token": token}
+    assert (d / "trace.jsonl").is_file()
     trial = yaml.safe_load((d / "trial.yaml").read_text())
     assert trial["solver"]["kind"] == "command" and trial["solver"]["rc"] == 0 and "solve" in trial["timings"]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -214,6 +223,8 @@ def test_a_run_config_names_its_agent(project: Path) -> None:
     assert dict(cfg.agent.env) == {"A": "1"} and cfg.agent.source == project / "run_configs" / "agent.yaml"
     oracle = load_run_config(write(project / "run_configs" / "o.yaml", "project: ..\nagent: oracle\n"))
     assert oracle.agent is None
+    py = load_agent(write(project / "agents" / "py.yaml", 'command: ["{python}", ./a.py]\n'))
+    assert py.command == (sys.executable, "./a.py")  # forge's own Python; its arguments are left alone
 
 
 def test_a_bad_agent_is_a_file_line_error(project: Path) -> None:

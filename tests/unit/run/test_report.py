@@ -245,3 +245,34 @@ def test_the_executor_records_workers_and_origin_shows_every_event_and_writes_th
     run_project(again, fake_backend(), lines.append, observer=lambda e: seen.append(dict(e)))
     assert seen == list(ev.read_events(run_dir / ev.EVENTS_FILE))
     assert seen[-2]["kind"] == ev.RUN_RESUMED and seen[-2]["origin"]["host"]
+
+
+def test_a_trials_tool_calls_and_solver_output_are_on_the_page(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    write_log(run_dir, [ev_started([("a", 0), ("a", 1)]), *trial_events("a", 0, T0 + 1, "0"),
+                        *trial_events("a", 1, T0 + 20, "0")])  # fmt: skip
+    trial = run_dir / "trials" / "a" / "0"
+    trial.mkdir(parents=True)
+    calls = [
+        {"seq": 1, "tool": "sql_query", "arguments": {"service": "app-db", "query": "select " + "x" * 300},
+         "started": T0 + 5, "ended": T0 + 5.1, "ok": True, "result": "[]", "error": None},
+        {"seq": 2, "tool": "write_file", "arguments": {"service": "runner", "path": "/n"},
+         "started": T0 + 5.2, "ended": T0 + 5.3, "ok": False, "result": None, "error": "no such service"},
+    ]  # fmt: skip
+    (trial / "trace.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls) + '{"seq": 3, "to')
+    (trial / "agent.stdout").write_text("x" * 5000 + "the end\n")
+    (trial / "agent.stderr").write_text("")  # empty: nothing to show
+    damaged = run_dir / "trials" / "a" / "1"
+    damaged.mkdir(parents=True)
+    (damaged / "trace.jsonl").write_text("not json\n{}\n")
+
+    first, second = page_data(write_report(run_dir).read_text())["trials"]
+    assert first["calls_total"] == 2  # the torn last line (a kill mid-write) is not a call
+    (seq, tool, started, ended, ok, args, err), bad = first["calls"]
+    assert (seq, tool, started, ended, ok, err) == (1, "sql_query", T0 + 5, T0 + 5.1, True, "")
+    assert len(args) == 160 and args.endswith("…")
+    assert bad[1] == "write_file" and bad[4] is False and bad[6] == "no such service"
+    assert list(first["output"]) == ["agent.stdout"] and first["output"]["agent.stdout"].endswith("the end\n")
+    assert len(first["output"]["agent.stdout"]) == 2048
+    assert {"trace.jsonl", "agent.stdout", "agent.stderr"} <= set(first["files"])
+    assert second["calls"] == [] and "trace.jsonl:1: not a JSON trace record" in second["calls_error"]
