@@ -237,3 +237,24 @@ def test_a_bad_agent_is_a_file_line_error(project: Path) -> None:
     assert "a.yaml:2" in str(e2.value) and "where" in str(e2.value)  # "did you mean"
     with pytest.raises(SpecError, match="no such agent file"):
         load_agent(project / "agents" / "missing.yaml")
+
+
+def test_the_command_line_chooses_the_solver_over_the_run_config(project: Path) -> None:
+    from forgelib.errors import ForgeError
+    from forgelib.run.cli import choose_agent
+    from forgelib.spec.models import Project
+
+    write(project / "run_configs" / "agents" / "solve.sh", "#!/bin/sh\n").chmod(0o755)
+    cfg = load_run_config(
+        write(project / "run_configs" / "a.yaml", "project: ..\nagent: {command: [./agents/solve.sh]}\n")
+    )
+    env = EnvironmentManifest(compose_files=(project / "c.yaml",), services={})
+    proj = Project("p", project, project / "project.yaml", "", {}, env, ())
+    assert choose_agent(None, cfg, proj) == cfg.agent
+    assert choose_agent("oracle", cfg, proj) is None  # --agent oracle: each task's own
+    other = write(project / "agents" / "b.yaml", "command: [sh, -c, 'exit 0']\nname: b\n")
+    chosen = choose_agent(str(other), cfg, proj)
+    assert chosen is not None and chosen.name == "b"
+    missing = write(project / "agents" / "c.yaml", "command: [./nope]\n")
+    with pytest.raises(ForgeError, match=r"c.yaml: the agent's program '.*/agents/nope' was not found"):
+        choose_agent(str(missing), cfg, proj)
