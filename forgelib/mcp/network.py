@@ -73,6 +73,14 @@ def stack_network_name(project: str, config: Mapping[str, Any]) -> str | None:
     return str(declared.get("name") or f"{project}_{key}")
 
 
+def trial_network(runner: Runner, project: str, config: Mapping[str, Any]) -> TrialNetwork | None:
+    """The network an agent inside the trial's stack shares with its services (``stack_network_name``),
+    inspected; None when the services do not share one network (then the server is offered on loopback
+    only). ``project``: the compose project name (``trial.name``)."""
+    name = stack_network_name(project, config)
+    return TrialNetwork.inspect(runner, name) if name is not None else None
+
+
 def allowed_peer(host: str | None, subnets: Iterable[str]) -> bool:
     """Whether a peer address may talk to the server: loopback, or inside one of ``subnets``."""
     if not host:

@@ -72,7 +72,7 @@ class ToolServer:
         self.tools: tuple[str, ...] = ()
         self.trace_path = Path()
         self._thread: threading.Thread | None = None
-        self._uvicorn: uvicorn.Server | None = None
+        self._uvicorn: _Uvicorn | None = None
         self._sockets: list[socket.socket] = []
         self._toolbox: Toolbox | None = None
         self._trace: TraceWriter | None = None
@@ -141,7 +141,7 @@ class ToolServer:
             timeout_graceful_shutdown=1,  # an agent's open stream does not hold up the trial's end
             ws="none",
         )
-        self._uvicorn = server = uvicorn.Server(config)
+        self._uvicorn = server = _Uvicorn(config)
         self._thread = threading.Thread(target=self._serve, name=f"forge-mcp-{port}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + READY_TIMEOUT
@@ -153,9 +153,15 @@ class ToolServer:
             time.sleep(0.0005)
 
     def _listen(self, host: str) -> tuple[str, int]:
+        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and an
+        # accepted socket inherits the listener's (socket.create_server leaves it 0). Without it uvicorn's
+        # response body waits for the client's delayed ACK of the headers: +40 ms on every call.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
-            sock = socket.create_server((host, 0), backlog=128)
+            sock.bind((host, 0))
+            sock.listen(128)
         except OSError as e:
+            sock.close()
             raise ForgeError(f"the MCP tool server cannot listen on {host}: {e}") from None
         self._sockets.append(sock)
         return host, sock.getsockname()[1]
@@ -228,7 +234,7 @@ class ToolServer:
                 return
             self._closed = True
         if self._uvicorn is not None:
-            self._uvicorn.should_exit = True
+            self._uvicorn.stop()
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT)
             if self._thread.is_alive() and self._uvicorn is not None:  # a tool call still running: stop now
@@ -249,6 +255,44 @@ class ToolServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, stopped at once: its own loop polls ``should_exit`` every 0.1 s and its shutdown
+    sleeps 0.1 s more, ~0.2 s at the end of every trial. Here ``stop()`` wakes the loop, and shutdown
+    waits only while a response is still being sent (at most ``timeout_graceful_shutdown``)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stopping: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        if self.should_exit:  # stop() came before the loop was known
+            return
+        while not self.should_exit:
+            await self.on_tick(0)  # refreshes the Date header (uvicorn does it once a second)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 1.0)
+
+    def stop(self) -> None:
+        """From any thread: end ``main_loop`` now."""
+        self.should_exit = True
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed already
+                loop.call_soon_threadsafe(stopping.set)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle keep-alive connections close now, busy ones after their response
+        deadline = time.monotonic() + float(self.config.timeout_graceful_shutdown or 0)
+        while self.server_state.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        for task in self.server_state.tasks:
+            task.cancel()
+        await self.lifespan.shutdown()
 
 
 class _Guard:

@@ -8,7 +8,7 @@ do). A bad call (an unknown service, a bad argument, a missing path, a timeout, 
 
 Results are text: plain for file contents and listings, JSON for everything with several parts (a status,
 headers and a body; columns and rows). Sizes are bounded both ways (``BODY_LIMIT``, ``FILE_LIMIT``,
-``OUTPUT_LIMIT``, ``ROW_LIMIT``) so no call can fill forge's memory or the trace.
+``OUTPUT_LIMIT``, ``ROW_LIMIT``, ``MAX_RESULT``) so no call can fill forge's memory or the trace.
 
 No SDK import here: the server module adapts this to the ``mcp`` package, and unit tests drive it alone.
 """
@@ -44,6 +44,7 @@ FILE_LIMIT = 1 << 20  # bytes read_file returns; a larger file is an error that 
 OUTPUT_LIMIT = 256 * 1024  # bytes kept of an HTTP response body and of each of exec's stdout and stderr
 ROW_LIMIT = 1000  # rows sql_query returns; more are counted, not sent
 LIST_LIMIT = 10_000  # entries list_dir returns
+MAX_RESULT = 2 * FILE_LIMIT + 64 * 1024  # bytes of any result (a redis value, wide rows): else an error
 DEFAULT_TIMEOUT = 30.0  # seconds, for every tool that does not take a timeout
 MAX_TIMEOUT = 600.0  # the longest timeout exec and sql_query accept
 
@@ -303,7 +304,11 @@ class Toolbox:
     def call(self, tool: str, arguments: Any) -> str:
         """Carry out one call; its result text, or ``ToolFailure``."""
         args = validate(tool, arguments)
-        return self._handlers[tool](args)
+        result = self._handlers[tool](args)
+        size = len(result.encode("utf-8", "surrogatepass"))
+        if size > MAX_RESULT:
+            raise ToolFailure(f"the result is {size} bytes; at most {MAX_RESULT} are returned: ask for less")
+        return result
 
     def close(self) -> None:
         with self._lock:
@@ -429,7 +434,10 @@ class Toolbox:
             conn.request(method, path, body=data, headers=dict(args.get("headers") or {}))
             resp = conn.getresponse()
             raw = resp.read(OUTPUT_LIMIT + 1)
-            status, headers = resp.status, dict(resp.getheaders())
+            status = resp.status
+            headers: dict[str, str] = {}
+            for k, v in resp.getheaders():  # a repeated header (Set-Cookie) keeps every value
+                headers[k] = f"{headers[k]}, {v}" if k in headers else v
         except (OSError, http.client.HTTPException) as e:
             raise ToolFailure(
                 f"{method} {path} to service {service!r} (port {port}) failed: {e or type(e).__name__}"

@@ -60,14 +60,11 @@ def serving(
     if not wanted:
         yield None
         return
-    from forgelib.mcp import ToolServer, TrialNetwork
-    from forgelib.mcp.network import stack_network_name
+    from forgelib.mcp import ToolServer
+    from forgelib.mcp.network import trial_network
 
-    network = None
     runner = getattr(handle.compose, "runner", None)  # a ComposeProject's (a test double has none)
-    name = stack_network_name(handle.name, handle.config)
-    if in_stack and runner is not None and name is not None:
-        network = TrialNetwork.inspect(runner, name)
+    network = trial_network(runner, handle.name, handle.config) if in_stack and runner is not None else None
     server = ToolServer.start(
         handle,
         tools=getattr(task, "tools", DEFAULT_TOOLS),

@@ -21,9 +21,10 @@ import pytest
 from support.stacks import IDLE, REDIS, make_project, provision
 
 from forgelib import labels as lab
+from forgelib.errors import ForgeError
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, ToolServer, read_trace
-from forgelib.mcp.network import TrialNetwork, stack_network_name
-from forgelib.mcp.tools import BODY_LIMIT
+from forgelib.mcp.network import TrialNetwork, stack_network_name, trial_network
+from forgelib.mcp.tools import BODY_LIMIT, Toolbox, ToolFailure
 from forgelib.mcp.trace import RESULT_LIMIT
 from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
@@ -174,6 +175,29 @@ def test_every_tool_works_through_the_sdk_client(
     assert [json.loads(_text(r))["reply"] for r in results] == ["OK", "processing", "OK", "v"]
 
 
+class Unpublished:
+    """The stack with nothing published: the database tools fall back to psql / redis-cli in the container."""
+
+    def __init__(self, compose: Any) -> None:
+        self.compose = compose
+
+    def exec(self, service: str, argv: Sequence[str], **options: Any) -> Any:
+        return self.compose.exec(service, argv, **options)
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]:
+        raise ForgeError(f"service {service!r} does not publish {container_port}")
+
+
+def test_sql_query_runs_psql_in_the_container_when_the_port_is_not_published(
+    pack_stack: ProvisionedTrial,
+) -> None:
+    box = Toolbox(Unpublished(pack_stack.compose), pack_stack.config)
+    out = json.loads(box.call("sql_query", {"service": "app-db", "query": "select id, name from widgets"}))
+    assert out["columns"] == ["id", "name"] and out["rows"] == [["1", "baseline"]]  # psql's text
+    with pytest.raises(ToolFailure, match='relation "nope" does not exist'):
+        box.call("sql_query", {"service": "app-db", "query": "select * from nope"})
+
+
 def test_each_kind_of_bad_call_is_a_recorded_tool_error_and_the_server_goes_on(
     pack_stack: ProvisionedTrial, tmp_path: Path
 ) -> None:
@@ -322,7 +346,7 @@ def _open_fds_to(path: Path) -> list[str]:
 def test_close_leaves_nothing_behind_even_on_ctrl_c(
     pack_stack: ProvisionedTrial, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    net = TrialNetwork.inspect(runner, str(stack_network_name(pack_stack.name, pack_stack.config)))
+    net = trial_network(runner, pack_stack.name, pack_stack.config)
     trace = tmp_path / "trace.jsonl"
     before = {t.name for t in threading.enumerate()}
     # Ctrl-C arrives while the agent is working: the `with` closes the server on the way out.

@@ -14,10 +14,19 @@ from typing import Any, Unpack
 
 import pytest
 
-from forgelib.errors import CommandTimeout, ForgeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
-from forgelib.mcp.tools import BODY_LIMIT, FILE_LIMIT, Toolbox, ToolFailure, service_kind, validate
+from forgelib.mcp.tools import (
+    BODY_LIMIT,
+    FILE_LIMIT,
+    LIST_LIMIT,
+    MAX_RESULT,
+    Toolbox,
+    ToolFailure,
+    service_kind,
+    validate,
+)
 from forgelib.mcp.trace import TraceWriter, truncate_utf8
 from forgelib.run.checks import ExecOptions
 from forgelib.runner import Result
@@ -172,6 +181,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         {
             "head": _result(1, stderr="head: cannot open '/nope' for reading: No such file or directory"),
             "sleep": CommandTimeout(["docker", "exec"], 0.5),
+            "stopped": Interrupted("interrupted"),  # Ctrl-C: the stop killed (or refused) the exec
         }
     )
     box = Toolbox(stack, CONFIG)
@@ -179,6 +189,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         ("read_file", {"service": "ghost", "path": "/x"}, "no service 'ghost' in this trial's stack"),
         ("read_file", {"service": "runner", "path": "/nope"}, "No such file or directory"),
         ("exec", {"service": "runner", "argv": ["sleep", "9"]}, "timed out after 0.5s"),
+        ("exec", {"service": "runner", "argv": ["stopped"]}, "forge is stopping this trial"),
         ("sql_query", {"service": "runner", "query": "x"}, "not a postgres service; postgres services: db"),
         ("redis_command", {"service": "db", "command": ["PING"]}, "redis services: (none)"),
         ("http_request", {"service": "runner"}, "publishes no port"),
@@ -188,7 +199,8 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         with pytest.raises(ToolFailure) as e:
             box.call(tool, args)
         assert message in str(e.value), (tool, str(e.value))
-    assert [c[1][0] for c in stack.calls] == ["head", "sleep"]  # the oversized write never reached the stack
+    # the oversized write never reached the stack
+    assert [c[1][0] for c in stack.calls] == ["head", "sleep", "stopped"]
 
 
 def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as_an_argument() -> None:
@@ -200,6 +212,13 @@ def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as
         "wrote 2 bytes to /a b; rm -rf /"
     )
     assert stack.calls[-1] == ("runner", ("sh", "-c", 'cat > "$1"', "sh", "/a b; rm -rf /"), "é")
+
+
+def test_no_result_is_larger_than_the_limit() -> None:
+    huge = "\n".join("x" * 300 for _ in range(LIST_LIMIT))  # 10,000 entries of 300 bytes: 3 MB
+    box = Toolbox(ScriptedStack({"ls": _result(stdout=huge)}), CONFIG)
+    with pytest.raises(ToolFailure, match=f"the result is {len(huge)} bytes; at most {MAX_RESULT}"):
+        box.call("list_dir", {"service": "runner", "path": "/"})
 
 
 def test_a_toolbox_is_scoped_to_the_services_it_is_given() -> None:
