@@ -124,7 +124,7 @@ def assert_provision_failure(
     for part in reason_parts:
         assert part in reason, reason
     phases = [e.get("phase") for e in read_events(run_dir / EVENTS_FILE)]
-    assert "oracle" not in phases, phases  # the oracle never ran
+    assert "solve" not in phases, phases  # the oracle never ran
     assert_no_leftovers(runner, str(state.run_id))
     return reason
 
