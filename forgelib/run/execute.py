@@ -758,6 +758,12 @@ def run_project(
                 f"cannot resume {run_id}: task(s) {', '.join(missing)} are no longer in the project"
             )
         todo = [(by_name[name], i) for name, i in state.pending()]
+        recorded = (state.started.get("settings") or {}).get("solver") or {"kind": "oracle"}
+        if todo and recorded != solver_record(plan.agent):  # one run, one solver: its results compare
+            raise ForgeError(
+                f"cannot resume {run_id}: its trials were solved by {_solver_text(recorded)}, not "
+                f"{_solver_text(solver_record(plan.agent))}; resume it with the same agent (--agent)"
+            )
         log = ev.EventLog(run_dir / ev.EVENTS_FILE, observer)
         log.append(
             ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo], origin=ev.origin()
@@ -809,6 +815,12 @@ def solver_record(agent: Agent | None) -> dict[str, Any]:
     if agent is None:
         return {"kind": "oracle"}
     return {"kind": "command", "name": agent.label, "where": agent.where, "command": list(agent.command)}
+
+
+def _solver_text(record: Mapping[str, Any]) -> str:
+    if record.get("kind") != "command":
+        return "each task's oracle"
+    return f"the agent {record.get('name')!r} ({' '.join(map(str, record.get('command') or ()))})"
 
 
 def load_state(run_dir: Path) -> ev.RunState:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib.errors import CommandTimeout, ProgramNotFound, SpecError
+from forgelib.errors import CommandTimeout, ForgeError, ProgramNotFound, SpecError
 from forgelib.run import manifest
 from forgelib.run.execute import RunPlan, run_project
 from forgelib.runner import Result
@@ -258,3 +258,33 @@ def test_the_command_line_chooses_the_solver_over_the_run_config(project: Path) 
     missing = write(project / "agents" / "c.yaml", "command: [./nope]\n")
     with pytest.raises(ForgeError, match=r"c.yaml: the agent's program '.*/agents/nope' was not found"):
         choose_agent(str(missing), cfg, proj)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("orcale", "$.agent: 'orcale' is not one of: oracle; did you mean 'oracle'?"),
+        ("{comand: [x]}", "$.agent.comand: unknown key 'comand'; did you mean 'command'?"),
+        ("{command: [x], where: ''}", "$.agent.where:"),
+    ],
+)
+def test_an_inline_agent_with_a_typo_is_named_at_its_line(project: Path, value: str, message: str) -> None:
+    bad = write(project / "run_configs" / "typo.yaml", f"project: ..\nagent: {value}\n")
+    with pytest.raises(SpecError) as e:
+        load_run_config(bad)
+    assert "typo.yaml:2:" in str(e.value) and message in str(e.value)
+
+
+def test_a_run_resumes_only_with_the_solver_it_started_with(tmp_path: Path) -> None:
+    def launch(argv: tuple[str, ...], options: Mapping[str, Any]) -> Result:
+        raise KeyboardInterrupt  # Ctrl-C while the agent runs: the trial stays pending
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, FakeBackend(good_answer, launch_answer=launch), agent())
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    task = replace(widget_task(), instruction="Write the widget's name.", oracle=None)
+    oracle_plan = RunPlan(tasks=[task], repeats=1, output=tmp_path / "runs", resume=run_dir.name)
+    with pytest.raises(ForgeError, match=r"solved by the agent 'my-agent' .* not each task's oracle"):
+        run_project(oracle_plan, FakeBackend(good_answer), lambda line: None)
+    _, state = run(tmp_path, FakeBackend(good_answer), agent(), resume=run_dir.name)
+    assert [r.status for r in state.records()] == ["passed"]
