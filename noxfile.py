@@ -40,7 +40,10 @@ def integration(session: nox.Session) -> None:
     cluster tests (tests/integration/test_cluster.py starts its own nodes and second engine)."""
     _install(session)
     session.install("-e", ".[ray]")
-    session.run(*PYTEST, "-m", "integration", "tests/integration", *session.posargs)
+    # `nox -s integration -- tests/integration/test_x.py -k y` runs just that file: a path among the
+    # arguments replaces the folder instead of being added to it.
+    paths = [a for a in session.posargs if a.startswith("tests/")]
+    session.run(*PYTEST, "-m", "integration", *([] if paths else ["tests/integration"]), *session.posargs)
 
 
 # Each reference pack through the forge CLI, and a suite written only against the pytest plugin (its own

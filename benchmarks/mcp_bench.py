@@ -5,7 +5,8 @@ On one provisioned stack of the postgres pack (torn down afterwards, leftovers c
 
 - **calls**: MCP ``read_file`` / ``sql_query`` / ``http_request`` through the SDK's ``ClientSession`` over
   Streamable HTTP (one session, as an agent keeps one) against the direct way, alternating call by call:
-  ``docker exec <container> cat`` (a subprocess), psycopg on the published port (a connection kept open,
+  ``docker exec <container> cat`` (a subprocess; and the tool's own ``head`` through forge's runner, to
+  split what MCP adds from what forge's exec does), psycopg on the published port (a connection kept open,
   as the tool keeps one; and a new connection per query), ``http.client`` to the published port (a new
   connection per request, as the tool makes). Medians; ratio MCP ÷ direct, target ≤ 1.3.
 - **start**: ``ToolServer.start`` until it returns (listening, app started), and until a first
@@ -37,6 +38,7 @@ from forgelib import connect
 from forgelib import labels as lab
 from forgelib.mcp import ALL_TOOLS, ToolServer
 from forgelib.mcp.network import TrialNetwork, stack_network_name
+from forgelib.mcp.tools import FILE_LIMIT
 from forgelib.mcp.trace import TraceWriter
 from forgelib.provision import ProvisionedTrial, provision_trial, teardown_trial
 from forgelib.runner import SubprocessRunner
@@ -100,6 +102,9 @@ async def measure_calls(trial: ProvisionedTrial, tmp: Path, rounds: int) -> list
     def docker_cat() -> None:
         subprocess.run(["docker", "exec", container, "cat", FILE], check=True, capture_output=True)
 
+    def forge_exec() -> None:  # the tool's own command through forge's runner, without MCP
+        trial.compose.exec("runner", ["head", "-c", str(FILE_LIMIT + 1), "--", FILE], timeout=60)
+
     def psycopg_kept() -> None:
         kept.execute(QUERY).fetchall()
 
@@ -134,7 +139,7 @@ async def measure_calls(trial: ProvisionedTrial, tmp: Path, rounds: int) -> list
                 (
                     "read_file",
                     tool("read_file", {"service": "runner", "path": FILE}),
-                    [("docker exec cat", docker_cat)],
+                    [("docker exec cat", docker_cat), ("forge exec head, no MCP", forge_exec)],
                 ),
                 (
                     "sql_query",

@@ -573,6 +573,22 @@ class ComposeProject:
         """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
         return parse_ps(self.run(ps_argv(services)).stdout)
 
+    def container_rows(self, status: str = "") -> list[tuple[str, str, str]]:
+        """(id, name, service) of this stack's containers in ``status`` (any: ``""``), by compose's project
+        label: one ``docker ps`` (~0.05 s, where ``compose ps`` costs ~0.15-0.3 s). With ``inspect``, the
+        only listing of a stack's containers (the warm stacks' ephemerals read it around every trial)."""
+        fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
+        only = ["--filter", f"status={status}"] if status else []
+        res = self.runner.run(
+            [
+                "docker", "ps", "--all", "--no-trunc", *only,
+                *lab.filters({lab.COMPOSE_PROJECT: self.name}), "--format", fmt,
+            ],
+            timeout=self.timeouts.command,
+        )  # fmt: skip
+        rows = [[*line.split("\t"), "", ""][:3] for line in res.stdout.splitlines()]
+        return [(r[0], r[1], r[2]) for r in rows]
+
     def inspect(self, refs: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The ``docker inspect`` records of this project's containers (``refs``: exactly these names or
         ids), found by compose's labels with one ``docker ps``: two docker CLI calls (~0.05 s), where a

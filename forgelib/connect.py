@@ -4,8 +4,10 @@ The override forge generates for every stack publishes the port of each reset se
 to it directly (``sql_dump``: postgres, ``redis_dump``: redis; see ``Recipe.direct_port``) on
 **127.0.0.1 at a random host port**. This module turns a provisioned stack and its *resolved* compose
 config into a psycopg connection / DSN or a ``redis.Redis`` client / URL, with the credentials the seed
-itself used (``sql_dump.postgres_credentials``: the binding's ``user``/``database``, else
-``POSTGRES_USER``/``POSTGRES_DB``; the password from ``POSTGRES_PASSWORD``; redis's ``--requirepass``).
+itself used. It only looks the stack up: each kind's parameters are built by its seed module, their one
+owner (``sql_dump.connection_params``: the binding's ``user``/``database``, else
+``POSTGRES_USER``/``POSTGRES_DB``, the password from ``POSTGRES_PASSWORD``, the port from ``PGPORT``;
+``redis_dump.connection_params``: ``--port``, ``--requirepass``).
 
 A ``compose exec psql`` round trip costs ~0.1 s; a direct query a millisecond. The warm-stack resets, the
 pytest plugin and golden snapshots connect through here::
@@ -21,26 +23,19 @@ of compose (``docker compose port``), one call per lookup, so callers that conne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
 
-from forgelib.clients import deferred
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError
 from forgelib.seeds import redis_dump, sql_dump
+from forgelib.seeds.redis_dump import RedisParams
+from forgelib.seeds.sql_dump import PostgresParams
 from forgelib.spec.models import EnvironmentManifest
 
 if TYPE_CHECKING:
     import psycopg
-    import psycopg.conninfo
     import redis as redis_lib
-else:  # loaded at first use (forgelib.clients says why)
-    psycopg = deferred("psycopg")
-    redis_lib = deferred("redis")
-
-CONNECT_TIMEOUT = 10  # seconds; a published port that does not answer is a dead stack, not a slow one
 
 
 class PortLookup(Protocol):
@@ -79,36 +74,6 @@ def binding_options(env: EnvironmentManifest, service: str) -> Mapping[str, Any]
 # -------------------------------------------------------------------------------------------- postgres
 
 
-@dataclass(frozen=True)
-class PostgresParams:
-    host: str
-    port: int
-    user: str
-    password: str | None
-    dbname: str
-
-    def dsn(self, *, dbname: str | None = None) -> str:
-        """A libpq connection string (``host=127.0.0.1 port=49153 user=app ...``)."""
-        kw: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user}
-        kw["dbname"] = dbname or self.dbname
-        if self.password:
-            kw["password"] = self.password
-        return psycopg.conninfo.make_conninfo(**kw, connect_timeout=CONNECT_TIMEOUT)
-
-    def url(self, *, dbname: str | None = None) -> str:
-        """The same as a ``postgresql://`` URL (for tools that take URLs)."""
-        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
-        return f"postgresql://{auth}@{self.host}:{self.port}/{quote(dbname or self.dbname, safe='')}"
-
-    def connect(self, *, dbname: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
-        """A psycopg connection (autocommit by default: ``CREATE/DROP DATABASE`` need it)."""
-        try:
-            return psycopg.connect(self.dsn(dbname=dbname), autocommit=autocommit)
-        except psycopg.Error as e:
-            where = f"{self.host}:{self.port}/{dbname or self.dbname} as {self.user}"
-            raise ForgeError(f"could not connect to postgres at {where}: {e}") from e
-
-
 def postgres_params(
     compose: PortLookup,
     service: str,
@@ -121,13 +86,9 @@ def postgres_params(
     """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``;
     ``inside``: as a container on the stack's network reaches it, by service name and container port)."""
     svc = service_config(config, service)
-    env = svc.get("environment") or {}
-    env = env if isinstance(env, Mapping) else {}
-    user, db = sql_dump.postgres_credentials(options or {}, env)
-    port_in = sql_dump.direct_port(svc)
-    host, port = (service, port_in) if inside else compose.port(service, port_in)
-    password = env.get("POSTGRES_PASSWORD")
-    return PostgresParams(host, port, user, str(password) if password else None, database or db)
+    return sql_dump.connection_params(
+        svc, options or {}, _address(compose, service, inside), database=database
+    )
 
 
 def postgres(stack: Stack, service: str, *, database: str | None = None) -> PostgresParams:
@@ -149,38 +110,19 @@ def connect_postgres(
 # ----------------------------------------------------------------------------------------------- redis
 
 
-@dataclass(frozen=True)
-class RedisParams:
-    host: str
-    port: int
-    password: str | None = None
-    db: int = 0
-
-    def url(self, *, db: int | None = None) -> str:
-        auth = f":{quote(self.password, safe='')}@" if self.password else ""
-        return f"redis://{auth}{self.host}:{self.port}/{self.db if db is None else db}"
-
-    def client(self, *, db: int | None = None, decode_responses: bool = False) -> redis_lib.Redis:
-        """A ``redis.Redis`` on one connection (``SELECT`` in a pipeline then stays on that connection)."""
-        return redis_lib.Redis(
-            host=self.host,
-            port=self.port,
-            password=self.password,
-            db=self.db if db is None else db,
-            socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_timeout=CONNECT_TIMEOUT * 3,
-            single_connection_client=True,
-            decode_responses=decode_responses,
-        )
-
-
 def redis_params(
     compose: PortLookup, service: str, config: Mapping[str, Any], db: int = 0, *, inside: bool = False
 ) -> RedisParams:
     svc = service_config(config, service)
-    port_in = redis_dump.direct_port(svc)
-    host, port = (service, port_in) if inside else compose.port(service, port_in)
-    return RedisParams(host, port, redis_dump.command_option(svc, "requirepass"), db)
+    return redis_dump.connection_params(svc, _address(compose, service, inside), db)
+
+
+def _address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], tuple[str, int]]:
+    """Where a container port of ``service`` is reached: its published loopback port, or (``inside``) the
+    service's name and the port itself."""
+    if inside:
+        return lambda port: (service, port)
+    return lambda port: compose.port(service, port)
 
 
 def redis(stack: Stack, service: str, *, db: int = 0) -> RedisParams:
@@ -194,3 +136,20 @@ def redis_url(stack: Stack, service: str, *, db: int = 0) -> str:
 
 def redis_client(stack: Stack, service: str, *, db: int = 0) -> redis_lib.Redis:
     return redis(stack, service, db=db).client()
+
+
+__all__ = [
+    "PostgresParams",
+    "RedisParams",
+    "Stack",
+    "binding_options",
+    "connect_postgres",
+    "postgres",
+    "postgres_dsn",
+    "postgres_params",
+    "redis",
+    "redis_client",
+    "redis_params",
+    "redis_url",
+    "service_config",
+]

@@ -1,6 +1,6 @@
 """The forge commands, as one Invoke namespace: ``forge X`` (installed) and ``invoke X`` (in a checkout,
 through the top-level tasks.py) are the same tasks. Each task is a thin line over one forgelib function;
-``cli.guarded`` maps what it raises to an exit code."""
+``guard.guarded`` maps what it raises to an exit code."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.tasks import task
 
-from forgelib.cli import Number, guarded
 from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
+from forgelib.guard import Number, guarded
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
+from forgelib.run.regrade import main_grade
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 
-# Numeric options are taken as text and converted by ``cli.Number`` inside the guard: invoke's own int()
+# Numeric options are taken as text and converted by ``guard.Number`` inside the guard: invoke's own int()
 # cast raises a traceback on `--repeats x`, and "" tells an option left out from an explicit `--repeats 0`
 # (which still reaches the command's own check, a usage error).
 # Required options still get a default: invoke makes a parameter without one positional, and a positional
@@ -152,6 +153,19 @@ def report(c: Context, run_dir: str | None = None, output: str = "", open: bool 
 
 
 @task(
+    positional=["run_dir"],
+    help={
+        "run_dir": "a finished run's directory (the one `forge run` printed: OUTPUT/<run_id>)",
+        "project": "the project whose rubrics grade it (default: the one the run recorded)",
+        "json": "print the regrade record as JSON",
+    },
+)
+def grade(c: Context, run_dir: str | None = None, project: str = "", json: bool = False) -> None:
+    """Re-score a finished run under its rubrics as they are now, from its traces and recorded evidence."""
+    guarded(main_grade, run_dir=run_dir or "", project=project or None, as_json=json)
+
+
+@task(
     help={
         "dry_run": "only report what would be removed",
         "run": "only this run id",
@@ -195,4 +209,4 @@ def snapshots(
     )
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, reap, snapshots)
+ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots)

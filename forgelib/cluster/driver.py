@@ -9,10 +9,11 @@ finished, and so leaves a run directory of the same shape as a local run — sum
 and ``--resume`` read it unchanged.
 
 A trial whose slot (its node, or its process) is lost mid-trial is recorded as a failed attempt of kind
-``node_lost`` and handed to another slot, once; its stack stays on the lost node's engine under its owner
-labels for ``forge reap`` there. Ctrl-C: every busy slot is told to stop (like a signal locally: launches
-refused and killed, stacks torn down); the driver waits for the trials to come back torn down, then
-re-raises. Queued trials are never sent, so ``--resume`` runs them.
+``node_lost`` and handed to another slot when ``lifecycle.retries_after_node_loss`` says so (the first loss
+always, later ones from the plan's ``retries``, which the nodes spend too); its stack stays on the lost
+node's engine under its owner labels for ``forge reap`` there. Ctrl-C: every busy slot is told to stop
+(like a signal locally: launches refused and killed, stacks torn down); the driver waits for the trials to
+come back torn down, then re-raises. Queued trials are never sent, so ``--resume`` runs them.
 """
 
 from __future__ import annotations
@@ -34,16 +35,15 @@ from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
 from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_digest, retirement
 from forgelib.errors import ForgeError
 from forgelib.run import events as ev
-from forgelib.run.execute import Settings, TrialHandle
+from forgelib.run.execute import Settings, TrialHandle, record_attempt
 from forgelib.run.grading import failed_grade
-from forgelib.run.lifecycle import Phase, Termination
-from forgelib.run.results import TrialResult, shelve_attempt, trial_dir, write_trial
+from forgelib.run.lifecycle import Phase, Termination, retries_after_node_loss
+from forgelib.run.results import TrialResult, shelve_attempt, trial_dir
 from forgelib.spec.models import Project, Task
 
 log = logging.getLogger("forgelib.cluster")
 NODE_LOST = "node_lost"
 WAIT_SECONDS = 0.25  # how often the driver drains the busy slots while trials run
-ATTEMPTS = 2  # a trial whose node is lost runs once more
 NAMESPACE = "forgelib"  # the slots' Ray namespace: every driver finds the same slots by name
 TAKE_OVER_SECONDS = 180.0  # a resumed run waits this long for its killed driver's trials to come down
 SLOT_CONCURRENCY = 4  # a slot serves drain/stop calls (and queues other drivers' trials) while one runs
@@ -67,13 +67,16 @@ class SlotRef:
 
 @dataclass
 class _Attempt:
+    """One order of a trial to a slot (a trial lost with its node gets a new one)."""
+
     task: Task
     index: int
-    attempt: int
+    retries_left: int  # of the plan's retries: sent with the order, less what the node spends (trial_attempt)
     node: str | None = None  # the node id its events came from
     phase: str = Phase.PENDING.value
     started: float = 0.0
     number: int = 1  # the attempt number the node's events report
+    losses: int = 0  # nodes lost under this trial so far
     avoid: frozenset[str] = field(default_factory=frozenset)  # nodes lost under this trial
 
 
@@ -242,7 +245,7 @@ class ClusterExecutor:
                     f"their units until they idle out ({IDLE_SECONDS / 60:.0f} min), or restart those "
                     f"nodes' Ray"
                 )
-        self._queue.extend(_Attempt(task, index, 1) for task, index in trials)
+        self._queue.extend(_Attempt(task, index, self.s.retries) for task, index in trials)
         try:
             while self._queue or self._inflight:
                 self._dispatch()
@@ -278,7 +281,7 @@ class ClusterExecutor:
             timeouts=self.s.timeouts,
             capture_logs_on_success=self.s.capture_logs_on_success,
             log_tail_lines=self.s.log_tail_lines,
-            retries=self.s.retries,
+            retries=a.retries_left,  # the node's executor spends them (lifecycle.should_retry) and no more
             profiles=self.profiles,
             prior=tar_dir(d) if (d := trial_dir(self.s.run_dir, a.task.name, a.index)).is_dir() else b"",
             driver=self.c.driver,
@@ -349,6 +352,8 @@ class ClusterExecutor:
                     a.node = fields.get("node", a.node)
                     a.phase = fields.get("phase", a.phase)
                     a.number = int(fields.get("attempt") or a.number)
+                    if kind == ev.TRIAL_ATTEMPT:  # the node retried: one of the plan's retries is spent
+                        a.retries_left -= 1
                 self.events.append(kind, **fields)
 
     def _lost(self, a: _Attempt, why: str, *, rerun: bool) -> None:
@@ -359,14 +364,18 @@ class ClusterExecutor:
         if not rerun:  # stopping: left unfinished, so `--resume` runs it
             self.say(f"{a.task.name}[{a.index}] {reason}")
             return
-        final = a.attempt >= ATTEMPTS
+        left = retries_after_node_loss(a.retries_left, a.losses + 1)
         self._record_here(
-            a, Termination.ENGINE_LOST, reason, NODE_LOST, {"id": a.node or "?"}, retried=not final
+            a, Termination.ENGINE_LOST, reason, NODE_LOST, {"id": a.node or "?"}, retried=left is not None
         )
-        if not final:
+        if left is not None:
             self.say(f"{a.task.name}[{a.index}] {reason}; running it again on another node")
             avoid = a.avoid | {a.node} if a.node else a.avoid
-            self._queue.appendleft(_Attempt(a.task, a.index, a.attempt + 1, avoid=frozenset(avoid)))
+            # Its attempt number counts on from the lost one, also when it is lost before any event.
+            again = _Attempt(
+                a.task, a.index, left, number=a.number + 1, losses=a.losses + 1, avoid=frozenset(avoid)
+            )
+            self._queue.appendleft(again)
 
     def _record_here(
         self,
@@ -378,8 +387,8 @@ class ClusterExecutor:
         *,
         retried: bool = False,
     ) -> None:
-        """An attempt the node could not finish: its record and files written by the driver; a retried one
-        (``trial_attempt``, as the local retries record it) is shelved under attempts/<n>."""
+        """An attempt the node could not finish, recorded here through the executor's ``record_attempt``; a
+        retried one (``trial_attempt``, as the local retries record it) is shelved under attempts/<n>."""
         threshold = a.task.grading.threshold if a.task.grading else 1.0
         r = TrialResult(
             run_id=self.s.run_id,
@@ -400,15 +409,9 @@ class ClusterExecutor:
                 ev.TRIAL_STATE, task=a.task.name, index=a.index, phase="provisioning", attempt=a.number
             )
         d = trial_dir(self.s.run_dir, a.task.name, a.index)
-        write_trial(d, r)
-        fields = {**r.event_fields(), "error_stage": stage}
-        if retried:
-            self.events.append(ev.TRIAL_ATTEMPT, **fields)
+        record_attempt(self.events, self.say, d, r, error_stage=stage)
+        if retried:  # no stack here to tear down first: its files go to attempts/<n> now
             shelve_attempt(d, a.number)
-        else:
-            self.events.append(ev.TRIAL_FINISHED, **fields)
-        word = "retrying" if retried else "done"
-        self.say(f"{r.task}[{r.index}] {word:<13} {r.wall_seconds:7.1f}s {r.status} {stage}")
 
     def _interrupt(self) -> None:
         self._stopping = True

@@ -23,12 +23,12 @@ from typing import Any
 
 from forgelib.cluster import ENGINE_ENV
 from forgelib.errors import ForgeError
-from forgelib.run.cli import DockerBackend
 from forgelib.run.execute import Executor, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Timeouts
+from forgelib.stacks import DockerBackend
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)

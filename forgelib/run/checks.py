@@ -18,9 +18,10 @@ from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
+from forgelib.run.tracecheck import NO_TRACE, Trace, decide
 from forgelib.runner import Result
 from forgelib.seeds.sql_dump import postgres_credentials
-from forgelib.spec.models import Check
+from forgelib.spec.models import MATCHERS, Check
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
 
@@ -96,11 +97,16 @@ class ObservationError(Exception):
     """The check could not observe the state (its message becomes the check's reason)."""
 
 
-def evaluate(stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: float) -> CheckOutcome:
-    """Observe ``check``'s state and match it; every observation failure becomes a failed outcome.
+def evaluate(
+    stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: float, trace: Trace | None = None
+) -> CheckOutcome:
+    """Observe ``check``'s state and match it; every observation failure becomes a failed outcome. A trace
+    check is decided from ``trace`` (None: the trial has none, so it cannot be decided).
 
     ``config``: the trial's resolved compose config (``docker compose config``: variables interpolated).
     """
+    if check.type == "trace":
+        return decide(check, trace if trace is not None else Trace(undecidable=NO_TRACE))
     spec = check.spec
     try:
         matcher = _matcher_for(check)
@@ -118,6 +124,25 @@ def evaluate(stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: 
             raise ObservationError(f"unknown check type {check.type!r}; known: file, sql, redis, http")
     except ObservationError as e:
         return _outcome(check, passed=False, observed=None, expected=expected, error=str(e))
+    return _matched(check, matcher, observed, expected)
+
+
+def rematch(check: Check, observed: str | None, error: str | None) -> CheckOutcome:
+    """``check`` decided from an observation recorded earlier (``forge grade``, after the stack is gone):
+    one that failed (``error``: nothing observed, or an http status other than expected) fails again with
+    its reason; one that was made is matched with the check's matcher, which may be new."""
+    try:
+        matcher = _matcher_for(check)
+    except ValueError as e:
+        return _outcome(check, passed=False, observed=None, expected="?", error=str(e))
+    expected = matcher.describe() if matcher else "success"
+    if error is not None or observed is None:
+        why = error or "nothing was observed"
+        return _outcome(check, passed=False, observed=observed, expected=expected, error=why)
+    return _matched(check, matcher, observed, expected)
+
+
+def _matched(check: Check, matcher: Matcher | None, observed: str, expected: str) -> CheckOutcome:
     if matcher is None:
         return _outcome(check, passed=True, observed=observed, expected=expected)
     try:
@@ -132,7 +157,19 @@ def _outcome(
 ) -> CheckOutcome:
     # Stored without the trailing newline cat/psql print: matchers ignore it, and grade.yaml reads better.
     shown = observed.rstrip("\r\n") if observed is not None else None
-    return CheckOutcome(check.name, check.type, check.weight, check.gate, passed, shown, expected, error)
+    return CheckOutcome(
+        check.name, check.type, check.weight, check.gate, passed, shown, expected, error,
+        observes=observation_key(check),
+    )  # fmt: skip
+
+
+def observation_key(check: Check) -> str:
+    """What a state check asks to observe, as one canonical string: its type and every field but the
+    matcher (an http check's expected status included: its recorded error depends on it)."""
+    spec = {k: v for k, v in check.spec.items() if k not in MATCHERS}
+    if isinstance(spec.get("json"), Mapping):
+        spec["json"] = {"field": spec["json"]["field"]}
+    return f"{check.type} {render(spec)}"
 
 
 def _matcher_for(check: Check) -> Matcher | None:

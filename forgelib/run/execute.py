@@ -55,6 +55,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
+from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
@@ -113,7 +114,7 @@ class TrialRequest(TypedDict, total=False):
 
 
 class Backend(Protocol):
-    """Provisioning as the orchestrator needs it; ``DockerBackend`` is the real one."""
+    """Provisioning as the orchestrator needs it; ``stacks.DockerBackend`` is the real one."""
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
         """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
@@ -436,7 +437,7 @@ class Executor:
             with tools.serving(t.handle, t.task, t.dir, wanted=wanted, in_stack=in_stack) as srv:
                 if srv is not None:
                     t.timings["tools_start"] = time.monotonic() - t0
-                    t.solver["tools"] = {"trace": tools.TRACE_FILE}
+                    t.solver["tools"] = {"trace": TRACE_FILE}
                 if agent is None:
                     return self._oracle(t, srv)
                 return self._agent(t, agent, srv)
@@ -515,10 +516,11 @@ class Executor:
         checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
         # Without a mutating check every read sees the same state: a file several checks read is read once.
         stack: Stack = handle.compose if mutates else ReadOnce(handle.compose)
+        trace = read_trace(t.dir / TRACE_FILE)  # the agent's tool calls, for trace checks
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
             def one(c: Check) -> CheckOutcome:
-                return evaluate(stack, c, handle.config, timeout=budget())
+                return evaluate(stack, c, handle.config, timeout=budget(), trace=trace)
 
             return list(checks_pool.map(one, checks))
 
@@ -583,18 +585,10 @@ class Executor:
     def _record(self, t: _Trial, p: Progress) -> tuple[Outcome, bool | None]:
         """The attempt's evidence, durably, while its stack still stands: trial.yaml, grade.yaml,
         metrics.yaml, then the event (``trial_finished``, or ``trial_attempt`` for one that is retried)."""
-        term = p.termination or Termination.INTERNAL_ERROR
-        r = self._result(t, term, retried=p.retry)
-        write_trial(t.dir, r)
+        r = self._result(t, p.termination or Termination.INTERNAL_ERROR, retried=p.retry)
+        record_attempt(self.events, self.say, t.dir, r)
         if p.retry:
-            self.events.append(ev.TRIAL_ATTEMPT, **r.event_fields())
             t.earlier.append(r.attempt_summary())
-            self.say(f"{r.task}[{r.index}] {'retrying':<13} {r.wall_seconds:7.1f}s attempt {r.attempt}: "
-                     f"{term.value}")  # fmt: skip
-        else:
-            self.events.append(ev.TRIAL_FINISHED, **r.event_fields())
-            extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
-            self.say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
         t.result = r
         return Outcome.OK, None
 
@@ -665,6 +659,24 @@ class Executor:
 
 
 GRADING_THREADS = 8  # observations of one trial at once
+
+
+def record_attempt(
+    events: EventSink, say: Callable[[str], None], trial_dir: Path, r: TrialResult, **fields: Any
+) -> None:
+    """An attempt's record, the one way it is written: ``trial.yaml`` (with grade.yaml and metrics.yaml),
+    then its event (``trial_finished``, or ``trial_attempt`` when ``r.retried``) and its progress line.
+    The executor's RECORD phase writes through it, and so does a cluster driver for an attempt its node
+    could not finish (``fields`` override the event's, e.g. the driver's ``error_stage``)."""
+    write_trial(trial_dir, r)
+    term = r.termination
+    if r.retried:
+        events.append(ev.TRIAL_ATTEMPT, **{**r.event_fields(), **fields})
+        say(f"{r.task}[{r.index}] {'retrying':<13} {r.wall_seconds:7.1f}s attempt {r.attempt}: {term.value}")
+    else:
+        events.append(ev.TRIAL_FINISHED, **{**r.event_fields(), **fields})
+        extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
+        say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
 
 
 def _mutates(g: Grading) -> bool:

@@ -9,6 +9,11 @@ first declared winning a tie) or a judge's verdict — and score = sum(weight * 
 ``components`` holds each one's share and ``details`` every route's score, the winner, the judge's reason.
 
 Either way a failed gate fails the trial whatever the score.
+
+A check that *cannot be decided* (``decided`` false: a trace check on a trial without a trace) is neither
+passed nor failed: it is left out of the score (out of the numerator and the denominator alike), a
+component or route with no decided check is left out of its parent the same way, and an undecided gate
+fails nothing. The grade lists each one under ``undecided``. A grade with nothing decided at all is red.
 """
 
 from __future__ import annotations
@@ -89,9 +94,15 @@ class CheckOutcome:
     observed: str | None  # what the check saw (None when it could not observe)
     expected: str  # human description, e.g. "equals 'baseline'"
     error: str | None = None  # why it could not observe, or why it failed beyond the matcher
+    decided: bool = True  # False: neither passed nor failed; ``error`` says why ("cannot be decided: ...")
+    # A state check's observation, as what it asked for (every field but the matcher): `forge grade`
+    # re-decides the check from ``observed`` only when the new rubric asks for the same observation.
+    observes: str | None = None
 
     def reason(self) -> str:
         kind = "gate" if self.gate else "check"
+        if not self.decided:
+            return f"{kind} {self.name!r} {self.error or 'cannot be decided'}"
         if self.error is not None:
             return f"{kind} {self.name!r} failed: {self.error}"
         return f"{kind} {self.name!r} failed: expected {self.expected}, observed {_short(self.observed)}"
@@ -107,6 +118,7 @@ class Grade:
     reasons: tuple[str, ...] = ()
     # Weighted components only: name -> {kind, weight, score, and routes + winner | reason}
     details: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    undecided: tuple[str, ...] = ()  # each check that cannot be decided, with why (left out of the score)
 
 
 @dataclass(frozen=True)
@@ -122,25 +134,33 @@ class ComponentResult:
     name: str
     kind: str  # checks | alternatives | judge
     weight: float
-    score: float
+    score: float | None  # None: nothing in it could be decided (left out of the grade's score)
     checks: tuple[CheckOutcome, ...] = ()  # every check the component ran (all routes')
-    routes: Mapping[str, float] = field(default_factory=dict)
+    routes: Mapping[str, float | None] = field(default_factory=dict)
     winner: str | None = None
     reason: str | None = None  # the judge's, or why the best route fell short
 
     def detail(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "weight": self.weight, "score": round(self.score, 6)}
+        out: dict[str, Any] = {"kind": self.kind, "weight": self.weight, "score": _round(self.score)}
         if self.kind == "alternatives":
-            out["routes"] = {r: round(s, 6) for r, s in self.routes.items()}
+            out["routes"] = {r: _round(s) for r, s in self.routes.items()}
             out["winner"] = self.winner
         if self.reason is not None:
             out["reason"] = self.reason
         return out
 
 
-def checks_score(outcomes: Sequence[CheckOutcome]) -> float:
-    total = sum(o.weight for o in outcomes)
-    return sum(o.weight for o in outcomes if o.passed) / total if total > 0 else 0.0
+def _round(score: float | None) -> float | None:
+    return None if score is None else round(score, 6)
+
+
+def checks_score(outcomes: Sequence[CheckOutcome]) -> float | None:
+    """Passed weight over decided weight; None when no check could be decided."""
+    decided = [o for o in outcomes if o.decided]
+    if not decided:
+        return None
+    total = sum(o.weight for o in decided)
+    return sum(o.weight for o in decided if o.passed) / total if total > 0 else 0.0
 
 
 def checks_component(name: str, weight: float, outcomes: Sequence[CheckOutcome]) -> ComponentResult:
@@ -150,16 +170,22 @@ def checks_component(name: str, weight: float, outcomes: Sequence[CheckOutcome])
 def alternatives_component(
     name: str, weight: float, routes: Mapping[str, Sequence[CheckOutcome]]
 ) -> ComponentResult:
-    """Each route scored as a whole; the component scores its best route (the first declared on a tie)."""
+    """Each route scored as a whole; the component scores its best route (the first declared on a tie),
+    never a sum of parts of several. A route with no decided check takes no part."""
     scores = {r: checks_score(outs) for r, outs in routes.items()}
-    winner = max(scores, key=lambda r: scores[r])  # max keeps the first of equal scores
-    best = scores[winner]
+    flat = tuple(o for outs in routes.values() for o in outs)
+    decided = {r: s for r, s in scores.items() if s is not None}
+    if not decided:
+        return ComponentResult(
+            name, "alternatives", weight, None, flat, scores, None, "no route could be decided"
+        )
+    winner = max(decided, key=lambda r: decided[r])  # max keeps the first of equal scores
+    best = decided[winner]
     reason = None
     if best + _EPS < 1.0:
-        failed = [o.reason() for o in routes[winner] if not o.passed]
-        listed = ", ".join(f"{r} {s:.2f}" for r, s in scores.items())
+        failed = [o.reason() for o in routes[winner] if o.decided and not o.passed]
+        listed = ", ".join(f"{r} {'undecided' if s is None else f'{s:.2f}'}" for r, s in scores.items())
         reason = f"no route held whole; best {winner!r} ({listed}): " + "; ".join(failed)
-    flat = tuple(o for outs in routes.values() for o in outs)
     return ComponentResult(name, "alternatives", weight, best, flat, scores, winner, reason)
 
 
@@ -168,17 +194,26 @@ def judge_component(name: str, weight: float, verdict: Verdict) -> ComponentResu
 
 
 def combine(gates: Sequence[CheckOutcome], components: Sequence[ComponentResult], threshold: float) -> Grade:
-    """The weighted form: components against the threshold, behind the gates."""
-    total = sum(c.weight for c in components)
+    """The weighted form: components against the threshold, behind the gates. A component that could not
+    be decided is left out (its weight too); an undecided gate fails nothing."""
     checks = (*gates, *(o for c in components for o in c.checks))
-    if not components or total <= 0:
+    undecided = _undecided(checks) + tuple(
+        f"judge {c.name!r} {c.reason}" for c in components if c.kind == "judge" and c.score is None
+    )
+    if not components:
         return failed_grade(["the grading has no weighted components to score"], threshold, checks)
-    shares = {c.name: c.weight * c.score / total for c in components}
+    total = sum(c.weight for c in components if c.score is not None)
+    if total <= 0:
+        reasons = ["no component could be decided", *undecided]
+        return failed_grade(reasons, threshold, checks, undecided=undecided)
+    shares = {c.name: c.weight * c.score / total if c.score is not None else 0.0 for c in components}
     score = sum(shares.values())
-    reasons = [o.reason() for o in gates if not o.passed]
+    reasons = [o.reason() for o in gates if o.decided and not o.passed]
     for c in components:
+        if c.score is None:
+            continue
         if c.kind == "checks":
-            reasons += [o.reason() for o in c.checks if not o.passed]
+            reasons += [o.reason() for o in c.checks if o.decided and not o.passed]
         elif c.score + _EPS < 1.0:
             what = "judge" if c.kind == "judge" else "component"
             reasons.append(f"{what} {c.name!r} scored {c.score:.2f}: {c.reason}")
@@ -186,13 +221,14 @@ def combine(gates: Sequence[CheckOutcome], components: Sequence[ComponentResult]
     if not above:
         reasons.append(f"score {score:.3f} is below the threshold {threshold:g}")
     return Grade(
-        binary_pass=above and all(o.passed for o in gates),
+        binary_pass=above and all(o.passed for o in gates if o.decided),
         score=round(score, 6),
         threshold=threshold,
         components={k: round(v, 6) for k, v in shares.items()},
         checks=checks,
         reasons=tuple(reasons),
         details={c.name: c.detail() for c in components},
+        undecided=undecided,
     )
 
 
@@ -200,13 +236,19 @@ def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
     if not outcomes:
         # A trial with nothing to check proves nothing: red, with the reason, rather than a vacuous pass.
         return failed_grade(["the task has no state checks to grade"], threshold)
-    total = sum(o.weight for o in outcomes)
+    undecided = _undecided(outcomes)
+    decided = [o for o in outcomes if o.decided]
+    if not decided:
+        return failed_grade(
+            ["no check could be decided", *undecided], threshold, outcomes, undecided=undecided
+        )
+    total = sum(o.weight for o in decided)
     if total <= 0:
         return failed_grade(["the state checks' weights sum to 0"], threshold, outcomes)
-    components = {o.name: (o.weight / total if o.passed else 0.0) for o in outcomes}
+    components = {o.name: (o.weight / total if o.passed and o.decided else 0.0) for o in outcomes}
     score = sum(components.values())
-    reasons = [o.reason() for o in outcomes if not o.passed]
-    gates_ok = all(o.passed for o in outcomes if o.gate)
+    reasons = [o.reason() for o in decided if not o.passed]
+    gates_ok = all(o.passed for o in decided if o.gate)
     above = score + _EPS >= threshold
     if not above:
         reasons.append(f"score {score:.3f} is below the threshold {threshold:g}")
@@ -217,11 +259,20 @@ def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
         components={k: round(v, 6) for k, v in components.items()},
         checks=tuple(outcomes),
         reasons=tuple(reasons),
+        undecided=undecided,
     )
 
 
+def _undecided(outcomes: Sequence[CheckOutcome]) -> tuple[str, ...]:
+    return tuple(o.reason() for o in outcomes if not o.decided)
+
+
 def failed_grade(
-    reasons: Sequence[str], threshold: float = 1.0, outcomes: Sequence[CheckOutcome] = ()
+    reasons: Sequence[str],
+    threshold: float = 1.0,
+    outcomes: Sequence[CheckOutcome] = (),
+    *,
+    undecided: tuple[str, ...] = (),
 ) -> Grade:
     """The grade of a trial that could not be graded (provisioning or oracle failed): red, score 0."""
     return Grade(
@@ -231,6 +282,7 @@ def failed_grade(
         components={o.name: 0.0 for o in outcomes},
         checks=tuple(outcomes),
         reasons=tuple(reasons),
+        undecided=undecided,
     )
 
 

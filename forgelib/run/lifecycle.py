@@ -122,6 +122,24 @@ def should_retry(t: Termination, retries_left: int) -> bool:
     return retries_left > 0 and t is not Termination.INTERRUPTED and is_retryable(t)
 
 
+# A trial whose cluster node was lost runs again on another node this many times without spending the
+# plan's retries: the loss is the cluster's failure, never the pack's, and a run without retries (the
+# default) should survive a node going away. Past that, a lost node is an ENGINE_LOST like any other.
+FREE_NODE_LOSSES = 1
+
+
+def retries_after_node_loss(retries_left: int, losses: int) -> int | None:
+    """A cluster trial's node was lost (its ``losses``-th loss) while it had ``retries_left`` of the plan's
+    retries: the retries its rerun on another node keeps, or None when it is not run again (its lost
+    attempt is the verdict). The first ``FREE_NODE_LOSSES`` losses cost nothing; a later one is a retry
+    like any other retryable end (``should_retry``)."""
+    if losses <= FREE_NODE_LOSSES:
+        return retries_left
+    if should_retry(Termination.ENGINE_LOST, retries_left):
+        return retries_left - 1
+    return None
+
+
 def _ended(p: Progress, term: Termination, *, stack_up: bool | None = None) -> Progress:
     """The attempt's end is known: go record it (deciding now whether another attempt follows)."""
     up = p.stack_up if stack_up is None else stack_up

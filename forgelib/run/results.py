@@ -165,6 +165,8 @@ def grade_doc(g: Grade) -> dict[str, Any]:
     }
     if g.details:  # weighted components: every route's score and the winner, each judge's reason
         doc["details"] = {k: dict(v) for k, v in g.details.items()}
+    if g.undecided:  # checks left out of the score: neither passed nor failed, with why
+        doc["undecided"] = list(g.undecided)
     return doc
 
 
@@ -177,7 +179,8 @@ def metrics_doc(r: TrialResult) -> dict[str, Any]:
         "phase_seconds": {k: round(v, 3) for k, v in r.timings.items()},
         "checks_total": len(checks),
         "checks_passed": sum(c.passed for c in checks),
-        "gates_failed": sum(c.gate and not c.passed for c in checks),
+        "checks_undecided": sum(not c.decided for c in checks),
+        "gates_failed": sum(c.gate and c.decided and not c.passed for c in checks),
         "weight_total": sum(c.weight for c in checks),
         "weight_passed": sum(c.weight for c in checks if c.passed),
         "score": r.grade.score,

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.mcp.names import DEFAULT_TOOLS
-
-TRACE_FILE = "trace.jsonl"
+from forgelib.run.tracecheck import TRACE_FILE
 
 
 @dataclass(frozen=True)

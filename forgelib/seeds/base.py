@@ -23,6 +23,10 @@ from forgelib.spec.models import Seed, Timeouts
 
 T = TypeVar("T")
 
+# Seconds a direct connection (a recipe's, ``forgelib.connect``'s) waits for a published port: one that does
+# not answer is a dead stack, not a slow one.
+CONNECT_TIMEOUT = 10
+
 
 class Memo:
     """Values derived from a seed version, computed once per owner (a run's backend) and shared by its trials.

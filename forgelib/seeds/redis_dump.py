@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from forgelib import connect
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted
-from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -213,6 +213,45 @@ def command_option(service_config: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
+# ----------------------------------------------------------------------------------- connection params
+#
+# How forge (and a test, through ``forgelib.connect``) reaches a redis service directly: defined here only.
+
+
+@dataclass(frozen=True)
+class RedisParams:
+    host: str
+    port: int
+    password: str | None = None
+    db: int = 0
+
+    def url(self, *, db: int | None = None) -> str:
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/{self.db if db is None else db}"
+
+    def client(self, *, db: int | None = None, decode_responses: bool = False) -> redis_lib.Redis:
+        """A ``redis.Redis`` on one connection (``SELECT`` in a pipeline then stays on that connection)."""
+        return redis_lib.Redis(
+            host=self.host,
+            port=self.port,
+            password=self.password,
+            db=self.db if db is None else db,
+            socket_connect_timeout=CONNECT_TIMEOUT,
+            socket_timeout=CONNECT_TIMEOUT * 3,
+            single_connection_client=True,
+            decode_responses=decode_responses,
+        )
+
+
+def connection_params(
+    service_config: Mapping[str, Any], address: Callable[[int], tuple[str, int]], db: int = 0
+) -> RedisParams:
+    """A redis service's direct connection: its *resolved* compose config (``--port``, ``--requirepass``)
+    and ``address`` (container port -> published host and port)."""
+    host, port = address(direct_port(service_config))
+    return RedisParams(host, port, command_option(service_config, "requirepass"), db)
+
+
 # ---------------------------------------------------------------------------------------------- warm
 #
 # prepare: right after the seeded server started, read the whole keyspace once on a direct connection —
@@ -232,7 +271,7 @@ Keyspace = dict[int, list[tuple[bytes, bytes, int]]]  # db -> (key, DUMP payload
 
 @dataclass(frozen=True)
 class Prepared:
-    params: connect.RedisParams
+    params: RedisParams
     config: dict[str, str]
     keyspace: Keyspace | None  # None: larger than MAX_DUMP_BYTES
     functions: bytes | None  # FUNCTION DUMP (None: a server without functions)
@@ -243,9 +282,8 @@ def _cmd(client: Any, *args: Any) -> Any:
     return client.execute_command(*args)
 
 
-def _params(ctx: ApplyContext) -> connect.RedisParams:
-    host, port = ctx.address(direct_port(ctx.service_config))
-    return connect.RedisParams(host, port, command_option(ctx.service_config, "requirepass"))
+def _params(ctx: ApplyContext) -> RedisParams:
+    return connection_params(ctx.service_config, ctx.address)
 
 
 def _config_of(client: redis_lib.Redis) -> dict[str, str]:
@@ -273,7 +311,7 @@ def _functions(client: redis_lib.Redis) -> bytes | None:
 
 
 def _each_key(
-    params: connect.RedisParams, db: int, ask: Callable[[Any, bytes], object]
+    params: RedisParams, db: int, ask: Callable[[Any, bytes], object]
 ) -> tuple[list[bytes], list[Any]]:
     """Every key of database ``db`` (sorted) and, pipelined, the answers to what ``ask`` queues per key."""
     c = params.client(db=db)
@@ -287,9 +325,7 @@ def _each_key(
         c.close()
 
 
-def _dump(
-    client: redis_lib.Redis, params: connect.RedisParams
-) -> dict[int, list[tuple[bytes, bytes, int]]] | None:
+def _dump(client: redis_lib.Redis, params: RedisParams) -> dict[int, list[tuple[bytes, bytes, int]]] | None:
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros // 1000
     out: Keyspace = {}

@@ -9,18 +9,19 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from forgelib import connect
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, RecipeError
-from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 
 if TYPE_CHECKING:
     import psycopg
+    import psycopg.conninfo
     from psycopg import sql
 else:  # loaded at first use (forgelib.clients says why)
     psycopg = deferred("psycopg")
@@ -241,6 +242,59 @@ def direct_port(service_config: Mapping[str, Any]) -> int:
     return int(port) if port.isdigit() else DEFAULT_PORT
 
 
+# ----------------------------------------------------------------------------------- connection params
+#
+# How forge (and a test, through ``forgelib.connect``) reaches a postgres service directly: defined here
+# only, beside the credentials the seed itself used, so a direct connection logs in as the seed did.
+
+
+@dataclass(frozen=True)
+class PostgresParams:
+    host: str
+    port: int
+    user: str
+    password: str | None
+    dbname: str
+
+    def dsn(self, *, dbname: str | None = None) -> str:
+        """A libpq connection string (``host=127.0.0.1 port=49153 user=app ...``)."""
+        kw: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user}
+        kw["dbname"] = dbname or self.dbname
+        if self.password:
+            kw["password"] = self.password
+        return psycopg.conninfo.make_conninfo(**kw, connect_timeout=CONNECT_TIMEOUT)
+
+    def url(self, *, dbname: str | None = None) -> str:
+        """The same as a ``postgresql://`` URL (for tools that take URLs)."""
+        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
+        return f"postgresql://{auth}@{self.host}:{self.port}/{quote(dbname or self.dbname, safe='')}"
+
+    def connect(self, *, dbname: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
+        """A psycopg connection (autocommit by default: ``CREATE/DROP DATABASE`` need it)."""
+        try:
+            return psycopg.connect(self.dsn(dbname=dbname), autocommit=autocommit)
+        except psycopg.Error as e:
+            where = f"{self.host}:{self.port}/{dbname or self.dbname} as {self.user}"
+            raise ForgeError(f"could not connect to postgres at {where}: {e}") from e
+
+
+def connection_params(
+    service_config: Mapping[str, Any],
+    options: Mapping[str, Any],
+    address: Callable[[int], tuple[str, int]],
+    *,
+    database: str | None = None,
+) -> PostgresParams:
+    """A postgres service's direct connection: its *resolved* compose config, the seed binding's
+    ``options`` (user/database), and ``address`` (container port -> published host and port)."""
+    env = service_config.get("environment") or {}
+    env = env if isinstance(env, Mapping) else {}
+    user, db = postgres_credentials(options, env)
+    host, port = address(direct_port(service_config))
+    password = env.get("POSTGRES_PASSWORD")
+    return PostgresParams(host, port, user, str(password) if password else None, database or db)
+
+
 # ---------------------------------------------------------------------------------------------- warm
 #
 # prepare: right after the dump went in (no dependent connected yet), copy the seeded database into a
@@ -258,7 +312,7 @@ _DRAIN_SECONDS = 10.0  # how long ended sessions get to go away before the renam
 class Prepared:
     """The template, the one ready copy, and the background job making the next one."""
 
-    def __init__(self, params: connect.PostgresParams, database: str, template: str, owner: str) -> None:
+    def __init__(self, params: PostgresParams, database: str, template: str, owner: str) -> None:
         self.params = params  # dbname: the maintenance database forge connects to
         self.database = database  # the seeded database the services use
         self.template = template
@@ -316,13 +370,11 @@ def template_name(digest: str) -> str:
     return "forge_tpl_" + digest.removeprefix("sha256:")[:16]
 
 
-def _params(ctx: ApplyContext) -> connect.PostgresParams:
-    user, database = credentials(ctx)
-    host, port = ctx.address(direct_port(ctx.service_config))
-    password = ctx.environment().get("POSTGRES_PASSWORD")
+def _params(ctx: ApplyContext) -> PostgresParams:
+    _, database = credentials(ctx)
     # The maintenance database: never the seeded one (it is swapped out), template1 when that is `postgres`.
     maint = "template1" if database == "postgres" else "postgres"
-    return connect.PostgresParams(host, port, user, str(password) if password else None, maint)
+    return connection_params(ctx.service_config, ctx.options, ctx.address, database=maint)
 
 
 def _fail(ctx: ApplyContext, step: str, e: BaseException) -> RecipeError:

@@ -18,12 +18,12 @@ from forgelib.errors import SpecIssue
 from forgelib.seeds import REGISTRY
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
-from forgelib.spec.models import MATCHERS, Isolation, SeedKind
+from forgelib.spec.models import MATCHERS, TOOL_ARGUMENTS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
-CHECK_TYPES = ("file", "sql", "redis", "http")
+CHECK_TYPES = ("file", "sql", "redis", "http", "trace")
 _APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
 
 
@@ -385,6 +385,9 @@ def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[Spec
             continue
         kind = types[0]
         spec = check[kind]
+        if kind == "trace":
+            issues.extend(_check_trace(doc, (*at, kind), spec))
+            continue
         issues.extend(_check_matchers(doc, (*at, kind), spec, optional=kind == "http"))
         if kind == "http":
             if "json" in spec:
@@ -450,4 +453,93 @@ def _check_matchers(
             re.compile(spec["regex"])
         except re.error as e:
             return [doc.issue((*at, "regex"), f"invalid regular expression: {e}")]
+    return []
+
+
+TRACE_QUESTIONS = ("called", "not_called", "order", "bound")
+# Which question each outcome option belongs to.
+_TRACE_OPTIONS = {"on_missing": "order", "on_unbound": "bound"}
+
+
+def _check_trace(doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any]) -> list[SpecIssue]:
+    """A trace check: exactly one question, its options only with it, call patterns that can match (known
+    arguments of their tool, valid regexes), a capture with a group."""
+    asked = [q for q in TRACE_QUESTIONS if q in spec]
+    if len(asked) != 1:
+        return [
+            doc.issue(
+                at,
+                f"a trace check asks exactly one of {', '.join(TRACE_QUESTIONS)}; "
+                f"found {', '.join(asked) or 'none'}",
+            )
+        ]
+    question = asked[0]
+    issues = [
+        doc.issue(
+            (*at, option),
+            f"{option} applies to {owner} only; remove it (this check asks {question})",
+            key=True,
+        )
+        for option, owner in _TRACE_OPTIONS.items()
+        if option in spec and owner != question
+    ]
+    body = spec[question]
+    if question in ("called", "not_called"):
+        return issues + _check_call(doc, (*at, question), body)
+    if question == "order":
+        return (
+            issues
+            + _check_call(doc, (*at, question, "first"), body["first"])
+            + _check_call(doc, (*at, question, "then"), body["then"])
+        )
+    issues += _check_call(doc, (*at, question, "from"), body["from"])
+    issues += _check_call(doc, (*at, question, "into"), body["into"])
+    try:
+        groups = re.compile(body["capture"]).groups
+    except re.error as e:
+        return [*issues, doc.issue((*at, question, "capture"), f"invalid regular expression: {e}")]
+    if groups < 1:
+        issues.append(
+            doc.issue(
+                (*at, question, "capture"),
+                "the capture has no group; wrap the token in one (group 1 is what is bound), "
+                r'e.g. "status": "(\w+)"',
+            )
+        )
+    issues += _check_argument(doc, (*at, question, "arg"), body["into"]["tool"], body["arg"])
+    return issues
+
+
+def _check_call(doc: YamlDoc, at: JsonPath, call: Mapping[str, Any]) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for name, pattern in (call.get("args") or {}).items():
+        issues += _check_argument(doc, (*at, "args", name), call["tool"], name, key=True)
+        issues += _check_regex(doc, (*at, "args", name), pattern)
+    if "result" in call:
+        issues += _check_regex(doc, (*at, "result"), call["result"])
+    return issues
+
+
+def _check_argument(
+    doc: YamlDoc, at: JsonPath, tool: str, dotted: str, *, key: bool = False
+) -> list[SpecIssue]:
+    known = TOOL_ARGUMENTS[tool]
+    top = dotted.split(".", 1)[0]
+    if top in known:
+        return []
+    return [
+        doc.issue(
+            at,
+            f"tool {tool} has no argument {top!r}{did_you_mean(top, known)}; "
+            f"its arguments: {', '.join(known)}",
+            key=key,
+        )
+    ]
+
+
+def _check_regex(doc: YamlDoc, at: JsonPath, pattern: str) -> list[SpecIssue]:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return [doc.issue(at, f"invalid regular expression {clip(pattern)}: {e}")]
     return []

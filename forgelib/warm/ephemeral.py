@@ -194,7 +194,7 @@ class Ephemerals:
         """The fallback's release: every container of the ephemeral services (all replicas) removed with its
         anonymous volumes, and the named volumes only they mount, so nothing of theirs runs on into the
         reset and the next trial's ``_recreate`` makes them all anew."""
-        ids = [cid for cid, _, svc in self._ps("") if svc in self.services]
+        ids = [cid for cid, _, svc in self.compose.container_rows("") if svc in self.services]
         if ids:
             self._remove(ids)
         if self.renew:
@@ -214,27 +214,13 @@ class Ephemerals:
     def _created(self) -> dict[str, str]:
         """service -> id of the one never-started container of each ephemeral service (raises otherwise)."""
         found: dict[str, list[str]] = {}
-        for cid, _, svc in self._ps("created"):
+        for cid, _, svc in self.compose.container_rows("created"):
             if svc in self.services:
                 found.setdefault(svc, []).append(cid)
         odd = [s for s in self.services if len(found.get(s, ())) != 1]
         if odd:
             raise ForgeError(f"expected one created container of {', '.join(odd)}, found {found}")
         return {s: ids[0] for s, ids in found.items()}
-
-    def _ps(self, status: str) -> list[tuple[str, str, str]]:
-        """(id, name, service) of the stack's containers in ``status`` (any: "") (one ``docker ps``)."""
-        fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
-        only = ["--filter", f"status={status}"] if status else []
-        res = self.runner.run(
-            [
-                "docker", "ps", "--all", "--no-trunc", *only,
-                *lab.filters({lab.COMPOSE_PROJECT: self.name}), "--format", fmt,
-            ],
-            timeout=self.timeouts.command,
-        )  # fmt: skip
-        rows = [[*line.split("\t"), "", ""][:3] for line in res.stdout.splitlines()]
-        return [(r[0], r[1], r[2]) for r in rows]
 
     def _retire(self, succ: _Successors, spares: _Successors | None) -> None:
         """In the background after a release: take the frozen ephemeral containers off every network (so
@@ -319,7 +305,7 @@ class Ephemerals:
     def _recreate(self, services: Sequence[str]) -> None:
         """The fallback: compose replaces every container of ``services`` (spares included) by one."""
         self.compose.up(services, wait=False, no_deps=True, force_recreate=True)
-        for cid, name, svc in self._ps("running"):
+        for cid, name, svc in self.compose.container_rows("running"):
             if svc in services:
                 self.current[svc] = name
                 self.used.add(cid)
@@ -344,7 +330,8 @@ class Ephemerals:
         if not self.fallback:
             found = self._inspect(self.current[s] for s in publish)
             return {s: published_of_inspect(found[s]) for s in publish}
-        ids = [cid for cid, _, svc in self._ps("running") if svc in publish]  # every replica's
+        running = self.compose.container_rows("running")
+        ids = [cid for cid, _, svc in running if svc in publish]  # every replica's
         res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command)
         out: dict[str, list[str]] = {s: [] for s in publish}
         for info in json.loads(res.stdout or "[]"):

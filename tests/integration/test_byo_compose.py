@@ -20,11 +20,12 @@ import yaml
 
 from forgelib import labels as lab
 from forgelib.commands import main_provision, main_teardown
-from forgelib.run.cli import DockerBackend, build_plan
+from forgelib.run.cli import build_plan
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import Result, SubprocessRunner
 from forgelib.spec.loader import load_project_config, load_run_config
+from forgelib.stacks import DockerBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 

@@ -30,13 +30,14 @@ from support.stacks import PG, REDIS, RUNNER
 
 from forgelib import custody
 from forgelib.labels import RUN, is_empty, resources_with_labels
-from forgelib.run.cli import DockerBackend, build_plan
+from forgelib.run.cli import build_plan
 from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks import DockerBackend
 
 pytestmark = pytest.mark.integration
 

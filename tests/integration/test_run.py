@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from support.cluster import wait_for
 from forgelib import labels as lab
 from forgelib.run import events as ev
 from forgelib.run.cli import main_run
+from forgelib.run.regrade import main_grade
 from forgelib.runner import SubprocessRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
@@ -100,6 +102,36 @@ def test_passing_run_with_repeats_2(passing_run: tuple[int, Path], runner: Subpr
         ]
     assert (run_dir.parent / "junit.xml").read_text().count("<testcase") == 2
     assert lab.is_empty(leftovers(runner, run_dir.name))
+
+
+def test_forge_grade_rescores_the_finished_run_under_a_changed_rubric(
+    passing_run: tuple[int, Path], tmp_path: Path
+) -> None:
+    """No trial is run again: the stacks are gone, the recorded observations and traces decide."""
+    _, run_dir = passing_run
+    assert main_grade(str(run_dir)) == 0  # the rubric as it was: the same verdicts
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    rubric = project / "tasks" / "write_file" / "grading.yaml"
+    rubric.write_text(
+        rubric.read_text().replace('equals: "baseline"}', 'equals: "renamed"}', 1)
+        + "  - name: never_observed\n    file: {service: runner, path: /work/other.txt, equals: x}\n"
+        + "  - name: read_the_row\n    trace: {called: {tool: sql_query, args: {query: widgets}}}\n"
+    )
+    assert main_grade(str(run_dir), project=str(project)) == 1
+    for idx in (0, 1):
+        d = run_dir / "trials" / "write_file" / str(idx)
+        assert yaml.safe_load((d / "grade.yaml").read_text())["binary_pass"] is True  # untouched
+        first, second = sorted((d / "regrades").iterdir())
+        assert yaml.safe_load(first.read_text())["grade"]["binary_pass"] is True
+        doc = yaml.safe_load(second.read_text())
+        assert doc["rubric"]["path"] == str(rubric.resolve())
+        checks = {c["name"]: c for c in doc["grade"]["checks"]}
+        # out_file: the recorded 'baseline' against the new matcher; seeded_row as recorded
+        assert (checks["out_file"]["passed"], checks["out_file"]["observed"]) == (False, "baseline")
+        assert checks["seeded_row"]["passed"] and checks["seeded_row"]["decided"]
+        assert not checks["never_observed"]["decided"] and not checks["read_the_row"]["decided"]
+        assert doc["grade"]["score"] == pytest.approx(2 / 3, abs=1e-6) and len(doc["grade"]["undecided"]) == 2
 
 
 def test_broken_seed_is_a_provision_error(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import harness as bs
-from forgelib.cli import LOG_FORMAT
+from forgelib.guard import LOG_FORMAT
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 

@@ -28,12 +28,8 @@ def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     with pytest.raises(CommandTimeout) as info:
         SubprocessRunner().run(["sh", "-c", script], timeout=5)
     assert info.value.rc is None and "timed out after 5s (killed)" in str(info.value)
-    grandchild = int(pidfile.read_text())
-    # The group's SIGKILL was sent; wait for the kernel to finish it (a condition, bounded at 60 s).
-    deadline = time.monotonic() + 60
-    while proc_stat(grandchild) is not None:  # gone, or a zombie waiting for init to reap it
-        assert time.monotonic() < deadline, "the grandchild survived the timeout: the group was not killed"
-        time.sleep(0.01)
+    # The group's SIGKILL was sent; wait for the kernel to finish it.
+    _gone(int(pidfile.read_text()), "the grandchild survived the timeout: the group was not killed")
 
 
 def test_the_child_runs_in_its_own_session() -> None:
@@ -151,6 +147,43 @@ def test_running_children_are_tracked_by_tag_and_killed_by_tag() -> None:
     assert runner.kill_tagged(["exec"]) == [pid]
     t.join(60)
     assert not t.is_alive() and errors[0].rc == -9 and runner.running() == []
+
+
+def _gone(pid: int, why: str) -> None:
+    """Wait for ``pid`` to be gone (or a zombie): a condition, bounded at 60 s on a busy machine."""
+    deadline = time.monotonic() + 60
+    while proc_stat(pid) is not None:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.01)
+
+
+def test_a_tagged_kill_kills_the_whole_process_group(tmp_path: Path) -> None:
+    # What a stop (Ctrl-C) does to an in-flight launch: `docker compose up` has children of its own, and a
+    # kill of the leader alone would leave them running (and holding its output pipes: `run` would hang).
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 300 & echo $! > {pidfile}.new && mv {pidfile}.new {pidfile}; wait"
+    runner = SubprocessRunner(default_timeout=600)
+    errors: list[CommandError] = []
+
+    def run() -> None:
+        try:
+            runner.run(["sh", "-c", script], tag="up")
+        except CommandError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not pidfile.exists():  # the grandchild has started (the pid file appears whole: mv)
+        assert time.monotonic() < deadline and t.is_alive(), "sh never started its grandchild"
+        time.sleep(0.01)
+    grandchild = int(pidfile.read_text())
+    ((leader, _),) = runner.running()
+    assert runner.kill_tagged(["up"]) == [leader]
+    t.join(60)
+    assert not t.is_alive(), "run() still waits: the grandchild holds its pipes (only the leader was killed)"
+    assert errors[0].rc == -9 and runner.running() == []
+    _gone(grandchild, "the grandchild survived the tagged kill: the group was not killed")
 
 
 def test_a_kill_requested_while_a_child_starts_still_kills_it(monkeypatch: pytest.MonkeyPatch) -> None:

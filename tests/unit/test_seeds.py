@@ -518,3 +518,35 @@ def test_direct_ports_follow_the_service_config() -> None:
     assert redis_dump.direct_port({"command": ["redis-server", "--port", "7000"]}) == 7000
     assert redis_dump.command_option({"command": "redis-server --requirepass pw"}, "requirepass") == "pw"
     assert filesystem_dir.direct_port({}) is None and REGISTRY[SeedKind.BARE].direct_port({}) is None
+
+
+def test_connection_params_log_in_as_the_seed_did() -> None:
+    published = {5432: ("127.0.0.1", 49001), 6543: ("127.0.0.1", 49002), 6379: ("127.0.0.1", 49003)}
+    asked: list[int] = []
+
+    def address(port: int) -> tuple[str, int]:
+        asked.append(port)
+        return published[port]
+
+    env = {"POSTGRES_USER": "app", "POSTGRES_DB": "shop", "POSTGRES_PASSWORD": "s3cret", "PGPORT": "6543"}
+    pg = sql_dump.connection_params({"environment": env}, {}, address)
+    assert (pg.host, pg.port, pg.user, pg.password, pg.dbname) == (
+        "127.0.0.1",
+        49002,
+        "app",
+        "s3cret",
+        "shop",
+    )
+    # The binding's user/database win over the environment, as in the seed's psql; `database=` over both.
+    pg = sql_dump.connection_params(
+        {"environment": env}, {"user": "u", "database": "d"}, address, database="x"
+    )
+    assert (pg.user, pg.password, pg.dbname) == ("u", "s3cret", "x")
+    pg = sql_dump.connection_params({}, {}, address)  # the official image's defaults
+    assert (pg.port, pg.user, pg.password, pg.dbname) == (49001, "postgres", None, "postgres")
+    assert pg.url() == "postgresql://postgres@127.0.0.1:49001/postgres"
+
+    rd = redis_dump.connection_params({"command": ["redis-server", "--requirepass", "pw"]}, address, 2)
+    assert (rd.host, rd.port, rd.password, rd.db) == ("127.0.0.1", 49003, "pw", 2)
+    assert rd.url() == "redis://:pw@127.0.0.1:49003/2" and rd.url(db=0).endswith("/0")
+    assert asked == [6543, 6543, 5432, 6379]

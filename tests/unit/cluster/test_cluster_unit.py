@@ -282,7 +282,7 @@ def test_the_cluster_driver_loads_a_project_without_the_client_libraries() -> No
         "import psycopg, psycopg.sql, redis\n"
         "assert sql_dump.psycopg.Error is psycopg.Error and sql_dump.sql.SQL is psycopg.sql.SQL\n"
         "assert redis_dump.redis_lib.RedisError is redis.RedisError\n"
-        "assert forgelib.connect.psycopg.conninfo.make_conninfo is psycopg.conninfo.make_conninfo\n"
+        "assert sql_dump.psycopg.conninfo.make_conninfo is psycopg.conninfo.make_conninfo\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr

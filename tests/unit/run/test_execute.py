@@ -73,6 +73,7 @@ def test_passing_run_writes_every_file(tmp_path: Path, fake_backend: Any) -> Non
     assert grade["checks"][0] == {
         "name": "out_file", "type": "file", "weight": 1.0, "gate": False, "passed": True,
         "observed": "baseline", "expected": "equals 'baseline'", "error": None,
+        "decided": True, "observes": 'file {"path": "/work/out.txt", "service": "runner"}',
     }  # fmt: skip
     metrics = load(d / "metrics.yaml")
     assert metrics["checks_total"] == 2 and metrics["checks_passed"] == 2 and metrics["oracle_rc"] == 0

@@ -13,6 +13,7 @@ from forgelib.run.lifecycle import (
     is_failed_attempt,
     is_finished,
     is_retryable,
+    retries_after_node_loss,
     should_retry,
     start,
     status_of,
@@ -188,3 +189,15 @@ def test_misuse_is_refused() -> None:
     grading = walk(WITH_ORACLE, [OK, OK, OK])[-1]
     with pytest.raises(ValueError, match="grade"):
         advance(WITH_ORACLE, grading, Outcome.OK)
+
+
+def test_a_lost_node_is_rerun_once_free_then_under_the_plans_retries() -> None:
+    # Without retries (the default) a trial survives one lost node, as before; a second loss is the verdict.
+    assert retries_after_node_loss(0, losses=1) == 0
+    assert retries_after_node_loss(0, losses=2) is None
+    # With retries, the first loss costs none of them; later ones spend one each, like any ENGINE_LOST.
+    assert retries_after_node_loss(2, losses=1) == 2
+    assert retries_after_node_loss(2, losses=2) == 1
+    assert retries_after_node_loss(1, losses=3) == 0
+    assert retries_after_node_loss(0, losses=3) is None
+    assert should_retry(Termination.ENGINE_LOST, 1)  # the rule it defers to

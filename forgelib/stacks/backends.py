@@ -1,0 +1,170 @@
+"""The stacks a ``forge run`` gets, local or on a cluster node: the orchestrator's ``Backend``
+(``run.execute.Backend``) over real compose stacks, one per ``--stacks`` mode.
+
+* ``DockerBackend`` — fresh stacks (``forgelib.provision``: up, seed, up the rest; from goldens with
+  ``snapshots``), the run's shared stacks, and what the run learns about the engine (``ProvisionCache``);
+* ``WarmBackend`` — ``--stacks warm``: stacks from a ``forgelib.warm.WarmPool``, reset in place;
+* ``make_backend`` — the one place a run's stack source is chosen from its plan.
+
+``forge run`` (``run/cli.py``) and a cluster node (``cluster/node.py``) both get their backend here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Unpack, cast
+
+from forgelib.custody import reap_dead_owners
+from forgelib.errors import ForgeError
+from forgelib.provision import (
+    ProvisionCache,
+    ProvisionedTrial,
+    SharedStacks,
+    capture_logs,
+    provision_trial,
+    teardown_trial,
+)
+from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
+from forgelib.runner import Result, Runner
+from forgelib.signals import LiveStacks, StopState
+from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
+from forgelib.warm import WarmPool
+
+
+@dataclass(frozen=True)
+class DockerBackend:
+    """The orchestrator's ``Backend`` on forgelib.provision (real compose stacks). It owns its run's shared
+    stacks and what it learns about the engine and the seeds (``ProvisionCache``)."""
+
+    project: Project
+    timeouts: Timeouts
+    runner: Runner
+    log_tail_lines: int = LOG_TAIL_LINES
+    shared: SharedStacks = field(default_factory=SharedStacks)
+    cache: ProvisionCache = field(default_factory=ProvisionCache)
+    profiles: tuple[str, ...] = ()  # the run config's compose profiles
+    snapshots: bool = False  # start reset services of fresh stacks from goldens (forgelib.snapshots)
+
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
+        return provision_trial(
+            self.project,
+            task,
+            **trial,
+            timeouts=self.timeouts,
+            runner=self.runner,
+            log_tail_lines=self.log_tail_lines,
+            shared=self.shared,
+            cache=self.cache,
+            profiles=self.profiles,
+            snapshots=self.snapshots,
+        )
+
+    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
+        capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
+
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
+
+    def run_host(
+        self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
+    ) -> Result:
+        return self.runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
+
+    def launch_host(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        cwd: Path,
+        env: Mapping[str, str],
+        stdin: Path,
+        stdout_path: Path,
+        stderr_path: Path,
+        secrets: Sequence[str],
+    ) -> Result:
+        # Tagged `run` (a launch verb): a stop refuses it, and kills its process group while it runs.
+        return self.runner.run(
+            argv, timeout=timeout, cwd=cwd, env=env, stdin=stdin, stdout_path=stdout_path,
+            stderr_path=stderr_path, secrets=secrets, check=False, tag="run",
+        )  # fmt: skip
+
+    def discard_leftovers(self, run_id: str) -> None:
+        report = reap_dead_owners(self.runner, run_id)
+        if report.failed:
+            raise ForgeError(
+                f"cannot resume {run_id}: leftovers of the killed session remain:\n{report.table()}"
+            )
+
+    def finish_run(self, run_id: str) -> None:
+        try:
+            self.shared.teardown_run(run_id)
+        finally:
+            self.cache.builds.finish(self.runner, self.timeouts.command)
+
+
+@dataclass(frozen=True)
+class WarmBackend(DockerBackend):
+    """``--stacks warm``: trials get stacks from a ``WarmPool`` (reset in place, verified, or replaced);
+    an environment whose services are all ``shared`` keeps its one run-wide stack as in fresh mode."""
+
+    pool: WarmPool | None = None
+
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
+        if self.pool is None or not task.environment.requires_per_trial:
+            return super().provision(task, **trial)
+        return self.pool.acquire(
+            task, run_id=trial["run_id"], trial_dir=trial["trial_dir"], on_phase=trial.get("on_phase")
+        )
+
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        t = cast(ProvisionedTrial, trial)
+        if self.pool is None or t.stack.get("mode") != "warm":
+            return super().teardown(trial, graceful=graceful)
+        return self.pool.release(t, graceful=graceful)
+
+    def finish_run(self, run_id: str) -> None:
+        try:
+            if self.pool is not None:
+                self.pool.close()
+        finally:
+            super().finish_run(run_id)
+
+
+STACK_MODES = ("fresh", "warm")
+
+
+def make_backend(
+    plan: RunPlan,
+    project: Project,
+    cfg: RunConfig,
+    runner: Runner,
+    stacks: LiveStacks | None,
+    stop: StopState | None,
+    *,
+    snapshots: bool = False,
+) -> DockerBackend:
+    """The backend for ``plan.stacks``."""
+    cfg_timeouts, tail = plan.timeouts, plan.log_tail_lines
+    if plan.stacks != "warm":
+        return DockerBackend(project, cfg_timeouts, runner, tail, profiles=cfg.profiles, snapshots=snapshots)
+    cache = ProvisionCache()
+    pool = WarmPool(
+        project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
+        profiles=cfg.profiles, stopping=(lambda: stop.requested) if stop is not None else (lambda: False),
+        trials=None if plan.resume else len(plan.tasks) * plan.repeats,
+    )  # fmt: skip
+    return WarmBackend(
+        project,
+        cfg_timeouts,
+        runner,
+        tail,
+        profiles=cfg.profiles,
+        snapshots=snapshots,
+        cache=cache,
+        pool=pool,
+    )
+
+
+__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "make_backend"]
