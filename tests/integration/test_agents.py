@@ -94,9 +94,13 @@ def test_the_readme_agent_solves_the_task_through_the_tools(tmp_path: Path, runn
 def test_a_warm_reset_undoes_what_the_agents_tools_changed(tmp_path: Path, runner: SubprocessRunner) -> None:
     agent = host_agent(tmp_path, AGENTS / "vandal_agent.py")
     rc, run_dir = forge(agent, tmp_path / "runs", repeats=2, stacks="warm")
-    assert rc == 0
+    assert rc == 1  # read_widget's gate fails an agent that writes to the database (a trace check)
     (first, d0), (second, d1) = trial(run_dir, 0), trial(run_dir, 1)
-    assert first["status"] == second["status"] == "passed"
+    for d in (d0, d1):
+        grade = yaml.safe_load((d / "grade.yaml").read_text())
+        gate = next(c for c in grade["checks"] if c["name"] == "no_database_writes")
+        assert not gate["passed"] and not grade["binary_pass"], grade
+    assert first["termination_reason"] == second["termination_reason"] == "COMPLETED"
     assert (
         second["stack"]["mode"] == "warm"
         and second["stack"]["reuse"] == 1
@@ -120,7 +124,7 @@ def test_an_agent_inside_the_stack(tmp_path: Path, runner: SubprocessRunner) -> 
         "@app-db:5432/app"
     )
     assert not manifest["mcp"]["url"].startswith("http://127.0.0.1")  # the trial network's gateway
-    assert [c["tool"] for c in read_trace(d / "trace.jsonl")] == ["write_file"]
+    assert [c["tool"] for c in read_trace(d / "trace.jsonl")] == ["http_request", "write_file"]
     nothing_left(runner, run_dir)
 
 
