@@ -78,7 +78,9 @@ def test_controls_fail_on_the_gate_and_below_the_threshold(
     for u in run.trials("diagnose_stale_order_unquoted"):  # the right cause, no quoted read
         assert u.status == "failed" and u.trial["termination_reason"] == "COMPLETED", u.trial
         assert u.check(GATE)["passed"]  # nothing mutated: it fails on the evidence alone
-        assert u.grade["details"]["routes"]["score"] == 0.0
+        # No route holds whole: its trace has the reads (the oracle acts through the tools), its note
+        # quotes none of them.
+        assert u.grade["details"]["routes"]["score"] < 1.0
         assert u.grade["score"] < u.grade["threshold"] == 0.6, u.grade
         assert any("below the threshold" in r for r in u.grade["reasons"]), u.grade["reasons"]
 
