@@ -25,7 +25,7 @@ NAME = "phases"
 
 
 # The phases the trial itself times (run/execute.py); every other timing is a part of provision.
-TOP_PHASES = {"provision", "oracle", "grading", "capture_logs", "teardown"}
+TOP_PHASES = {"provision", "tools_start", "solve", "grading", "capture_logs", "teardown"}
 
 
 def _row(phase: str, xs: Sequence[float]) -> dict[str, Any]:

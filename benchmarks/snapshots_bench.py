@@ -38,7 +38,7 @@ PACKS = {
 }
 PHASES = (
     "compose_config", "golden_plan", "up_seeded", "recipe", "golden_capture", "up_rest", "golden_verify",
-    "provision", "oracle", "grading", "teardown",
+    "provision", "solve", "grading", "teardown",
 )  # fmt: skip
 SNAPSHOTS_ON = ("--stacks", "fresh", "--snapshots")
 SNAPSHOTS_OFF = ("--stacks", "fresh", "--no-snapshots")

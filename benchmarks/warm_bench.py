@@ -50,7 +50,7 @@ RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
 WARM_PHASES = (
     "stack_wait",
-    *("reset", "fingerprint", "successors", "recreate", "ready", "oracle", "grading", "capture_logs"),
+    *("reset", "fingerprint", "successors", "recreate", "ready", "solve", "grading", "capture_logs"),
     *("record", "teardown"),
 )
 

@@ -23,7 +23,7 @@ of compose (``docker compose port``), one call per lookup, so callers that conne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from forgelib.compose import ComposeProject
@@ -36,6 +36,12 @@ from forgelib.spec.models import EnvironmentManifest
 if TYPE_CHECKING:
     import psycopg
     import redis as redis_lib
+
+
+class PortLookup(Protocol):
+    """Where a container port is published on the host (``ComposeProject.port``)."""
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]: ...
 
 
 class Stack(Protocol):
@@ -69,17 +75,19 @@ def binding_options(env: EnvironmentManifest, service: str) -> Mapping[str, Any]
 
 
 def postgres_params(
-    compose: ComposeProject,
+    compose: PortLookup,
     service: str,
     config: Mapping[str, Any],
     options: Mapping[str, Any] | None = None,
     *,
     database: str | None = None,
+    inside: bool = False,
 ) -> PostgresParams:
-    """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``)."""
+    """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``;
+    ``inside``: as a container on the stack's network reaches it, by service name and container port)."""
     svc = service_config(config, service)
     return sql_dump.connection_params(
-        svc, options or {}, lambda port: compose.port(service, port), database=database
+        svc, options or {}, _address(compose, service, inside), database=database
     )
 
 
@@ -103,10 +111,18 @@ def connect_postgres(
 
 
 def redis_params(
-    compose: ComposeProject, service: str, config: Mapping[str, Any], db: int = 0
+    compose: PortLookup, service: str, config: Mapping[str, Any], db: int = 0, *, inside: bool = False
 ) -> RedisParams:
     svc = service_config(config, service)
-    return redis_dump.connection_params(svc, lambda port: compose.port(service, port), db)
+    return redis_dump.connection_params(svc, _address(compose, service, inside), db)
+
+
+def _address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], tuple[str, int]]:
+    """Where a container port of ``service`` is reached: its published loopback port, or (``inside``) the
+    service's name and the port itself."""
+    if inside:
+        return lambda port: (service, port)
+    return lambda port: compose.port(service, port)
 
 
 def redis(stack: Stack, service: str, *, db: int = 0) -> RedisParams:

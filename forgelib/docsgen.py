@@ -84,7 +84,7 @@ def lifecycle_doc() -> str:
         "# Trial lifecycle",
         "",
         "Every phase-to-phase step `forgelib.run.lifecycle.advance` can take, found by running it over every",
-        "phase, outcome and flow (with and without an oracle, log capture on success, retries). Labels are",
+        "phase, outcome and flow (with and without a solver, log capture on success, retries). Labels are",
         "the outcomes of the phase just run.",
         "",
         "```mermaid",

@@ -100,6 +100,7 @@ def teardown(c: Context, name: str = "") -> None:
         "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
         "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
         "memory_budget_mb": "MiB the run's stacks may use together (overrides the config; default: 80% free)",
+        "agent": "what solves every trial: `oracle` (each task's) or an agent file (overrides the config)",
     }
 )
 def run(
@@ -118,8 +119,9 @@ def run(
     no_snapshots: bool = False,
     cluster: str = "",
     memory_budget_mb: str = "",
+    agent: str = "",
 ) -> None:
-    """Run trials: provision, oracle, state checks, results on disk."""
+    """Run trials: provision, solve (each task's oracle or --agent), state checks, results on disk."""
     guarded(
         main_run,
         config=config,
@@ -136,6 +138,7 @@ def run(
         no_snapshots=no_snapshots,
         cluster=cluster or None,
         memory_budget_mb=Number("--memory-budget-mb", memory_budget_mb),
+        agent=agent or None,
     )
 
 

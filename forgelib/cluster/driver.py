@@ -198,6 +198,9 @@ class ClusterBackend:
     def run_host(self, argv: Any, **kwargs: Any) -> Any:
         raise ForgeError("bug: a cluster run grades (and runs its judges) on its nodes")
 
+    def launch_host(self, argv: Any, **kwargs: Any) -> Any:
+        raise ForgeError("bug: a cluster run has no command agents (forge run refuses --agent there)")
+
     def discard_leftovers(self, run_id: str) -> None:
         self.cluster.reap(run_id)
 

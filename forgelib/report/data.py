@@ -5,8 +5,9 @@ Nothing else feeds it.
 The page (``page.py``) only lays this value out, so every number it shows is here and comes from
 ``events.jsonl``: totals and per-phase statistics from ``events.summarize`` (the same as summary.json),
 the timeline from each attempt's phase-start timestamps, provisioning's inner steps from the trial's
-timings in the order they were recorded. The only thing read besides the log is which result files exist,
-to link them (``files``).
+timings in the order they were recorded. The only things read besides the log are which result files exist,
+to link them (``files``), and what a trial's solver left (``details``: its tool calls from trace.jsonl and
+the tails of its output), shown beside its phases.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from forgelib.run.events import Attempt, RunState, Session, TrialRecord, summari
 from forgelib.run.lifecycle import Phase
 
 # The timeline's colours: provisioning is split into the stack itself and the seeds going in.
-CATEGORIES = ("provision", "recipes", "oracle", "grading", "capture_logs", "record", "teardown")
+CATEGORIES = ("provision", "recipes", "solve", "grading", "capture_logs", "record", "teardown")
 # Timing keys that are provisioning's inner steps applying state (a seed recipe, a reset, a restore).
 _STATE_STEPS = ("recipe", "reset", "restore", "golden", "seed")
 # Timing keys that are not provisioning's inner steps: the phases themselves and the trial's total.
@@ -26,6 +27,8 @@ _NOT_STEPS = frozenset({*(p.value for p in Phase), "provision", "total"})
 
 # (task, index) -> the trial's directory relative to the page, and its files' names relative to that
 FileLister = Callable[[str, int], tuple[str, list[str]]]
+# (task, index) -> {"calls": [[seq, tool, started, ended, ok, args, error]...], "calls_total", "output"}
+DetailReader = Callable[[str, int], Mapping[str, Any]]
 
 
 def category(step: str) -> str:
@@ -33,15 +36,18 @@ def category(step: str) -> str:
     return "recipes" if step.startswith(_STATE_STEPS) else "provision"
 
 
-def build(state: RunState, files: FileLister | None = None) -> dict[str, Any]:
+def build(
+    state: RunState, files: FileLister | None = None, details: DetailReader | None = None
+) -> dict[str, Any]:
     summary = summarize(state)
-    trials = [_trial(r, state.sessions, files) for r in state.records()]
+    trials = [_trial(r, state.sessions, files, details) for r in state.records()]
     return {
         "run": {
             "run_id": state.run_id,
             "project": summary["project"],
             "config": summary["config"],
             "settings": dict(state.started.get("settings") or {}),
+            "solver": summary["solver"],
             "completed": state.completed,
             "interrupted": state.interrupted,
             "resumes": state.resumes,
@@ -73,9 +79,16 @@ def _session(s: Session) -> dict[str, Any]:
     }
 
 
-def _trial(r: TrialRecord, sessions: list[Session], files: FileLister | None) -> dict[str, Any]:
+def _trial(
+    r: TrialRecord, sessions: list[Session], files: FileLister | None, details: DetailReader | None
+) -> dict[str, Any]:
     trial_files = files(r.task, r.index) if files else ("", [])
+    extra = details(r.task, r.index) if details else {}
     return {
+        "calls": list(extra.get("calls") or []),
+        "calls_total": int(extra.get("calls_total") or 0),
+        "calls_error": extra.get("calls_error"),  # a trace that could not be read, and why
+        "output": dict(extra.get("output") or {}),
         "key": f"{r.task}[{r.index}]",
         "task": r.task,
         "index": r.index,
@@ -180,10 +193,10 @@ def distributions(records: list[TrialRecord]) -> dict[str, dict[str, Any]]:
         recipes = [v for k, v in r.timings.items() if k not in _NOT_STEPS and category(k) == "recipes"]
         if recipes:
             values.setdefault("recipes", []).append(sum(recipes))
-        for name in ("provision", "oracle", "grading", "capture_logs", "teardown", "total"):
+        for name in ("provision", "solve", "grading", "capture_logs", "teardown", "total"):
             if name in r.timings:
                 values.setdefault(name, []).append(r.timings[name])
-    order = ["provision", "recipes", "oracle", "grading", "capture_logs", "teardown", "total"]
+    order = ["provision", "recipes", "solve", "grading", "capture_logs", "teardown", "total"]
     return {
         name: {**timing_stats(values[name]), "values": [round(v, 3) for v in values[name]]}
         for name in order

@@ -18,11 +18,20 @@ from forgelib.errors import EXIT_OK, ForgeError, UsageError
 from forgelib.report.data import build
 from forgelib.run.events import EVENTS_FILE, RunState, fold, read_events
 from forgelib.run.results import trial_dir
+from forgelib.runner import file_tail
 
 REPORT_FILE = "report.html"
 _DATA_MARK = "/*FORGE_REPORT_DATA*/null"
 # The result files a trial may have, in the order the table lists them.
-_TRIAL_FILES = ("trial.yaml", "grade.yaml", "metrics.yaml", "oracle.stdout", "oracle.stderr")
+_TRIAL_FILES = (
+    "trial.yaml", "grade.yaml", "metrics.yaml", "trace.jsonl", "agent.stdout", "agent.stderr",
+    "oracle.stdout", "oracle.stderr", "instruction.txt", "manifest.json",
+)  # fmt: skip
+# What the page shows of a solver's output: the end of each stream (the whole file is linked).
+OUTPUT_FILES = ("agent.stdout", "agent.stderr", "oracle.stdout", "oracle.stderr")
+OUTPUT_TAIL = 2048  # bytes
+CALLS_SHOWN = 500  # tool calls per trial on its timeline (the trace file has them all)
+ARGS_SHOWN = 160  # characters of a call's arguments in its tooltip
 
 
 def render(data: dict[str, Any]) -> str:
@@ -53,12 +62,45 @@ def write_report(run_dir: Path, state: RunState | None = None, output: Path | No
                 ]
         return (Path(base) / "trials" / task / str(index)).as_posix(), found
 
-    html = render(build(state, files))
+    def details(task: str, index: int) -> dict[str, Any]:
+        return solver_details(trial_dir(run_dir, task, index))
+
+    html = render(build(state, files, details))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def solver_details(d: Path) -> dict[str, Any]:
+    """What the page shows of a trial's solver: its tool calls (trace.jsonl) as ``[seq, tool, started,
+    ended, ok, arguments (cut), error (cut)]`` and the tail of each output stream it left."""
+    from forgelib.mcp.trace import read_trace  # the trace's one reader (no SDK behind it)
+
+    try:
+        calls = read_trace(d / "trace.jsonl")
+    except ValueError as e:  # a damaged trace is shown as such, never a failed report
+        return {"calls": [], "calls_total": 0, "calls_error": str(e), "output": _tails(d)}
+    shown = [
+        [c.get("seq"), c.get("tool"), c.get("started"), c.get("ended"), bool(c.get("ok")),
+         _cut(json.dumps(c.get("arguments"), ensure_ascii=False)), _cut(c.get("error") or "")]
+        for c in calls[:CALLS_SHOWN]
+    ]  # fmt: skip
+    return {"calls": shown, "calls_total": len(calls), "output": _tails(d)}
+
+
+def _tails(d: Path) -> dict[str, str]:
+    out = {}
+    for name in OUTPUT_FILES:
+        path = d / name
+        if path.is_file() and path.stat().st_size:
+            out[name] = file_tail(path, OUTPUT_TAIL)
+    return out
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ARGS_SHOWN else text[: ARGS_SHOWN - 1] + "…"
 
 
 def _number(name: str) -> tuple[int, str]:

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forgelib import clients
-from forgelib.errors import EXIT_OK, EXIT_USER, UsageError
-from forgelib.run import live
+from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
+from forgelib.run import live, tools
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, run_project
-from forgelib.runner import SubprocessRunner
+from forgelib.runner import SubprocessRunner, merged_env
 from forgelib.signals import LiveStacks, interruptible
-from forgelib.spec.loader import load_project_config, load_run_config
-from forgelib.spec.models import Project, RunConfig, Task
+from forgelib.spec.loader import load_agent, load_project_config, load_run_config
+from forgelib.spec.models import Agent, Project, RunConfig, Task
 from forgelib.spec.validate import print_notices
 from forgelib.stacks import STACK_MODES, heal_leftovers, make_backend
 from forgelib.table import align
@@ -47,6 +48,7 @@ def main_run(
     stacks: str | None = None,
     cluster: str | None = None,
     memory_budget_mb: int | None = None,
+    agent: str | None = None,
 ) -> int:
     if snapshots and no_snapshots:
         raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
@@ -70,6 +72,9 @@ def main_run(
     if address and joining is None:  # the run config's `cluster:`
         joining = _start_joining(address)
     project = load_project_config(cfg.project)
+    solver = choose_agent(agent, cfg, project)
+    if solver is not None or any(tools.declares_tools(t) for t in project.tasks):
+        tools.preload()  # every trial serves tools: load the server now, not in the first trial
     plan = build_plan(
         cfg,
         project,
@@ -81,6 +86,7 @@ def main_run(
         report=report,
         retries=retries,
         stacks=stacks,
+        agent=solver,
     )
     use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
     if joining is not None:
@@ -140,6 +146,8 @@ def _run_on_cluster(joining: Joining, plan: RunPlan, project: Project, profiles:
     """The same run on a Ray cluster's nodes (``forgelib.cluster``)."""
     if plan.stacks == "warm":
         raise UsageError("--cluster runs fresh stacks on the nodes; `stacks: warm` is not supported yet")
+    if plan.agent is not None:
+        raise UsageError("--cluster runs each task's oracle; a command agent is not supported there yet")
     # Ray prints what it learns about the cluster (a raylet that died...) on stdout, which belongs to the
     # summary (`--json`): while the run lasts, stdout is stderr. (The joining thread's Ray messages go to
     # stderr by connect._ray_messages_to_stderr and Ray's loggers.)
@@ -175,6 +183,7 @@ def build_plan(
     report: bool = False,
     retries: int | None = None,
     stacks: str | None = None,
+    agent: Agent | None = None,
 ) -> RunPlan:
     """The run config with the command line's options on top."""
     tasks: tuple[Task, ...] = (
@@ -198,7 +207,33 @@ def build_plan(
         junit=Path(junit).resolve() if junit else None,
         report=report,
         stacks=stacks or cfg.stacks,
+        agent=agent,
     )
+
+
+ORACLE = "oracle"
+
+
+def choose_agent(option: str | None, cfg: RunConfig, project: Project) -> Agent | None:
+    """The run's solver: ``--agent oracle`` / ``--agent FILE.yaml``, else the run config's ``agent:``;
+    None: each task's oracle. An agent in a service must find it in every task's stack (file:line)."""
+    if option == ORACLE:
+        return None
+    if option:
+        agent: Agent | None = load_agent(option, project, cfg.tasks)
+    else:
+        agent = cfg.agent
+        if agent is not None and not agent.on_host:
+            load_run_config(cfg.path, project)  # raises the `where:` problem at its line
+    if agent is not None and agent.on_host:
+        program = agent.command[0]
+        if shutil.which(program, path=merged_env(dict(agent.env)).get("PATH")) is None:
+            # Before any stack exists: every trial would fail the same way.
+            raise ForgeError(
+                f"{agent.source}: the agent's program {program!r} was not found (or is not executable); "
+                "fix `command:` (a relative path is relative to that file) or install it"
+            )
+    return agent
 
 
 def progress(line: str) -> None:

@@ -22,12 +22,14 @@ from types import TracebackType
 from typing import Any
 
 from forgelib.run.lifecycle import (
+    LEGACY_SOLVE_PHASE,
     Phase,
     Termination,
     error_stage,
     is_failed_attempt,
     is_finished,
     is_retryable,
+    stage_name,
     status_of,
 )
 
@@ -283,6 +285,28 @@ def _trial(s: RunState, e: Mapping[str, Any]) -> TrialRecord:
     return s.trials[k]
 
 
+def _phase(raw: Any) -> str:
+    """A phase as recorded, under today's name (an old log's ``oracle`` is ``solve``); one this reader
+    does not know (a newer writer's) is kept as written."""
+    try:
+        return Phase(raw).value
+    except ValueError:
+        return str(raw)
+
+
+def _stage(e: Mapping[str, Any], term: Termination) -> str | None:
+    recorded = e.get("error_stage")
+    return stage_name(str(recorded)) if recorded else error_stage(term)
+
+
+def _timings(e: Mapping[str, Any]) -> dict[str, float]:
+    """A verdict's timings; an old log's ``oracle`` (the solver's seconds) under its name today, ``solve``."""
+    return {
+        _phase(k) if k == LEGACY_SOLVE_PHASE else str(k): float(v)
+        for k, v in (e.get("timings") or {}).items()
+    }
+
+
 def _ts(e: Mapping[str, Any]) -> float | None:
     ts = e.get("ts")
     return float(ts) if isinstance(ts, int | float) else None
@@ -305,7 +329,7 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             s.sessions.append(Session(RUN_RESUMED, _ts(e), dict(e.get("origin") or {})))
         elif kind == TRIAL_STATE:
             t = _trial(s, e)
-            phase = str(e["phase"])
+            phase = _phase(e["phase"])
             ts = _ts(e)
             if phase == Phase.PROVISIONING:
                 t.attempts += 1
@@ -316,7 +340,7 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
                 t.history.append(
                     Attempt(max(0, len(s.sessions) - 1), t.worker, number=int(number) if number else None)
                 )
-            elif phase in (Phase.ORACLE, Phase.GRADING):  # entered only once a stack is up
+            elif phase in (Phase.SOLVE, Phase.GRADING):  # entered only once a stack is up
                 t.stack_up = True
             if t.history and ts is not None:
                 t.history[-1].phases.append((phase, ts))
@@ -329,8 +353,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
                 t.history.append(Attempt(max(0, len(s.sessions) - 1), e.get("worker")))
             a = t.history[-1]
             a.ended, a.termination, a.retried = _ts(e), term, True
-            a.error_stage = e.get("error_stage") or error_stage(term)
-            a.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+            a.error_stage = _stage(e, term)
+            a.timings = _timings(e)
             a.reason = str(reasons[0]) if reasons else ""
             a.number = int(e.get("attempt") or a.number or len(t.history))
         elif kind == TRIAL_TORN_DOWN:
@@ -349,9 +373,9 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             t.retryable = bool(e.get("retryable"))
             t.binary_pass = e.get("binary_pass")
             t.score = e.get("score")
-            t.error_stage = e.get("error_stage") or error_stage(t.termination)
+            t.error_stage = _stage(e, t.termination)
             t.reasons = tuple(e.get("reasons") or ())
-            t.timings = {str(k): float(v) for k, v in (e.get("timings") or {}).items()}
+            t.timings = _timings(e)
             t.ready = {str(k): float(v) for k, v in (e.get("ready") or {}).items()}
             if t.history and t.history[-1].ended is None:
                 a = t.history[-1]
@@ -428,6 +452,8 @@ def summarize(s: RunState) -> dict[str, Any]:
             "mode": (s.started.get("settings") or {}).get("stacks", "fresh"),
             "replaced": s.stacks_replaced,
         },
+        # What solved the trials (run_started's settings; a log from before agents: each task's oracle).
+        "solver": (s.started.get("settings") or {}).get("solver") or {"kind": "oracle"},
         "timings": {name: timing_stats(v) for name, v in sorted(phases.items())},
         "trials": [
             {

@@ -22,6 +22,15 @@ from forgelib.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
+from forgelib.run import manifest, tools
+from forgelib.run.agent import (
+    INSTRUCTION_FILE,
+    MANIFEST_FILE,
+    agent_env,
+    in_service_files,
+    run_agent,
+    write_inputs,
+)
 from forgelib.run.checks import ReadOnce, Stack, evaluate
 from forgelib.run.grading import (
     CheckOutcome,
@@ -48,10 +57,10 @@ from forgelib.run.results import (
     write_trial,
 )
 from forgelib.run.tracecheck import TRACE_FILE, read_trace
-from forgelib.runner import Result
+from forgelib.runner import Result, secret_values
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Check, Component, Grading, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Grading, Task, Timeouts
 
 log = logging.getLogger("forgelib.run")
 
@@ -130,6 +139,22 @@ class Backend(Protocol):
         """Run a command on the host (a grading judge without a service), ``check=False``."""
         ...
 
+    def launch_host(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        cwd: Path,
+        env: Mapping[str, str],
+        stdin: Path,
+        stdout_path: Path,
+        stderr_path: Path,
+        secrets: Sequence[str],
+    ) -> Result:
+        """Run a host command agent (``check=False``) in its own process group, its output streamed to
+        the files; a stop kills its group (``Interrupted``), as its timeout does (``CommandTimeout``)."""
+        ...
+
     def finish_run(self, run_id: str) -> None:
         """Release what the run shared between trials (a shared stack); called once, however it ended."""
         ...
@@ -160,6 +185,7 @@ class Settings:
     workers: int = 1
     retries: int = 0
     node: dict[str, str] | None = None  # set on a cluster node: recorded on each trial it runs
+    agent: Agent | None = None  # what solves every trial; None: each task's oracle
 
 
 @dataclass
@@ -178,6 +204,7 @@ class _Trial:
     stack: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     oracle: dict[str, Any] | None = None
+    solver: dict[str, Any] | None = None
     teardown_error: str | None = None
     log_capture_error: str | None = None
     snapshots: dict[str, Any] = field(default_factory=dict)
@@ -193,6 +220,7 @@ class _Trial:
         self.started = time.time()
         self.timings, self.handle, self.grade, self.provision_stage = {}, None, None, None
         self.error, self.oracle, self.teardown_error, self.log_capture_error = None, None, None, None
+        self.solver = None
         self.result, self.ports, self.snapshots, self.ready = None, {}, {}, {}
 
 
@@ -288,7 +316,11 @@ class Executor:
         first = shelve_attempt(t.dir) if t.dir.exists() else 1
         t.dir.mkdir(parents=True, exist_ok=True)
         t.attempt = first
-        flow = Flow(task.oracle is not None, self.s.capture_logs_on_success, self.s.retries)
+        flow = Flow(
+            task.oracle is not None or self.s.agent is not None,
+            self.s.capture_logs_on_success,
+            self.s.retries,
+        )
         p = start(flow, first)
         entered = time.monotonic()
         while p.phase is not Phase.DONE:
@@ -411,20 +443,75 @@ class Executor:
         # The engine going away is not the pack's fault: retryable, unlike a deterministic provision error.
         return (Outcome.LOST if unreachable(reason) else Outcome.FAILED), None
 
-    def _oracle(self, t: _Trial) -> tuple[Outcome, bool | None]:
-        assert t.task.oracle is not None and t.handle is not None
+    def _solve(self, t: _Trial) -> tuple[Outcome, bool | None]:
+        """The solver's phase: the run's command agent, else the task's oracle; the trial's tool server
+        (``run.tools``) up around it when it gets one, and closed however it ends."""
+        assert t.handle is not None
+        agent = self.s.agent
+        wanted = agent is not None or tools.declares_tools(t.task)
+        in_stack = agent is None or not agent.on_host
+        t0 = time.monotonic()
+        t.solver = {"kind": "oracle"} if agent is None else {
+            "kind": "command", "name": agent.label, "where": agent.where,
+        }  # fmt: skip
+        try:
+            with tools.serving(t.handle, t.task, t.dir, wanted=wanted, in_stack=in_stack) as srv:
+                if srv is not None:
+                    t.timings["tools_start"] = time.monotonic() - t0
+                    t.solver["tools"] = {"trace": TRACE_FILE}
+                if agent is None:
+                    return self._oracle(t, srv)
+                return self._agent(t, agent, srv)
+        except Interrupted:  # the stop killed or refused a command: neither a failure nor a crash
+            t.timings["solve"] = time.monotonic() - t0
+            return Outcome.INTERRUPTED, None
+
+    def _agent(self, t: _Trial, agent: Agent, srv: tools.Serving | None) -> tuple[Outcome, bool | None]:
+        assert t.handle is not None and t.solver is not None
+        files = (
+            {"instruction": str(t.dir / INSTRUCTION_FILE), "manifest": str(t.dir / MANIFEST_FILE)}
+            if agent.on_host
+            else in_service_files()
+        )
+        url = srv.url_for(agent.on_host) if srv is not None else None
+        token = srv.token if srv is not None else None
+        ident = manifest.TrialIdent(self.s.run_id, t.task.name, t.index, t.attempt)
+        doc = manifest.build(
+            trial=ident, instruction=t.task.instruction, where=agent.where, ports=t.ports,
+            config=t.handle.config, environment=t.task.environment, compose=t.handle.compose, files=files,
+            mcp=manifest.Access(url, token) if url is not None and token is not None else None,
+        )  # fmt: skip
+        write_inputs(t.dir, t.task.instruction, doc)
+        env = agent_env(agent, files, url, token)
+        # Redacted from every line forge logs: the token, and the agent's own secrets (an API key in `env:`).
+        secrets = sorted({*([token] if token else []), *secret_values(agent.env)})
+        r = run_agent(
+            agent, out_dir=t.dir, env=env, secrets=secrets, host=self.backend.launch_host,
+            stack=t.handle.compose, command_timeout=self.s.timeouts.command,
+        )  # fmt: skip
+        t.timings["solve"] = r.seconds
+        t.solver |= {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
+        if r.ok:
+            return Outcome.OK, None
+        t.error = r.error
+        t.grade = failed_grade([r.reason()], _threshold(t.task))
+        if r.timed_out:
+            return Outcome.TIMED_OUT, None
+        return (Outcome.LOST if unreachable(f"{r.error}\n{r.stderr}") else Outcome.FAILED), None
+
+    def _oracle(self, t: _Trial, srv: tools.Serving | None) -> tuple[Outcome, bool | None]:
+        assert t.task.oracle is not None and t.handle is not None and t.solver is not None
         oracle = t.task.oracle
         timeout = effective_timeout(oracle, self.s.timeouts.oracle)
         # A bare seed bound to the oracle's service: its variable names where the file is mounted.
         seed_env = {m.env_var: m.path for m in t.handle.bare_seeds.values() if m.service == oracle.service}
-        t0 = time.monotonic()
-        try:
-            r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
-        except Interrupted:  # the stop killed or refused its exec: neither a failure nor a crash
-            t.timings["oracle"] = time.monotonic() - t0
-            return Outcome.INTERRUPTED, None
-        t.timings["oracle"] = r.seconds
+        url = srv.url_for(False) if srv is not None else None
+        if srv is not None and url is not None:  # the oracle runs in the stack: it reaches the server there
+            seed_env |= {"FORGE_MCP_URL": url, "FORGE_MCP_TOKEN": srv.token}
+        r = run_oracle(t.handle.compose, oracle, timeout=timeout, out_dir=t.dir, extra_env=seed_env)
+        t.timings["solve"] = r.seconds
         t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
+        t.solver |= t.oracle
         if r.ok:
             return Outcome.OK, None
         t.error = r.error
@@ -552,6 +639,7 @@ class Executor:
             provision_stage=t.provision_stage,
             error=t.error,
             oracle=t.oracle,
+            solver=t.solver,
             teardown_error=t.teardown_error,
             log_capture_error=t.log_capture_error,
             snapshots=t.snapshots,
@@ -595,7 +683,7 @@ class Executor:
     _PHASES: Mapping[Phase, Callable[[Executor, _Trial], tuple[Outcome, bool | None]]] = {
         Phase.PENDING: _pending,
         Phase.PROVISIONING: _provision,
-        Phase.ORACLE: _oracle,
+        Phase.SOLVE: _solve,
         Phase.GRADING: _grading,
         Phase.CAPTURE_LOGS: _capture_logs,
         Phase.TEARDOWN: _teardown,
@@ -664,6 +752,7 @@ class RunPlan:
     junit: Path | None = None
     report: bool = False  # also write report.html (forgelib.report) beside summary.json
     stacks: str = "fresh"  # recorded in run_started; the backend implements it
+    agent: Agent | None = None  # what solves every trial; None: each task's oracle
 
 
 def run_project(
@@ -699,6 +788,7 @@ def run_project(
                 "workers": plan.workers,
                 "retries": plan.retries,
                 "stacks": plan.stacks,
+                "solver": solver_record(plan.agent),
             },
             origin=ev.origin(),
         )
@@ -712,6 +802,12 @@ def run_project(
                 f"cannot resume {run_id}: task(s) {', '.join(missing)} are no longer in the project"
             )
         todo = [(by_name[name], i) for name, i in state.pending()]
+        recorded = (state.started.get("settings") or {}).get("solver") or {"kind": "oracle"}
+        if todo and recorded != solver_record(plan.agent):  # one run, one solver: its results compare
+            raise ForgeError(
+                f"cannot resume {run_id}: its trials were solved by {_solver_text(recorded)}, not "
+                f"{_solver_text(solver_record(plan.agent))}; resume it with the same agent (--agent)"
+            )
         log = ev.EventLog(run_dir / ev.EVENTS_FILE, observer)
         log.append(
             ev.RUN_RESUMED, pending=[{"task": t.name, "index": i} for t, i in todo], origin=ev.origin()
@@ -733,6 +829,7 @@ def run_project(
         log_tail_lines=plan.log_tail_lines,
         workers=plan.workers,
         retries=plan.retries,
+        agent=plan.agent,
     )
     try:
         with log:
@@ -755,6 +852,19 @@ def run_project(
         if plan.report:
             progress(f"report: {write_report(run_dir, state)}")
     return run_dir, state
+
+
+def solver_record(agent: Agent | None) -> dict[str, Any]:
+    """What solves the run's trials, as run_started's settings (and so summary.json) say it."""
+    if agent is None:
+        return {"kind": "oracle"}
+    return {"kind": "command", "name": agent.label, "where": agent.where, "command": list(agent.command)}
+
+
+def _solver_text(record: Mapping[str, Any]) -> str:
+    if record.get("kind") != "command":
+        return "each task's oracle"
+    return f"the agent {record.get('name')!r} ({' '.join(map(str, record.get('command') or ()))})"
 
 
 def load_state(run_dir: Path) -> ev.RunState:

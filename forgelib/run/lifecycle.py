@@ -3,7 +3,7 @@
 The orchestrator asks ``advance`` what comes next after every phase; the fold over ``events.jsonl`` and
 the summary use ``is_finished``/``status_of``/``is_failed_attempt`` so the rules live in one place.
 
-    PENDING -> PROVISIONING -> ORACLE -> GRADING -> [CAPTURE_LOGS] -> RECORD -> TEARDOWN -> DONE
+    PENDING -> PROVISIONING -> SOLVE -> GRADING -> [CAPTURE_LOGS] -> RECORD -> TEARDOWN -> DONE
                     |             |         |                                         |
                     |             +---------+--(error/timeout)--> CAPTURE_LOGS        +-(retry)-> PROVISIONING
                     +--(ProvisionError)--> RECORD -> DONE   (provisioning captured logs, tore down)
@@ -13,6 +13,11 @@ Ctrl-C while the stack is being removed never loses a finished trial's result. A
 a retryable termination while retries are left is recorded as a retried attempt; after its teardown the
 trial starts again at PROVISIONING on a fresh stack (``attempt`` + 1). An interruption before RECORD
 records the trial as INTERRUPTED (``--resume`` runs it again) and still tears down.
+
+SOLVE is whatever solves the trial: the task's oracle or a command agent (``forgelib.run.agent``). Logs
+written before the solver became a choice name it ``oracle`` (phase) and ``ORACLE_ERROR``/
+``ORACLE_TIMEOUT`` (terminations): both still parse (``Phase("oracle")`` is SOLVE, ``Termination
+("ORACLE_ERROR")`` is AGENT_ERROR), so an old run folds, reports and resumes as a new one would.
 """
 
 from __future__ import annotations
@@ -24,23 +29,40 @@ from enum import StrEnum
 class Phase(StrEnum):
     PENDING = "pending"
     PROVISIONING = "provisioning"
-    ORACLE = "oracle"
+    SOLVE = "solve"  # the solver (the oracle or an agent) runs
     GRADING = "grading"
     CAPTURE_LOGS = "capture_logs"
     RECORD = "record"
     TEARDOWN = "teardown"
     DONE = "done"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Phase | None:
+        return cls.SOLVE if value == LEGACY_SOLVE_PHASE else None
+
+
+# What SOLVE was called in logs written before the solver became a choice.
+LEGACY_SOLVE_PHASE = "oracle"
+
 
 class Termination(StrEnum):
     COMPLETED = "COMPLETED"  # graded; the grade says pass or fail
-    PROVISION_ERROR = "PROVISION_ERROR"  # the stack could not be provisioned; the oracle never ran
-    ORACLE_ERROR = "ORACLE_ERROR"  # the oracle exited non-zero (or could not be started)
-    ORACLE_TIMEOUT = "ORACLE_TIMEOUT"  # the oracle outlived its timeout and was killed
+    PROVISION_ERROR = "PROVISION_ERROR"  # the stack could not be provisioned; the solver never ran
+    AGENT_ERROR = "AGENT_ERROR"  # the solver (oracle or agent) exited non-zero, or could not be started
+    AGENT_TIMEOUT = "AGENT_TIMEOUT"  # the solver outlived its timeout and was killed (its process group)
     GRADING_ERROR = "GRADING_ERROR"  # grading could not produce a score (a judge failed or timed out)
     ENGINE_LOST = "ENGINE_LOST"  # the Docker engine (or the node running the trial) stopped answering
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in forgelib while running this trial
     INTERRUPTED = "INTERRUPTED"  # Ctrl-C: not finished, `--resume` runs it again
+
+    @classmethod
+    def _missing_(cls, value: object) -> Termination | None:
+        """An old log's ``ORACLE_ERROR``/``ORACLE_TIMEOUT``: the same ends under their new names."""
+        return cls(_LEGACY_TERMINATIONS[value]) if value in _LEGACY_TERMINATIONS else None
+
+
+# Before the oracle became one solver among others its ends had its name; they mean the same thing.
+_LEGACY_TERMINATIONS = {"ORACLE_ERROR": "AGENT_ERROR", "ORACLE_TIMEOUT": "AGENT_TIMEOUT"}
 
 
 class Outcome(StrEnum):
@@ -59,7 +81,7 @@ class Outcome(StrEnum):
 # interruption may not recur. (INTERRUPTED is retryable by `--resume`, never by `retries`.)
 _RETRYABLE = frozenset(
     {
-        Termination.ORACLE_TIMEOUT,
+        Termination.AGENT_TIMEOUT,
         Termination.GRADING_ERROR,
         Termination.ENGINE_LOST,
         Termination.INTERNAL_ERROR,
@@ -72,7 +94,7 @@ _RETRYABLE = frozenset(
 class Flow:
     """What about the task and the run config shapes the path through the phases."""
 
-    has_oracle: bool
+    has_solver: bool  # the task's oracle, or the run's agent; without one, grading follows provisioning
     capture_logs_on_success: bool = False
     retries: int = 0  # how many times a retryable attempt is run again on a fresh stack
 
@@ -162,14 +184,14 @@ def advance(flow: Flow, p: Progress, outcome: Outcome, *, passed: bool | None = 
         return replace(p, phase=Phase.PROVISIONING)
     if p.phase is Phase.PROVISIONING:
         if outcome is Outcome.OK:
-            return replace(p, phase=Phase.ORACLE if flow.has_oracle else Phase.GRADING, stack_up=True)
+            return replace(p, phase=Phase.SOLVE if flow.has_solver else Phase.GRADING, stack_up=True)
         # provision_trial captured the logs and tore the stack down before raising: nothing left to do.
         return _ended(p, Termination.PROVISION_ERROR, stack_up=False)
-    if p.phase is Phase.ORACLE:
+    if p.phase is Phase.SOLVE:
         if outcome is Outcome.OK:
             return replace(p, phase=Phase.GRADING)
-        term = Termination.ORACLE_TIMEOUT if outcome is Outcome.TIMED_OUT else Termination.ORACLE_ERROR
-        # Grading a stack the reference solution failed on would only grade the seed; logs explain more.
+        term = Termination.AGENT_TIMEOUT if outcome is Outcome.TIMED_OUT else Termination.AGENT_ERROR
+        # Grading a stack the solver failed on would only grade what it left half done; logs explain more.
         return replace(p, phase=Phase.CAPTURE_LOGS, termination=term)
     if p.phase is Phase.GRADING:
         if outcome is not Outcome.OK:  # no score could be produced (a judge failed): logs explain more
@@ -214,8 +236,8 @@ def error_stage(t: Termination, provision_stage: str | None = None) -> str | Non
     """The stage an error is counted under in the summary (``errors_by_stage``)."""
     if t is Termination.PROVISION_ERROR:
         return provision_stage or "provision"
-    if t in (Termination.ORACLE_ERROR, Termination.ORACLE_TIMEOUT):
-        return "oracle"
+    if t in (Termination.AGENT_ERROR, Termination.AGENT_TIMEOUT):
+        return "solve"
     if t is Termination.GRADING_ERROR:
         return "grading"
     if t is Termination.ENGINE_LOST:
@@ -223,3 +245,8 @@ def error_stage(t: Termination, provision_stage: str | None = None) -> str | Non
     if t is Termination.INTERNAL_ERROR:
         return "internal"
     return None
+
+
+def stage_name(stage: str) -> str:
+    """An ``error_stage`` as recorded, under today's name (an old log's ``oracle`` is ``solve``)."""
+    return Phase.SOLVE.value if stage == LEGACY_SOLVE_PHASE else stage

@@ -64,7 +64,8 @@ def run_oracle(
             env={**(extra_env or {}), **oracle.env} or None,
             workdir=oracle.workdir,
             check=False,
-            secrets=sorted(secret_values(oracle.env)),  # `--env NAME=value` is in the argv
+            # `--env NAME=value` is in the argv: the task's secrets and forge's own (the MCP token)
+            secrets=sorted(secret_values({**(extra_env or {}), **oracle.env})),
             stdout_path=stdout_path,
             stderr_path=stderr_path,
         )

@@ -44,7 +44,8 @@ class TrialResult:
     stack: dict[str, Any] = field(default_factory=dict)  # mode, name, reuse, replaced (TrialHandle.stack)
     provision_stage: str | None = None  # ProvisionError.stage
     error: str | None = None  # the one-line reason the attempt broke
-    oracle: dict[str, Any] | None = None  # rc, timed_out, seconds
+    oracle: dict[str, Any] | None = None  # rc, timed_out, seconds (the oracle solved it)
+    solver: dict[str, Any] | None = None  # kind (oracle|command), name, where, rc, timed_out, seconds, tools
     teardown_error: str | None = None
     log_capture_error: str | None = None
     bare_seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> BareMount.record()
@@ -146,6 +147,7 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
         "wall_seconds": r.wall_seconds,
         "timings": {k: round(v, 3) for k, v in r.timings.items()},
         **({"ready": r.ready} if r.ready else {}),
+        "solver": r.solver,
         "oracle": r.oracle,
         "log_capture_error": r.log_capture_error,
         "teardown_error": r.teardown_error,
@@ -189,6 +191,9 @@ def metrics_doc(r: TrialResult) -> dict[str, Any]:
         "score": r.grade.score,
         "oracle_rc": (r.oracle or {}).get("rc"),
         "oracle_seconds": (r.oracle or {}).get("seconds"),
+        "solver_kind": (r.solver or {}).get("kind"),
+        "solver_rc": (r.solver or {}).get("rc"),
+        "solver_seconds": (r.solver or {}).get("seconds"),
     }
 
 

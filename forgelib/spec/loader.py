@@ -7,6 +7,7 @@ everything that can be known.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,9 @@ from forgelib.spec import rules, schema
 from forgelib.spec.composefiles import ComposeSet, load_compose_set
 from forgelib.spec.digest import PREFIX, DigestError, seed_digest
 from forgelib.spec.models import (
+    HOST,
     LOG_TAIL_LINES,
+    Agent,
     Check,
     Component,
     EnvironmentManifest,
@@ -499,6 +502,9 @@ def collect_run_config(
                         f"no task named {name!r} in the project{hint}; tasks: {', '.join(known)}",
                     )
                 )
+    agent = _agent(data["agent"], path) if isinstance(data.get("agent"), dict) else None
+    if agent is not None and project is not None:
+        issues += check_agent_where(agent, doc, ("agent", "where"), project, data.get("tasks") or ())
     if issues:
         return None, issues
     output = data.get("output")
@@ -519,9 +525,77 @@ def collect_run_config(
             profiles=tuple(data.get("profiles", ())),
             snapshots=data.get("snapshots", False),
             memory_budget_mb=data.get("memory_budget_mb"),
+            agent=agent,
         ),
         [],
     )
+
+
+PYTHON_PLACEHOLDER = "{python}"  # a host agent's argv[0]: forge's own Python
+
+
+def _agent(data: Mapping[str, Any], source: Path) -> Agent:
+    command = [str(a) for a in data["command"]]
+    where = str(data.get("where", HOST))
+    if where == HOST and command[0] == PYTHON_PLACEHOLDER:
+        # The interpreter running forge: it has forgelib and so the `mcp` SDK, whichever `python3` is on PATH.
+        command[0] = sys.executable
+    # A host agent's relative program path is relative to the file that declared it (not to wherever
+    # forge was started), so the runner finds it; a service's paths are the container's.
+    if where == HOST and "/" in command[0] and not Path(command[0]).is_absolute():
+        command[0] = str((source.parent / command[0]).resolve())
+    return Agent(
+        command=tuple(command),
+        where=where,
+        timeout=float(data.get("timeout", 600.0)),
+        env=frozen_map({str(k): str(v) for k, v in (data.get("env") or {}).items()}),
+        workdir=data.get("workdir"),
+        source=source,
+        name=str(data.get("name", "")),
+    )
+
+
+def check_agent_where(
+    agent: Agent, doc: YamlDoc, at: tuple[str, ...], project: Project, tasks: Any = ()
+) -> list[SpecIssue]:
+    """An agent run in a service needs that service in the stack of every task it solves."""
+    if agent.on_host:
+        return []
+    chosen = [t for t in project.tasks if not tasks or t.name in tasks]
+    lacking = [t.name for t in chosen if agent.where not in t.environment.services]
+    if not lacking:
+        return []
+    known = sorted({s for t in chosen for s in t.environment.services})
+    hint = schema.did_you_mean(agent.where, known)
+    return [
+        doc.issue(
+            at,
+            f"no service {agent.where!r} in the stack of task(s) {', '.join(lacking)}{hint}; "
+            f"give `host` or one of: {', '.join(known)}",
+        )
+    ]
+
+
+def load_agent(path: str | Path, project: Project | None = None, tasks: Any = ()) -> Agent:
+    """An agent file (``forge run --agent FILE``); raises SpecError listing every problem."""
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise SpecError(
+            [
+                SpecIssue(
+                    display_path(file), None, None, "$", "no such agent file; give `oracle` or a YAML file"
+                )
+            ]
+        )
+    doc, issues = parse(file, "agent")
+    if issues:
+        raise SpecError(issues)
+    agent = _agent(doc.data, file)
+    if project is not None:
+        issues = check_agent_where(agent, doc, ("where",), project, tasks)
+        if issues:
+            raise SpecError(issues)
+    return agent
 
 
 def load_run_config(path: str | Path, project: Project | None = None) -> RunConfig:

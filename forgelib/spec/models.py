@@ -98,6 +98,31 @@ class Oracle:
     workdir: str | None = None
 
 
+HOST = "host"  # an agent's ``where`` for a process on this machine (else: a compose service's name)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A command agent: what solves every trial of a run instead of each task's oracle
+    (``forgelib.run.agent`` runs it). ``where`` is ``host`` or the compose service it is exec'd in."""
+
+    command: tuple[str, ...]
+    where: str = HOST
+    timeout: float = 600.0
+    env: Mapping[str, str] = field(default_factory=frozen_map)
+    workdir: str | None = None
+    source: Path | None = None  # the file that declared it: a host agent's working directory is its folder
+    name: str = ""
+
+    @property
+    def on_host(self) -> bool:
+        return self.where == HOST
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.command[0]).name
+
+
 # How a check compares what it observed with what it expects (the loader and grading share the one list).
 MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
 
@@ -218,6 +243,7 @@ class RunConfig:
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
     snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)
     memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.admission)
+    agent: Agent | None = None  # what solves the trials; None: each task's oracle
 
 
 @dataclass(frozen=True)

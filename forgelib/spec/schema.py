@@ -25,7 +25,7 @@ from forgelib.errors import SpecIssue
 from forgelib.resources import data_dir
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip, walk
 
-SCHEMAS = ("project", "task", "grading", "run_config")
+SCHEMAS = ("project", "task", "grading", "run_config", "agent")
 
 
 class SchemaBug(Exception):

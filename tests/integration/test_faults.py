@@ -125,7 +125,7 @@ def assert_provision_failure(
     for part in reason_parts:
         assert part in reason, reason
     phases = [e.get("phase") for e in read_events(run_dir / EVENTS_FILE)]
-    assert "oracle" not in phases, phases  # the oracle never ran
+    assert "solve" not in phases, phases  # the oracle never ran
     assert_no_leftovers(runner, str(state.run_id))
     return reason
 
@@ -409,7 +409,7 @@ def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tm
     summary = json.loads(out)
     (trial,) = summary["trials"]
     assert trial["status"] != "passed"
-    assert trial["termination_reason"] in {"ORACLE_ERROR", "ENGINE_LOST", "INTERNAL_ERROR"}
+    assert trial["termination_reason"] in {"AGENT_ERROR", "ENGINE_LOST", "INTERNAL_ERROR"}
     trial_yaml = yaml.safe_load(
         (tmp_path / "p" / "runs" / run_id / "trials" / "t" / "0" / "trial.yaml").read_text()
     )

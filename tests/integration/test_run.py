@@ -252,11 +252,11 @@ def test_an_oracle_timeout_is_retried_on_a_fresh_stack(
     state = ev.fold(ev.read_events(run_dir / ev.EVENTS_FILE))
     (rec,) = state.records()
     assert rec.status == "passed" and rec.attempts == 2
-    assert [a["termination_reason"] for a in rec.earlier] == ["ORACLE_TIMEOUT"]
+    assert [a["termination_reason"] for a in rec.earlier] == ["AGENT_TIMEOUT"]
     d = run_dir / "trials" / "retry_once" / "0"
     first = yaml.safe_load((d / "attempts" / "1" / "trial.yaml").read_text())
     final = yaml.safe_load((d / "trial.yaml").read_text())
-    assert first["termination_reason"] == "ORACLE_TIMEOUT" and first["retried"] is True
+    assert first["termination_reason"] == "AGENT_TIMEOUT" and first["retried"] is True
     assert (d / "attempts" / "1" / "services" / "runner.log").is_file()  # the failed attempt's evidence
     assert final["attempt"] == 2 and final["status"] == "passed"
     assert (d / "oracle.stderr").read_text() == "retried: wrote out.txt\n"  # streamed by the runner

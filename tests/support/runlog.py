@@ -35,8 +35,8 @@ _REASONS = {
         "reset_recipe",
         "Provisioning failed at reset_recipe: psql: ERROR: relation widgets does not exist",
     ),
-    "oracle_error": ("ORACLE_ERROR", "oracle", "oracle exited 1: Traceback ... KeyError: 'widget'"),
-    "oracle_timeout": ("ORACLE_TIMEOUT", "oracle", "oracle timed out after 60 s"),
+    "oracle_error": ("AGENT_ERROR", "solve", "oracle exited 1: Traceback ... KeyError: 'widget'"),
+    "oracle_timeout": ("AGENT_TIMEOUT", "solve", "oracle timed out after 60 s"),
     "interrupted": ("INTERRUPTED", None, "interrupted before the trial finished"),
 }
 
@@ -64,9 +64,9 @@ def trial_events(
     # (phase, seconds in it), in order
     seq: list[tuple[str, float]] = [("provisioning", provision)]
     if outcome == "interrupted":
-        seq.append(("oracle", oracle / 2))
+        seq.append(("solve", oracle / 2))
     elif outcome != "provision_error":
-        seq.append(("oracle", oracle))
+        seq.append(("solve", oracle))
         if outcome in ("passed", "failed"):
             seq.append(("grading", grading))
         if outcome != "passed":

@@ -33,9 +33,7 @@ print(open(sys.argv[sys.argv.index("--config") + 1]).read())
 """
 
 
-def test_a_forge_child_is_measured_and_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_forge_child_is_measured_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "fake_forge.py"
     script.write_text(FAKE_FORGE)
     monkeypatch.setattr(bs, "FORGE_ARGV", [bs.sys.executable, str(script)])

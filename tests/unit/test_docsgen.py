@@ -26,10 +26,10 @@ def test_the_check_names_a_stale_file_and_fails(tmp_path: Path) -> None:
 
 def test_the_state_chart_comes_from_advance() -> None:
     edges = docsgen.lifecycle_edges()
-    assert edges[(lc.Phase.PROVISIONING, lc.Phase.ORACLE)] == {"ok"}
-    assert "timed_out" in edges[(lc.Phase.ORACLE, lc.Phase.CAPTURE_LOGS)]
+    assert edges[(lc.Phase.PROVISIONING, lc.Phase.SOLVE)] == {"ok"}
+    assert "timed_out" in edges[(lc.Phase.SOLVE, lc.Phase.CAPTURE_LOGS)]
     assert (lc.Phase.TEARDOWN, lc.Phase.PROVISIONING) in edges  # a retry on a fresh stack
-    assert (lc.Phase.ORACLE, lc.Phase.TEARDOWN) not in edges  # evidence is recorded before any teardown
+    assert (lc.Phase.SOLVE, lc.Phase.TEARDOWN) not in edges  # evidence is recorded before any teardown
 
 
 def test_every_command_and_exit_code_is_in_the_reference() -> None:

@@ -403,6 +403,7 @@ def test_prune_leaves_an_untagged_golden_whose_capturing_process_is_alive() -> N
 
     me = lab.current_owner().labels()
     dead = {**me, lab.OWNER_PID: "999999"}
+
     def start_time(pid: int) -> str | None:
         return None if pid == 999999 else me[lab.OWNER_START_TIME]
 

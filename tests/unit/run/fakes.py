@@ -88,6 +88,8 @@ class FakeBackend:
     stacks: dict[tuple[str, int], FakeStack] = field(default_factory=dict)
     host_answer: Callable[[tuple[str, ...], str | None], Result] = lambda argv, input: ok()
     host_calls: list[tuple[tuple[str, ...], Path, dict[str, str], str | None]] = field(default_factory=list)
+    launch_answer: Callable[[tuple[str, ...], Mapping[str, Any]], Result] = lambda argv, options: ok()
+    launches: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> FakeHandle:
@@ -127,6 +129,11 @@ class FakeBackend:
         with self.lock:
             self.host_calls.append((tuple(argv), cwd, dict(env), input))
         return self.host_answer(tuple(argv), input)
+
+    def launch_host(self, argv: Sequence[str], **options: Any) -> Result:
+        with self.lock:
+            self.launches.append((tuple(argv), dict(options)))
+        return self.launch_answer(tuple(argv), options)
 
     def discard_leftovers(self, run_id: str) -> None:
         self.leftovers_discarded.append(run_id)

@@ -26,7 +26,7 @@ def finished(task: str, index: int, term: str = "COMPLETED", **kw: Any) -> dict[
         "retryable": False,
         "binary_pass": True,
         "score": 1.0,
-        "timings": {"oracle": 1.0, "total": 3.0},
+        "timings": {"solve": 1.0, "total": 3.0},
     }
     return {**base, **kw}
 
@@ -54,10 +54,10 @@ def test_log_round_trip_one_line_per_event(tmp_path: Path) -> None:
 
 
 def test_fold_pending_is_what_did_not_finish() -> None:
-    s = ev.fold([started(PLAN), state("a", 0, "provisioning"), finished("a", 0), state("a", 1, "oracle")])
+    s = ev.fold([started(PLAN), state("a", 0, "provisioning"), finished("a", 0), state("a", 1, "solve")])
     assert s.pending() == [("a", 1), ("b", 0)]
     assert s.trials[("a", 0)].status == "passed"
-    assert s.trials[("a", 1)].status == "pending" and s.trials[("a", 1)].phase == "oracle"
+    assert s.trials[("a", 1)].status == "pending" and s.trials[("a", 1)].phase == "solve"
 
 
 def test_log_cut_mid_line_is_skipped_and_the_next_writer_starts_a_new_line(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_summarize_counts_and_timings() -> None:
         [
             started(PLAN),
             finished("a", 0),
-            finished("a", 1, "COMPLETED", binary_pass=False, score=0.5, timings={"oracle": 3.0}),
+            finished("a", 1, "COMPLETED", binary_pass=False, score=0.5, timings={"solve": 3.0}),
             finished(
                 "b",
                 0,
@@ -139,7 +139,7 @@ def test_summarize_counts_and_timings() -> None:
         "errors_by_stage": {"reset_recipe": 1},
     }
     assert sm["all_passed"] is False
-    assert sm["timings"]["oracle"] == {
+    assert sm["timings"]["solve"] == {
         "count": 2, "total": 4.0, "mean": 2.0, "median": 2.0, "p95": 3.0, "min": 1.0, "max": 3.0,
     }  # fmt: skip
     trial_b = sm["trials"][2]

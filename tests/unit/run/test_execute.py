@@ -60,7 +60,7 @@ def test_passing_run_writes_every_file(tmp_path: Path, fake_backend: Any) -> Non
     assert trial["status"] == "passed" and trial["termination_reason"] == "COMPLETED"
     assert trial["retryable"] is False and trial["error"] is None
     # the executor times its own phases and keeps the backend's sub-phases beside them, values unchanged
-    assert set(trial["timings"]) == {*FAKE_PROVISION_PHASES, "provision", "oracle", "grading", "teardown"}
+    assert set(trial["timings"]) == {*FAKE_PROVISION_PHASES, "provision", "solve", "grading", "teardown"}
     assert {k: trial["timings"][k] for k in FAKE_PROVISION_PHASES} == FAKE_PROVISION_PHASES
     assert trial["compose_project"].endswith("read_widget-1")
     grade = load(d / "grade.yaml")
@@ -81,11 +81,11 @@ def test_passing_run_writes_every_file(tmp_path: Path, fake_backend: Any) -> Non
     assert not (d / "services").exists()  # green and capture_logs_on_success is off
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["totals"]["passed"] == 2 and summary["all_passed"] is True
-    assert summary["timings"]["oracle"]["count"] == 2
+    assert summary["timings"]["solve"]["count"] == 2
     assert len(backend.torn_down) == 2 and backend.logs_captured == []
     cases = ET.parse(tmp_path / "junit.xml").getroot().findall("./testsuite/testcase")
     assert [c.get("name") for c in cases] == ["read_widget[0]", "read_widget[1]"]
-    assert any("read_widget[0] oracle" in line for line in out)  # a progress line per state change
+    assert any("read_widget[0] solve" in line for line in out)  # a progress line per state change
     phases = [e["phase"] for e in ev.read_events(run_dir / ev.EVENTS_FILE) if e["kind"] == ev.TRIAL_STATE]
     assert phases.count("provisioning") == 2 and phases.count("teardown") == 2
 
@@ -136,7 +136,7 @@ def test_red_grade_captures_logs_and_oracle_failure_skips_grading(tmp_path: Path
     by = {r.task: r for r in state.records()}
     assert by["red"].status == "failed" and by["red"].termination.value == "COMPLETED"  # type: ignore[union-attr]
     assert (run_dir / "trials" / "red" / "0" / "services" / "app-db.log").exists()
-    assert by["broken"].status == "error" and by["broken"].termination.value == "ORACLE_ERROR"  # type: ignore[union-attr]
+    assert by["broken"].status == "error" and by["broken"].termination.value == "AGENT_ERROR"  # type: ignore[union-attr]
     g = load(run_dir / "trials" / "broken" / "0" / "grade.yaml")
     assert (
         g["reasons"] == ["Oracle failed: `python3 x` in service 'runner' exited 2: boom"]
@@ -312,7 +312,7 @@ def test_a_crashing_backend_is_an_internal_error_not_a_dead_run(tmp_path: Path, 
     _, state, _ = run(plan(tmp_path, [widget_task()], repeats=1), backend)
     (rec,) = state.records()
     assert rec.termination is not None and rec.termination.value == "INTERNAL_ERROR"
-    assert rec.reasons == ("internal error in oracle: RuntimeError: bug",)
+    assert rec.reasons == ("internal error in solve: RuntimeError: bug",)
     assert len(backend.torn_down) == 1
 
 
@@ -405,13 +405,13 @@ def test_a_timed_out_oracle_is_retried_on_a_fresh_stack_and_every_attempt_is_kep
     assert len(names) == 2 and names[0] != names[1] and names[1].endswith("-a2")  # a fresh stack
     d = run_dir / "trials" / "read_widget" / "0"
     first = load(d / "attempts" / "1" / "trial.yaml")
-    assert first["termination_reason"] == "ORACLE_TIMEOUT" and first["retried"] is True
+    assert first["termination_reason"] == "AGENT_TIMEOUT" and first["retried"] is True
     assert first["attempt"] == 1 and "teardown" in first["timings"]
     assert (d / "attempts" / "1" / "oracle.stdout").read_text().strip() == "attempt 1"
     assert (d / "attempts" / "1" / "services" / "app-db.log").is_file()  # its logs were captured
     final = load(d / "trial.yaml")
     assert final["attempt"] == 2 and final["status"] == "passed" and final["retried"] is False
-    assert [a["termination_reason"] for a in final["earlier_attempts"]] == ["ORACLE_TIMEOUT"]
+    assert [a["termination_reason"] for a in final["earlier_attempts"]] == ["AGENT_TIMEOUT"]
     assert final["earlier_attempts"][0]["dir"] == "attempts/1"
     events = list(ev.read_events(run_dir / ev.EVENTS_FILE))
     ends = [
@@ -421,12 +421,12 @@ def test_a_timed_out_oracle_is_retried_on_a_fresh_stack_and_every_attempt_is_kep
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["all_passed"] is True
     assert summary["totals"]["retried_attempts"] == 1 and summary["totals"]["failed_attempts"] == 1
-    assert summary["totals"]["errors_by_stage"] == {"oracle": 1}
-    assert summary["trials"][0]["earlier_attempts"][0]["termination_reason"] == "ORACLE_TIMEOUT"
+    assert summary["totals"]["errors_by_stage"] == {"solve": 1}
+    assert summary["trials"][0]["earlier_attempts"][0]["termination_reason"] == "AGENT_TIMEOUT"
     case = ET.parse(tmp_path / "j.xml").getroot().find("./testsuite/testcase")
     assert case is not None and case.find("failure") is None and case.find("error") is None
     flaky = case.find("flakyError")
-    assert flaky is not None and flaky.get("type") == "ORACLE_TIMEOUT"
+    assert flaky is not None and flaky.get("type") == "AGENT_TIMEOUT"
     assert any("retrying" in line for line in out)
 
 
@@ -437,7 +437,7 @@ def test_retries_run_out_and_the_last_attempt_is_the_verdict(tmp_path: Path, fak
     )
     (rec,) = state.records()
     assert rec.status == "error" and rec.termination is not None
-    assert rec.termination.value == "ORACLE_TIMEOUT" and rec.attempts == 2 and len(rec.earlier) == 1
+    assert rec.termination.value == "AGENT_TIMEOUT" and rec.attempts == 2 and len(rec.earlier) == 1
     assert len(backend.provisioned) == 2
     case = ET.parse(tmp_path / "j.xml").getroot().find("./testsuite/testcase")
     assert case is not None and case.find("error") is not None and case.find("rerunError") is not None

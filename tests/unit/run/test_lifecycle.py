@@ -19,7 +19,7 @@ from forgelib.run.lifecycle import (
     status_of,
 )
 
-WITH_ORACLE = Flow(has_oracle=True)
+WITH_ORACLE = Flow(has_solver=True)
 
 
 def walk(flow: Flow, steps: list[tuple[Outcome, bool | None]]) -> list[Progress]:
@@ -37,7 +37,7 @@ def phases(ps: list[Progress]) -> list[Phase]:
 
 OK = (Outcome.OK, None)
 P, PROV, OR, GR, CL, REC, TD, DONE = (
-    Phase.PENDING, Phase.PROVISIONING, Phase.ORACLE, Phase.GRADING, Phase.CAPTURE_LOGS, Phase.RECORD,
+    Phase.PENDING, Phase.PROVISIONING, Phase.SOLVE, Phase.GRADING, Phase.CAPTURE_LOGS, Phase.RECORD,
     Phase.TEARDOWN, Phase.DONE,
 )  # fmt: skip
 
@@ -63,7 +63,7 @@ def test_capture_logs_on_success() -> None:
 
 
 def test_no_oracle_goes_straight_to_grading() -> None:
-    ps = walk(Flow(has_oracle=False), [OK, OK])
+    ps = walk(Flow(has_solver=False), [OK, OK])
     assert ps[-1].phase is GR
 
 
@@ -81,8 +81,8 @@ def test_provision_error_is_recorded_and_not_retryable_even_with_retries() -> No
 @pytest.mark.parametrize(
     ("outcome", "term", "retryable"),
     [
-        (Outcome.FAILED, Termination.ORACLE_ERROR, False),
-        (Outcome.TIMED_OUT, Termination.ORACLE_TIMEOUT, True),
+        (Outcome.FAILED, Termination.AGENT_ERROR, False),
+        (Outcome.TIMED_OUT, Termination.AGENT_TIMEOUT, True),
     ],
 )
 def test_oracle_failure_skips_grading(outcome: Outcome, term: Termination, retryable: bool) -> None:
@@ -90,7 +90,7 @@ def test_oracle_failure_skips_grading(outcome: Outcome, term: Termination, retry
     assert phases(ps)[3:] == [CL, REC, TD, DONE]
     assert ps[-1].termination is term
     assert is_retryable(term) is retryable
-    assert error_stage(term) == "oracle"
+    assert error_stage(term) == "solve"
 
 
 def test_a_retryable_attempt_runs_again_on_a_fresh_stack_until_retries_run_out() -> None:
@@ -102,7 +102,7 @@ def test_a_retryable_attempt_runs_again_on_a_fresh_stack_until_retries_run_out()
     assert [p.attempt for p in ps if p.phase is PROV] == [1, 2, 3]
     recs = [p for p in ps if p.phase is TD]
     assert [p.retry for p in recs] == [True, True, False]
-    assert ps[-1].phase is DONE and ps[-1].termination is Termination.ORACLE_TIMEOUT and ps[-1].attempt == 3
+    assert ps[-1].phase is DONE and ps[-1].termination is Termination.AGENT_TIMEOUT and ps[-1].attempt == 3
     fresh = ps[6]
     assert fresh.phase is PROV and fresh.termination is None and not fresh.stack_up and not fresh.recorded
 

@@ -43,7 +43,7 @@ def test_the_block_counts_trials_names_failure_stages_and_shows_each_worker() ->
     assert lines[1].split() == [
         "w0",
         "a[3]",
-        "oracle",
+        "solve",
         f"{T0 + 20 - mid_run()[-2]['ts']:.1f}s",
         "(trial",
         "8.0s)",

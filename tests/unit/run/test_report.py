@@ -52,7 +52,7 @@ def test_a_resumed_run_shows_both_sessions_and_both_attempts() -> None:
     assert (first["session"], first["worker"], first["termination"]) == (0, "1", "INTERRUPTED")
     assert (second["session"], second["worker"], second["termination"]) == (1, "0", "COMPLETED")
     # The interrupted attempt went provisioning -> oracle -> record -> teardown (no grading).
-    cats = ["provision", "recipes", "provision", "oracle", "record", "teardown"]
+    cats = ["provision", "recipes", "provision", "solve", "record", "teardown"]
     assert [s[0] for s in first["segs"]] == cats
     torn = [e["ts"] for e in log if e["kind"] == ev.TRIAL_TORN_DOWN and e["index"] == 1]
     assert not first["open"] and first["end"] == torn[0]  # its stack's removal (trial_torn_down)
@@ -69,7 +69,7 @@ def test_a_bar_is_the_attempt_phase_by_phase_with_the_recipe_inside_provisioning
         ["provision", p0, p0 + 2.5],
         ["recipes", p0 + 2.5, p0 + 3.5],
         ["provision", p0 + 3.5, p0 + 4.1],
-        ["oracle", p0 + 4.1, p0 + 6.1],
+        ["solve", p0 + 4.1, p0 + 6.1],
         ["grading", p0 + 6.1, p0 + 6.6],
         ["record", p0 + 6.6, p0 + 6.65],
         ["teardown", p0 + 6.65, p0 + 7.65],
@@ -92,19 +92,19 @@ def test_a_failed_run_names_the_stage_of_each_failure() -> None:
     got = [(t["status"], t["termination"], t["stage"]) for t in d["trials"]]
     assert got == [
         ("error", "PROVISION_ERROR", "reset_recipe"),
-        ("error", "ORACLE_ERROR", "oracle"),
+        ("error", "AGENT_ERROR", "solve"),
         ("failed", "COMPLETED", "graded"),
         ("passed", "COMPLETED", None),
     ]
     # The page's totals are summary.json's (one fold).
     assert {k: d["totals"][k] for k in ev.summarize(state)["totals"]} == ev.summarize(state)["totals"]
-    assert d["totals"]["errors_by_stage"] == {"oracle": 1, "reset_recipe": 1}
+    assert d["totals"]["errors_by_stage"] == {"reset_recipe": 1, "solve": 1}
     assert d["trials"][0]["reasons"][0].startswith("Provisioning failed at reset_recipe")
     # A failed provisioning has no oracle segment; the oracle error captured logs before teardown.
     assert {s[0] for s in d["trials"][0]["bars"][0]["segs"]} == {"provision", "recipes", "record"}
     tail = [s[0] for s in d["trials"][1]["bars"][0]["segs"]][-4:]
-    assert tail == ["oracle", "capture_logs", "record", "teardown"]
-    assert d["phases"]["oracle"]["count"] == 3 and len(d["phases"]["oracle"]["values"]) == 3
+    assert tail == ["solve", "capture_logs", "record", "teardown"]
+    assert d["phases"]["solve"]["count"] == 3 and len(d["phases"]["solve"]["values"]) == 3
 
 
 def test_a_retried_attempt_is_its_own_bar_and_counts_as_a_failed_attempt() -> None:
@@ -117,12 +117,12 @@ def test_a_retried_attempt_is_its_own_bar_and_counts_as_a_failed_attempt() -> No
     assert (t["status"], t["attempts"]) == ("passed", 2)
     first, second = t["bars"]
     assert (first["attempt"], first["retried"], first["termination"], first["stage"]) == (
-        1, True, "ORACLE_TIMEOUT", "oracle",
+        1, True, "AGENT_TIMEOUT", "solve",
     )  # fmt: skip
     assert (second["attempt"], second["retried"], second["termination"]) == (2, False, "COMPLETED")
     assert first["end"] <= second["start"]  # the retry starts after the first attempt's stack is gone
     assert t["earlier"] == [
-        {"attempt": 1, "termination_reason": "ORACLE_TIMEOUT", "retryable": True, "error_stage": "oracle",
+        {"attempt": 1, "termination_reason": "AGENT_TIMEOUT", "retryable": True, "error_stage": "solve",
          "reason": "oracle timed out after 60 s", "dir": "attempts/1"},
     ]  # fmt: skip
     assert d["totals"]["failed_attempts"] == 1 and d["totals"]["retried_attempts"] == 1
@@ -144,7 +144,7 @@ def test_a_killed_session_leaves_an_open_bar_ending_at_its_last_event() -> None:
     d = build(ev.fold(log))
     (b,) = d["trials"][1]["bars"]
     assert b["open"] and b["termination"] is None and b["end"] == log[-1]["ts"]
-    assert [s[0] for s in b["segs"]][-1] == "oracle"
+    assert [s[0] for s in b["segs"]][-1] == "solve"
     assert d["trials"][1]["status"] == "pending" and d["totals"]["not_finished"] == 1
     assert d["sessions"][0]["end"] is None and d["sessions"][0]["last"] == log[-1]["ts"]
 
@@ -245,3 +245,34 @@ def test_the_executor_records_workers_and_origin_shows_every_event_and_writes_th
     run_project(again, fake_backend(), lines.append, observer=lambda e: seen.append(dict(e)))
     assert seen == list(ev.read_events(run_dir / ev.EVENTS_FILE))
     assert seen[-2]["kind"] == ev.RUN_RESUMED and seen[-2]["origin"]["host"]
+
+
+def test_a_trials_tool_calls_and_solver_output_are_on_the_page(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    write_log(run_dir, [ev_started([("a", 0), ("a", 1)]), *trial_events("a", 0, T0 + 1, "0"),
+                        *trial_events("a", 1, T0 + 20, "0")])  # fmt: skip
+    trial = run_dir / "trials" / "a" / "0"
+    trial.mkdir(parents=True)
+    calls = [
+        {"seq": 1, "tool": "sql_query", "arguments": {"service": "app-db", "query": "select " + "x" * 300},
+         "started": T0 + 5, "ended": T0 + 5.1, "ok": True, "result": "[]", "error": None},
+        {"seq": 2, "tool": "write_file", "arguments": {"service": "runner", "path": "/n"},
+         "started": T0 + 5.2, "ended": T0 + 5.3, "ok": False, "result": None, "error": "no such service"},
+    ]  # fmt: skip
+    (trial / "trace.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls) + '{"seq": 3, "to')
+    (trial / "agent.stdout").write_text("x" * 5000 + "the end\n")
+    (trial / "agent.stderr").write_text("")  # empty: nothing to show
+    damaged = run_dir / "trials" / "a" / "1"
+    damaged.mkdir(parents=True)
+    (damaged / "trace.jsonl").write_text("not json\n{}\n")
+
+    first, second = page_data(write_report(run_dir).read_text())["trials"]
+    assert first["calls_total"] == 2  # the torn last line (a kill mid-write) is not a call
+    (seq, tool, started, ended, ok, args, err), bad = first["calls"]
+    assert (seq, tool, started, ended, ok, err) == (1, "sql_query", T0 + 5, T0 + 5.1, True, "")
+    assert len(args) == 160 and args.endswith("…")
+    assert bad[1] == "write_file" and bad[4] is False and bad[6] == "no such service"
+    assert list(first["output"]) == ["agent.stdout"] and first["output"]["agent.stdout"].endswith("the end\n")
+    assert len(first["output"]["agent.stdout"]) == 2048
+    assert {"trace.jsonl", "agent.stdout", "agent.stderr"} <= set(first["files"])
+    assert second["calls"] == [] and "trace.jsonl:1: not a JSON trace record" in second["calls_error"]

@@ -180,8 +180,8 @@ CASES: dict[str, Case] = {
     "digest_missing": (P, DIGEST_14, "", P, 12, "$.assets.seeds.site_files.digest", "has no digest"),
     "shorthand_without_digest": (
         P,
-        '    postgres_baseline:            # full form\n      path: ./assets/postgres_baseline.sql\n'
-        '      kind: sql_dump\n'
+        "    postgres_baseline:            # full form\n      path: ./assets/postgres_baseline.sql\n"
+        "      kind: sql_dump\n"
         '      digest: "sha256:ceb1521b0341832a20db7ea5234bbdc000c1720d6fb11ce452420a994e946e46"\n',
         "    postgres_baseline: ./assets/postgres_baseline.sql\n",
         P,

@@ -1,0 +1,126 @@
+"""The trial manifest a command agent is given: who it is (trial, task, attempt), every service of its
+stack and how to reach it *from where the agent runs*, and the trial's MCP tool server.
+
+A host agent reaches a service at the 127.0.0.1 port forge published for it (``trial.yaml``'s ``ports``);
+an agent inside the stack reaches it by service name and container port. Postgres and redis services also
+get a connection string, from ``forgelib.connect`` (the credentials the seed itself used), never rebuilt
+here. The manifest is data only: ``forgelib.run.agent`` writes it to ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from forgelib import connect
+from forgelib.errors import ForgeError
+from forgelib.spec.models import HOST, EnvironmentManifest
+
+MANIFEST_VERSION = 1
+# trial.yaml's spelling of a published port: 127.0.0.1:49153->5432/tcp
+_PUBLISHED = re.compile(r"^(?P<host>[^\s]+):(?P<hport>\d+)->(?P<cport>\d+)/(?P<proto>\w+)$")
+_HTTP_PORTS_NOT = frozenset({5432, 6379, 3306, 27017})  # servers that do not speak HTTP: no URL for them
+
+
+@dataclass(frozen=True)
+class Access:
+    """The trial's MCP server as the agent reaches it (``None`` fields: no server for this trial)."""
+
+    url: str
+    token: str
+
+
+@dataclass(frozen=True)
+class TrialIdent:
+    run_id: str
+    task: str
+    index: int
+    attempt: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.run_id}/{self.task}.{self.index}.a{self.attempt}"
+
+
+def service_kind(service_config: Mapping[str, Any]) -> str | None:
+    """``postgres`` / ``redis`` for a service whose image is one (official or forge's stand-in), else None."""
+    image = str(service_config.get("image") or "").lower().rsplit("/", 1)[-1].split(":", 1)[0]
+    for kind in ("postgres", "redis"):
+        if image.startswith(kind):
+            return kind
+    return None
+
+
+def build(
+    *,
+    trial: TrialIdent,
+    instruction: str,
+    where: str,
+    ports: Mapping[str, list[str]],
+    config: Mapping[str, Any],
+    environment: EnvironmentManifest,
+    compose: connect.PortLookup,
+    files: Mapping[str, str],
+    mcp: Access | None,
+) -> dict[str, Any]:
+    """The manifest of one trial for an agent running at ``where`` (``host`` or a service name).
+
+    ``ports``: service -> published ports as trial.yaml spells them; ``config``: the resolved compose
+    config; ``files``: what forge wrote for the agent (name -> path as the agent sees it)."""
+    inside = where != HOST
+    services: dict[str, Any] = {}
+    for name in sorted((config.get("services") or {}).keys()):
+        svc = connect.service_config(config, name)
+        entry: dict[str, Any] = {"host": name if inside else "127.0.0.1", "ports": {}, "urls": {}}
+        for spelled in ports.get(name, []):
+            m = _PUBLISHED.match(spelled)
+            if m is None:
+                continue
+            cport = int(m["cport"])
+            port = cport if inside else int(m["hport"])
+            entry["ports"][f"{cport}/{m['proto']}"] = port
+            if m["proto"] == "tcp" and cport not in _HTTP_PORTS_NOT:
+                entry["urls"][str(cport)] = f"http://{entry['host']}:{port}"
+        kind = service_kind(svc)
+        if kind is not None:
+            entry["kind"] = kind
+            entry.update(_connection(kind, name, config, environment, compose, inside))
+        services[name] = entry
+    return {
+        "version": MANIFEST_VERSION,
+        "trial": {
+            "id": trial.id,
+            "run_id": trial.run_id,
+            "task": trial.task,
+            "index": trial.index,
+            "attempt": trial.attempt,
+        },
+        "task": {"name": trial.task, "instruction": instruction},
+        "where": where,
+        "files": dict(files),
+        "services": services,
+        "mcp": None if mcp is None else {"url": mcp.url, "token": mcp.token},
+    }
+
+
+def _connection(
+    kind: str,
+    name: str,
+    config: Mapping[str, Any],
+    environment: EnvironmentManifest,
+    compose: connect.PortLookup,
+    inside: bool,
+) -> dict[str, Any]:
+    """The connection strings of a postgres/redis service, or why there are none (its port is not
+    published to the host: only a reset service's, or one the compose file publishes, is)."""
+    try:
+        if kind == "postgres":
+            opts = connect.binding_options(environment, name)
+            pg = connect.postgres_params(compose, name, config, opts, inside=inside)
+            return {"postgres": {"dsn": pg.dsn(), "url": pg.url()}}
+        rd = connect.redis_params(compose, name, config, inside=inside)
+        return {"redis": {"url": rd.url()}}
+    except ForgeError as e:
+        return {kind: None, "note": f"no connection string: {e}"}
