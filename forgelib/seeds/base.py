@@ -117,6 +117,12 @@ class PreparedSeed:
     def fingerprint(self) -> Fingerprint:
         return self.recipe.fingerprint(self.ctx)
 
+    @property
+    def restarts(self) -> bool:
+        """Whether ``reset`` restarts the service's container (new host ports: the pool reads them again).
+        A recipe's prepared object says so with a true ``restarts_container`` attribute."""
+        return bool(getattr(self.prepared, "restarts_container", False))
+
 
 class Recipe(Protocol):
     """What every module in this package provides (modules satisfy it structurally)."""

@@ -326,6 +326,11 @@ class WarmPool:
 
         for p in stack.trial.prepared:
             timed(f"reset:{p.ctx.service}", p.reset)
+        restarted = [p.ctx.service for p in stack.trial.prepared if p.restarts]
+        if restarted and any(stack.ports.get(s) for s in restarted):
+            # `docker start` published them on new host ports: trial.yaml records the ones it runs on
+            ports = stack.compose.published_ports()
+            stack.ports.update({s: ports.get(s, []) for s in restarted if s in stack.ports})
         for p in stack.trial.prepared:
             now = timed(f"fingerprint:{p.ctx.service}", p.fingerprint)
             differ = fingerprint_diff(p.baseline, now)

@@ -52,15 +52,17 @@ def test_validate_takes_a_recipes_own_options_and_refuses_others(tmp_path: Path,
 
 
 def _with_option(text: str, service: str, option: str) -> str:
-    """The project with ``option: /x`` (valid for every option) in ``service``'s reset binding."""
+    """The project with ``option: /x`` (valid for every option but the strategy, which gets one of its
+    values) in ``service``'s reset binding."""
+    value = "exact" if option == "strategy" else "/x"
     lines = text.splitlines(keepends=True)
     i = next(n for n, ln in enumerate(lines) if ln.strip() == f"{service}:")
     j = next(n for n in range(i, len(lines)) if lines[n].strip().startswith("reset:"))
     if lines[j].strip() == "reset:":  # block form: the next lines, one deeper
         indent = lines[j + 1][: len(lines[j + 1]) - len(lines[j + 1].lstrip())]
-        lines.insert(j + 1, f"{indent}{option}: /x\n")
+        lines.insert(j + 1, f"{indent}{option}: {value}\n")
     else:
-        lines[j] = lines[j].replace("}", f", {option}: /x}}", 1)
+        lines[j] = lines[j].replace("}", f", {option}: {value}}}", 1)
     return "".join(lines)
 
 
