@@ -68,3 +68,13 @@ def _with_option(text: str, service: str, option: str) -> str:
 
 def test_shorthand_kinds_are_seed_kinds() -> None:
     assert set(SHORTHAND_KINDS.values()) <= set(SeedKind)
+
+
+def test_an_unknown_reset_strategy_names_the_file_line_and_the_choices(tmp_path: Path) -> None:
+    project = tmp_path / "basic"
+    shutil.copytree(FIXTURE, project, symlinks=True)
+    text = (project / "project.yaml").read_text()
+    (project / "project.yaml").write_text(_with_option(text, "app-db", "strategy").replace("exact", "fast"))
+    (problem,) = [str(i) for i in validate_project(str(project)).errors]
+    assert "project.yaml:" in problem and ".reset.strategy" in problem, problem
+    assert "'fast' is not one of: exact, template" in problem, problem
