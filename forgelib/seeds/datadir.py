@@ -27,7 +27,7 @@ from typing import Any
 
 from forgelib import labels as lab
 from forgelib import readiness
-from forgelib.errors import CommandError, ForgeError
+from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.seeds.base import ApplyContext
 
 PRISTINE = "/forge-pristine"
@@ -108,6 +108,8 @@ class PristineDir:
         try:  # ready as a fresh stack's service is: its own healthcheck passes
             refs = [self.container]
             readiness.wait_ready(self.ctx.compose, [self.ctx.service], refs=refs, timeout=t.compose_up)
+        except Interrupted:
+            raise
         except ForgeError as e:
             raise self.ctx.fail(step, f"{self.container} did not become ready again: {e}") from e
 

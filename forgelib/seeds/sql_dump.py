@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from forgelib import connect
 from forgelib.clients import deferred
-from forgelib.errors import CommandError, ForgeError, RecipeError
+from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 from forgelib.seeds.datadir import PristineDir
 from forgelib.spec.models import ResetStrategy
@@ -378,6 +378,8 @@ def _await_server(ctx: ApplyContext, exact: Exact) -> None:
         try:
             with exact.params.connect():
                 return
+        except Interrupted:
+            raise
         except (psycopg.Error, ForgeError) as e:
             if time.monotonic() >= deadline:
                 raise _fail(ctx, "reset", e) from e
