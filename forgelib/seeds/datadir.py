@@ -97,7 +97,13 @@ class PristineDir:
         try:
             self._docker(["docker", "start", "--attach", self.helper], timeout=t.recipe)
         except CommandError as e:
-            raise self.ctx.fail(step, f"copying {self.path} (helper {self.helper}) failed: {e}") from e
+            hint = ""
+            if step == "prepare":  # the helper sees the service's volumes only
+                hint = (
+                    f" ({self.path} must be on a volume of the service, as the image's VOLUME is;"
+                    " or reset this service with `strategy: template`)"
+                )
+            raise self.ctx.fail(step, f"copying {self.path} (helper {self.helper}) failed{hint}: {e}") from e
         try:
             self._docker(["docker", "start", self.container], timeout=t.compose_up)
         except CommandError as e:
