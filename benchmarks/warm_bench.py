@@ -16,8 +16,12 @@ the postgres pack, ``up --no-deps --force-recreate --wait runner`` (compose poll
 interval) against the same ``up`` without ``--wait`` followed by forge's probe (the container's healthcheck
 command through ``docker exec`` every 50 ms), interleaved.
 
+Postgres reset strategies (``--strategies``, default "exact,template"): each warm run once per strategy,
+against the same fresh run; a pack's sql_dump services get ``reset: {strategy: S}`` in a copy of the pack
+(``exact`` is the default and runs the pack as it is). Every row names its strategy.
+
 Size: ``FORGE_BENCH_WARM_TRIALS`` (8) / ``--trials``, ``FORGE_BENCH_WARM_WORKERS`` ("1,4") / ``--workers``,
-``FORGE_BENCH_WARM_PACKS`` (all three) / ``--packs``.
+``FORGE_BENCH_WARM_PACKS`` (all three) / ``--packs``, ``FORGE_BENCH_WARM_STRATEGIES`` / ``--strategies``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from benchmarks import harness as bs
 from forgelib.images import ImageFacts
@@ -115,13 +121,35 @@ def _readiness(rounds: int) -> dict[str, Any]:
     }
 
 
+def _with_strategy(config: Path, strategy: str, root: Path) -> Path:
+    """``config`` with every sql_dump reset binding of its pack set to ``strategy``: a copy of the pack
+    under ``root`` (the pack itself when ``strategy`` is the default, ``exact``)."""
+    if strategy == "exact":
+        return config
+    pack = config.parents[1]
+    copy = root / f"{pack.name}-{strategy}"
+    if not copy.exists():
+        shutil.copytree(pack, copy, symlinks=True, ignore=shutil.ignore_patterns("runs"))
+        doc = yaml.safe_load((copy / "project.yaml").read_text())
+        seeds = doc["assets"]["seeds"]
+        for svc in (doc.get("default_environment") or {}).get("services", {}).values():
+            reset = (svc or {}).get("reset")
+            seed = seeds.get(reset["seed"]) if isinstance(reset, dict) else None
+            if isinstance(reset, dict) and isinstance(seed, dict) and seed.get("kind") == "sql_dump":
+                reset["strategy"] = strategy
+        (copy / "project.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return copy / config.relative_to(pack)
+
+
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
     ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_WARM_TRIALS", 8))
     ap.add_argument("--workers", default=os.environ.get("FORGE_BENCH_WARM_WORKERS", "1,4"))
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_WARM_PACKS", ",".join(PACKS)))
     ap.add_argument("--readiness", type=int, default=bs.env_int("FORGE_BENCH_WARM_READINESS", 5))
+    ap.add_argument("--strategies", default=os.environ.get("FORGE_BENCH_WARM_STRATEGIES", "exact,template"))
     args = ap.parse_args(list(argv))
+    strategies = [s for s in args.strategies.split(",") if s]
     workers = [int(w) for w in args.workers.split(",") if w]
     packs = [p for p in args.packs.split(",") if p]
     busy = bs.busy_now()
@@ -138,54 +166,59 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 fresh = bs.checked_run(
                     PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "fresh"]
                 )
-                warm = bs.checked_run(
-                    PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "warm"]
-                )
-                # Per trial of the run: a pack with several tasks runs --repeats of each (cache: 2 tasks).
-                per_fresh = fresh.wall / max(1, len(fresh.trials()))
-                per_warm = warm.wall / max(1, len(warm.trials()))
-                trial_fresh = bs.median(_trial_walls(fresh))
-                reused = _trial_walls(warm, reused=True)
-                trial_warm = bs.median(reused) if reused else float("nan")
-                held = _trial_walls(warm, reused=True, queued=False)
-                trial_held = bs.median(held) if held else float("nan")
-                phases = bs.phase_medians(
-                    [t for t in warm.trials() if t.stack.get("reuse")],
-                    WARM_PHASES,
-                    each=("reset", "fingerprint"),
-                )
-                resets = {k: v for k, v in phases.items() if k.startswith("reset:")}
-                ok = bs.ratio(per_warm, per_fresh) <= TARGET
-                trial_ok = bs.ratio(trial_warm, trial_fresh) <= TARGET
-                reset_ok = all(v <= RESET_TARGET[pack] for v in resets.values())
-                rows.append(
-                    {
-                        "pack": pack,
-                        "workers": w,
-                        "fresh_s_per_trial": round(per_fresh, 2),
-                        "warm_s_per_trial": round(per_warm, 2),
-                        "warm/fresh": round(bs.ratio(per_warm, per_fresh), 3),
-                        "target": f"<= {TARGET} {'OK' if ok else 'MISSED'}",
-                        "fresh_trial_median_s": round(trial_fresh, 2),
-                        "warm_reused_trial_median_s": round(trial_warm, 2),
-                        "reused_trials": len(reused),
-                        "trial warm/fresh": round(bs.ratio(trial_warm, trial_fresh), 3),
-                        "trial_target": f"<= {TARGET} {'OK' if trial_ok else 'MISSED'}",
-                        # workers > stacks: a reused trial may queue for a stack; without that queueing
-                        "held warm/fresh": round(bs.ratio(trial_held, trial_fresh), 3),
-                        "reset_median_s": resets,
-                        "reset_target": f"<= {RESET_TARGET[pack]} {'OK' if reset_ok else 'MISSED'}",
-                        "replaced": warm.state.stacks_replaced if warm.state else None,
-                        "reused_trial_phase_medians_s": phases,
-                    }
-                )
-                print(rows[-1], file=sys.stderr, flush=True)
+                for strategy in strategies:
+                    warm = bs.checked_run(
+                        _with_strategy(PACKS[pack], strategy, root),
+                        repeats=args.trials,
+                        workers=w,
+                        root=root,
+                        extra=["--stacks", "warm"],
+                    )
+                    # Per trial of the run: a pack with several tasks runs --repeats of each (cache: 2 tasks).
+                    per_fresh = fresh.wall / max(1, len(fresh.trials()))
+                    per_warm = warm.wall / max(1, len(warm.trials()))
+                    trial_fresh = bs.median(_trial_walls(fresh))
+                    reused = _trial_walls(warm, reused=True)
+                    trial_warm = bs.median(reused) if reused else float("nan")
+                    held = _trial_walls(warm, reused=True, queued=False)
+                    trial_held = bs.median(held) if held else float("nan")
+                    phases = bs.phase_medians(
+                        [t for t in warm.trials() if t.stack.get("reuse")],
+                        WARM_PHASES,
+                        each=("reset", "fingerprint"),
+                    )
+                    resets = {k: v for k, v in phases.items() if k.startswith("reset:")}
+                    ok = bs.ratio(per_warm, per_fresh) <= TARGET
+                    trial_ok = bs.ratio(trial_warm, trial_fresh) <= TARGET
+                    reset_ok = all(v <= RESET_TARGET[pack] for v in resets.values())
+                    rows.append(
+                        {
+                            "pack": pack,
+                            "strategy": strategy,
+                            "workers": w,
+                            "fresh_s_per_trial": round(per_fresh, 2),
+                            "warm_s_per_trial": round(per_warm, 2),
+                            "warm/fresh": round(bs.ratio(per_warm, per_fresh), 3),
+                            "target": f"<= {TARGET} {'OK' if ok else 'MISSED'}",
+                            "fresh_trial_median_s": round(trial_fresh, 2),
+                            "warm_reused_trial_median_s": round(trial_warm, 2),
+                            "reused_trials": len(reused),
+                            "trial warm/fresh": round(bs.ratio(trial_warm, trial_fresh), 3),
+                            "trial_target": f"<= {TARGET} {'OK' if trial_ok else 'MISSED'}",
+                            # workers > stacks: a reused trial may queue for a stack; without that queueing
+                            "held warm/fresh": round(bs.ratio(trial_held, trial_fresh), 3),
+                            "reset_median_s": resets,
+                            "reset_target": f"<= {RESET_TARGET[pack]} {'OK' if reset_ok else 'MISSED'}",
+                            "replaced": warm.state.stacks_replaced if warm.state else None,
+                            "reused_trial_phase_medians_s": phases,
+                        }
+                    )
+                    print(rows[-1], file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     notes.append(f"cores busy in the 2 s before: {busy:.2f}; load average {bs.loadavg()}")
-    return bs.report(
-        NAME, rows, meta={"trials": args.trials, "workers": workers, "packs": packs}, notes=notes
-    )
+    meta = {"trials": args.trials, "workers": workers, "packs": packs, "strategies": strategies}
+    return bs.report(NAME, rows, meta=meta, notes=notes)
 
 
 if __name__ == "__main__":

@@ -636,6 +636,8 @@ class ComposeProject:
         out: dict[str, list[Mapping[str, Any]]] = {}
         records = self.inspect() if found is None else found
         for info in sorted(records, key=lambda i: str(i.get("Name", ""))):
+            if lab.HELPER in lab.of_inspect(info):
+                continue
             svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, "?"))
             if services and svc not in services:
                 continue

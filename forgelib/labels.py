@@ -34,6 +34,11 @@ WORK_DIR = "io.forgelib.work_dir"
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"  # also compose's: which service a container runs
 COMPOSE_ONEOFF = "com.docker.compose.oneoff"  # compose's: "True" on `compose run` containers
+# compose counts a container as its project's (and removes an orphan on `down`) only with this label.
+COMPOSE_CONFIG_HASH = "com.docker.compose.config-hash"
+# A container forge adds to a stack for its own use (forgelib.seeds.datadir's pristine copy): never one
+# of the trial's services (left out of `served`, the ports and logs a trial records).
+HELPER = "io.forgelib.helper"
 
 UNKNOWN = "unknown"  # a field this OS does not expose (no /proc): never matches a live process
 RESOURCE_KINDS = ("containers", "networks", "volumes")

@@ -3,10 +3,12 @@ provides (``Recipe``). Kept apart from the registry in ``__init__`` so recipe mo
 
 A recipe has two lives. On a **fresh** stack ``apply`` seeds a new service. On a **warm** stack (``forge run
 --stacks warm``), right after that first ``apply`` and before any dependent starts, ``prepare`` builds what
-makes an in-place reset fast (a template database, the redis keyspace as dumps, a pristine copy of the
-tree) and ``fingerprint`` records the state a trial could change beyond the reset's reach; before every
-later trial ``reset`` restores the seed in place and ``fingerprint`` must match again, or the stack is
-replaced (``forgelib.warm``).
+makes an in-place reset fast (a pristine data directory outside the service, or a template database; the
+redis keyspace as dumps; the tree's own mode) and ``fingerprint`` records the state a trial could change
+beyond the reset's reach; before every later trial ``reset`` restores the seed in place and
+``fingerprint`` must match again, or the stack is replaced (``forgelib.warm``). Whatever ``prepare``
+keeps must be out of a trial's sight and reach, or verified before each reuse (contents, not only
+existence).
 """
 
 from __future__ import annotations
@@ -120,6 +122,12 @@ class PreparedSeed:
 
     def fingerprint(self) -> Fingerprint:
         return self.recipe.fingerprint(self.ctx)
+
+    @property
+    def restarts(self) -> bool:
+        """Whether ``reset`` restarts the service's container (new host ports: the pool reads them again).
+        A recipe's prepared object says so with a true ``restarts_container`` attribute."""
+        return bool(getattr(self.prepared, "restarts_container", False))
 
 
 class Recipe(Protocol):

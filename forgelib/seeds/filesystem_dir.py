@@ -58,6 +58,12 @@ def apply(ctx: ApplyContext) -> None:
         ctx.compose.exec(svc, wipe_argv(target), timeout=t)
     except CommandError as e:
         raise ctx.fail("wipe", f"could not empty {target}: {e}") from e
+    _copy_and_verify(ctx, target)
+
+
+def _copy_and_verify(ctx: ApplyContext, target: str) -> None:
+    t = ctx.timeouts.recipe
+    svc = ctx.service
     try:
         ctx.compose.cp(f"{ctx.seed.path}/.", f"{svc}:{target}", timeout=t)
     except CommandError as e:
@@ -126,66 +132,57 @@ def direct_port(service_config: Mapping[str, Any]) -> int | None:
 
 # ---------------------------------------------------------------------------------------------- warm
 #
-# prepare: right after the verified copy, ``cp -a`` the target into a pristine directory in the same
-# container (outside the target, named after the seed digest). reset: one exec that empties the target
-# (dotfiles, new directories and all) and ``cp -a``s the pristine copy back: contents, modes, owners, empty
-# directories, symlinks and the target directory's own mode. The container is never recreated.
+# prepare keeps nothing in the service: the pristine tree is the seed itself, on the host, and prepare
+# only notes the target directory's own mode and owner (on the host too). reset is ``apply`` again from
+# there (one exec puts the target's mode and owner back and empties it, dotfiles, new directories and all;
+# the seed is copied in; every file's sha256 verified against the seed's): what a fresh trial gets, by the
+# same code. An earlier version kept a ``cp -a`` copy in the service's own /tmp, which a trial in that
+# container could list and change (only its listing, not its contents, was checked before reuse). The
+# container is never recreated.
 
-PRISTINE_ROOT = "/tmp/.forge-pristine"
-
-_RESET_SH = 'find "$1" -mindepth 1 -delete && cp -a "$2/." "$1/"'
-_PREPARE_SH = 'rm -rf "$2" && mkdir -p "$2" && cp -a "$1/." "$2/"'
 # mode, owner, group, size, type, link target and path of every entry, the target itself included
 # (NUL-free: a name holding a newline would only shift lines, which still changes the digest).
 _LISTING_FORMAT = "%m %U %G %s %y %l\\t%P\\n"
-_SEPARATOR = "--forge-pristine--\n"
-# The target's listing, a separator line, the pristine copy's listing (nothing when it does not exist yet).
-_FINGERPRINT_SH = (
-    'find "$1" -printf "$3" && echo --forge-pristine-- && { [ ! -d "$2" ] || find "$2" -printf "$3"; }'
-)
 
 
-def pristine_dir(digest: str) -> str:
-    return f"{PRISTINE_ROOT}/{digest.removeprefix('sha256:')[:16]}"
+_RESET_SH = 'mkdir -p "$1" && chown "$3" "$1" && chmod "$2" "$1" && find "$1" -mindepth 1 -delete'
 
 
-def prepare(ctx: ApplyContext) -> str:
+def prepare(ctx: ApplyContext) -> tuple[str, str]:
+    """The target directory's own mode and owner (``chmod``/``chown`` arguments), as the seeding left it."""
     target = target_dir(ctx).rstrip("/")
-    pristine = pristine_dir(ctx.seed.digest)
     try:
-        argv = ["sh", "-c", _PREPARE_SH, "forge-prepare", target, pristine]
-        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
+        out = ctx.compose.exec(ctx.service, ["stat", "-c", "%a %u:%g", target], timeout=ctx.timeouts.recipe)
     except CommandError as e:
-        raise ctx.fail("prepare", f"could not keep a pristine copy of {target} at {pristine}: {e}") from e
-    return pristine
+        raise ctx.fail("prepare", f"could not read the mode of {target}: {e}") from e
+    mode, _, owner = out.stdout.strip().partition(" ")
+    if not mode.isdigit() or ":" not in owner:
+        raise ctx.fail("prepare", f"unexpected stat output for {target}: {out.stdout.strip()!r}")
+    return mode, owner
 
 
 def reset(ctx: ApplyContext, prepared: object) -> None:
+    assert isinstance(prepared, tuple)
+    mode, owner = prepared
     target = target_dir(ctx).rstrip("/")
+    argv = ["sh", "-c", _RESET_SH, "forge-reset", target, mode, owner]
     try:
-        argv = ["sh", "-c", _RESET_SH, "forge-reset", target, str(prepared)]
         ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
     except CommandError as e:
-        raise ctx.fail("reset", f"could not restore {target} from {prepared}: {e}") from e
+        raise ctx.fail("wipe", f"could not empty {target}: {e}") from e
+    _copy_and_verify(ctx, target)
 
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
     """The target's listing digest (every entry's path, type, mode, owner, size, link target; the target
-    directory itself included), and the same of the pristine copy (``(absent)`` before ``prepare``). File
-    contents are not hashed (that is the fresh ``apply``'s verify, and costs a read of the tree): a reset
-    rewrites every file from the pristine copy, which lives in the reset service's own container, outside
-    the target. One ``docker exec`` for both listings."""
+    directory itself included): what ``apply``'s verify does not check (it hashes the files' contents and
+    names). One ``docker exec``."""
     target = target_dir(ctx).rstrip("/")
-    pristine = pristine_dir(ctx.seed.digest)
-    argv = ["sh", "-c", _FINGERPRINT_SH, "forge-fingerprint", target, pristine, _LISTING_FORMAT]
+    argv = ["find", target, "-printf", _LISTING_FORMAT]
     r = ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe, check=False)
-    tree, sep, copy = r.stdout.partition(_SEPARATOR)
-    if r.rc != 0 or not sep:
+    if r.rc != 0:
         raise ctx.fail("fingerprint", f"could not list {target}: {r.stderr.strip() or r.rc}")
-    return {
-        "tree": fingerprint_part(sorted(tree.splitlines())),
-        "pristine": fingerprint_part(sorted(copy.splitlines()) or ["(absent)"]),
-    }
+    return {"tree": fingerprint_part(sorted(r.stdout.splitlines()))}
 
 
 RECIPE_VERSION = 1

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from forgelib.clients import deferred
-from forgelib.errors import CommandError, ForgeError, RecipeError
+from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
 from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+from forgelib.seeds.datadir import PristineDir
+from forgelib.spec.models import ResetStrategy
 
 if TYPE_CHECKING:
     import psycopg
@@ -27,7 +29,9 @@ else:  # loaded at first use (forgelib.clients says why)
     psycopg = deferred("psycopg")
     sql = deferred("psycopg.sql")
 
-OPTIONS = frozenset({"user", "database"})
+OPTIONS = frozenset({"user", "database", "strategy"})
+# How a warm stack resets the service (the project's `reset: {strategy: ...}`; see the warm section).
+EXACT, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.TEMPLATE
 DEFAULT_USER = "postgres"
 DEFAULT_PORT = 5432
 
@@ -297,13 +301,22 @@ def connection_params(
 
 # ---------------------------------------------------------------------------------------------- warm
 #
-# prepare: right after the dump went in (no dependent connected yet), copy the seeded database into a
-# template database named after the seed digest, closed to connections, and make one ready copy of it.
+# Two strategies (``strategy``). ``exact`` (the default): ``forgelib.seeds.datadir`` keeps the seeded data
+# directory in a helper container's volume, outside the server and its container; every reset stops the
+# server, puts that copy back and starts it again: the server a trial sees is, byte for byte, the one the
+# first seeding left (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps
+# nothing in it. About a second a reset: copying the data directory and the server's restart.
+#
+# ``template``: prepare: right after the dump went in (no dependent connected yet), copy the seeded
+# database into a template database named after the seed digest, closed to connections, and make one
+# ready copy of it.
 # reset: close the seeded database to new sessions, end the ones it has, rename it away and rename the
 # ready copy into its place — four catalog updates, a few milliseconds — then drop the old one and make the
 # next copy in the background, while the trial runs (``CREATE DATABASE … TEMPLATE`` takes 0.1-0.6 s and
 # ``DROP DATABASE`` 0.05-0.4 s on a busy 2-core machine: too slow for the reset's own critical path).
-# All on a direct connection (``forgelib.connect``) to the maintenance database.
+# All on a direct connection (``forgelib.connect``) to the maintenance database. Both databases are in
+# ``pg_database`` for a trial to see, and a superuser can open and change them (the reset then fails and
+# the stack is replaced): the strategy is an opt-in.
 
 POOL_PREFIX = "forge_pool_"  # ready copies and dropped-to-be databases; the fingerprint skips these names
 _DRAIN_SECONDS = 10.0  # how long ended sessions get to go away before the rename gives up
@@ -381,7 +394,51 @@ def _fail(ctx: ApplyContext, step: str, e: BaseException) -> RecipeError:
     return ctx.fail(step, f"{type(e).__name__}: {e}".strip())
 
 
-def prepare(ctx: ApplyContext) -> Prepared:
+def strategy(ctx: SeedTarget) -> ResetStrategy:
+    return ResetStrategy(ctx.options.get("strategy") or EXACT)
+
+
+@dataclass
+class Exact:
+    """What the exact strategy keeps: the pristine data directory, outside the service's container."""
+
+    params: PostgresParams
+    pristine: PristineDir
+
+    @property
+    def restarts_container(self) -> bool:
+        return True
+
+
+def prepare(ctx: ApplyContext) -> Prepared | Exact:
+    if strategy(ctx) == EXACT:
+        path = golden_path(ctx)
+        if not path:
+            raise ctx.fail("prepare", "the server did not name its data directory (show data_directory)")
+        exact = Exact(_params(ctx), PristineDir.capture(ctx, path))
+        _await_server(ctx, exact)
+        return exact
+    return _prepare_template(ctx)
+
+
+def _await_server(ctx: ApplyContext, exact: Exact) -> None:
+    """Until the restarted server takes connections (a service without a healthcheck counts as ready as
+    soon as it runs), on its new host port."""
+    exact.params = _params(ctx)
+    deadline = time.monotonic() + ctx.timeouts.compose_up
+    while True:
+        try:
+            with exact.params.connect():
+                return
+        except Interrupted:
+            raise
+        except (psycopg.Error, ForgeError) as e:
+            if time.monotonic() >= deadline:
+                raise _fail(ctx, "reset", e) from e
+            time.sleep(0.02)
+
+
+def _prepare_template(ctx: ApplyContext) -> Prepared:
     _, database = credentials(ctx)
     params = _params(ctx)
     tpl = template_name(ctx.seed.digest)
@@ -411,7 +468,12 @@ def prepare(ctx: ApplyContext) -> Prepared:
 
 
 def reset(ctx: ApplyContext, prepared: object) -> None:
-    """Swap the ready copy in under the seeded database's name (see the section comment)."""
+    """Restore the data directory (exact), or swap the ready copy in under the seeded database's name
+    (template); see the section comment."""
+    if isinstance(prepared, Exact):
+        prepared.pristine.restore()
+        _await_server(ctx, prepared)
+        return
     assert isinstance(prepared, Prepared)
     p = prepared
     try:
@@ -484,11 +546,19 @@ _FINGERPRINT: dict[str, str] = {
 
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
+    """``cluster_fingerprint``; with the exact strategy also the seeded database's rows (``seeded_rows``):
+    a reset from the pristine data directory is then checked for content too, not only the catalogs."""
+    if strategy(ctx) == EXACT:
+        return golden_fingerprint(ctx)
+    return cluster_fingerprint(ctx)
+
+
+def cluster_fingerprint(ctx: ApplyContext) -> Fingerprint:
     """The cluster outside the seeded database: databases (with their flags, owners, ACLs, and the catalog
     row version of every one but the seeded database), roles and memberships, per-database/role settings,
     tablespaces, ``ALTER SYSTEM`` settings, replication slots, prepared transactions, and the relations of
     the maintenance database; for a superuser also each role's catalog row version (a password change).
-    The seeded database itself is not digested: ``reset`` recreates it whole from the template."""
+    The seeded database itself is not digested: the template ``reset`` recreates it whole."""
     _, database = credentials(ctx)
     args = {"db": database, "auto": "%postgresql.auto.conf"}
     try:
@@ -539,4 +609,4 @@ def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
             row = conn.execute(SEEDED_ROWS).fetchone()
     except (psycopg.Error, ForgeError) as e:
         raise _fail(ctx, "golden", e) from e
-    return {**fingerprint(ctx), "seeded_rows": fingerprint_part([row[0] if row else None])}
+    return {**cluster_fingerprint(ctx), "seeded_rows": fingerprint_part([row[0] if row else None])}

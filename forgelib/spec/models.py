@@ -43,11 +43,22 @@ class Seed:
     digest: str  # "sha256:<hex>", verified against the bytes at load
 
 
+class ResetStrategy(StrEnum):
+    """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; forgelib.seeds.sql_dump)."""
+
+    EXACT = "exact"  # the data directory restored from a pristine copy outside the service (default)
+    TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
+
+
 @dataclass(frozen=True)
 class ResetBinding:
     seed: str
-    # Recipe options: sql_dump {user, database}; filesystem_dir {target}; redis_dump {}; bare {}.
+    # Recipe options: sql_dump {user, database, strategy}; filesystem_dir {target}; redis_dump {}; bare {}.
     options: Mapping[str, Any] = field(default_factory=frozen_map)
+
+    @property
+    def strategy(self) -> ResetStrategy:
+        return ResetStrategy(self.options.get("strategy") or ResetStrategy.EXACT)
 
 
 @dataclass(frozen=True)

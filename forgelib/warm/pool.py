@@ -4,7 +4,8 @@ resets it in place between trials, instead of a fresh ``up``/``down`` per trial.
 Isolation on a warm stack, per service label:
 
 * ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/seeds/<kind>``:
-  a template-database clone, a redis keyspace RESTORE, a pristine-tree copy), then **verified**: the
+  a data directory restored whole or a template-database clone, a redis keyspace RESTORE, the tree copied
+  from the host seed), then **verified**: the
   recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
   right after the first seeding. Any difference, or any reset error, and the stack is torn down and a fresh
   one provisioned in its place (the trial records why): a trial never starts on state nobody proved clean.
@@ -395,6 +396,11 @@ class WarmPool:
 
         for p in stack.trial.prepared:
             timed(f"reset:{p.ctx.service}", p.reset)
+        restarted = [p.ctx.service for p in stack.trial.prepared if p.restarts]
+        if restarted and any(stack.ports.get(s) for s in restarted):
+            # `docker start` published them on new host ports: trial.yaml records the ones it runs on
+            ports = stack.compose.published_ports()
+            stack.ports.update({s: ports.get(s, []) for s in restarted if s in stack.ports})
         for p in stack.trial.prepared:
             now = timed(f"fingerprint:{p.ctx.service}", p.fingerprint)
             differ = fingerprint_diff(p.baseline, now)

@@ -1,14 +1,18 @@
 """The contamination suite: ``forge run --stacks warm --repeats 4`` on tests/fixtures/contamination.
 
-Each trial's oracle first records everything it observes (postgres rows, schema, tables, databases and
-roles; every redis index's keys and values, a config value and the ACL users; the workspace tree with
-modes and hashes, dotfiles included; stray background processes), then vandalises all of it and leaves a
-background process writing into the workspace. ``within_reach`` only does what the in-place resets undo;
-``beyond_reach`` also creates a role, a database and a redis ACL user, which no in-place reset undoes.
+Each trial's oracle first records everything it observes, as a hostile agent would list it (postgres
+rows, schema, tables, every database in ``pg_database``, roles, ALTER SYSTEM and role settings,
+tablespaces, extensions; every redis index's keys and values, a config value and the ACL users; the
+workspace tree with modes and hashes, dotfiles included; stray background processes), then hunts forge's
+own databases (opens and changes any it finds), vandalises all of it (postgres: a new role, database,
+extension, ALTER SYSTEM too) and leaves a background process writing into the workspace.
+``beyond_reach`` also creates a redis ACL user, which no in-place reset undoes.
 
-Every trial must observe exactly what the first (freshly provisioned) trial observed. The within-reach
-trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a replaced
-stack, the fingerprint naming what differed. Nothing is left on the engine afterwards.
+Every trial must observe exactly what the first (freshly provisioned) trial observed. With postgres's
+default (exact) reset there is nothing of forge's to find and everything on postgres is undone: the
+within-reach trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a
+replaced stack, redis's fingerprint naming the ACL. The template strategy (an opt-in): its two databases
+show, the hunt changes them, and the next trial runs on a replaced stack. Nothing is left on the engine.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration
 
-CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "contamination" / "run_configs" / "warm.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "contamination" / "run_configs"
+CONFIG = CONFIGS / "warm.yaml"
 
 
 def _trial(run_dir: Path, task: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -43,6 +48,9 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         assert rc == 0, (run_dir / "summary.json").read_text()
         first_trial, first = _trial(run_dir, "within_reach", 0)
         assert first["t_rows"] == [["seeded"]] and first["redis"] and first["tree"]
+        # what a fresh stack lists: the seeded database and postgres's own, nothing of forge's
+        assert [d[0] for d in first["databases"]] == ["app", "postgres", "template0", "template1"]
+        assert first["extensions"] == [["plpgsql"]] and first["system_settings"] == []
         assert first["runner_addresses"] == 1  # and so in every trial: one endpoint answers for `runner`
         assert first_trial["stack"]["reuse"] == 0 and first_trial["stack"]["replaced"] is None
         assert "recipe:db" in first_trial["timings"]
@@ -62,17 +70,45 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         # within_reach[1..3] and beyond_reach[0] reuse the first stack, reset in place each time ...
         assert [s["reuse"] for s in stacks[:5]] == [0, 1, 2, 3, 4], stacks
         assert all(s["name"] == stacks[0]["name"] and s["replaced"] is None for s in stacks[:5]), stacks
-        # ... and after each beyond-reach trial the fingerprint catches the role and the database (the
-        # redis ACL user too, unless postgres's difference already condemned the stack): a new stack.
+        # ... and after each beyond-reach trial redis's fingerprint catches the ACL user: a new stack
+        # (postgres's role, database, settings and extension were undone by its exact reset).
         for s in stacks[5:]:
             assert s["reuse"] == 0 and "changed beyond its reset's reach" in s["replaced"], s
-            assert "roles" in s["replaced"] and "databases" in s["replaced"], s
+            assert "'cache'" in s["replaced"] and "acl" in s["replaced"], s
         assert len({s["name"] for s in stacks}) == 4
 
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["stacks"] == {"mode": "warm", "replaced": 3}
         events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         assert sum(e["kind"] == "stack_replaced" for e in events) == 3
+    finally:
+        left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
+        assert lab.is_empty(left), f"leaked: {left}"
+
+
+def test_the_template_strategy_shows_its_databases_and_a_changed_copy_replaces_the_stack(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    rc = main_run(str(CONFIGS / "template.yaml"), output=str(tmp_path), as_json=True)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    try:
+        assert rc == 0, (run_dir / "summary.json").read_text()
+        first_trial, first = _trial(run_dir, "template_hunt", 0)
+        second_trial, second = _trial(run_dir, "template_hunt", 1)
+        assert first_trial["stack"]["reuse"] == 0 and first_trial["stack"]["replaced"] is None
+        forge = [d for d in first["databases"] if d[0].startswith("forge_")]
+        # the trace the opt-in leaves, as a trial lists it: the template and the ready copy, both closed
+        assert [(d[0][:10], d[1], d[2]) for d in forge] == [
+            ("forge_pool", False, False),
+            ("forge_tpl_", True, False),
+        ]
+        # the hunt opened and changed them: the reset refuses the copy, the trial gets a new stack
+        assert second_trial["stack"]["reuse"] == 0, second_trial["stack"]
+        assert "was changed or removed since it was made" in second_trial["stack"]["replaced"], second_trial
+        assert second == first
+        assert "replaced:" in (run_dir / "trials" / "template_hunt" / "1" / "trial.yaml").read_text()
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        assert [e["kind"] for e in events].count("stack_replaced") == 1
     finally:
         left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
         assert lab.is_empty(left), f"leaked: {left}"

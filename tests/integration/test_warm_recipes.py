@@ -1,8 +1,9 @@
 """Each seed kind's warm life on the real engine: ``prepare`` after the first seeding, ``reset`` in place,
 ``fingerprint`` equal again after a reset, and different when a trial changed what the reset cannot reach.
 
-One stack for the module (postgres, redis and a workspace tree): every test vandalises it, resets it and
-checks; the last ones leave it in states only a replacement fixes, so they run last (file order)."""
+One stack for the module (postgres with the default exact reset, postgres with the template strategy,
+redis and a workspace tree): every test vandalises it, resets it and checks; the last ones leave it in
+states only a replacement fixes, so they run last (file order)."""
 
 from __future__ import annotations
 
@@ -48,13 +49,13 @@ def stack(
     redis = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
     project = make_project(
         tmp / "p",
-        {"db": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
+        {"db": PG, "tdb": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (_tree(tmp / "tree"), SeedKind.FILESYSTEM_DIR),
         },
-        reset={"db": "sql", "cache": "rdb", "ws": "tree"},
+        reset={"db": "sql", "tdb": ("sql", {"strategy": "template"}), "cache": "rdb", "ws": "tree"},
         volumes={"work": {}},
     )
     # one stack per session (per xdist worker): a fixed name made two sessions on one engine, or `-n 2`,
@@ -94,25 +95,27 @@ def _sh(trial: ProvisionedTrial, script: str) -> str:
     return trial.compose.exec("ws", ["sh", "-c", script]).stdout
 
 
-def test_postgres_rows_schema_and_tables_are_restored(stack: ProvisionedTrial) -> None:
-    with connect.postgres(stack, "db").connect() as conn:
+@pytest.mark.parametrize("db", ["db", "tdb"])
+def test_postgres_rows_schema_and_tables_are_restored(stack: ProvisionedTrial, db: str) -> None:
+    with connect.postgres(stack, db).connect() as conn:
         conn.execute("update t set v = 'vandalised'")
         conn.execute("alter table t add column extra int")
         conn.execute("create table intruder (x int)")
-    assert _reset_and_diff(stack, "db") == []
-    with connect.postgres(stack, "db").connect() as conn:
+    assert _reset_and_diff(stack, db) == []
+    with connect.postgres(stack, db).connect() as conn:
         assert conn.execute("select * from t").fetchall() == [("seeded",)]
         assert conn.execute("select to_regclass('intruder')").fetchone() == (None,)
 
 
-def test_postgres_open_sessions_do_not_block_the_reset(stack: ProvisionedTrial) -> None:
-    held = connect.postgres(stack, "db").connect(autocommit=False)
+@pytest.mark.parametrize("db", ["db", "tdb"])
+def test_postgres_open_sessions_do_not_block_the_reset(stack: ProvisionedTrial, db: str) -> None:
+    held = connect.postgres(stack, db).connect(autocommit=False)
     held.execute("update t set v = 'in a transaction'")  # holds a lock and a session on the database
-    assert _reset_and_diff(stack, "db") == []
-    with pytest.raises(psycopg.OperationalError):  # the reset ended the session (DROP … WITH (FORCE))
+    assert _reset_and_diff(stack, db) == []
+    with pytest.raises(psycopg.OperationalError):  # the reset ended the session (server stopped / FORCE)
         held.execute("select 1")
     held.close()
-    with connect.postgres(stack, "db").connect() as conn:
+    with connect.postgres(stack, db).connect() as conn:
         assert conn.execute("select v from t").fetchall() == [("seeded",)]
 
 
@@ -145,25 +148,67 @@ def test_tree_edits_deletions_dotfiles_and_modes_are_restored(stack: Provisioned
     assert _sh(stack, f"cd {WS} && find . -printf '%m %y %p\\n' | sort && cat .env src/pkg/app.py") == before
 
 
-def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
-    """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
-    with connect.postgres(stack, "db").connect() as conn:
+LISTING = (
+    "select (select string_agg(datname, ',' order by datname) from pg_database),"
+    " (select string_agg(rolname, ',' order by rolname) from pg_roles),"
+    " (select string_agg(extname, ',' order by extname) from pg_extension),"
+    " (select count(*) from pg_file_settings where sourcefile like '%auto.conf'), current_setting('work_mem')"
+)
+
+
+def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_service(
+    stack: ProvisionedTrial,
+) -> None:
+    """Roles, databases, ALTER SYSTEM and extensions are gone after the exact reset (what the template
+    strategy cannot reach), the listing is the first seeding's, and neither the server nor its container
+    holds anything of forge's (its pristine copy is in the helper's own volume)."""
+    params = connect.postgres(stack, "db")
+    with params.connect() as conn:
+        before = conn.execute(LISTING).fetchone()
+        assert before is not None and not any("forge" in str(v) for v in before)
         conn.execute("create role intruder login")
         conn.execute("create database other")
-    assert set(_reset_and_diff(stack, "db")) == {"databases", "roles", "role_rows"}
+        conn.execute("create extension pg_trgm")
+        conn.execute("alter system set work_mem = '77MB'")
+        conn.execute("select pg_reload_conf()")
+    assert _reset_and_diff(stack, "db") == []
+    with connect.postgres(stack, "db").connect() as conn:
+        assert conn.execute(LISTING).fetchone() == before
+    found = stack.compose.exec("db", ["sh", "-c", "ls -a / /tmp /var/lib/postgresql"]).stdout
+    assert "forge" not in found
+    helper = f"{stack.compose.name}-forge-pristine-db"
+    mounts = stack.compose.runner.run(
+        [
+            "docker",
+            "inspect",
+            "--format",
+            "{{range .Mounts}}{{.Destination}} {{end}}",
+            stack.compose.container("db"),
+        ]
+    ).stdout
+    assert "/forge-pristine" not in mounts  # the copy is mounted in the helper only
+    assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
+
+
+def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
+    """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
+    with connect.postgres(stack, "tdb").connect() as conn:
+        conn.execute("create role intruder login")
+        conn.execute("create database other")
+    assert set(_reset_and_diff(stack, "tdb")) == {"databases", "roles", "role_rows"}
     connect.redis(stack, "cache").client().execute_command("ACL", "SETUSER", "intruder", "on")
     assert _reset_and_diff(stack, "cache") == ["acl"]
-    _sh(stack, "for d in /tmp/.forge-pristine/*; do touch $d/planted; done")
-    assert _reset_and_diff(stack, "ws") == ["pristine", "tree"]
+    # the tree keeps nothing in its service to tamper with: a reset copies the seed from the host
+    assert ".forge-pristine" not in _sh(stack, "ls -a /tmp")
 
 
 def test_a_reset_that_cannot_run_is_loud(stack: ProvisionedTrial) -> None:
-    p = _seed(stack, "db")
+    p = _seed(stack, "tdb")
     pg = p.prepared
     assert isinstance(pg, sql_dump.Prepared)
     pg.wait()  # the background job making the next ready copy
     assert pg.ready is not None
-    with connect.postgres(stack, "db").connect() as conn:  # a trial opening the ready copy changes its row
+    with connect.postgres(stack, "tdb").connect() as conn:  # a trial opening the ready copy changes its row
         conn.execute(f'alter database "{pg.ready[0]}" with allow_connections true')
-    with pytest.raises(RecipeError, match=r"reset step on service 'db'.*was changed"):
+    with pytest.raises(RecipeError, match=r"reset step on service 'tdb'.*was changed"):
         p.reset()

@@ -395,7 +395,8 @@ def test_config_failure_is_compose_config_stage_and_cleaned_up(tmp_path: Path) -
         (
             ("postgres_baseline", {"target": "/x"}),
             "reset recipe for service 'app-db' (seed 'postgres_baseline', kind 'sql_dump') failed: "
-            "guard step on service 'app-db': unknown reset option(s) ['target'] (known: database, user)",
+            "guard step on service 'app-db': unknown reset option(s) ['target'] "
+            "(known: database, strategy, user)",
         ),
     ],
 )

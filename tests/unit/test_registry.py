@@ -52,17 +52,29 @@ def test_validate_takes_a_recipes_own_options_and_refuses_others(tmp_path: Path,
 
 
 def _with_option(text: str, service: str, option: str) -> str:
-    """The project with ``option: /x`` (valid for every option) in ``service``'s reset binding."""
+    """The project with ``option: /x`` (valid for every option but the strategy, which gets one of its
+    values) in ``service``'s reset binding."""
+    value = "exact" if option == "strategy" else "/x"
     lines = text.splitlines(keepends=True)
     i = next(n for n, ln in enumerate(lines) if ln.strip() == f"{service}:")
     j = next(n for n in range(i, len(lines)) if lines[n].strip().startswith("reset:"))
     if lines[j].strip() == "reset:":  # block form: the next lines, one deeper
         indent = lines[j + 1][: len(lines[j + 1]) - len(lines[j + 1].lstrip())]
-        lines.insert(j + 1, f"{indent}{option}: /x\n")
+        lines.insert(j + 1, f"{indent}{option}: {value}\n")
     else:
-        lines[j] = lines[j].replace("}", f", {option}: /x}}", 1)
+        lines[j] = lines[j].replace("}", f", {option}: {value}}}", 1)
     return "".join(lines)
 
 
 def test_shorthand_kinds_are_seed_kinds() -> None:
     assert set(SHORTHAND_KINDS.values()) <= set(SeedKind)
+
+
+def test_an_unknown_reset_strategy_names_the_file_line_and_the_choices(tmp_path: Path) -> None:
+    project = tmp_path / "basic"
+    shutil.copytree(FIXTURE, project, symlinks=True)
+    text = (project / "project.yaml").read_text()
+    (project / "project.yaml").write_text(_with_option(text, "app-db", "strategy").replace("exact", "fast"))
+    (problem,) = [str(i) for i in validate_project(str(project)).errors]
+    assert "project.yaml:" in problem and ".reset.strategy" in problem, problem
+    assert "'fast' is not one of: exact, template" in problem, problem

@@ -123,23 +123,35 @@ def _direct(c: ApplyContext) -> ApplyContext:
     return dataclasses.replace(c, compose=dataclasses.replace(c.compose, direct=True))
 
 
-def test_filesystem_dir_warm_reset_and_fingerprint_exec_through_the_one_direct_path(tmp_path: Path) -> None:
-    """The warm hot path (reset, fingerprint) goes through ``ComposeProject.exec`` like every other exec:
-    ``docker exec -i`` into the container; where it is not running, compose answers and names the service."""
+def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing_in_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm reset is ``apply`` again, from the seed on the host (the target's mode and owner back
+    and wipe, copy, sha256 verify): no pristine copy in the service for a trial to find or change. The
+    fingerprint is one ``find -printf`` exec; where the container is not running, compose answers and
+    names the service."""
+    seed = _tree(tmp_path / "seed")
+    monkeypatch.setattr(filesystem_dir, "file_sha256", lambda p: {".env": SHA_ENV, "f.txt": SHA_F}[p.name])
     fake = FakeRunner()
-    c = _direct(ctx(fake, tmp_path, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
-    box = ("docker", "exec", "-i", "p1-box-1", "sh", "-c")
-    fake.expect(*box, filesystem_dir._RESET_SH, "forge-reset", "/work", "/pristine", exact=True, times=1)
-    listing = f"d\t\n{filesystem_dir._SEPARATOR}d\t\n"
-    fake.expect(*box, filesystem_dir._FINGERPRINT_SH, exact=False, times=1, stdout=listing)
-    filesystem_dir.reset(c, "/pristine")
-    assert set(filesystem_dir.fingerprint(c)) == {"tree", "pristine"}
-    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 2
+    c = _direct(ctx(fake, seed, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
+    box = ("docker", "exec", "-i", "p1-box-1")
+    fake.expect(*box, "stat", "-c", "%a %u:%g", "/work", exact=True, times=1, stdout="1777 0:0\n")
+    assert filesystem_dir.prepare(c) == ("1777", "0:0")
+    reset = ("sh", "-c", filesystem_dir._RESET_SH, "forge-reset", "/work", "1777", "0:0")
+    fake.expect(*box, *reset, exact=True, times=1)
+    fake.expect(*BASE, "cp", f"{seed}/.", "box:/work", exact=True, times=1)
+    fake.expect(*box, "find", "/work", "-mindepth", "1", "(", exact=False, times=1, stdout=_listing("/work"))
+    filesystem_dir.reset(c, ("1777", "0:0"))
+    fake.expect(*box, "find", "/work", "-printf", filesystem_dir._LISTING_FORMAT, exact=True, stdout="d\t\n")
+    assert set(filesystem_dir.fingerprint(c)) == {"tree"}
+    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 5
+    fake = FakeRunner()
+    c = _direct(ctx(fake, seed, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
     gone = "Error response from daemon: Container abc is not running"
     fake.expect("docker", "exec", rc=1, stderr=gone)
     fake.expect(*BASE, "exec", "-T", "box", rc=1, stderr='service "box" is not running')
-    with pytest.raises(RecipeError, match=r"^reset step on service 'box': .*service \"box\" is not running"):
-        filesystem_dir.reset(c, "/pristine")
+    with pytest.raises(RecipeError, match=r"^wipe step on service 'box': .*service \"box\" is not running"):
+        filesystem_dir.reset(c, ("755", "0:0"))
     with pytest.raises(RecipeError, match=r"^fingerprint step on service 'box': could not list /work"):
         filesystem_dir.fingerprint(c)
 
@@ -160,11 +172,11 @@ def test_a_stop_during_a_warm_tree_reset_is_an_interruption_not_a_recipe_failure
     c = _with_runner(c, state.guard(fake))
     with pytest.raises(Interrupted):
         if step == "reset":
-            filesystem_dir.reset(c, "/pristine")
+            filesystem_dir.reset(c, ("755", "0:0"))
         else:
             filesystem_dir.fingerprint(c)
     with pytest.raises(Interrupted):  # and once stopping, none is launched
-        filesystem_dir.reset(c, "/pristine")
+        filesystem_dir.reset(c, ("755", "0:0"))
     assert len(fake.calls) == 1
 
 
@@ -550,3 +562,61 @@ def test_connection_params_log_in_as_the_seed_did() -> None:
     assert (rd.host, rd.port, rd.password, rd.db) == ("127.0.0.1", 49003, "pw", 2)
     assert rd.url() == "redis://:pw@127.0.0.1:49003/2" and rd.url(db=0).endswith("/0")
     assert asked == [6543, 6543, 5432, 6379]
+
+
+# ------------------------------------------------------------------------------------------- datadir
+
+
+def test_pristine_dir_keeps_its_copy_in_a_labelled_helper_outside_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact reset's helper: the service's image and volumes plus its own, no network, the service's
+    forge labels and compose's (so ``down --remove-orphans`` removes it), marked a helper (left out of the
+    trial's ports and logs); each cycle stops the service, runs the helper attached (its exit status is
+    the copy's), starts the service, forgets its cached host ports and waits until it is ready."""
+    from forgelib import labels as lab
+    from forgelib.seeds import datadir
+
+    fake = FakeRunner()
+    c = ctx(fake, tmp_path, SeedKind.SQL_DUMP, "db")
+    c.addresses[("db", 5432)] = ("127.0.0.1", 1)
+    info = {"Id": "abc", "Image": "sha256:img", "Config": {"Labels": {lab.RUN: "r1", "other": "x"}}}
+    fake.expect("docker", "ps", stdout="abc\n")
+    fake.expect("docker", "inspect", stdout=json.dumps([info]))
+    fake.expect("docker", "create", times=1)
+    for verb in ("stop", "start"):
+        fake.expect("docker", verb)
+    ready: list[list[str]] = []
+    monkeypatch.setattr(datadir.readiness, "wait_ready", lambda compose, svcs, **kw: ready.append(kw["refs"]))
+    p = datadir.PristineDir.capture(c, "/var/lib/postgresql/data")
+    (create,) = [call.argv for call in fake.calls if call.argv[:2] == ("docker", "create")]
+    assert create[create.index("--volumes-from") + 1] == "p1-db-1" and "--network" in create
+    labels = {
+        a.split("=", 1)[0]: a.split("=", 1)[1] for a in create[1:] if "=" in a and "." in a.split("=")[0]
+    }
+    assert labels[lab.RUN] == "r1" and "other" not in labels and labels[lab.HELPER]
+    assert labels[lab.COMPOSE_PROJECT] == "p1" and labels[lab.COMPOSE_CONFIG_HASH]
+    assert labels[lab.COMPOSE_SERVICE] != "db"
+    assert create[-6:-3] == ("sha256:img", "-c", datadir._SCRIPT)
+    assert create[-3:] == ("forge-pristine", "/var/lib/postgresql/data", "PG_VERSION")
+    cycle = [call.argv for call in fake.calls if call.argv[1] in ("stop", "start")]
+    assert cycle == [
+        ("docker", "stop", "p1-db-1"),
+        ("docker", "start", "--attach", "p1-forge-pristine-db"),
+        ("docker", "start", "p1-db-1"),
+    ]
+    assert c.addresses == {} and ready == [["p1-db-1"]]
+    fake.expect("docker", "start", "--attach", rc=3, stderr="no PG_VERSION in /var/lib/postgresql/data")
+    fake.expectations.insert(0, fake.expectations.pop())  # before the passing one scripted above
+    with pytest.raises(RecipeError, match=r"(?s)^reset step on service 'db': copying .* no PG_VERSION"):
+        p.restore()
+
+
+def test_sql_dump_strategy_defaults_to_exact(tmp_path: Path) -> None:
+    from forgelib.spec.models import ResetBinding, ResetStrategy
+
+    assert sql_dump.strategy(ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP)) is ResetStrategy.EXACT
+    c = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP, options={"strategy": "template"})
+    assert sql_dump.strategy(c) is ResetStrategy.TEMPLATE
+    assert ResetBinding("s").strategy is ResetStrategy.EXACT
+    assert ResetBinding("s", {"strategy": "template"}).strategy is ResetStrategy.TEMPLATE
