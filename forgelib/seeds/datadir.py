@@ -2,16 +2,18 @@
 
 Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset):
 right after the first seeding the service's container is stopped (its server shuts down cleanly), a helper
-container copies the data directory into its own anonymous volume, and the service starts again. A reset
+container copies the data directory into its own writable layer, and the service starts again. A reset
 stops the service, has the helper empty the data directory and copy the pristine one back (contents,
 owners, modes; whatever a trial added is gone), and starts the service again.
 
 The helper is created from the service's own image (it has ``sh``, ``find`` and ``cp``), with the service's
-volumes (``--volumes-from``) plus one of its own for the copy, no network, and never started by anyone
-else: nothing of it is inside the service's container or on a network a trial is on. It carries the
-service container's ``io.forgelib`` labels (the reaper finds it after a crash) and compose's project
-labels with a service name the project does not have, so ``down --remove-orphans`` removes it with its
-volume like any orphan (compose counts a container as the project's only with a config-hash label).
+volumes (``--volumes-from``), no network, and never started by anyone else: nothing of it is inside the
+service's container or on a network a trial is on. The copy lives in the helper's own container layer,
+never on a volume of its own: ``down --remove-orphans`` removes an orphan container without its volumes,
+so an anonymous volume at ``/forge-pristine`` outlived every warm stack. It carries the service
+container's ``io.forgelib`` labels (the reaper finds it after a crash) and compose's project labels with a
+service name the project does not have, so ``down --remove-orphans`` removes it like any orphan (compose
+counts a container as the project's only with a config-hash label).
 
 The service's server must be its container's main process (a postgres image's entrypoint ``exec``s it):
 stopping the container is how the server stops. Its published host ports change on every start, so a
@@ -30,7 +32,6 @@ from forgelib import readiness
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.seeds.base import ApplyContext
 
-PRISTINE = "/forge-pristine"
 # First start (no copy yet): keep one; every later start: empty the data directory and copy it back. The
 # copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from.
 _SCRIPT = (
@@ -72,7 +73,7 @@ class PristineDir:
             }
         )
         argv = ["docker", "create", "--name", helper, "--network", "none", "--user", "0"]
-        argv += ["--volumes-from", container, "-v", PRISTINE, "--entrypoint", "sh"]
+        argv += ["--volumes-from", container, "--entrypoint", "sh"]
         for k, v in sorted(labels.items()):
             argv += ["--label", f"{k}={v}"]
         argv += [str(info.get("Image")), "-c", _SCRIPT, "forge-pristine", path, marker]

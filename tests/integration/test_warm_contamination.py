@@ -42,6 +42,7 @@ def _trial(run_dir: Path, task: str, index: int) -> tuple[dict[str, Any], dict[s
 def test_every_warm_trial_observes_what_the_first_fresh_one_did(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
+    dangling = _dangling_volumes(runner)
     rc = main_run(str(CONFIG), output=str(tmp_path), as_json=True)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     try:
@@ -84,6 +85,14 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
     finally:
         left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
         assert lab.is_empty(left), f"leaked: {left}"
+    # Nor an unlabelled volume (the labels above cannot see one): the exact reset's helper once kept its
+    # pristine copy on an anonymous volume that `down --remove-orphans` left behind, one per warm stack.
+    assert _dangling_volumes(runner) <= dangling
+
+
+def _dangling_volumes(runner: SubprocessRunner) -> set[str]:
+    out = runner.run(["docker", "volume", "ls", "-q", "--filter", "dangling=true"], timeout=60).stdout
+    return set(out.split())
 
 
 def test_the_template_strategy_shows_its_databases_and_a_changed_copy_replaces_the_stack(
