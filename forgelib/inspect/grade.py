@@ -2,43 +2,29 @@
 (``run.checks.evaluate`` observes, ``run.grading`` scores: checks, gates, weighted components, alternatives;
 ``run.judge`` for a judge). No inspect here; ``forgelib.inspect.scorer`` turns the grade into a Score.
 
-Checks run one after another (a sample's grading is a handful of reads; ``forge run`` runs them on a thread
-pool, a speed-up this adapter does not need), each a ``ReadOnce`` read unless a check may change state.
+The walk over grading.yaml is ``run.grading.grade_by``, the one ``forge run`` uses. Checks run one after
+another (a sample's grading is a handful of reads; ``forge run`` runs them on a thread pool, a speed-up
+this adapter does not need), each a ``ReadOnce`` read unless a check may change state.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forgelib.errors import ForgeError
 from forgelib.inspect.stacks import SampleStack
 from forgelib.run.checks import ReadOnce, Stack, evaluate
-from forgelib.run.grading import (
-    CheckOutcome,
-    ComponentResult,
-    Grade,
-    alternatives_component,
-    checks_component,
-    combine,
-    grade,
-    judge_component,
-)
+from forgelib.run.grading import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
 from forgelib.run.judge import run_judge
 from forgelib.runner import Result, Runner
-from forgelib.spec.models import Check, Component, Grading
-
-# Trace checks (an agent's tool calls, checked against the grading's expectations) are being added to
-# forge's grading by another change; when they land, a component of that kind is observed from inspect's
-# transcript of the sample, handed in here as ``trace`` (the scorer has it: TaskState.messages).
-TraceObserver = Callable[[Component], ComponentResult]
+from forgelib.spec.models import Check, Component
 
 
-def grade_stack(
-    stack: SampleStack, runner: Runner, *, env: Mapping[str, str], trace: TraceObserver | None = None
-) -> Grade:
-    """The task's grading.yaml on ``stack``; ``ForgeError`` when the task has none."""
+def grade_stack(stack: SampleStack, runner: Runner, *, env: Mapping[str, str]) -> Grade:
+    """The task's grading.yaml on ``stack``; ``ForgeError`` when the task has none. Trace checks are left
+    undecided (an inspect sample's tool calls are inspect's, not a forge trace.jsonl)."""
     task = stack.task
     g = task.grading
     if g is None:
@@ -51,44 +37,26 @@ def grade_stack(
     def budget() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    view: Stack = stack.trial.compose if _mutates(g) else ReadOnce(stack.trial.compose)
+    view: Stack = stack.trial.compose if mutates(g) else ReadOnce(stack.trial.compose)
 
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
         return [evaluate(view, c, stack.trial.config, timeout=budget()) for c in checks]
-
-    if not g.components:
-        return grade(observe((*g.checks, *g.gates)), g.threshold)
 
     def host(
         argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
     ) -> Result:
         return runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
 
-    def component(c: Component) -> ComponentResult:
-        if c.judge is not None:
-            verdict = run_judge(
-                c.name, c.judge, stack=view, host=host, cwd=g.path.parent,
-                env={"FORGE_TASK": task.name, "FORGE_INSTRUCTION": task.instruction, **env},
-                timeout=min(c.judge.timeout, budget()),
-            )  # fmt: skip
-            return judge_component(c.name, c.weight, verdict)
-        if c.alternatives:
-            return alternatives_component(
-                c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()}
-            )
-        return checks_component(c.name, c.weight, observe(c.checks))
+    def judge(c: Component) -> ComponentResult:
+        assert c.judge is not None
+        verdict = run_judge(
+            c.name, c.judge, stack=view, host=host, cwd=g.path.parent,
+            env={"FORGE_TASK": task.name, "FORGE_INSTRUCTION": task.instruction, **env},
+            timeout=min(c.judge.timeout, budget()),
+        )  # fmt: skip
+        return judge_component(c.name, c.weight, verdict)
 
-    return combine(observe(g.gates), [component(c) for c in g.components], g.threshold)
-
-
-def _mutates(g: Grading) -> bool:
-    """Whether a check may change state (an HTTP request other than GET/HEAD): then every read is made."""
-    checks = [*g.checks, *g.gates]
-    for c in g.components:
-        checks += [*c.checks, *(x for alt in c.alternatives.values() for x in alt)]
-    return any(
-        c.type == "http" and str(c.spec.get("method", "GET")).upper() not in ("GET", "HEAD") for c in checks
-    )
+    return grade_by(g, observe, judge)
 
 
 def explain(g: Grade) -> str:

@@ -26,6 +26,7 @@ from forgelib.run import manifest, tools
 from forgelib.run.agent import (
     INSTRUCTION_FILE,
     MANIFEST_FILE,
+    AgentResult,
     agent_env,
     in_service_files,
     run_agent,
@@ -36,17 +37,16 @@ from forgelib.run.grading import (
     CheckOutcome,
     ComponentResult,
     Grade,
-    alternatives_component,
-    checks_component,
-    combine,
     failed_grade,
-    grade,
+    grade_by,
     judge_component,
+    mutates,
+    threshold_of,
 )
 from forgelib.run.ids import new_run_id
 from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
-from forgelib.run.oracle import effective_timeout, run_oracle
+from forgelib.run.oracle import OracleResult, effective_timeout, run_oracle
 from forgelib.run.ready import ready_breakdown
 from forgelib.run.results import (
     TrialResult,
@@ -60,7 +60,7 @@ from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
 from forgelib.seeds.bare import BareMount
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Grading, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 
 log = logging.getLogger("forgelib.run")
 
@@ -439,7 +439,7 @@ class Executor:
         t.timings["provision"] = time.monotonic() - t0
         t.provision_stage = stage
         t.error = reason
-        t.grade = failed_grade([f"Provisioning failed at {stage}: {reason}"], _threshold(t.task))
+        t.grade = failed_grade([f"Provisioning failed at {stage}: {reason}"], threshold_of(t.task.grading))
         # The engine going away is not the pack's fault: retryable, unlike a deterministic provision error.
         return (Outcome.LOST if unreachable(reason) else Outcome.FAILED), None
 
@@ -491,13 +491,7 @@ class Executor:
         )  # fmt: skip
         t.timings["solve"] = r.seconds
         t.solver |= {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
-        if r.ok:
-            return Outcome.OK, None
-        t.error = r.error
-        t.grade = failed_grade([r.reason()], _threshold(t.task))
-        if r.timed_out:
-            return Outcome.TIMED_OUT, None
-        return (Outcome.LOST if unreachable(f"{r.error}\n{r.stderr}") else Outcome.FAILED), None
+        return _solve_outcome(t, r)
 
     def _oracle(self, t: _Trial, srv: tools.Serving | None) -> tuple[Outcome, bool | None]:
         assert t.task.oracle is not None and t.handle is not None and t.solver is not None
@@ -512,13 +506,7 @@ class Executor:
         t.timings["solve"] = r.seconds
         t.oracle = {"rc": r.rc, "timed_out": r.timed_out, "seconds": round(r.seconds, 3)}
         t.solver |= t.oracle
-        if r.ok:
-            return Outcome.OK, None
-        t.error = r.error
-        t.grade = failed_grade([r.reason()], _threshold(t.task))
-        if r.timed_out:
-            return Outcome.TIMED_OUT, None
-        return (Outcome.LOST if unreachable(f"{r.error}\n{r.stderr}") else Outcome.FAILED), None
+        return _solve_outcome(t, r)
 
     def _grading(self, t: _Trial) -> tuple[Outcome, bool | None]:
         assert t.handle is not None
@@ -532,11 +520,11 @@ class Executor:
         g = t.task.grading
         # Observations are independent reads (each a `docker exec` or an HTTP request, mostly waiting), so
         # they run at once, and so do the components; a task with a mutating HTTP check keeps its order.
-        mutates = g is not None and _mutates(g)
-        width = 1 if mutates else GRADING_THREADS
+        in_order = g is not None and mutates(g)
+        width = 1 if in_order else GRADING_THREADS
         checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
         # Without a mutating check every read sees the same state: a file several checks read is read once.
-        stack: Stack = handle.compose if mutates else ReadOnce(handle.compose)
+        stack: Stack = handle.compose if in_order else ReadOnce(handle.compose)
         trace = read_trace(t.dir / TRACE_FILE)  # the agent's tool calls, for trace checks
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
@@ -545,38 +533,8 @@ class Executor:
 
             return list(checks_pool.map(one, checks))
 
-        try:
-            if g is None or not g.components:  # the flat form
-                t.grade = grade(observe((*g.checks, *g.gates) if g else ()), _threshold(t.task))
-            else:
-                with ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-part") as parts_pool:
-                    gates_f = parts_pool.submit(observe, g.gates)
-                    parts_f = [
-                        parts_pool.submit(self._component, t, c, stack, observe, budget) for c in g.components
-                    ]
-                    gates, parts = gates_f.result(), [f.result() for f in parts_f]
-                t.grade = combine(gates, parts, g.threshold)
-        except Interrupted:  # a check's or the judge's exec killed or refused by the stop: no grade
-            return Outcome.INTERRUPTED, None
-        except JudgeError as e:  # no score without the judge: a named grading error, retryable
-            t.error = str(e)
-            t.grade = failed_grade([str(e)], _threshold(t.task))
-            return Outcome.FAILED, None
-        finally:
-            checks_pool.shutdown(wait=True)
-            t.timings["grading"] = time.monotonic() - t0
-        return Outcome.OK, t.grade.binary_pass
-
-    def _component(
-        self,
-        t: _Trial,
-        c: Component,
-        stack: Stack,
-        observe: Callable[[Sequence[Check]], list[CheckOutcome]],
-        budget: Callable[[], float],
-    ) -> ComponentResult:
-        if c.judge is not None:
-            assert t.handle is not None and t.task.grading is not None
+        def judge(c: Component) -> ComponentResult:
+            assert c.judge is not None and t.task.grading is not None
             env = {
                 "FORGE_TASK": t.task.name, "FORGE_INSTRUCTION": t.task.instruction,
                 "FORGE_RUN_ID": self.s.run_id, "FORGE_TRIAL_DIR": str(t.dir),
@@ -586,11 +544,24 @@ class Executor:
                 cwd=t.task.grading.path.parent, env=env, timeout=min(c.judge.timeout, budget()),
             )  # fmt: skip
             return judge_component(c.name, c.weight, verdict)
-        if c.alternatives:
-            return alternatives_component(
-                c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()}
-            )
-        return checks_component(c.name, c.weight, observe(c.checks))
+
+        try:
+            with ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-part") as parts_pool:
+
+                def together(parts: Sequence[Callable[[], Any]]) -> list[Any]:
+                    return [f.result() for f in [parts_pool.submit(p) for p in parts]]
+
+                t.grade = grade_by(g, observe, judge, together=together)
+        except Interrupted:  # a check's or the judge's exec killed or refused by the stop: no grade
+            return Outcome.INTERRUPTED, None
+        except JudgeError as e:  # no score without the judge: a named grading error, retryable
+            t.error = str(e)
+            t.grade = failed_grade([str(e)], threshold_of(g))
+            return Outcome.FAILED, None
+        finally:
+            checks_pool.shutdown(wait=True)
+            t.timings["grading"] = time.monotonic() - t0
+        return Outcome.OK, t.grade.binary_pass
 
     def _capture_logs(self, t: _Trial) -> tuple[Outcome, bool | None]:
         if t.handle is None:
@@ -620,7 +591,7 @@ class Executor:
             t.grade = None
         g = t.grade
         if g is None or (term is not Termination.COMPLETED and g.binary_pass):
-            g = failed_grade([t.error or term.value], _threshold(t.task))
+            g = failed_grade([t.error or term.value], threshold_of(t.task.grading))
         return TrialResult(
             run_id=self.s.run_id,
             task=t.task.name,
@@ -690,6 +661,17 @@ class Executor:
     }
 
 
+def _solve_outcome(t: _Trial, r: AgentResult | OracleResult) -> tuple[Outcome, bool | None]:
+    """How the solve phase ended, whichever solver ran: a failure's reason becomes the trial's grade."""
+    if r.ok:
+        return Outcome.OK, None
+    t.error = r.error
+    t.grade = failed_grade([r.reason()], threshold_of(t.task.grading))
+    if r.timed_out:
+        return Outcome.TIMED_OUT, None
+    return (Outcome.LOST if unreachable(f"{r.error}\n{r.stderr}") else Outcome.FAILED), None
+
+
 GRADING_THREADS = 8  # observations of one trial at once
 
 
@@ -709,21 +691,6 @@ def record_attempt(
         events.append(ev.TRIAL_FINISHED, **{**r.event_fields(), **fields})
         extra = f" score={r.grade.score:.2f}" if term is Termination.COMPLETED else f" {term.value}"
         say(f"{r.task}[{r.index}] {'done':<13} {r.wall_seconds:7.1f}s {r.status}{extra}")
-
-
-def _mutates(g: Grading) -> bool:
-    """Whether any check of ``g`` is an HTTP request that may change state (not GET/HEAD): then the checks
-    run one by one, in the order the pack wrote them."""
-    checks = [*g.checks, *g.gates]
-    for c in g.components:
-        checks += [*c.checks, *(x for alt in c.alternatives.values() for x in alt)]
-    return any(
-        c.type == "http" and str(c.spec.get("method", "GET")).upper() not in ("GET", "HEAD") for c in checks
-    )
-
-
-def _threshold(task: Task) -> float:
-    return task.grading.threshold if task.grading else 1.0
 
 
 def _worker() -> str:

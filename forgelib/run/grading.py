@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forgelib.spec.models import MATCHERS
+from forgelib.spec.models import MATCHERS, Check, Component, Grading
 
 _EPS = 1e-9  # 0.1 + 0.2 weights must still reach a 0.3 threshold
 
@@ -260,6 +260,56 @@ def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
         checks=tuple(outcomes),
         reasons=tuple(reasons),
         undecided=undecided,
+    )
+
+
+Observe = Callable[[Sequence[Check]], list[CheckOutcome]]
+
+
+def _in_turn(parts: Sequence[Callable[[], Any]]) -> list[Any]:
+    return [p() for p in parts]
+
+
+def grade_by(
+    grading: Grading | None,
+    observe: Observe,
+    judge: Callable[[Component], ComponentResult],
+    *,
+    together: Callable[[Sequence[Callable[[], Any]]], list[Any]] = _in_turn,
+) -> Grade:
+    """The grade ``grading`` gives (no grading: nothing to pass, red), every check decided by ``observe``
+    and every judge component by ``judge``: the one walk over a grading.yaml, for a live stack (``forge
+    run``, the inspect scorer) and for recorded evidence (``forge grade``). ``together`` runs the gates
+    and each component (one after another by default; ``forge run`` runs them at once)."""
+    if grading is None or not grading.components:
+        return grade(observe((*grading.checks, *grading.gates) if grading else ()), threshold_of(grading))
+    g = grading
+
+    def part(c: Component) -> ComponentResult:
+        if c.judge is not None:
+            return judge(c)
+        if c.alternatives:
+            return alternatives_component(
+                c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()}
+            )
+        return checks_component(c.name, c.weight, observe(c.checks))
+
+    gates, *parts = together([lambda: observe(g.gates), *(lambda c=c: part(c) for c in g.components)])
+    return combine(gates, parts, g.threshold)
+
+
+def threshold_of(grading: Grading | None) -> float:
+    return grading.threshold if grading is not None else 1.0
+
+
+def mutates(grading: Grading) -> bool:
+    """Whether any check of ``grading`` is an HTTP request that may change state (not GET/HEAD): then the
+    checks run one by one, in the order the pack wrote them, and every read is made anew."""
+    checks = [*grading.checks, *grading.gates]
+    for c in grading.components:
+        checks += [*c.checks, *(x for alt in c.alternatives.values() for x in alt)]
+    return any(
+        c.type == "http" and str(c.spec.get("method", "GET")).upper() not in ("GET", "HEAD") for c in checks
     )
 
 

@@ -38,10 +38,7 @@ from forgelib.run.grading import (
     ComponentResult,
     Grade,
     Verdict,
-    alternatives_component,
-    checks_component,
-    combine,
-    grade,
+    grade_by,
     judge_component,
 )
 from forgelib.run.results import grade_doc, write_yaml
@@ -78,10 +75,14 @@ def regrade(grading: Grading | None, recorded: Recorded, trace: Trace) -> Grade:
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
         return [_decide(c, recorded, trace) for c in checks]
 
-    if grading is None or not grading.components:
-        return grade(observe((*grading.checks, *grading.gates) if grading else ()), _threshold(grading))
-    gates = observe(grading.gates)
-    return combine(gates, [_component(c, recorded, observe) for c in grading.components], grading.threshold)
+    def judge(c: Component) -> ComponentResult:
+        d = recorded.details.get(c.name) or {}
+        if d.get("kind") == "judge" and d.get("score") is not None:
+            return judge_component(c.name, c.weight, Verdict(float(d["score"]), str(d.get("reason") or "")))
+        why = f"cannot be decided: the run recorded no verdict of judge {c.name!r}"
+        return ComponentResult(c.name, "judge", c.weight, None, reason=why)
+
+    return grade_by(grading, observe, judge)
 
 
 def _decide(check: Check, recorded: Recorded, trace: Trace) -> CheckOutcome:
@@ -100,22 +101,6 @@ def _decide(check: Check, recorded: Recorded, trace: Trace) -> CheckOutcome:
         )  # fmt: skip
     pick = next((o for o in same if o.name == check.name), same[0])
     return rematch(check, pick.observed, pick.error)
-
-
-def _component(c: Component, recorded: Recorded, observe: Any) -> ComponentResult:
-    if c.judge is not None:
-        d = recorded.details.get(c.name) or {}
-        if d.get("kind") == "judge" and d.get("score") is not None:
-            return judge_component(c.name, c.weight, Verdict(float(d["score"]), str(d.get("reason") or "")))
-        why = f"cannot be decided: the run recorded no verdict of judge {c.name!r}"
-        return ComponentResult(c.name, "judge", c.weight, None, reason=why)
-    if c.alternatives:
-        return alternatives_component(c.name, c.weight, {r: observe(cs) for r, cs in c.alternatives.items()})
-    return checks_component(c.name, c.weight, observe(c.checks))
-
-
-def _threshold(grading: Grading | None) -> float:
-    return grading.threshold if grading is not None else 1.0
 
 
 # --------------------------------------------------------------------------------------------- a whole run
