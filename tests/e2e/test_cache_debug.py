@@ -96,6 +96,45 @@ def _control_failed_on_the_gate(t: Any) -> None:
     assert any(r.startswith(f"gate '{GATE}' failed") for r in t.grade["reasons"]), t.grade["reasons"]
 
 
+def test_scripted_agents_are_graded_on_what_their_tools_did(forge_run: Callable[..., Any]) -> None:
+    """The reference design over the trace: scripted MCP-client agents (agents/scripted.py), each a run
+    config of the pack. A regex over the note cannot tell these apart; their trace.jsonl can."""
+    runs = {plan: forge_run(PACK / "run_configs" / f"agent_{plan}.yaml") for plan in AGENT_PLANS}
+    trial = {}
+    for plan, run in runs.items():
+        (t,) = run.trials("diagnose_stale_order")
+        assert t.trial["termination_reason"] == "COMPLETED", run.explain()  # graded, never an error
+        assert t.trial["solver"]["kind"] == "command", t.trial["solver"]
+        calls = [json.loads(line) for line in (t.dir / "trace.jsonl").read_text().splitlines()]
+        assert calls and all(c["tool"] in ("http_request", "write_file") for c in calls), calls
+        trial[plan] = t
+
+    served = trial["served"]  # the reference route, as an agent: passes on every check
+    assert served.status == "passed" and served.grade["score"] == 1.0, served.grade
+    assert served.grade["details"]["routes"]["winner"] == "served_vs_source"
+    assert served.check(STALE_READ)["passed"]
+
+    post = trial["post"]  # a full diagnosis, then a status POST: both gates fail it, whatever route won
+    assert post.status == "failed" and post.grade["score"] == 1.0, post.grade
+    assert not post.check(GATE)["passed"] and post.observed(GATE) == "1"
+    assert not post.check("no_status_update_called")["passed"]
+
+    unread = trial["unread"]  # quotes a served status it never read: the bound token catches it
+    assert unread.status == "failed", unread.grade
+    assert unread.check(GATE)["passed"] and not unread.check(STALE_READ)["passed"]
+    assert not unread.check("note_quotes_served_status")["passed"]
+    assert unread.check("note_quotes_a_read_status")["passed"]  # the regex over the note is fooled
+
+    half = trial["half"]  # half of each route: the better incomplete route, never the sum of two halves
+    routes = half.grade["details"]["routes"]
+    assert max(routes["routes"].values()) < 1.0, routes
+    assert routes["score"] == max(routes["routes"].values()), routes
+
+
+AGENT_PLANS = ("served", "post", "unread", "half")
+STALE_READ = "note_quotes_a_stale_status_it_read"
+
+
 def test_pack_validates_with_current_digests(forge: Callable[..., Any]) -> None:
     for args in (["validate", "--project", str(PACK)], ["stamp", "--check", "--project", str(PACK)]):
         proc = forge(*args)

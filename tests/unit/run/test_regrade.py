@@ -125,6 +125,17 @@ def test_a_note_that_guesses_the_statuses_without_any_read_fails_the_bound_token
     bound = next(o for o in g.checks if o.name == "note_quotes_served_status")
     assert bound.observed is not None and bound.observed.startswith("unbound")
     assert routes(g)["routes"]["served_vs_source"] < 1.0 and g.score < 1.0
+    # ... and the evidence gate fails the trial however well the note reads (the judge would pass it)
+    assert not g.binary_pass and "note_quotes_a_stale_status_it_read" in failed(g), g.reasons
+
+
+def test_a_note_quoting_a_stale_status_it_never_read_fails_on_the_evidence_gate(rubric: Grading) -> None:
+    n = note(SERVED, SOURCE)  # quotes the served "processing" having read only the source of truth
+    g = regrade(rubric, recorded(rubric, n), Agent().source().write(n).trace())
+    assert not g.binary_pass and {o.name for o in g.checks if o.gate and not o.passed} == {
+        "note_quotes_a_stale_status_it_read"
+    }, g.reasons
+    assert "note_quotes_source_status" not in failed(g)  # what it did read, it quoted right
 
 
 def test_a_note_quoting_a_status_its_read_did_not_return_fails_the_bound_token(rubric: Grading) -> None:
