@@ -271,6 +271,14 @@ class Executor:
                 results.extend(f.result() for f in done)
                 if self.stopping():
                     raise KeyboardInterrupt
+            # The fresh stacks still coming down in the background are the run's too: waited for the same
+            # way, so a Ctrl-C during the last trial's teardown stops the run (and is on record) as it did
+            # when that teardown ran on the worker.
+            while downing := [f for f in list(self._downs) if not f.done()]:
+                with deferred():
+                    wait(downing, timeout=0.25, return_when=FIRST_COMPLETED)
+                if self.stopping():
+                    raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._interrupt(pool, futures)
             raise

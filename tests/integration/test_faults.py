@@ -394,7 +394,7 @@ def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tm
     no hang); once the engine is back, the leftovers of the dead run are the reaper's to remove."""
     cfg = make_pack(tmp_path / "p", {"db": PG}, oracle=["sh", "-c", "sleep 600"])
     proc = _forge_run(cfg)
-    run_id, _ = progress_until(proc, "] oracle")
+    run_id, _ = progress_until(proc, "] solve")
     time.sleep(1)
     try:
         os.kill(_dockerd_pid(runner), signal.SIGTERM)

@@ -27,8 +27,8 @@ def test_sigint_on_a_reused_warm_stack_removes_everything(
     argv += ["--repeats", "3", "--json", "--output", str(tmp_path)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Wait until trial 1 is in its oracle: it runs on the stack trial 0 left, reset in place.
-        run_id, lines = progress_until(proc, "write_file[1] oracle", timeout=300)
+        # Wait until trial 1 is solving (its oracle): it runs on the stack trial 0 left, reset in place.
+        run_id, lines = progress_until(proc, "write_file[1] solve", timeout=300)
         assert any("reset:app-db" in ln for ln in lines), "".join(lines)
         assert not lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
         proc.send_signal(signal.SIGINT)
