@@ -10,7 +10,7 @@ nox.options.error_on_missing_interpreters = True
 # uv builds a session venv in seconds; plain virtualenv where uv is not installed.
 nox.options.default_venv_backend = "uv|virtualenv"
 
-PYTEST = ["pytest", "--strict-markers", "--strict-config"]
+PYTEST = ["pytest", "--strict-markers", "--strict-config", "--durations=15"]  # the slowest tests, in CI's log
 
 
 def _install(session: nox.Session) -> None:
