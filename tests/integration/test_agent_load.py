@@ -54,8 +54,12 @@ def test_a_waiting_workload_gets_a_warm_stack_per_worker(
         acquired = _events(run_dir, "stack_acquired")
         assert len(acquired) == 6
         pool = summary["pool"]
-        # Grown to a stack per worker, at least one of them provisioned ahead for a waiting trial ...
-        assert pool["peak_stacks"] == 3 and pool["decisions"].get("ahead", 0) >= 1, pool
+        # Grown to a stack per worker (for a waiting trial: ahead, or by the pool's own rule where the
+        # run's CPU figure is not yet in; which one depends on the machine's speed, and the choice
+        # itself is tests/unit/test_admission.py's and test_warm.py's) ...
+        d = pool["decisions"]
+        assert pool["peak_stacks"] == 3 and d.get("first") == 1, pool
+        assert d.get("ahead", 0) + d.get("grow", 0) == 2, pool
         # ... and the second wave reuses them (6 trials on 3 stacks).
         assert pool["decisions"].get("reuse", 0) == 3 and pool["evictions"] == 0, pool
         assert pool["per_stack_mb"] and pool["per_stack_mb"] > 0 and pool["budget_mb"] > 0, pool
