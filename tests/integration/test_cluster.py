@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -355,6 +356,98 @@ def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
     assert all(e.get("status") == "passed" for e in after if e["kind"] == "trial_finished"), after
     for eng in engines:
         assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
+def _trial_records(run_dir: Path) -> list[dict[str, Any]]:
+    return [yaml.safe_load(p.read_text()) for p in sorted(run_dir.glob(f"trials/{TASK}/*/trial.yaml"))]
+
+
+def test_warm_stacks_are_reused_per_slot_and_gone_when_the_run_ends(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    cfg = _config(tmp_path, repeats=6)
+    watches = [Watch(e, tmp_path / f"create{i}.jsonl") for i, e in enumerate(engines)]
+    try:
+        r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
+                   "--stacks", "warm", "--json")  # fmt: skip
+    finally:
+        for w in watches:
+            w.stop()
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    rid = summary["run_id"]
+    # Every trial saw its seed: the pack's checks (psycopg against the reset database) passed.
+    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (6, 6), summary["totals"]
+    trials = _trial_records(_run_dir(tmp_path))
+    assert len(trials) == 6 and all(t["status"] == "passed" for t in trials)
+    # Each slot kept one warm stack for the run: a stack is named by its compose project, and the later
+    # trials on it were reset in place (reuse 1, 2, ...), never a new stack per trial.
+    by_stack: dict[str, list[int]] = {}
+    for t in trials:
+        by_stack.setdefault(t["compose_project"], []).append(t["stack"]["reuse"])
+    assert any(reuse > 0 for reuses in by_stack.values() for reuse in reuses), by_stack
+    assert all(sorted(reuses) == list(range(len(reuses))) for reuses in by_stack.values()), by_stack
+    assert len(by_stack) < 6 and {t["node"]["engine"] for t in trials} == {e.host for e in engines}
+    created = {lab["com.docker.compose.project"] for w in watches for lab in w.labels()
+               if lab.get("io.forgelib.run") == rid}  # fmt: skip
+    assert created == set(by_stack), (created, by_stack)
+    # The driver ended the run on every slot: no warm stack outlives it, on either engine.
+    for eng in engines:
+        assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
+GOLDENS = """
+import sys
+from forgelib.runner import SubprocessRunner
+from forgelib.snapshots import store
+runner = SubprocessRunner()
+mine = [g for g in store.list_goldens(runner) if g.part("project") == sys.argv[1]]
+print(len(mine))
+if sys.argv[2:] == ["remove"]:
+    for g in mine:
+        store.remove(runner, g, force_untag=True)
+"""
+
+
+def test_goldens_are_captured_once_per_node_engine_and_restored_by_every_slot(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    # A copy of the pack under a project name of its own: its goldens are this test's alone to remove.
+    name = f"clustergold{os.getpid()}"
+    pack = tmp_path / "pack"
+    shutil.copytree(PACK, pack, ignore=shutil.ignore_patterns("runs"))
+    project_yaml = pack / "project.yaml"
+    project_yaml.write_text(project_yaml.read_text().replace(f"name: {PACK.name}", f"name: {name}", 1))
+    cfg = _config(tmp_path, repeats=6)
+    doc = yaml.safe_load(cfg.read_text())
+    cfg.write_text(yaml.safe_dump({**doc, "project": str(pack)}))
+    try:
+        r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
+                   "--snapshots", "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout)
+        assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (6, 6), summary["totals"]
+        trials = _trial_records(_run_dir(tmp_path))
+        outcomes: dict[tuple[str, str], list[str]] = {}
+        for t in trials:
+            for svc, rec in (t.get("snapshots") or {}).items():
+                outcomes.setdefault((t["node"]["engine"], svc), []).append(rec["outcome"])
+        # Each engine: its first trial captured the golden (the key's lock on the node's host kept the
+        # other slot waiting, not capturing too), every later one there restored it.
+        assert {host for host, _ in outcomes} == {e.host for e in engines}, outcomes
+        for where, seen in outcomes.items():
+            assert seen.count("captured") == 1 and set(seen) == {"captured", "restored"}, (where, seen)
+        for eng in engines:
+            assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{r.stderr}"
+            counted = _forge("-c", GOLDENS, name, env={"DOCKER_HOST": eng.host})
+            assert counted.stdout.strip() == str(len(outcomes) // 2), (
+                eng.host,
+                counted.stdout,
+                counted.stderr,
+            )
+    finally:
+        for eng in engines:
+            _forge("-c", GOLDENS, name, "remove", env={"DOCKER_HOST": eng.host})
 
 
 def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
