@@ -299,12 +299,18 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
 
 @contextlib.contextmanager
 def _driver_with_stacks_on_both(
-    cluster: RayCluster, engines: list[Engine], cfg: Path, tmp_path: Path, log_name: str
+    cluster: RayCluster,
+    engines: list[Engine],
+    cfg: Path,
+    tmp_path: Path,
+    log_name: str,
+    stacks: str = "fresh",
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A ``forge run --cluster`` driver (output in ``tmp_path/log_name``), handed over once a stack is up
     on each engine (both nodes have live trials); killed afterwards if it is still running."""
     watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    argv += ["--stacks", stacks]
     with open(tmp_path / log_name, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -317,11 +323,12 @@ def _driver_with_stacks_on_both(
             w.stop()
 
 
+@pytest.mark.parametrize("stacks", ["fresh", "warm"])
 def test_ctrl_c_tears_down_every_stack_on_every_node(
-    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str
 ) -> None:
     cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log") as proc:
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log", stacks) as proc:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=RUN_TIMEOUT)
     out = (tmp_path / "driver.log").read_text()
@@ -334,18 +341,19 @@ def test_ctrl_c_tears_down_every_stack_on_every_node(
 
 
 def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
-    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str = "fresh"
 ) -> None:
     # The killed driver's trials still run on their slots (a slot stops them only after 60 s without
     # their driver); a --resume within that time must not take them over as its own, nor run them twice.
+    # With stacks="warm" (≈ 50 s; kept out of CI's budget) the killed driver's warm stacks go as well.
     cfg = _config(tmp_path, repeats=4)  # a trial on every slot: the resumed ones queue behind the old ones
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "killed.log") as proc:
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "killed.log", stacks) as proc:
         proc.kill()
         proc.wait(timeout=60)
     run_dir = _run_dir(tmp_path)
     rid = run_dir.name
     r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--resume", rid, "--cluster", cluster.address,
-               "--json")  # fmt: skip
+               "--stacks", stacks, "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     events = _events(run_dir)
     resumed = [i for i, e in enumerate(events) if e["kind"] == "run_resumed"]
