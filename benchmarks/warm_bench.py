@@ -61,9 +61,7 @@ WARM_PHASES = (
 )
 
 
-def _trial_walls(
-    run: bs.ForgeRun, *, reused: bool | None = None, queued: bool = True
-) -> list[float]:
+def _trial_walls(run: bs.ForgeRun, *, reused: bool | None = None, queued: bool = True) -> list[float]:
     """Each trial's wall with its teardown (``reused``: only trials that did / did not reuse a stack;
     ``queued=False``: without the time it queued for a busy stack, ``stack_wait``, i.e. what the trial
     cost while it held one)."""

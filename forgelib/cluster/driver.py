@@ -13,7 +13,9 @@ A trial whose slot (its node, or its process) is lost mid-trial is recorded as a
 always, later ones from the plan's ``retries``, which the nodes spend too); its stack stays on the lost
 node's engine under its owner labels for ``forge reap`` there. Ctrl-C: every busy slot is told to stop
 (like a signal locally: launches refused and killed, stacks torn down); the driver waits for the trials to
-come back torn down, then re-raises. Queued trials are never sent, so ``--resume`` runs them.
+come back torn down, then re-raises. Queued trials are never sent, so ``--resume`` runs them. However the
+run ends, the driver then ends it on every slot it used (``Slot.end``): a ``--stacks warm`` run's warm
+stacks and every run's shared stacks there are torn down (a killed driver's: by the slot's silence).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class Cluster:
         # stops from those of a killed driver of the same run (resumed by this one) by it.
         self.driver = uuid.uuid4().hex[:16]
         self.bundle_ref = self.ray.put(pack(project, exclude=[output]))
+        self.used: dict[tuple[str, int], SlotRef] = {}  # the slots this driver handed trials to
         actor = self.ray.remote(Slot)
         # Interleaved by node (n0s0, n1s0, n0s1, ...): a run smaller than the cluster still spreads out.
         self.slots = [
@@ -176,6 +179,24 @@ class Cluster:
                 f"cannot resume {run_id}: leftovers of the killed session remain:\n" + "\n".join(failed)
             )
 
+    def end(self, run_id: str) -> None:
+        """The run is over: every slot it used tears its stacks of the run down (a lost slot's went with
+        it); raises ``ForgeError`` naming the slots that could not."""
+        refs = [(s, s.actor.end.remote(run_id, self.driver)) for s in self.used.values()]
+        failed = []
+        for s, ref in refs:
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayTaskError as e:  # the slot could not tear a stack down
+                failed.append(f"node {s.node_id} slot {s.index}: {str(e).splitlines()[-1]}")
+            except self.ray.exceptions.RayError:  # lost with its node or process: its stacks are reaped there
+                continue
+        if failed:
+            raise ForgeError(
+                "ending the run on its nodes failed (forge reap on those nodes removes what is left):\n"
+                + "\n".join(failed)
+            )
+
     def alive(self, node_id: str | None) -> bool:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in self.ray.nodes())
 
@@ -205,7 +226,7 @@ class ClusterBackend:
         self.cluster.reap(run_id)
 
     def finish_run(self, run_id: str) -> None:
-        return None
+        self.cluster.end(run_id)
 
 
 class ClusterExecutor:
@@ -218,9 +239,14 @@ class ClusterExecutor:
         settings: Settings,
         progress: Callable[[str], None],
         profiles: tuple[str, ...] = (),
+        *,
+        stacks: str = "fresh",
+        snapshots: bool = False,
     ) -> None:
         self.c = cluster
         self.profiles = profiles
+        self.stacks = stacks
+        self.snapshots = snapshots
         self.ray = cluster.ray
         self.events = events
         self.s = settings
@@ -285,7 +311,10 @@ class ClusterExecutor:
             profiles=self.profiles,
             prior=tar_dir(d) if (d := trial_dir(self.s.run_dir, a.task.name, a.index)).is_dir() else b"",
             driver=self.c.driver,
+            stacks=self.stacks,
+            snapshots=self.snapshots,
         )
+        self.c.used[(slot.node_id, slot.index)] = slot
         a.started = time.time()
         a.node = slot.node_id
         ref = slot.actor.run.remote(self.c.bundle_ref, order, self.c.code)

@@ -1,8 +1,10 @@
 """What runs on a cluster node: one trial, through exactly the local code path.
 
-The trial goes through ``Executor.run_trial`` with the node's own ``DockerBackend`` — provision, oracle,
-checks, logs, teardown, ownership labels — against the engine the node declares (``FORGE_DOCKER_HOST``),
-in a temporary directory (its slot's: ``slot``) that holds the trial's files. Events and progress go to
+The trial goes through ``Executor.run_trial`` with its run's backend on this slot (``NodeRun``: made by
+``stacks.make_backend`` as for a local run with one worker — fresh, from goldens, or warm) — provision,
+oracle, checks, logs, teardown, ownership labels — against the engine the node declares
+(``FORGE_DOCKER_HOST``), in the run's directory on this slot (``slot``), which holds the trials' files
+(a warm stack's compose files among them) until the run ends there. Events and progress go to
 the driver through the slot's buffer; the trial's files go back as one tar in the return value. A stop
 from the driver acts like a signal does locally: no new launches, in-flight launches killed, the stack
 torn down (a second stop: without graceful waits).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
 import tarfile
 import threading
@@ -23,12 +26,12 @@ from typing import Any
 
 from forgelib.cluster import ENGINE_ENV
 from forgelib.errors import ForgeError
-from forgelib.run.execute import Executor, Settings
+from forgelib.run.execute import Executor, RunPlan, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Timeouts
-from forgelib.stacks import DockerBackend
+from forgelib.stacks import DockerBackend, make_backend
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)
@@ -48,6 +51,8 @@ class TrialOrder:
     profiles: tuple[str, ...] = ()
     prior: bytes = b""  # the trial's directory on the driver: earlier attempts, shelved under attempts/
     driver: str = ""  # the driver's token: its events and stops are its own (a resumed run's driver is new)
+    stacks: str = "fresh"  # the plan's --stacks
+    snapshots: bool = False  # fresh stacks from goldens (captured once per node engine)
 
 
 @dataclass
@@ -119,28 +124,58 @@ class StopWatcher:
                     self._stacks.teardown_all(graceful=False)
 
 
+@dataclass
+class NodeRun:
+    """One driver's run on one slot: its backend (``make_backend``, as a local run with one worker: a warm
+    stack stays up between the run's trials here, goldens are found on this node's engine), the stop that
+    the driver's stop level sets, and the directory of its trials' files. ``end`` tears it all down."""
+
+    workdir: Path
+    stop: StopState
+    stacks: LiveStacks
+    backend: DockerBackend
+
+    @classmethod
+    def start(cls, project: Project, order: TrialOrder, workdir: Path) -> NodeRun:
+        stop, stacks = StopState(), LiveStacks()
+        runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
+        # No tasks: the driver keeps the queue, so the backend does not know how many trials come here.
+        plan = RunPlan(
+            tasks=(), repeats=1, output=workdir, workers=1, timeouts=order.timeouts,
+            log_tail_lines=order.log_tail_lines, stacks=order.stacks,
+        )  # fmt: skip
+        backend = make_backend(plan, project, order.profiles, runner, stacks, stop, snapshots=order.snapshots)
+        return cls(workdir, stop, stacks, backend)
+
+    def end(self, run_id: str) -> None:
+        """The run is over here (however it ended): its warm and shared stacks go, then its files."""
+        try:
+            self.stacks.closed = True
+            self.backend.finish_run(run_id)
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 def run_trial(
     project: Project,
     order: TrialOrder,
     *,
     node: dict[str, str],
-    workdir: Path,
+    run: NodeRun,
     push: Callable[[list[Item]], None],
     stop_level: Callable[[], int],
 ) -> TrialReturn:
-    """Run one trial of ``project`` (shipped and verified: ``slot``) here, in ``workdir`` (Ray-free)."""
+    """Run one trial of ``project`` (shipped and verified: ``slot``) here, in ``run`` (Ray-free)."""
     marks: dict[str, float] = {}
     try:
         task = project.task(order.task)
     except ForgeError as e:
         return TrialReturn(node, error=str(e))
-    stop, stacks = StopState(), LiveStacks()
-    runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
-    backend = DockerBackend(project, order.timeouts, runner, order.log_tail_lines, profiles=order.profiles)
+    stop, stacks = run.stop, run.stacks
     sink = RelayEvents(push, node)
     settings = Settings(
         run_id=order.run_id,
-        run_dir=workdir / "run",
+        run_dir=run.workdir / "run",
         timeouts=order.timeouts,
         capture_logs_on_success=order.capture_logs_on_success,
         log_tail_lines=order.log_tail_lines,
@@ -149,7 +184,7 @@ def run_trial(
     )
     if order.prior:  # a rerun counts on from the attempts already on record
         untar_into(order.prior, trial_dir(settings.run_dir, order.task, order.index))
-    executor = Executor(backend, sink, settings, sink.say, stacks=stacks, stop=stop)
+    executor = Executor(run.backend, sink, settings, sink.say, stacks=stacks, stop=stop)
     marks["trial_start"] = time.time()
     with StopWatcher(stop_level, stop, stacks):
         result = executor.run_trial(task, order.index)
@@ -172,4 +207,13 @@ def untar_into(data: bytes, dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
-__all__ = ["Item", "RelayEvents", "StopWatcher", "TrialOrder", "TrialReturn", "node_engine", "run_trial"]
+__all__ = [
+    "Item",
+    "NodeRun",
+    "RelayEvents",
+    "StopWatcher",
+    "TrialOrder",
+    "TrialReturn",
+    "node_engine",
+    "run_trial",
+]

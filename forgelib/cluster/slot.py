@@ -10,13 +10,16 @@ slot with no trial for ``IDLE_SECONDS`` exits and frees its unit (an old version
 
 Per slot it keeps the shipped project unpacked and its seeds verified once per bundle digest (the bytes
 and every seed's digest are checked before the first trial that uses them), buffers each run's events for
-the driver to drain (no round trip per event), and holds each run's stop level. A driver that stops
-draining for ``DRIVER_SILENCE`` seconds is gone (killed): its trial is stopped like a Ctrl-C, so no stack
-outlives it. No Ray here (``driver`` wraps the class with ``ray.remote``): unit-tested on its own.
+the driver to drain (no round trip per event), holds each run's stop level, and keeps each run's
+``node.NodeRun`` (its backend: a ``--stacks warm`` run's warm stack stays up here between its trials)
+until the driver ends the run (``end``). A driver that stops draining for ``DRIVER_SILENCE`` seconds is
+gone (killed): its trial is stopped like a Ctrl-C and its run ended here, so no stack outlives it. No
+Ray here (``driver`` wraps the class with ``ray.remote``): unit-tested on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -31,7 +34,15 @@ from typing import Any
 
 import forgelib
 from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
-from forgelib.cluster.node import Item, TrialOrder, TrialReturn, node_engine, node_identity, run_trial
+from forgelib.cluster.node import (
+    Item,
+    NodeRun,
+    TrialOrder,
+    TrialReturn,
+    node_engine,
+    node_identity,
+    run_trial,
+)
 from forgelib.custody import NODE_DIR, reap_owned_dirs
 from forgelib.errors import ForgeError
 from forgelib.labels import owned_temp_dir
@@ -67,6 +78,7 @@ class _Run:
     seen: float  # the driver's last drain (time.monotonic())
     events: list[Item] = field(default_factory=list)
     stop: int = 0
+    node_run: NodeRun | None = None  # its backend and files here, from its first trial here to its end
 
 
 class Slot:
@@ -84,6 +96,7 @@ class Slot:
         self._current: Session | None = None  # the run and driver of the trial running here
         self._last_trial = clock()
         threading.Thread(target=self._exit_when_idle, name="forge-slot-idle", daemon=True).start()
+        threading.Thread(target=self._end_silent_runs, name="forge-slot-silence", daemon=True).start()
 
     # ---------------------------------------------------------------------------------- driver calls
     def run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
@@ -98,6 +111,14 @@ class Slot:
                 self._busy_since = None
                 self._last_trial = self._clock()
                 self._forget_gone_runs()
+
+    def end(self, run_id: str, driver: str = "") -> None:
+        """The driver ended ``run_id`` (finished, interrupted or failed): its stacks and files here go."""
+        with self._mu:
+            run = self._runs.pop((run_id, driver), None)
+        if run is not None and run.node_run is not None:
+            os.environ["DOCKER_HOST"] = node_engine()
+            run.node_run.end(run_id)
 
     def drain(self, run_id: str, driver: str = "") -> list[Item]:
         with self._mu:
@@ -124,11 +145,19 @@ class Slot:
             if self._clock() >= deadline:
                 return False
             time.sleep(0.1)
+        with self._mu:  # the killed driver's warm stacks here: its run is over on this slot
+            others = [drv for rid, drv in self._runs if rid == run_id and drv != driver]
+        for drv in others:
+            self.end(run_id, drv)
         return True
 
     def retire(self, idle_seconds: float) -> bool:
         """Exit now, freeing this slot's unit, if no trial runs here and none ran for ``idle_seconds``
-        (a driver of other forgelib code needs the unit); False (and nothing changes) otherwise."""
+        (a driver of other forgelib code needs the unit); False (and nothing changes) otherwise, also
+        while a run that has not ended keeps stacks here."""
+        with self._mu:
+            if any(run.node_run is not None for run in self._runs.values()):
+                return False
         return retirement(idle_seconds)(self)
 
     def reap(self, run_id: str) -> str:
@@ -165,15 +194,20 @@ class Slot:
             return TrialReturn(node, error=str(e))
         marks["project"] = time.time()
         os.environ["DOCKER_HOST"] = engine  # every docker/compose command of this process: the node's engine
-        with tempfile.TemporaryDirectory(dir=self.home, prefix="trial-") as tmp:
-            ret = run_trial(
-                project,
-                order,
-                node=node,
-                workdir=Path(tmp),
-                push=lambda items: self._push(session, items),
-                stop_level=lambda: self._stop_level(session),
-            )
+        with self._mu:
+            run = self._runs.setdefault(session, _Run(seen=self._clock()))
+            if run.node_run is None:
+                workdir = Path(tempfile.mkdtemp(dir=self.home, prefix="run-"))
+                run.node_run = NodeRun.start(project, order, workdir)
+            node_run = run.node_run
+        ret = run_trial(
+            project,
+            order,
+            node=node,
+            run=node_run,
+            push=lambda items: self._push(session, items),
+            stop_level=lambda: self._stop_level(session),
+        )
         ret.marks = {**marks, **ret.marks, "cleaned": time.time()}
         return ret
 
@@ -217,10 +251,22 @@ class Slot:
             return max(run.stop, 1 if gone else 0)
 
     def _forget_gone_runs(self) -> None:
+        """End the runs whose driver is silent (gone), but not the one whose trial runs here now."""
         with self._mu:
             now = self._clock()
-            for rid in [r for r, run in self._runs.items() if now - run.seen > DRIVER_SILENCE]:
-                del self._runs[rid]
+            cur = self._current
+            gone = [s for s, run in self._runs.items() if now - run.seen > DRIVER_SILENCE and s != cur]
+        for rid, drv in gone:
+            try:
+                self.end(rid, drv)
+            except ForgeError:  # its stacks keep their owner labels: `forge reap` removes them
+                continue
+
+    def _end_silent_runs(self) -> None:
+        while True:
+            time.sleep(DRIVER_SILENCE / 6)
+            with contextlib.suppress(Exception):  # a daemon's loop must survive; it retries next round
+                self._forget_gone_runs()
 
     def _exit_when_idle(self) -> None:
         while True:

@@ -90,13 +90,7 @@ def main_run(
     )
     use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
     if joining is not None:
-        if use_snapshots:  # never silently without what was asked
-            raise UsageError(
-                "--cluster runs fresh stacks seeded the normal way on the nodes; golden snapshots are not"
-                " supported there yet: drop --snapshots (or `snapshots: true` in the run config), or pass"
-                " --no-snapshots"
-            )
-        state = _run_on_cluster(joining, plan, project, cfg.profiles)
+        state = _run_on_cluster(joining, plan, project, cfg.profiles, use_snapshots)
     else:
         if plan.stacks == "warm" or use_snapshots:
             # Resets, fingerprints and golden checks talk to the services over psycopg/redis: load them
@@ -111,7 +105,7 @@ def main_run(
         with interruptible(live_stacks) as stop:
             heal_leftovers(runner, progress)
             backend = make_backend(
-                plan, project, cfg, stop.guard(runner), live_stacks, stop,
+                plan, project, cfg.profiles, stop.guard(runner), live_stacks, stop,
                 snapshots=use_snapshots, memory_budget_mb=memory_budget_mb or cfg.memory_budget_mb,
             )  # fmt: skip
             if live.wanted(as_json):
@@ -142,20 +136,22 @@ def _start_joining(address: str | None) -> Joining | None:
     return Joining.started(address) or Joining(address)
 
 
-def _run_on_cluster(joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
+def _run_on_cluster(
+    joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...], snapshots: bool
+) -> RunState:
     """The same run on a Ray cluster's nodes (``forgelib.cluster``)."""
-    if plan.stacks == "warm":
-        raise UsageError("--cluster runs fresh stacks on the nodes; `stacks: warm` is not supported yet")
     if plan.agent is not None:
         raise UsageError("--cluster runs each task's oracle; a command agent is not supported there yet")
     # Ray prints what it learns about the cluster (a raylet that died...) on stdout, which belongs to the
     # summary (`--json`): while the run lasts, stdout is stderr. (The joining thread's Ray messages go to
     # stderr by connect._ray_messages_to_stderr and Ray's loggers.)
     with contextlib.redirect_stdout(sys.stderr):
-        return _cluster_run(joining, plan, project, profiles)
+        return _cluster_run(joining, plan, project, profiles, snapshots)
 
 
-def _cluster_run(joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...]) -> RunState:
+def _cluster_run(
+    joining: Joining, plan: RunPlan, project: Project, profiles: tuple[str, ...], snapshots: bool
+) -> RunState:
     from forgelib.cluster.driver import Cluster, ClusterBackend, ClusterExecutor
 
     nodes = joining.result()  # before `interruptible`, so its handlers own SIGINT/SIGTERM
@@ -166,7 +162,9 @@ def _cluster_run(joining: Joining, plan: RunPlan, project: Project, profiles: tu
             plan,
             ClusterBackend(cl),
             progress,
-            executor=lambda log, settings: ClusterExecutor(cl, log, settings, progress, profiles),
+            executor=lambda log, settings: ClusterExecutor(
+                cl, log, settings, progress, profiles, stacks=plan.stacks, snapshots=snapshots
+            ),
         )
     return state
 

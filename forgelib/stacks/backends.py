@@ -31,7 +31,7 @@ from forgelib.provision import (
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Project, RunConfig, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, Project, Task, Timeouts
 from forgelib.warm import WarmPool
 
 
@@ -160,7 +160,7 @@ STACK_MODES = ("fresh", "warm")
 def make_backend(
     plan: RunPlan,
     project: Project,
-    cfg: RunConfig,
+    profiles: Sequence[str],
     runner: Runner,
     stacks: LiveStacks | None,
     stop: StopState | None,
@@ -168,28 +168,30 @@ def make_backend(
     snapshots: bool = False,
     memory_budget_mb: int | None = None,
 ) -> DockerBackend:
-    """The backend for ``plan.stacks``; ``memory_budget_mb`` None: the default budget (admission)."""
+    """The backend for ``plan.stacks`` (``profiles``: the run config's compose profiles); ``memory_budget_mb``
+    None: the default budget (admission). A plan without tasks (a cluster slot's: the driver keeps the
+    queue) does not tell the warm pool how many trials come."""
     cfg_timeouts, tail = plan.timeouts, plan.log_tail_lines
     stopping = (lambda: stop.requested) if stop is not None else (lambda: False)
     budget = memory_budget_mb * MIB if memory_budget_mb else default_budget(mem_available())
     admission = Admission(budget, stopping=stopping)
+    profiles = tuple(profiles)
     if plan.stacks != "warm":
-        profiles = cfg.profiles
         return DockerBackend(
             project, cfg_timeouts, runner, tail, profiles=profiles, snapshots=snapshots, admission=admission
         )
     cache = ProvisionCache()
     pool = WarmPool(
         project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
-        profiles=cfg.profiles, stopping=stopping, admission=admission, workload=Workload(),
-        trials=None if plan.resume else len(plan.tasks) * plan.repeats,
+        profiles=profiles, stopping=stopping, admission=admission, workload=Workload(),
+        trials=None if plan.resume or not plan.tasks else len(plan.tasks) * plan.repeats,
     )  # fmt: skip
     return WarmBackend(
         project,
         cfg_timeouts,
         runner,
         tail,
-        profiles=cfg.profiles,
+        profiles=profiles,
         snapshots=snapshots,
         cache=cache,
         pool=pool,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -298,12 +299,18 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
 
 @contextlib.contextmanager
 def _driver_with_stacks_on_both(
-    cluster: RayCluster, engines: list[Engine], cfg: Path, tmp_path: Path, log_name: str
+    cluster: RayCluster,
+    engines: list[Engine],
+    cfg: Path,
+    tmp_path: Path,
+    log_name: str,
+    stacks: str = "fresh",
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A ``forge run --cluster`` driver (output in ``tmp_path/log_name``), handed over once a stack is up
     on each engine (both nodes have live trials); killed afterwards if it is still running."""
     watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    argv += ["--stacks", stacks]
     with open(tmp_path / log_name, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -316,11 +323,12 @@ def _driver_with_stacks_on_both(
             w.stop()
 
 
+@pytest.mark.parametrize("stacks", ["fresh", "warm"])
 def test_ctrl_c_tears_down_every_stack_on_every_node(
-    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str
 ) -> None:
     cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log") as proc:
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log", stacks) as proc:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=RUN_TIMEOUT)
     out = (tmp_path / "driver.log").read_text()
@@ -333,18 +341,19 @@ def test_ctrl_c_tears_down_every_stack_on_every_node(
 
 
 def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
-    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str = "fresh"
 ) -> None:
     # The killed driver's trials still run on their slots (a slot stops them only after 60 s without
     # their driver); a --resume within that time must not take them over as its own, nor run them twice.
+    # With stacks="warm" (≈ 50 s; kept out of CI's budget) the killed driver's warm stacks go as well.
     cfg = _config(tmp_path, repeats=4)  # a trial on every slot: the resumed ones queue behind the old ones
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "killed.log") as proc:
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "killed.log", stacks) as proc:
         proc.kill()
         proc.wait(timeout=60)
     run_dir = _run_dir(tmp_path)
     rid = run_dir.name
     r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--resume", rid, "--cluster", cluster.address,
-               "--json")  # fmt: skip
+               "--stacks", stacks, "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     events = _events(run_dir)
     resumed = [i for i, e in enumerate(events) if e["kind"] == "run_resumed"]
@@ -355,6 +364,98 @@ def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
     assert all(e.get("status") == "passed" for e in after if e["kind"] == "trial_finished"), after
     for eng in engines:
         assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
+def _trial_records(run_dir: Path) -> list[dict[str, Any]]:
+    return [yaml.safe_load(p.read_text()) for p in sorted(run_dir.glob(f"trials/{TASK}/*/trial.yaml"))]
+
+
+def test_warm_stacks_are_reused_per_slot_and_gone_when_the_run_ends(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    cfg = _config(tmp_path, repeats=6)
+    watches = [Watch(e, tmp_path / f"create{i}.jsonl") for i, e in enumerate(engines)]
+    try:
+        r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
+                   "--stacks", "warm", "--json")  # fmt: skip
+    finally:
+        for w in watches:
+            w.stop()
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    rid = summary["run_id"]
+    # Every trial saw its seed: the pack's checks (psycopg against the reset database) passed.
+    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (6, 6), summary["totals"]
+    trials = _trial_records(_run_dir(tmp_path))
+    assert len(trials) == 6 and all(t["status"] == "passed" for t in trials)
+    # Each slot kept one warm stack for the run: a stack is named by its compose project, and the later
+    # trials on it were reset in place (reuse 1, 2, ...), never a new stack per trial.
+    by_stack: dict[str, list[int]] = {}
+    for t in trials:
+        by_stack.setdefault(t["compose_project"], []).append(t["stack"]["reuse"])
+    assert any(reuse > 0 for reuses in by_stack.values() for reuse in reuses), by_stack
+    assert all(sorted(reuses) == list(range(len(reuses))) for reuses in by_stack.values()), by_stack
+    assert len(by_stack) < 6 and {t["node"]["engine"] for t in trials} == {e.host for e in engines}
+    created = {lab["com.docker.compose.project"] for w in watches for lab in w.labels()
+               if lab.get("io.forgelib.run") == rid}  # fmt: skip
+    assert created == set(by_stack), (created, by_stack)
+    # The driver ended the run on every slot: no warm stack outlives it, on either engine.
+    for eng in engines:
+        assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
+GOLDENS = """
+import sys
+from forgelib.runner import SubprocessRunner
+from forgelib.snapshots import store
+runner = SubprocessRunner()
+mine = [g for g in store.list_goldens(runner) if g.part("project") == sys.argv[1]]
+print(len(mine))
+if sys.argv[2:] == ["remove"]:
+    for g in mine:
+        store.remove(runner, g, force_untag=True)
+"""
+
+
+def test_goldens_are_captured_once_per_node_engine_and_restored_by_every_slot(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    # A copy of the pack under a project name of its own: its goldens are this test's alone to remove.
+    name = f"clustergold{os.getpid()}"
+    pack = tmp_path / "pack"
+    shutil.copytree(PACK, pack, ignore=shutil.ignore_patterns("runs"))
+    project_yaml = pack / "project.yaml"
+    project_yaml.write_text(project_yaml.read_text().replace(f"name: {PACK.name}", f"name: {name}", 1))
+    cfg = _config(tmp_path, repeats=6)
+    doc = yaml.safe_load(cfg.read_text())
+    cfg.write_text(yaml.safe_dump({**doc, "project": str(pack)}))
+    try:
+        r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
+                   "--snapshots", "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout)
+        assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (6, 6), summary["totals"]
+        trials = _trial_records(_run_dir(tmp_path))
+        outcomes: dict[tuple[str, str], list[str]] = {}
+        for t in trials:
+            for svc, rec in (t.get("snapshots") or {}).items():
+                outcomes.setdefault((t["node"]["engine"], svc), []).append(rec["outcome"])
+        # Each engine: its first trial captured the golden (the key's lock on the node's host kept the
+        # other slot waiting, not capturing too), every later one there restored it.
+        assert {host for host, _ in outcomes} == {e.host for e in engines}, outcomes
+        for where, seen in outcomes.items():
+            assert seen.count("captured") == 1 and set(seen) == {"captured", "restored"}, (where, seen)
+        for eng in engines:
+            assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{r.stderr}"
+            counted = _forge("-c", GOLDENS, name, env={"DOCKER_HOST": eng.host})
+            assert counted.stdout.strip() == str(len(outcomes) // 2), (
+                eng.host,
+                counted.stdout,
+                counted.stderr,
+            )
+    finally:
+        for eng in engines:
+            _forge("-c", GOLDENS, name, "remove", env={"DOCKER_HOST": eng.host})
 
 
 def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(

@@ -4,6 +4,7 @@ and stop handling), import hygiene."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -228,6 +229,82 @@ def test_a_resuming_driver_takes_a_run_over_from_its_killed_driver(slot: Slot) -
     assert slot.take_over("r1", "d2", timeout=0)  # its own trial is not in the way
 
 
+class FakeNodeRun:
+    """``node.NodeRun`` without an engine: what the slot asks of a run's stacks here."""
+
+    started: list[FakeNodeRun] = []
+
+    def __init__(self, order: TrialOrder, workdir: Path) -> None:
+        self.order, self.workdir, self.ended = order, workdir, 0
+        self.trials: list[int] = []
+
+    @classmethod
+    def start(cls, project: object, order: TrialOrder, workdir: Path) -> FakeNodeRun:
+        run = cls(order, workdir)
+        cls.started.append(run)
+        return run
+
+    def end(self, run_id: str) -> None:
+        assert run_id == self.order.run_id
+        self.ended += 1
+        shutil.rmtree(self.workdir)
+
+
+@pytest.fixture
+def node_runs(slot: Slot, project_copy: Path, monkeypatch: pytest.MonkeyPatch) -> list[FakeNodeRun]:
+    monkeypatch.setenv("FORGE_DOCKER_HOST", "unix:///srv/engine.sock")
+    monkeypatch.setattr(slot_mod, "NodeRun", FakeNodeRun)
+    monkeypatch.setattr(FakeNodeRun, "started", [])
+
+    def run_trial(
+        project: object, order: TrialOrder, *, run: FakeNodeRun, **kw: object
+    ) -> slot_mod.TrialReturn:
+        run.trials.append(order.index)
+        return slot_mod.TrialReturn({"id": "node-1"}, status="passed")
+
+    monkeypatch.setattr(slot_mod, "run_trial", run_trial)
+    return FakeNodeRun.started
+
+
+def _trial(slot: Slot, project_copy: Path, run_id: str, driver: str, index: int) -> None:
+    order = dataclasses.replace(_order(run_id), index=index, driver=driver, stacks="warm")
+    assert slot.run(pack(load_project_config(project_copy)), order, slot.code).status == "passed"
+
+
+def test_a_runs_trials_on_a_slot_share_its_stacks_until_the_driver_ends_it(
+    slot: Slot, project_copy: Path, node_runs: list[FakeNodeRun]
+) -> None:
+    for i in range(3):
+        _trial(slot, project_copy, "r1", "d1", i)
+    _trial(slot, project_copy, "r2", "d2", 0)  # another run: stacks of its own
+    assert [(r.order.run_id, r.trials, r.order.stacks) for r in node_runs] == [
+        ("r1", [0, 1, 2], "warm"), ("r2", [0], "warm")
+    ]  # fmt: skip
+    assert slot.retire(0.0) is False  # a run that has not ended keeps its stacks here
+    slot.end("r1", "d1")
+    slot.end("r1", "d1")  # (a second end finds nothing)
+    assert [r.ended for r in node_runs] == [1, 0] and not node_runs[0].workdir.exists()
+    _trial(slot, project_copy, "r1", "d1", 3)  # never reused by a later run: a new one
+    assert len(node_runs) == 3 and node_runs[2].trials == [3]
+
+
+def test_a_silent_drivers_run_is_ended_and_a_resumed_run_ends_the_killed_drivers(
+    slot: Slot, project_copy: Path, node_runs: list[FakeNodeRun]
+) -> None:
+    clock = slot._clock
+    assert isinstance(clock, Clock)
+    _trial(slot, project_copy, "r1", "d1", 0)
+    _trial(slot, project_copy, "r2", "d2", 0)
+    clock.now += DRIVER_SILENCE / 2
+    slot.drain("r2", "d2")
+    clock.now += DRIVER_SILENCE / 2 + 1
+    slot._forget_gone_runs()  # what the slot's silence thread does every few seconds
+    assert [r.ended for r in node_runs] == [1, 0]
+    _trial(slot, project_copy, "r3", "d3", 0)  # d3 is killed; d4 resumes r3
+    assert slot.take_over("r3", "d4", timeout=0)
+    assert [r.ended for r in node_runs] == [1, 0, 1]
+
+
 def test_a_dead_slots_directory_is_removed_by_the_next_slot(tmp_path: Path, slot: Slot) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()  # fmt: skip
@@ -330,16 +407,10 @@ def test_a_cluster_run_without_ray_says_how_to_install_it(tmp_path: Path) -> Non
 def test_an_error_while_ray_still_imports_exits_at_once_with_its_code(tmp_path: Path) -> None:
     # The join never finishes (the import blocks); a usage error found meanwhile ends the process with its
     # own exit code instead of waiting for the join (the subprocess timeout fails the test if it waited).
-    r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--stacks", "warm")
+    agent = str(PACK / "agents" / "mcp_agent.yaml")
+    r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--agent", agent)
     assert r.returncode == 2, r.stderr
-    assert "forge: error: --cluster runs fresh stacks on the nodes" in r.stderr and r.stdout == ""
-
-
-def test_snapshots_on_a_cluster_are_refused_not_silently_dropped(tmp_path: Path) -> None:
-    r = _forge_run_cluster(tmp_path, "import threading\nthreading.Event().wait()\n", "--snapshots")
-    assert r.returncode == 2, r.stderr
-    assert "golden snapshots are not supported there yet" in r.stderr and r.stdout == ""
-    assert not (tmp_path / "runs").exists()
+    assert "forge: error: --cluster runs each task's oracle" in r.stderr and r.stdout == ""
 
 
 @pytest.mark.parametrize(

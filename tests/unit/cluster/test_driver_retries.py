@@ -116,7 +116,7 @@ def run_cluster(
     slots = [SlotRef(f"n{i}", 0, FakeSlot(f"n{i}", scripts, orders)) for i in range(1, nodes + 1)]
     cluster = SimpleNamespace(
         ray=FakeRay(), slots=slots, driver="drv", bundle_ref=None, code="c",
-        alive=lambda node: False, other_code_slots=lambda: [],
+        alive=lambda node: False, other_code_slots=lambda: [], used={},
     )  # fmt: skip
     events = Events()
     settings = Settings(run_id="r1", run_dir=tmp_path / "run", retries=retries)
