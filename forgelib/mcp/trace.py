@@ -112,15 +112,19 @@ class TraceWriter:
                 self._fd = None
 
 
-def read_trace(path: Path) -> list[dict[str, Any]]:
-    """The records of a trace file, in file order. A torn last line (forge killed mid-write) is skipped;
-    a bad line anywhere else is an error naming the file and line. A missing file reads as no trace: []."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
+class BadRecord(ValueError):
+    """A line of a trace that is not a record (and not the torn last line)."""
+
+    def __init__(self, name: str, line: int, why: str) -> None:
+        super().__init__(f"{name}:{line}: {why}")
+        self.line, self.why = line, why
+
+
+def parse_records(raw: bytes, name: str) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+    """Each record of a trace with its line number, and whether a torn last line (forge killed mid-write:
+    no newline after it) was left out. A bad line anywhere else raises ``BadRecord`` naming ``name``."""
     lines = raw.split(b"\n")
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -128,9 +132,19 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
             value = json.loads(line)
         except ValueError:
             if i == len(lines):  # no newline after it: the write that was cut short
-                break
-            raise ValueError(f"{path}:{i}: not a JSON trace record: {line[:80]!r}") from None
+                return out, True
+            raise BadRecord(name, i, f"not a JSON trace record: {line[:80]!r}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"{path}:{i}: a trace record is a JSON object, not {type(value).__name__}")
-        out.append(value)
-    return out
+            raise BadRecord(name, i, f"a trace record is a JSON object, not {type(value).__name__}")
+        out.append((i, value))
+    return out, False
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """The records of a trace file, in file order (``parse_records``). A missing file reads as no trace:
+    []; a bad line other than a torn last one raises ``BadRecord`` (a ValueError) naming the file and line."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [record for _, record in parse_records(raw, str(path))[0]]

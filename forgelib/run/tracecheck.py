@@ -22,13 +22,13 @@ or a fail (``grading`` scores only decided checks).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forgelib.mcp.trace import BadRecord, parse_records
 from forgelib.run.grading import CheckOutcome, render
 from forgelib.spec.models import Check
 
@@ -65,43 +65,40 @@ class Trace:
 
 
 def read_trace(path: Path) -> Trace:
-    """The calls in ``path``. A torn last line (a crash mid-write) is left out; a missing file or a broken
-    line before the last makes the trace undecidable, with the reason.
-
-    TODO(merge): one reader with ``forgelib.mcp.trace.read_trace`` once the MCP server's branch lands."""
+    """The calls in ``path`` (the MCP server's own reader, ``mcp.trace.parse_records``). A torn last line
+    (a crash mid-write) is left out; a missing file or a broken line before the last makes the trace
+    undecidable, with the reason."""
     if not path.is_file():
         return Trace(undecidable=NO_TRACE)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        raw = path.read_bytes()
     except OSError as e:
         return Trace(undecidable=f"{path.name} could not be read: {e}")
-    return parse_trace(text, path.name)
+    return _parse(raw, path.name)
 
 
 def parse_trace(text: str, name: str = TRACE_FILE) -> Trace:
-    lines = text.split("\n")
-    complete = text.endswith("\n")
-    if complete:
-        lines.pop()  # the empty string after the final newline
+    return _parse(text.encode("utf-8", "surrogatepass"), name)
+
+
+def _parse(raw: bytes, name: str) -> Trace:
+    def broken(line: int, why: str) -> Trace:
+        return Trace(undecidable=f"{name} line {line} is not a recorded call ({_clip(why, 120)})")
+
+    try:
+        records, torn = parse_records(raw, name)
+    except BadRecord as e:
+        return broken(e.line, e.why)
     calls: list[Call] = []
-    torn = False
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        last_and_open = n == len(lines) and not complete
+    for n, record in records:
         try:
-            calls.append(_call(json.loads(line)))
+            calls.append(_call(record))
         except (ValueError, TypeError, KeyError) as e:
-            if last_and_open:  # the writer was killed mid-line: that call never completed
-                torn = True
-                continue
-            return Trace(undecidable=f"{name} line {n} is not a recorded call ({_clip(str(e), 120)})")
+            return broken(n, str(e))
     return Trace(tuple(sorted(calls, key=lambda c: c.seq)), torn=torn)
 
 
-def _call(d: Any) -> Call:
-    if not isinstance(d, dict):
-        raise TypeError("not a JSON object")
+def _call(d: dict[str, Any]) -> Call:
     missing = [k for k in _REQUIRED if k not in d]
     if missing:
         raise KeyError(f"no {', '.join(missing)}")
