@@ -27,7 +27,7 @@ import jsonschema
 from forgelib.clients import deferred
 from forgelib.connect import RedisParams
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
-from forgelib.mcp.names import ALL_TOOLS
+from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
 from forgelib.run.checks import Stack, service_environment
 from forgelib.runner import Result
 from forgelib.seeds import redis_dump, sql_dump
@@ -218,8 +218,9 @@ SPECS: dict[str, ToolSpec] = {
         ),
     )
 }
-if tuple(SPECS) != ALL_TOOLS:  # one list of names: a tool added here is named in names.py too
-    raise RuntimeError(f"tools.SPECS {tuple(SPECS)} differ from names.ALL_TOOLS {ALL_TOOLS}")
+# One list of tools and arguments: a tool or argument added here is named in names.py too.
+if {n: tuple(s.schema["properties"]) for n, s in SPECS.items()} != dict(TOOL_ARGUMENTS):
+    raise RuntimeError(f"tools.SPECS {tuple(SPECS)} differ from names.TOOL_ARGUMENTS {dict(TOOL_ARGUMENTS)}")
 
 
 def validate(tool: str, arguments: Any) -> dict[str, Any]:

@@ -138,23 +138,6 @@ class Agent:
 MATCHERS = ("equals", "contains", "icontains", "regex", "not_contains")
 
 
-# The tools a trial's MCP server offers and each one's arguments, as trace.jsonl records them: a trace
-# check's `tool` and the argument names it matches are checked against these (schemas/ lists the same
-# tools; a unit test keeps the two equal). The same names as forgelib.mcp.tools' schemas: one list once
-# both are merged.
-TOOL_ARGUMENTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "http_request": ("service", "method", "path", "port", "headers", "body"),
-        "read_file": ("service", "path"),
-        "write_file": ("service", "path", "content"),
-        "list_dir": ("service", "path"),
-        "exec": ("service", "argv", "timeout"),
-        "sql_query": ("service", "query", "database", "timeout"),
-        "redis_command": ("service", "command"),
-    }
-)
-
-
 @dataclass(frozen=True)
 class Check:
     """One deterministic check. ``type`` is file | sql | redis | http (the stack's state) or trace (the

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.mcp.names import TOOL_ARGUMENTS
 from forgelib.seeds import REGISTRY
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
-from forgelib.spec.models import MATCHERS, TOOL_ARGUMENTS, Isolation, SeedKind
+from forgelib.spec.models import MATCHERS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from forgelib.mcp.names import TOOL_ARGUMENTS
 from forgelib.spec.loader import collect_grading
-from forgelib.spec.models import TOOL_ARGUMENTS
 from forgelib.spec.schema import schema
 
 GOOD = """\
