@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgelib.mcp.names import DEFAULT_TOOLS
 from forgelib.run.tracecheck import TRACE_FILE
+from forgelib.spec.models import Task
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,14 @@ def preload() -> None:
     importlib.import_module("forgelib.mcp.server")
 
 
-def declares_tools(task: Any) -> bool:
-    """Whether task.yaml names its tools (the loader keeps the ``DEFAULT_TOOLS`` object itself otherwise)."""
-    return getattr(task, "tools", DEFAULT_TOOLS) is not DEFAULT_TOOLS
+def declares_tools(task: Task) -> bool:
+    """Whether task.yaml names its tools."""
+    return task.tools_declared
 
 
 @contextmanager
 def serving(
-    handle: Any, task: Any, trial_dir: Path, *, wanted: bool, in_stack: bool
+    handle: Any, task: Task, trial_dir: Path, *, wanted: bool, in_stack: bool
 ) -> Iterator[Serving | None]:
     """The trial's tool server while the block runs (None when not ``wanted``), closed however the block
     ends (a failure, a timeout, Ctrl-C). ``in_stack``: the solver runs in the stack, so the server also
@@ -66,7 +66,7 @@ def serving(
     network = trial_network(runner, handle.name, handle.config) if in_stack and runner is not None else None
     server = ToolServer.start(
         handle,
-        tools=getattr(task, "tools", DEFAULT_TOOLS),
+        tools=task.tools,
         trace_path=trial_dir / TRACE_FILE,
         network=network,
     )

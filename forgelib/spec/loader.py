@@ -358,6 +358,7 @@ class _ProjectLoader:
             grading=grading,
             instruction=data.get("instruction", ""),
             tools=tuple(data["tools"]) if "tools" in data else DEFAULT_TOOLS,
+            tools_declared="tools" in data,
         )
 
     def _grading_for(self, doc: YamlDoc, services: Mapping[str, Any] | None) -> Grading | None:

@@ -198,8 +198,10 @@ class Task:
     oracle: Oracle | None = None
     grading: Grading | None = None
     instruction: str = ""
-    # The MCP tools the trial's tool server offers (task.yaml `tools:`; forgelib.mcp.names).
+    # The MCP tools the trial's tool server offers (task.yaml `tools:`; forgelib.mcp.names), and whether
+    # task.yaml named them (then even its oracle gets a server, and its run a trace).
     tools: tuple[str, ...] = DEFAULT_TOOLS
+    tools_declared: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ def test_a_task_offers_the_tools_it_declares_else_the_default(basic: Path) -> No
     tools = _tools(basic)
     assert tools["read_widget"] == ("read_file", "exec")
     assert tools["warm_cache"] == DEFAULT_TOOLS
+    # Only a named list starts an oracle's tool server.
+    declared = {t.name: t.tools_declared for t in load_project_config(basic).tasks}
+    assert declared == {"read_widget": True, "warm_cache": False}
 
 
 def test_an_unknown_tool_is_located_and_the_valid_ones_named(basic: Path) -> None:
