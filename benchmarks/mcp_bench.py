@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from support.mcp_raw import raw_post
+
 from benchmarks import harness as bs
 from forgelib import connect
 from forgelib import labels as lab
@@ -51,18 +53,6 @@ START_TARGET_S = 0.050
 TRACE_CALLS = 1000
 QUERY = "select id, name from widgets order by id"
 FILE = "/etc/os-release"
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "b", "version": "0"},
-        },
-    }
-)
 
 
 def provision(runner: SubprocessRunner, tmp: Path) -> ProvisionedTrial:
@@ -188,16 +178,7 @@ async def measure_calls(trial: ProvisionedTrial, tmp: Path, rounds: int) -> list
 
 
 def _initialize(url: str, token: str) -> None:
-    host, port = url.split("/")[2].rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-    }
-    conn.request("POST", "/mcp", body=INITIALIZE, headers=headers)
-    status = conn.getresponse().status
-    conn.close()
+    status = raw_post(url, token)
     if status != 200:
         raise RuntimeError(f"initialize answered {status}")
 

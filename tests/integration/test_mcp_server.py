@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import http.client
 import json
 import os
 import secrets
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.mcp_raw import INITIALIZE, raw_post
 from support.stacks import IDLE, REDIS, make_project, provision
 
 from forgelib import labels as lab
@@ -33,18 +33,6 @@ from forgelib.spec.loader import load_project_config
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
 PACK = Path(__file__).resolve().parents[2] / "examples" / "multi_service_postgres_reset"
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
-)
 
 
 @pytest.fixture(scope="module")
@@ -107,20 +95,6 @@ async def _session(
 def call(srv: ToolServer, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
     """The calls, in order, over one MCP session of the SDK's client."""
     return asyncio.run(_session(srv.url, srv.token, calls))[1]
-
-
-def raw_post(url: str, token: str | None) -> int:
-    """The HTTP status of an ``initialize`` POST, with ``token`` as the bearer (None: no header)."""
-    host, port = url.split("/")[2].rsplit(":", 1)
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("POST", "/mcp", body=INITIALIZE, headers=headers)
-        return conn.getresponse().status
-    finally:
-        conn.close()
 
 
 def test_every_tool_works_through_the_sdk_client(
