@@ -44,7 +44,15 @@ def integration(session: nox.Session) -> None:
     # `nox -s integration -- tests/integration/test_x.py -k y` runs just that file: a path among the
     # arguments replaces the folder instead of being added to it.
     paths = [a for a in session.posargs if a.startswith("tests/")]
-    session.run(*PYTEST, "-m", "integration", *([] if paths else ["tests/integration"]), *session.posargs)
+    if paths:
+        session.run(*PYTEST, "-m", "integration", *session.posargs)
+        return
+    # The tests mostly wait on the engine, so two files run at a time (a file stays on one worker: its
+    # module-scoped stacks are shared). Files marked engine_alone follow, alone (README "Development").
+    folder = "tests/integration"
+    parallel = ["-n", "2", "--dist", "loadfile"]
+    session.run(*PYTEST, *parallel, "-m", "integration and not engine_alone", folder, *session.posargs)
+    session.run(*PYTEST, "-m", "integration and engine_alone", folder, *session.posargs)
 
 
 # Each reference pack through the forge CLI, and a suite written only against the pytest plugin (its own

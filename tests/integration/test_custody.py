@@ -36,7 +36,9 @@ from forgelib.labels import (
 )
 from forgelib.runner import SubprocessRunner
 
-pytestmark = pytest.mark.integration
+# engine_alone: this file plants stacks of dead owners that any other forge process would reap first
+# (noxfile runs it after the parallel files).
+pytestmark = [pytest.mark.integration, pytest.mark.engine_alone]
 
 COMPOSE = {
     "services": {

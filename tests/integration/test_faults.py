@@ -39,7 +39,9 @@ from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import DockerBackend
 
-pytestmark = pytest.mark.integration
+# engine_alone: this file stops and restarts dockerd and takes every address pool (noxfile runs it after
+# the parallel files).
+pytestmark = [pytest.mark.integration, pytest.mark.engine_alone]
 
 # The run config's `timeouts:` (a mapping, written to YAML), not stacks.TIMEOUTS: a run has oracle and
 # grading phases too.

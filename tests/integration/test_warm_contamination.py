@@ -28,7 +28,9 @@ from forgelib import labels as lab
 from forgelib.run.cli import main_run
 from forgelib.runner import SubprocessRunner
 
-pytestmark = pytest.mark.integration
+# engine_alone: this file counts the engine's dangling volumes, which any other stack's teardown makes for
+# a moment (noxfile runs it after the parallel files).
+pytestmark = [pytest.mark.integration, pytest.mark.engine_alone]
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "contamination" / "run_configs"
 CONFIG = CONFIGS / "warm.yaml"
