@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from forgelib import dockerargv as dk
 from forgelib.errors import Interrupted
 from forgelib.runner import Runner
 
@@ -103,14 +104,14 @@ def stack_memory(runner: Runner, project: str, *, timeout: float) -> dict[str, i
     """container name -> memory in use (RSS + kernel memory, without page cache: docker's own figure) of
     every running container of compose project ``project``; empty when it has none."""
     ps = runner.run(
-        ["docker", "ps", "--quiet", "--filter", f"label=com.docker.compose.project={project}"],
+        dk.ps(quiet=True, filter=f"label=com.docker.compose.project={project}"),
         timeout=timeout,
     )
     ids = ps.stdout.split()
     if not ids:
         return {}
     fmt = "{{.Name}}\t{{.MemUsage}}"
-    res = runner.run(["docker", "stats", "--no-stream", "--format", fmt, *ids], timeout=timeout)
+    res = runner.run(dk.stats(ids, no_stream=True, format=fmt), timeout=timeout)
     return parse_stats(res.stdout)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject, sanitize_name
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
@@ -110,7 +111,7 @@ class Builds:
             tags = self.built()
             self._done.clear()
         if tags:
-            res = runner.run(["docker", "image", "rm", *tags], timeout=timeout, check=False)
+            res = runner.run(dk.rm(tags, kind="image"), timeout=timeout, check=False)
             if res.rc != 0 and "No such image" not in res.stderr:
                 raise ForgeError(
                     f"removing the run's built images {', '.join(tags)} failed: {res.stderr.strip()}"
@@ -120,8 +121,10 @@ class Builds:
 def built_images(runner: Runner, labels: Mapping[str, str], *, timeout: float = 60.0) -> list[str]:
     """Ids of the images built here (``REPOSITORY``) that carry all of ``labels``: what ``forge teardown``
     removes with a kept stack and ``forge reap`` with a dead owner's."""
-    argv = ["docker", "image", "ls", "-q", "--no-trunc", "--filter", f"reference={REPOSITORY}/*"]
-    out = runner.run([*argv, *lab.filters(labels)], timeout=timeout).stdout
+    filters = ["--filter", f"reference={REPOSITORY}/*", *lab.filters(labels)]
+    out = runner.run(
+        dk.ls("image", quiet=True, no_trunc=True, filters=filters, short=True), timeout=timeout
+    ).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 

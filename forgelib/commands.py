@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.builds import built_images
 from forgelib.compose import ComposeProject, is_valid_name
@@ -142,7 +143,7 @@ def main_teardown(name: str) -> int:
         remove_work_dir(d)
     built = built_images(runner, mine)  # what it built for `build:` services, kept with the stack
     if built:
-        res = runner.run(["docker", "image", "rm", *built], timeout=120, check=False)
+        res = runner.run(dk.rm(built, kind="image"), timeout=120, check=False)
         if res.rc != 0 and "No such image" not in res.stderr:
             raise ForgeError(f"{name}: removing its built image(s) failed: {res.stderr.strip()}")
     print(f"removed {name} in {time.monotonic() - t0:.2f}s")

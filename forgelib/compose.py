@@ -21,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
+from forgelib.dockerargv import flags
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
@@ -73,25 +75,9 @@ def project_name(project: str, run_id: str, task: str, trial_index: int | None, 
 
 # ---------------------------------------------------------------------------------------- argv builders
 
-Opt = str | int | float | bool | None
-
-
-def flags(**options: Opt) -> list[str]:
-    """``foo_bar=True`` -> ``--foo-bar``; ``tail=5`` -> ``--tail 5``; ``None`` and ``False`` are skipped."""
-    argv: list[str] = []
-    for key, value in options.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        else:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return argv
-
 
 def base_argv(name: str, files: Sequence[Path] = (), profiles: Sequence[str] = ()) -> list[str]:
-    argv = ["docker", "compose", "--ansi", "never", "--project-name", name]
+    argv = dk.compose("--ansi", "never", "--project-name", name)
     for f in files:
         argv += ["--file", str(f)]
     for p in profiles:  # flags, not COMPOSE_PROFILES: clean_env drops every ambient COMPOSE_* variable
@@ -294,7 +280,7 @@ def inspect_image_volumes(
     if not todo:
         return {}
     # rc 1 when some image is missing; stdout still lists the ones found.
-    res = runner.run(["docker", "image", "inspect", *todo], timeout=timeout, check=False)
+    res = runner.run(dk.inspect(todo, kind="image"), timeout=timeout, check=False)
     try:
         found = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
@@ -504,12 +490,8 @@ class ComposeProject:
         stdout_path: Path | None,
         stderr_path: Path | None,
     ) -> Result | None:
-        opts = ["exec", "-i"]
-        for k, v in (env or {}).items():
-            opts += ["--env", f"{k}={v}"]
-        opts += flags(workdir=workdir, user=user)
         r = self.runner.run(
-            ["docker", *opts, self.container(service), *argv],
+            dk.exec(self.container(service), argv, interactive=True, env=env, workdir=workdir, user=user),
             timeout=self.timeouts.command if timeout is None else timeout,
             stdin=stdin,
             input=input,
@@ -549,7 +531,7 @@ class ComposeProject:
         it (retired or spare), so that failure is the answer."""
         mapping = f"{container_port}/{protocol or 'tcp'}"
         ref = self.container(service)
-        r = self.runner.run(["docker", "port", ref, mapping], timeout=self.timeouts.command, check=False)
+        r = self.runner.run(dk.port(ref, mapping), timeout=self.timeouts.command, check=False)
         out = r.stdout.strip() if r.rc == 0 else ""
         if not out and service in self.containers:
             said = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.rc}").splitlines()[-1]
@@ -579,13 +561,10 @@ class ComposeProject:
         only listing of a stack's containers (the warm stacks' ephemerals read it around every trial)."""
         fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
         only = ["--filter", f"status={status}"] if status else []
+        filters = [*only, *lab.filters({lab.COMPOSE_PROJECT: self.name})]
         res = self.runner.run(
-            [
-                "docker", "ps", "--all", "--no-trunc", *only,
-                *lab.filters({lab.COMPOSE_PROJECT: self.name}), "--format", fmt,
-            ],
-            timeout=self.timeouts.command,
-        )  # fmt: skip
+            dk.ps(all=True, no_trunc=True, filters=filters, format=fmt), timeout=self.timeouts.command
+        )
         rows = [[*line.split("\t"), "", ""][:3] for line in res.stdout.splitlines()]
         return [(r[0], r[1], r[2]) for r in rows]
 
@@ -598,12 +577,12 @@ class ComposeProject:
         ids = list(refs)
         if not ids:
             only = {lab.COMPOSE_PROJECT: self.name, lab.COMPOSE_ONEOFF: "False"}
-            argv = ["docker", "ps", "--all", "--quiet", "--no-trunc", *lab.filters(only)]
+            argv = dk.ps(all=True, quiet=True, no_trunc=True, filters=lab.filters(only))
             ids = self.runner.run(argv, timeout=self.timeouts.command).stdout.split()
         if not ids:
             return []
         # rc 1 when one went meanwhile; stdout still holds the others ("[]" when all went)
-        res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command, check=False)
+        res = self.runner.run(dk.inspect(ids), timeout=self.timeouts.command, check=False)
         try:
             found = json.loads(res.stdout or "")
         except json.JSONDecodeError:
@@ -662,7 +641,7 @@ class ComposeProject:
         engine's log file: ~0.02 s, where a ``compose logs`` call costs ~0.1-0.2 s of CLI start and project
         load (per service, every trial)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
-        argv = ["docker", "logs", *flags(tail=tail or None), ref]
+        argv = dk.logs(ref, tail=tail or None)
         return self.runner.run(
             argv, timeout=self.timeouts.command, stdout_path=dest, stderr_path=dest, check=False
         )

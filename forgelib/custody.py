@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forgelib import builds
+from forgelib import dockerargv as dk
 from forgelib.errors import CommandError
 from forgelib.labels import (
     COMPOSE_PROJECT,
@@ -269,7 +270,7 @@ def _inspect(runner: Runner, what: str, ids: Sequence[str]) -> list[dict[str, An
     """``docker <what> inspect`` of ``ids``; a resource removed meanwhile is skipped (rc 1, partial JSON)."""
     if not ids:
         return []
-    res = runner.run(["docker", what, "inspect", *ids], timeout=DISCOVER_TIMEOUT, check=False)
+    res = runner.run(dk.inspect(ids, kind=what), timeout=DISCOVER_TIMEOUT, check=False)
     try:
         data = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
@@ -300,13 +301,13 @@ def _with_users(runner: Runner, project: FoundProject) -> FoundProject:
 
 def _users(runner: Runner, flt: str) -> tuple[str, ...]:
     """Ids of every container (running or stopped) matching ``--filter flt``, e.g. ``network=ID``."""
-    return tuple(_ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt]))
+    return tuple(_ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filter=flt, short=True)))
 
 
 def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     """Every container, network and volume labelled as forgelib's (optionally one run's), by project."""
     found: list[Resource] = []
-    cids = _ids(runner, ["docker", "ps", "-a", "-q", "--no-trunc", *_filters(run_id)])
+    cids = _ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filters=_filters(run_id), short=True))
     for c in _inspect(runner, "container", cids):
         cfg = c.get("Config") or {}
         state = c.get("State") or {}
@@ -319,19 +320,21 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
                 running=bool(state.get("Running")) or bool(state.get("Restarting")),
             )
         )
-    nids = _ids(runner, ["docker", "network", "ls", "-q", "--no-trunc", *_filters(run_id)])
+    nids = _ids(runner, dk.ls("network", quiet=True, no_trunc=True, filters=_filters(run_id), short=True))
     for n in _inspect(runner, "network", nids):
         nid = str(n.get("Id", ""))
         # Users are looked up later (`_with_users`) with `ps --filter network=`, which, unlike network
         # inspect's endpoints, sees stopped containers too.
         found.append(Resource("network", nid, str(n.get("Name", "")), _labels(n)))
-    vnames = _ids(runner, ["docker", "volume", "ls", "-q", *_filters(run_id)])
+    vnames = _ids(runner, dk.ls("volume", quiet=True, filters=_filters(run_id), short=True))
     for v in _inspect(runner, "volume", vnames):
         name = str(v.get("Name", ""))
         found.append(Resource("volume", name, name, _labels(v)))
     # Goldens: only untagged ones (a complete golden is tagged, and is the user's to prune, never ours).
     golden = ["--filter", "dangling=true", "--filter", f"label={store.GOLDEN}"]
-    gids = _ids(runner, ["docker", "image", "ls", "-q", "--no-trunc", *_filters(run_id), *golden])
+    gids = _ids(
+        runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *golden], short=True)
+    )
     for i in _inspect(runner, "image", gids):
         labels = _labels(i.get("Config") or {})
         iid = str(i.get("Id", ""))
@@ -351,13 +354,11 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
 
 def _remove(runner: Runner, r: Resource) -> str | None:
     """Remove one resource by id; the error text on failure (already gone counts as removed)."""
-    argv = {
-        # -v: also the container's anonymous volumes (an image's VOLUME), which carry none of our labels
-        "container": ["docker", "rm", "-f", "-v", r.id],
-        "network": ["docker", "network", "rm", r.id],
-        "volume": ["docker", "volume", "rm", r.id],
-        "image": ["docker", "image", "rm", r.id],
-    }[r.kind]
+    # -v: also the container's anonymous volumes (an image's VOLUME), which carry none of our labels
+    if r.kind == "container":
+        argv = dk.rm([r.id], force=True, volumes=True, short=True)
+    else:  # network, volume, image
+        argv = dk.rm([r.id], kind=r.kind)
     try:
         res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
     except CommandError as e:  # a timeout: report it, go on with the rest

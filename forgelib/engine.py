@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgelib import dockerargv as dk
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
 from forgelib.runner import Runner
@@ -52,8 +53,8 @@ class EngineStatus:
 def probe(runner: Runner) -> EngineStatus:
     """Ask the engine and the compose plugin for their versions; never raises for "not there"."""
     return EngineStatus(
-        _answer(runner, ["docker", "info", "--format", "{{.ServerVersion}}"]),
-        _answer(runner, ["docker", "compose", "version", "--short"]),
+        _answer(runner, dk.info(format="{{.ServerVersion}}")),
+        _answer(runner, dk.compose("version", "--short")),
     )
 
 

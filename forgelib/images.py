@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from forgelib import dockerargv as dk
 from forgelib.compose import inspect_image_volumes
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
@@ -196,7 +197,7 @@ def ensure_base(runner: Runner, *, force: bool = False) -> Base:
         row = ImageReport("base", BUILT_BASE, "reused", time.monotonic() - start, "recipe unchanged")
         return Base(BUILT_BASE, ours.id, row)
     if ours is None:
-        pulled = runner.run(["docker", "pull", "-q", OFFICIAL_BASE], timeout=PULL_TIMEOUT, check=False)
+        pulled = runner.run(dk.pull(OFFICIAL_BASE, quiet=True, short=True), timeout=PULL_TIMEOUT, check=False)
         official = _inspect(runner, OFFICIAL_BASE) if pulled.rc == 0 else None
         if official is not None:
             row = ImageReport("base", OFFICIAL_BASE, "pulled", time.monotonic() - start, "from its registry")
@@ -236,13 +237,7 @@ def _ensure_stand_in(runner: Runner, name: str, recipe: Path, base: Base, force:
         why = "no content-hash label (built by hand?)"
     else:
         why = "recipe or base changed"
-    argv = [
-        "docker", "build",
-        "--build-arg", f"BASE={base.ref}",
-        "--label", f"{HASH_LABEL}={want}",
-        "--tag", tag,
-        str(recipe),
-    ]  # fmt: skip
+    argv = dk.build(str(recipe), build_arg=f"BASE={base.ref}", label=f"{HASH_LABEL}={want}", tag=tag)
     try:
         runner.run(argv, timeout=BUILD_TIMEOUT)
     except CommandError as e:
@@ -285,7 +280,7 @@ class _Image:
 def _inspect(runner: Runner, ref: str) -> _Image | None:
     """The image's id and labels in one call, or None when there is no such image."""
     result = runner.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", ref],
+        dk.inspect([ref], kind="image", format="{{.Id}} {{json .Config.Labels}}"),
         timeout=INSPECT_TIMEOUT,
         check=False,
     )
@@ -300,20 +295,20 @@ def _remove_dangling(runner: Runner) -> None:
     # Untagged images that carry our content-hash label can only be stand-ins or bases a rebuild replaced
     # (here or in an interrupted or racing run); nothing else on the engine has that label.
     listed = runner.run(
-        ["docker", "image", "ls", "--quiet", "--filter", "dangling=true", "--filter", f"label={HASH_LABEL}"],
+        dk.ls("image", quiet=True, filter=["dangling=true", f"label={HASH_LABEL}"]),
         timeout=INSPECT_TIMEOUT,
         check=False,
     )
     stale = sorted({line.strip() for line in listed.stdout.splitlines() if line.strip()})
     if listed.rc == 0 and stale:
-        runner.run(["docker", "image", "rm", *stale], timeout=RM_TIMEOUT, check=False)
+        runner.run(dk.rm(stale, kind="image"), timeout=RM_TIMEOUT, check=False)
 
 
 def _remove_replaced(runner: Runner, old: str | None, new: str) -> None:
     # A rebuild leaves the previous image untagged; remove it so rebuilds do not pile up. Without --force
     # Docker refuses while a container still uses it, which is what we want (someone's live stack).
     if old is not None and old != new:
-        runner.run(["docker", "image", "rm", old], timeout=RM_TIMEOUT, check=False)
+        runner.run(dk.rm([old], kind="image"), timeout=RM_TIMEOUT, check=False)
 
 
 # --- the environment every compose call merges ----------------------------------------------------------
@@ -362,9 +357,9 @@ class ImageFacts:
 
 
 def _local_stand_ins(runner: Runner) -> frozenset[str] | None:
-    argv = ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]
-    for s in STAND_INS.values():
-        argv += ["--filter", f"reference={s.tag}"]
+    argv = dk.ls(
+        "image", format="{{.Repository}}:{{.Tag}}", filter=[f"reference={s.tag}" for s in STAND_INS.values()]
+    )
     try:
         result = runner.run(argv, timeout=INSPECT_TIMEOUT, check=False)
     except (ProgramNotFound, CommandError):

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from forgelib import dockerargv as dk
 from forgelib.runner import Runner
 
 MANAGED = "io.forgelib.managed"
@@ -194,9 +195,9 @@ def resources_with_labels(
         raise ValueError("refusing to list resources without a label filter")
     f = filters(labels)
     queries = {
-        "containers": ["docker", "ps", "--all", *f, "--format", "{{.Names}}"],
-        "networks": ["docker", "network", "ls", *f, "--format", "{{.Name}}"],
-        "volumes": ["docker", "volume", "ls", *f, "--format", "{{.Name}}"],
+        "containers": dk.ps(all=True, filters=f, format="{{.Names}}"),
+        "networks": dk.ls("network", filters=f, format="{{.Name}}"),
+        "volumes": dk.ls("volume", filters=f, format="{{.Name}}"),
     }
     found: dict[str, list[str]] = {}
     for kind, argv in queries.items():
@@ -208,9 +209,9 @@ def resources_with_labels(
 def label_values(runner: Runner, labels: Mapping[str, str], key: str, *, timeout: float = 60.0) -> set[str]:
     """The values of label ``key`` on the containers and networks carrying all of ``labels`` (non-empty)."""
     f = filters(labels)
-    fmt = ["--format", f'{{{{.Label "{key}"}}}}']
+    fmt = f'{{{{.Label "{key}"}}}}'
     found: set[str] = set()
-    for argv in (["docker", "ps", "--all", *f, *fmt], ["docker", "network", "ls", *f, *fmt]):
+    for argv in (dk.ps(all=True, filters=f, format=fmt), dk.ls("network", filters=f, format=fmt)):
         out = runner.run(argv, timeout=timeout).stdout
         found |= {line.strip() for line in out.splitlines() if line.strip() and line.strip() != "<no value>"}
     return found

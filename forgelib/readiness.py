@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
@@ -210,7 +211,7 @@ class _Waves:
                 self._await(service, dep, self.started[dep] if cond == STARTED else self.ready[dep])
             if start:
                 ids = [c.id for c in self.found[service]]
-                self.runner.run(["docker", "start", *ids], timeout=self.compose.timeouts.command, tag="start")
+                self.runner.run(dk.start(ids), timeout=self.compose.timeouts.command, tag="start")
             self.started[service].set()
             for c in self.found[service]:
                 self._probe(c, complete=service in self.complete)
@@ -261,7 +262,7 @@ class _Waves:
             if c.health is not None and not complete:
                 try:
                     r = self.runner.run(
-                        ["docker", "exec", c.id, *c.health], timeout=c.probe_timeout, check=False, tag="exec"
+                        dk.exec(c.id, c.health), timeout=c.probe_timeout, check=False, tag="exec"
                     )
                 except CommandTimeout:
                     said = f"its healthcheck did not answer within {c.probe_timeout:g}s"
@@ -279,7 +280,7 @@ class _Waves:
 
     def _state(self, c: Container) -> dict[str, Any]:
         out = self.runner.run(
-            ["docker", "inspect", "--format", "{{json .State}}", c.id],
+            dk.inspect([c.id], format="{{json .State}}"),
             timeout=self.compose.timeouts.command,
             check=False,
         )

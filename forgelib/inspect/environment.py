@@ -44,6 +44,7 @@ from inspect_ai.util import (
 from inspect_ai.util._sandbox.environment import HostMapping, PortMapping, SandboxUnavailableError
 from pydantic import BaseModel
 
+from forgelib import dockerargv as dk
 from forgelib.custody import reap
 from forgelib.errors import CommandTimeout, ForgeError, ProvisionError
 from forgelib.inspect import config as cfgs
@@ -290,7 +291,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         """``docker exec -it`` into the service's container (a login shell: bash where there is one)."""
         container = self._stack.trial.compose.container(self._service)
         shell = "command -v bash >/dev/null && exec bash -l || exec sh -l"
-        argv = ["docker", "exec", "-it", *(["--user", user] if user else []), container, "sh", "-c", shell]
+        argv = dk.exec(container, ["sh", "-c", shell], interactive=True, tty=True, user=user)
         return SandboxConnection(
             type="forge",
             command=shlex.join(argv),

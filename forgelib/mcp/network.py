@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from forgelib import dockerargv as dk
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
 
@@ -31,7 +32,7 @@ class TrialNetwork:
 
     @classmethod
     def inspect(cls, runner: Runner, name: str, *, timeout: float = 30) -> TrialNetwork:
-        r = runner.run(["docker", "network", "inspect", name], timeout=timeout, check=False)
+        r = runner.run(dk.inspect([name], kind="network"), timeout=timeout, check=False)
         if r.rc != 0:
             raise ForgeError(
                 f"cannot inspect docker network {name!r}: {r.stderr.strip() or r.stdout.strip()}"

@@ -27,6 +27,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib import readiness
 from forgelib.errors import CommandError, ForgeError, Interrupted
@@ -72,11 +73,16 @@ class PristineDir:
                 lab.HELPER: "pristine-data",
             }
         )
-        argv = ["docker", "create", "--name", helper, "--network", "none", "--user", "0"]
-        argv += ["--volumes-from", container, "--entrypoint", "sh"]
-        for k, v in sorted(labels.items()):
-            argv += ["--label", f"{k}={v}"]
-        argv += [str(info.get("Image")), "-c", _SCRIPT, "forge-pristine", path, marker]
+        argv = dk.create(
+            str(info.get("Image")),
+            ["-c", _SCRIPT, "forge-pristine", path, marker],
+            name=helper,
+            network="none",
+            user="0",
+            volumes_from=container,
+            entrypoint="sh",
+            label=[f"{k}={v}" for k, v in sorted(labels.items())],
+        )
         p = cls(ctx, path, container, helper)
         try:
             p._docker(argv)
@@ -92,11 +98,11 @@ class PristineDir:
     def _cycle(self, step: str) -> None:
         t = self.ctx.timeouts
         try:
-            self._docker(["docker", "stop", self.container], timeout=t.teardown)
+            self._docker(dk.stop([self.container]), timeout=t.teardown)
         except CommandError as e:
             raise self.ctx.fail(step, f"could not stop {self.container}: {e}") from e
         try:
-            self._docker(["docker", "start", "--attach", self.helper], timeout=t.recipe)
+            self._docker(dk.start([self.helper], attach=True), timeout=t.recipe)
         except CommandError as e:
             hint = ""
             if step == "prepare":  # the helper sees the service's volumes only
@@ -106,7 +112,7 @@ class PristineDir:
                 )
             raise self.ctx.fail(step, f"copying {self.path} (helper {self.helper}) failed{hint}: {e}") from e
         try:
-            self._docker(["docker", "start", self.container], timeout=t.compose_up)
+            self._docker(dk.start([self.container]), timeout=t.compose_up)
         except CommandError as e:
             raise self.ctx.fail(step, f"could not start {self.container} again: {e}") from e
         # A new host port for every published container port (``docker start`` allocates them anew).

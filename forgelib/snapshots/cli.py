@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from forgelib import custody
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.runner import Runner, SubprocessRunner
@@ -223,7 +224,7 @@ def _present_images(runner: Runner, ids: set[str]) -> set[str]:
     its goldens can never be restored again."""
     if not ids:
         return set()
-    argv = ["docker", "image", "inspect", "--format", "{{.Id}} {{len .RepoTags}}", *sorted(ids)]
+    argv = dk.inspect(sorted(ids), kind="image", format="{{.Id}} {{len .RepoTags}}")
     res = runner.run(argv, check=False)
     rows = (line.split() for line in res.stdout.splitlines())
     return {r[0] for r in rows if len(r) == 2 and r[1] != "0"}
@@ -257,10 +258,8 @@ def check(runner: Runner, g: store.Golden, present: set[str]) -> str | None:
     path, expected = g.part("path"), g.part("entries")
     # `find` prints one line per entry and fails on anything unreadable; run as root, without the
     # image's entrypoint, removed afterwards, labelled like every container of ours.
-    argv = ["docker", "run", "--rm", "--user", "0", "--entrypoint", "find", "--network", "none"]
-    for k, v in lab.run_labels("snapshots-verify").items():
-        argv += ["--label", f"{k}={v}"]
-    argv += [g.id, path]
+    labels = [f"{k}={v}" for k, v in lab.run_labels("snapshots-verify").items()]
+    argv = dk.run(g.id, [path], rm=True, user="0", entrypoint="find", network="none", label=labels)
     try:
         res = runner.run(argv, timeout=300, check=False)
     except ForgeError as e:

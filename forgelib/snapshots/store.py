@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.runner import Runner
@@ -133,7 +134,7 @@ def inspect(runner: Runner, refs: Sequence[str], timeout: float = 60.0) -> list[
     """The goldens among ``refs`` (missing ones are skipped)."""
     if not refs:
         return []
-    res = runner.run(["docker", "image", "inspect", *refs], timeout=timeout, check=False)
+    res = runner.run(dk.inspect(refs, kind="image"), timeout=timeout, check=False)
     try:
         data = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
@@ -164,7 +165,7 @@ def list_goldens(runner: Runner, timeout: float = 60.0, *, project: str | None =
     (or lost its tag to a newer capture of the same key, or is a capture still in flight)."""
     scope = lab.filters({PROJECT: project}) if project is not None else []
     res = runner.run(
-        ["docker", "image", "ls", "--quiet", "--no-trunc", "--filter", f"label={GOLDEN}", *scope],
+        dk.ls("image", quiet=True, no_trunc=True, filters=["--filter", f"label={GOLDEN}", *scope]),
         timeout=timeout,
     )
     ids = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
@@ -202,7 +203,7 @@ def build(
     (data_tar.parent / "Dockerfile").write_text("\n".join(lines) + "\n")
     tag = tag_of(key.digest)
     res = runner.run(
-        ["docker", "build", "--quiet", "--force-rm", str(data_tar.parent)],
+        dk.build(str(data_tar.parent), quiet=True, force_rm=True),
         timeout=timeout,
         env={"DOCKER_BUILDKIT": "0"},  # the classic builder: present on every engine, no buildx needed
         tag="build",  # a stop kills it (signals.LAUNCH_VERBS): no golden is finished after a Ctrl-C
@@ -218,11 +219,11 @@ def build(
             raise
         except ForgeError as e:
             log.warning("golden %s keeps its VOLUME (restored through the volume copy): %s", tag, e)
-            runner.run(["docker", "tag", built, tag], timeout=timeout, tag="build")
+            runner.run(dk.tag(built, tag), timeout=timeout, tag="build")
             keep = True
     finally:
         if not keep:  # the built image and its build steps' images; their layers stay under the golden
-            runner.run(["docker", "image", "rm", built], timeout=timeout, check=False)
+            runner.run(dk.rm([built], kind="image"), timeout=timeout, check=False)
     golden = find(runner, key)
     if golden is None:
         raise ForgeError(f"built {tag}, but it does not inspect as a complete golden")
@@ -234,7 +235,7 @@ def unvolumed(runner: Runner, image: str, tag: str, path: str, workdir: Path, ti
     ``docker load`` archive holding only the manifest and the config (the engine has every layer, so it
     reads none). Raises ``ForgeError`` when the engine refuses (e.g. one whose image store wants the
     layers' blobs) or the result is not the same layers without that volume."""
-    res = runner.run(["docker", "image", "inspect", image], timeout=timeout)
+    res = runner.run(dk.inspect([image], kind="image"), timeout=timeout)
     info = json.loads(res.stdout)[0]
     config = dict(info.get("Config") or {})
     volumes = {
@@ -264,11 +265,11 @@ def unvolumed(runner: Runner, image: str, tag: str, path: str, workdir: Path, ti
             entry = tarfile.TarInfo(member)
             entry.size = len(blob)
             t.addfile(entry, io.BytesIO(blob))
-    runner.run(["docker", "load", "--quiet", "--input", str(archive)], timeout=timeout, tag="build")
+    runner.run(dk.load(quiet=True, input=str(archive)), timeout=timeout, tag="build")
     # What was loaded is checked by its ID, the digest of these bytes, not through the tag: a concurrent
     # capture of the same key may have moved the tag on to its own golden meanwhile (as valid as this one).
     loaded = "sha256:" + name.removesuffix(".json")
-    res = runner.run(["docker", "image", "inspect", loaded], timeout=timeout, check=False)
+    res = runner.run(dk.inspect([loaded], kind="image"), timeout=timeout, check=False)
     got = (json.loads(res.stdout or "[]") or [{}])[0] if res.rc == 0 else {}
     left = set((got.get("Config") or {}).get("Volumes") or {}) - set(volumes)
     if not got or ((got.get("RootFS") or {}).get("Layers") or []) != diff_ids or left:
@@ -333,7 +334,7 @@ def remove(
     ``force_untag`` (a golden found bad) its tag goes anyway, so no new trial can restore it, and the
     untagged image is removed once the last container using it is gone (``forge reap``/``prune``)."""
     refs = [t for t in golden.tags if t.startswith(REPOSITORY + ":")]
-    argv = ["docker", "image", "rm", *(["--force"] if force_untag else []), *(refs or [golden.id])]
+    argv = dk.rm(refs or [golden.id], kind="image", force=force_untag)
     res = runner.run(argv, timeout=timeout, check=False)
     if res.rc == 0 or "No such image" in res.stderr:
         return None

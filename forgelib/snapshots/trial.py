@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from forgelib import dockerargv as dk
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.runner import Runner
@@ -141,9 +142,7 @@ class TrialGoldens:
         todo = sorted({r for r in refs if r})
         if not todo:
             return {}
-        res = self.runner.run(
-            ["docker", "image", "inspect", *todo], timeout=self.timeouts.command, check=False
-        )
+        res = self.runner.run(dk.inspect(todo, kind="image"), timeout=self.timeouts.command, check=False)
         try:
             found = json.loads(res.stdout or "[]")
         except json.JSONDecodeError:

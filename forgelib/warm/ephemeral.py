@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib import readiness
 from forgelib.compose import ComposeProject, labels_override, published_of_inspect
@@ -198,16 +199,16 @@ class Ephemerals:
         if ids:
             self._remove(ids)
         if self.renew:
-            self.runner.run(["docker", "volume", "rm", *self.renew], timeout=self.timeouts.command)
+            self.runner.run(dk.rm(self.renew, kind="volume"), timeout=self.timeouts.command)
 
     def _freeze(self) -> None:
         """Nothing of the ephemeral services runs on: paused at once (~20 ms; removed in the background).
         One that cannot be paused (it exited, or is gone) is removed here instead; compose tries last
         (which removes the spares too: the next trial then recreates the usual way)."""
         names = [self.current[svc] for svc in self.services]
-        if self.runner.run(["docker", "pause", *names], timeout=self.timeouts.command, check=False).rc == 0:
+        if self.runner.run(dk.pause(names), timeout=self.timeouts.command, check=False).rc == 0:
             return
-        rm = ["docker", "rm", "--force", "--volumes", *names]
+        rm = dk.rm(names, force=True, volumes=True)
         if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
             self.compose.run(["rm", "--stop", "--force", "--volumes", *self.services])
 
@@ -242,7 +243,7 @@ class Ephemerals:
                 if spares is not None:
                     log.warning("warm stack %s: spare containers unusable (%s)", self.name, spares.error)
                 if self.renew:
-                    self.runner.run(["docker", "volume", "rm", *self.renew], timeout=self.timeouts.command)
+                    self.runner.run(dk.rm(self.renew, kind="volume"), timeout=self.timeouts.command)
                 # Every container of the services replaced by one, whatever spares are left.
                 self.compose.up(self.services, wait=False, no_deps=True, force_recreate=True, no_start=True)
                 ids = self._created()
@@ -254,7 +255,7 @@ class Ephemerals:
     def _inspect(self, refs: Iterable[str]) -> dict[str, dict[str, Any]]:
         """service -> the ``docker inspect`` record of these containers (one per service; raises if one is
         not there)."""
-        res = self.runner.run(["docker", "inspect", *refs], timeout=self.timeouts.command)
+        res = self.runner.run(dk.inspect(list(refs)), timeout=self.timeouts.command)
         return {str(lab.of_inspect(i).get(lab.COMPOSE_SERVICE)): i for i in json.loads(res.stdout or "[]")}
 
     def _disconnect(self) -> bool:
@@ -265,7 +266,7 @@ class Ephemerals:
             if not nets:
                 return False
             for net in nets:
-                argv = ["docker", "network", "disconnect", "--force", net, self.current[svc]]
+                argv = dk.network_disconnect(net, self.current[svc], force=True)
                 if self.runner.run(argv, timeout=self.timeouts.command, check=False).rc != 0:
                     return False
         return True
@@ -273,7 +274,7 @@ class Ephemerals:
     def _remove(self, names: Sequence[str]) -> None:
         """Remove these containers with their anonymous volumes (gone already is fine); raises otherwise."""
         gone = self.runner.run(
-            ["docker", "rm", "--force", "--volumes", *names], timeout=self.timeouts.command, check=False
+            dk.rm(names, force=True, volumes=True), timeout=self.timeouts.command, check=False
         )
         if gone.rc != 0 and "No such container" not in gone.stderr:
             raise ForgeError(f"could not remove {', '.join(names)}: {gone.stderr.strip()[-300:]}")
@@ -300,7 +301,7 @@ class Ephemerals:
         return succ.infos
 
     def _start(self, ids: Sequence[str]) -> None:
-        self.runner.run(["docker", "start", *ids], timeout=self.timeouts.compose_up, tag="start")
+        self.runner.run(dk.start(ids), timeout=self.timeouts.compose_up, tag="start")
 
     def _recreate(self, services: Sequence[str]) -> None:
         """The fallback: compose replaces every container of ``services`` (spares included) by one."""
@@ -332,7 +333,7 @@ class Ephemerals:
             return {s: published_of_inspect(found[s]) for s in publish}
         running = self.compose.container_rows("running")
         ids = [cid for cid, _, svc in running if svc in publish]  # every replica's
-        res = self.runner.run(["docker", "inspect", *ids], timeout=self.timeouts.command)
+        res = self.runner.run(dk.inspect(ids), timeout=self.timeouts.command)
         out: dict[str, list[str]] = {s: [] for s in publish}
         for info in json.loads(res.stdout or "[]"):
             ports = out.setdefault(str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE)), [])
