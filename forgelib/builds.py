@@ -26,6 +26,7 @@ from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.compose import BUILD_HEADER, ComposeProject, build_override, sanitize_name, write_override
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 
 BUILD_FILE = "compose.forge-build.yaml"
@@ -34,7 +35,7 @@ REPOSITORY = "forgelib-build"
 
 def build_services(config: Mapping[str, Any]) -> list[str]:
     """The services of a resolved config that compose would build."""
-    return [n for n, s in (config.get("services") or {}).items() if s.get("build")]
+    return [s.name for s in ResolvedConfig.of(config).services.values() if s.build]
 
 
 class Builds:

@@ -25,6 +25,7 @@ from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.dockerargv import flags
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
@@ -205,16 +206,13 @@ def labels_override(
     to the services: a ``bare`` seed's read-only bind mount and the variable naming it (``seeds.bare``).
     """
     lab = dict(labels)
+    resolved = ResolvedConfig.of(config)
     services: dict[str, Any] = {}
-    volumes = {
-        name: {"labels": lab}
-        for name, spec in (config.get("volumes") or {}).items()
-        if not (spec or {}).get("external")
-    }
-    for name, svc in (config.get("services") or {}).items():
+    volumes = {name: {"labels": lab} for name, spec in resolved.volumes.items() if not spec.get("external")}
+    for name, svc in resolved.services.items():
         services[name] = {"labels": lab}
-        mounted = {m.get("target") for m in svc.get("volumes") or [] if isinstance(m, Mapping)}
-        declared = (image_volumes or {}).get(str(svc.get("image")), ())
+        mounted = {m.get("target") for m in svc.volumes}
+        declared = (image_volumes or {}).get(svc.image, ())
         extra = [path for path in declared if path not in mounted]
         for i, path in enumerate(extra):
             vol = f"forge-image-vol-{name}-{i}"
@@ -224,16 +222,16 @@ def labels_override(
             services[name].setdefault("volumes", []).append(dict(m))
         if (env := (environment or {}).get(name)) is not None:
             services[name]["environment"] = dict(env)
-        ports = trial_ports(svc, (loopback or {}).get(name, ()))
+        ports = trial_ports(svc.raw, (loopback or {}).get(name, ()))
         if ports is not None:
             services[name]["ports"] = ports
-        if "container_name" in svc:
+        if "container_name" in svc.raw:
             services[name]["container_name"] = Reset()
         if name in (built or {}):
             services[name].update({"image": (built or {})[name], "build": Reset(), "pull_policy": "never"})
     networks: dict[str, Any] = {"default": {"labels": lab}}
-    for name, spec in (config.get("networks") or {}).items():
-        if not (spec or {}).get("external"):
+    for name, spec in resolved.networks.items():
+        if not spec.get("external"):
             networks[name] = {"labels": lab}
     out: dict[str, Any] = {"services": services, "networks": networks}
     if volumes:
@@ -249,10 +247,9 @@ def trial_ports(service: Mapping[str, Any], loopback: Sequence[int] = ()) -> Ove
     ``loopback`` not already among them is added the same way. The list replaces the file's (``!override``;
     compose would otherwise add the fixed ports back)."""
     out = Override()
-    for p in service.get("ports") or []:
-        if isinstance(p, Mapping):
-            kept = {k: v for k, v in p.items() if k not in ("published", "host_ip", "mode")}
-            out.append({**kept, "host_ip": LOOPBACK})
+    for p in ServiceConfig.of(service).ports:
+        kept = {k: v for k, v in p.items() if k not in ("published", "host_ip", "mode")}
+        out.append({**kept, "host_ip": LOOPBACK})
     have = {(int(p["target"]), p.get("protocol", "tcp")) for p in out if "target" in p}
     out.extend(loopback_port(port) for port in loopback if (int(port), "tcp") not in have)
     return out or None
@@ -349,9 +346,8 @@ class ComposeProject:
     def with_secrets(self, config: Mapping[str, Any]) -> ComposeProject:
         """This project, redacting the secret-named environment values of every service in ``config``."""
         found = set(self.secrets)
-        for svc in (config.get("services") or {}).values():
-            env = (svc or {}).get("environment")
-            found |= secret_values(env if isinstance(env, Mapping) else None)
+        for svc in ResolvedConfig.of(config).services.values():
+            found |= secret_values(svc.environment)
         return dataclasses.replace(self, secrets=frozenset(found))
 
     def run(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError
+from forgelib.resolved import ResolvedConfig
 from forgelib.seeds import redis_dump, sql_dump
 from forgelib.seeds.redis_dump import RedisParams
 from forgelib.seeds.sql_dump import PostgresParams
@@ -57,12 +58,11 @@ class Stack(Protocol):
 
 def service_config(config: Mapping[str, Any], service: str) -> Mapping[str, Any]:
     """One service of a resolved compose config; a clear error when the stack has no such service."""
-    services = config.get("services") or {}
+    services = ResolvedConfig.of(config).services
     if service not in services:
         known = ", ".join(sorted(services)) or "(none)"
         raise ForgeError(f"the stack has no service {service!r}; services: {known}")
-    out = services[service]
-    return out if isinstance(out, Mapping) else {}
+    return services[service].raw
 
 
 def binding_options(env: EnvironmentManifest, service: str) -> Mapping[str, Any]:

@@ -39,6 +39,7 @@ from forgelib.errors import (
 )
 from forgelib.images import ImageFacts
 from forgelib.readiness import NotReady
+from forgelib.resolved import ServiceConfig
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget, bare
 from forgelib.seeds.base import PreparedSeed
@@ -599,7 +600,7 @@ def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
         if s in seen:
             continue
         seen.add(s)
-        todo.extend(d for d in (services[s].get("depends_on") or {}) if d in services)
+        todo.extend(d for d in ServiceConfig.of(services[s]).depends_on if d in services)
     return [s for s in services if s in seen]
 
 

@@ -32,6 +32,7 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
@@ -89,7 +90,7 @@ class ForgeStack:
 
     @property
     def services(self) -> tuple[str, ...]:
-        return tuple((self.trial.config.get("services") or {}).keys())
+        return tuple(ResolvedConfig.of(self.trial.config).services)
 
     @property
     def bare_seeds(self) -> Mapping[str, Path]:

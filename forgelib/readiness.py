@@ -33,6 +33,7 @@ from forgelib import dockerargv as dk
 from forgelib import labels as lab
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+from forgelib.resolved import ServiceConfig
 
 PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
@@ -162,9 +163,9 @@ def _deps(svc: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, str]:
         dep = ref.removeprefix("service:").split(":")[0]
         if dep in wanted:
             out[dep] = STARTED
-    for dep, spec in (svc.get("depends_on") or {}).items():
+    for dep, spec in ServiceConfig.of(svc).depends_on.items():
         if dep in wanted:
-            out[str(dep)] = str((spec or {}).get("condition") or STARTED)
+            out[dep] = str(spec.get("condition") or STARTED)
     return out
 
 

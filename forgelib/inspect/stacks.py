@@ -28,6 +28,7 @@ from forgelib.custody import INSPECT_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.labels import owned_temp_dir
 from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, teardown_trial
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config
@@ -230,7 +231,7 @@ class TaskStacks:
             except BaseException:
                 teardown_trial(trial, graceful=False)
                 raise
-        services = [s for s in (trial.config.get("services") or {}) if s != default]
+        services = [s for s in ResolvedConfig.of(trial.config).services if s != default]
         return SampleStack(trial, task, (default, *services), self.settings.timeouts)
 
     def _teardown(self, trial: ProvisionedTrial, graceful: bool) -> None:

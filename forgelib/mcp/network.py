@@ -17,6 +17,7 @@ from typing import Any
 
 from forgelib import dockerargv as dk
 from forgelib.errors import ForgeError
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -55,22 +56,17 @@ class TrialNetwork:
 def stack_network_name(project: str, config: Mapping[str, Any]) -> str | None:
     """The docker network a trial's services share: the compose project's ``default`` network when its
     services use it, else the only network the config declares; None when that is not one network."""
-    networks = config.get("networks") or {}
-    services = config.get("services") or {}
+    resolved = ResolvedConfig.of(config)
+    networks, services = resolved.networks, resolved.services
     if not networks:
         return None
-
-    def attached(svc: Mapping[str, Any]) -> set[str]:
-        nets = svc.get("networks")
-        return set(nets) if nets else {"default"}
-
-    used = set().union(*(attached(s or {}) for s in services.values())) if services else set()
+    used = set().union(*(set(s.networks or ["default"]) for s in services.values())) if services else set()
     key = "default" if "default" in networks and "default" in used else None
     if key is None and len(networks) == 1:
         key = next(iter(networks))
     if key is None:
         return None
-    declared = networks[key] or {}
+    declared = networks[key]
     return str(declared.get("name") or f"{project}_{key}")
 
 

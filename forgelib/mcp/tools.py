@@ -28,6 +28,7 @@ from forgelib.clients import deferred
 from forgelib.connect import RedisParams
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
 from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.run.checks import Stack, service_environment
 from forgelib.runner import Result
 from forgelib.seeds import redis_dump, sql_dump
@@ -249,17 +250,15 @@ def service_kind(config: Mapping[str, Any]) -> str | None:
     service config as forge's seeds are bound to it: the image's repository name (``postgres``/``postgis``,
     ``redis``/``valkey``, any registry and tag, or the offline stand-ins ``forgelib/postgres``), else the
     official postgres image's environment contract (``POSTGRES_*``) or a ``redis-server`` command line."""
-    image = str(config.get("image") or "").rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0].lower()
+    svc = ServiceConfig.of(config)
+    image = svc.image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0].lower()
     if image.startswith(("postgres", "postgis")):
         return "postgres"
     if image.startswith(("redis", "valkey")):
         return "redis"
-    env = config.get("environment") or {}
-    if isinstance(env, Mapping) and any(str(k).startswith("POSTGRES_") for k in env):
+    if any(k.startswith("POSTGRES_") for k in svc.environment):
         return "postgres"
-    command = config.get("command") or []
-    first = (command[0] if isinstance(command, list) and command else str(command).split(" ", 1)[0]) or ""
-    if str(first).endswith(("redis-server", "valkey-server")):
+    if svc.command and svc.command[0].endswith(("redis-server", "valkey-server")):
         return "redis"
     return None
 
@@ -274,7 +273,7 @@ class Toolbox:
         self, compose: Stack, config: Mapping[str, Any], services: Collection[str] | None = None
     ) -> None:
         self._compose = compose
-        all_services: Mapping[str, Any] = config.get("services") or {}
+        all_services = {n: s.raw for n, s in ResolvedConfig.of(config).services.items()}
         names = sorted(all_services) if services is None else sorted(services)
         unknown = [s for s in names if s not in all_services]
         if unknown:
@@ -283,7 +282,7 @@ class Toolbox:
                 f"services: {', '.join(sorted(all_services))}"
             )
         self._config = config
-        self._services: dict[str, Mapping[str, Any]] = {n: all_services[n] or {} for n in names}
+        self._services: dict[str, Mapping[str, Any]] = {n: all_services[n] for n in names}
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._pg: dict[tuple[str, str], _Pg] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
+from forgelib.resolved import ResolvedConfig
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.run.tracecheck import NO_TRACE, Trace, decide
 from forgelib.runner import Result
@@ -278,11 +279,4 @@ def _json_field(text: str, dotted: str, url: str) -> str:
 
 def service_environment(compose: Mapping[str, Any], service: str) -> dict[str, str]:
     """A compose service's ``environment`` (mapping or ``KEY=VALUE`` list form) as a dict."""
-    raw = ((compose.get("services") or {}).get(service) or {}).get("environment") or {}
-    if isinstance(raw, Mapping):
-        return {str(k): "" if v is None else str(v) for k, v in raw.items()}
-    out: dict[str, str] = {}
-    for item in raw:
-        k, _, v = str(item).partition("=")
-        out[k] = v
-    return out
+    return dict(ResolvedConfig.of(compose).service(service).environment)

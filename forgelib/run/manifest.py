@@ -16,6 +16,7 @@ from typing import Any
 
 from forgelib import connect
 from forgelib.errors import ForgeError
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import HOST, EnvironmentManifest
 
 MANIFEST_VERSION = 1
@@ -46,7 +47,7 @@ class TrialIdent:
 
 def service_kind(service_config: Mapping[str, Any]) -> str | None:
     """``postgres`` / ``redis`` for a service whose image is one (official or forge's stand-in), else None."""
-    image = str(service_config.get("image") or "").lower().rsplit("/", 1)[-1].split(":", 1)[0]
+    image = ServiceConfig.of(service_config).image.lower().rsplit("/", 1)[-1].split(":", 1)[0]
     for kind in ("postgres", "redis"):
         if image.startswith(kind):
             return kind
@@ -71,7 +72,7 @@ def build(
     config; ``files``: what forge wrote for the agent (name -> path as the agent sees it)."""
     inside = where != HOST
     services: dict[str, Any] = {}
-    for name in sorted((config.get("services") or {}).keys()):
+    for name in sorted(ResolvedConfig.of(config).services):
         svc = connect.service_config(config, name)
         entry: dict[str, Any] = {"host": name if inside else "127.0.0.1", "ports": {}, "urls": {}}
         for spelled in ports.get(name, []):

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import RecipeError
+from forgelib.resolved import ServiceConfig
 from forgelib.spec.models import Seed, Timeouts
 
 T = TypeVar("T")
@@ -75,9 +76,8 @@ class ApplyContext(SeedTarget):
     # (``docker compose port`` costs ~0.1 s; the mapping lives as long as the container).
     addresses: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict, compare=False)
 
-    def environment(self) -> Mapping[str, Any]:
-        env = self.service_config.get("environment") or {}
-        return env if isinstance(env, Mapping) else {}
+    def environment(self) -> Mapping[str, str]:
+        return ServiceConfig.of(self.service_config).environment
 
     def address(self, container_port: int) -> tuple[str, int]:
         """Where the host reaches this service's ``container_port`` (published on 127.0.0.1)."""

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted
+from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 
 if TYPE_CHECKING:
@@ -204,9 +205,7 @@ def direct_port(service_config: Mapping[str, Any]) -> int:
 
 def command_option(service_config: Mapping[str, Any], name: str) -> str | None:
     """The value of ``--NAME VALUE`` on the service's (resolved) command line, or None."""
-    command = service_config.get("command") or []
-    argv = command if isinstance(command, list) else str(command).split()
-    argv = [str(a) for a in argv]
+    argv = ServiceConfig.of(service_config).command
     for i, arg in enumerate(argv[:-1]):
         if arg == f"--{name}":
             return argv[i + 1]

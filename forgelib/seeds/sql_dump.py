@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
+from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
 from forgelib.seeds.datadir import PristineDir
 from forgelib.spec.models import ResetStrategy
@@ -188,7 +189,7 @@ def service_versions(ctx: ApplyContext, user: str, database: str) -> ServiceVers
         # "psql (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)" -> 15.14; the server: "15.14 (Debian ...)"
         return ServiceVersions(_version_in(lines[2]), _version_in(lines[0]), _version_in(lines[1]))
 
-    return ctx.memo.get(("pg_versions", ctx.service, str(ctx.service_config.get("image") or "")), ask)
+    return ctx.memo.get(("pg_versions", ctx.service, ServiceConfig.of(ctx.service_config).image), ask)
 
 
 def _version_in(line: str) -> str:
@@ -241,8 +242,7 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
 
 def direct_port(service_config: Mapping[str, Any]) -> int:
     """Where the server listens in the container: ``PGPORT`` (the official image honours it), else 5432."""
-    env = service_config.get("environment") or {}
-    port = str(env.get("PGPORT") or "") if isinstance(env, Mapping) else ""
+    port = ServiceConfig.of(service_config).environment.get("PGPORT") or ""
     return int(port) if port.isdigit() else DEFAULT_PORT
 
 
@@ -291,8 +291,7 @@ def connection_params(
 ) -> PostgresParams:
     """A postgres service's direct connection: its *resolved* compose config, the seed binding's
     ``options`` (user/database), and ``address`` (container port -> published host and port)."""
-    env = service_config.get("environment") or {}
-    env = env if isinstance(env, Mapping) else {}
+    env = ServiceConfig.of(service_config).environment
     user, db = postgres_credentials(options, env)
     host, port = address(direct_port(service_config))
     password = env.get("POSTGRES_PASSWORD")

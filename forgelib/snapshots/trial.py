@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from forgelib import dockerargv as dk
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.resolved import ServiceConfig
 from forgelib.runner import Runner
 from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
@@ -86,11 +87,11 @@ class TrialGoldens:
         it), look again, and capture after seeding if it is still missing."""
         plans: dict[str, Plan] = {}
         wanted = [b for b in bindings if b.recipe.SUPPORTS_GOLDEN and b.service not in self.disabled]
-        images = self._image_ids([str((services.get(b.service) or {}).get("image") or "") for b in wanted])
+        images = self._image_ids([ServiceConfig.of(services.get(b.service)).image for b in wanted])
         capturing: set[str] = set()
         for b in sorted(wanted, key=lambda b: b.service):
             cfg = services.get(b.service) or {}
-            image = images.get(str(cfg.get("image") or ""))
+            image = images.get(ServiceConfig.of(cfg).image)
             if not image:
                 self._note(b.service, "none", reason=f"image {cfg.get('image')!r} is not on the engine yet")
                 continue
@@ -312,9 +313,7 @@ def unrestorable(service_config: Mapping[str, Any], path: str | None) -> str | N
     system holds it), but a bind mount hides it and ``nocopy`` skips the copy."""
     if not path or not path.startswith("/"):
         return f"the service reported no usable data directory ({path!r})"
-    for m in service_config.get("volumes") or []:
-        if not isinstance(m, Mapping):
-            continue
+    for m in ServiceConfig.of(service_config).volumes:
         target = str(m.get("target") or "").rstrip("/")
         covers = path == target or path.startswith(target + "/")
         if covers and m.get("type") == "bind":

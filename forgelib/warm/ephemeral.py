@@ -37,6 +37,7 @@ from forgelib import readiness
 from forgelib.compose import ComposeProject, labels_override, published_of_inspect
 from forgelib.errors import ForgeError
 from forgelib.provision import ProvisionedTrial
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
 
@@ -324,8 +325,8 @@ class Ephemerals:
         """The published ports of the ephemeral services' new containers (one ``docker inspect``, only
         when one of them publishes any): Docker picks each host port at start, so the last trial's no
         longer hold, and a precreated container's record (taken before its start) has none yet."""
-        services = self.trial.config.get("services") or {}
-        publish = [s for s in self.services if (services.get(s) or {}).get("ports")]
+        config = ResolvedConfig.of(self.trial.config)
+        publish = [s for s in self.services if config.service(s).ports]
         if not publish:
             return {}
         if not self.fallback:
@@ -374,7 +375,8 @@ def _ephemeral_plan(
     service of several replicas is recreated whole by compose instead (``up --force-recreate`` on the
     trial's path): every replica is new each trial, as the isolation promises, and the run says so once
     (a ``warm_ephemeral_recreated`` event) rather than paying for a spare attempt that cannot work."""
-    services: Mapping[str, Any] = trial.config.get("services") or {}
+    config = ResolvedConfig.of(trial.config)
+    services = config.services
     env = trial.environment
     keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
     eph = [n for n in services if n not in keep]
@@ -384,8 +386,7 @@ def _ephemeral_plan(
         wave = [
             s
             for s in eph
-            if s not in placed
-            and all(d in placed or d not in eph for d in (services[s].get("depends_on") or {}))
+            if s not in placed and all(d in placed or d not in eph for d in services[s].depends_on)
         ]
         if not wave:  # a cycle compose itself would refuse: one wave, compose orders it
             wave = [s for s in eph if s not in placed]
@@ -394,16 +395,16 @@ def _ephemeral_plan(
     users: dict[str, set[str]] = {}
     added = labels_override(trial.config, {}, image_volumes).get("services") or {}
     for n, svc in services.items():
-        for m in [*(svc.get("volumes") or []), *((added.get(n) or {}).get("volumes") or [])]:
+        for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
             if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
                 users.setdefault(str(m["source"]), set()).add(n)
-    declared: Mapping[str, Any] = trial.config.get("volumes") or {}
+    declared = config.volumes
     renew = [
         str((declared.get(v) or {}).get("name") or f"{trial.name}_{v}")
         for v, who in sorted(users.items())
         if who <= set(eph) and not (declared.get(v) or {}).get("external")
     ]
-    several = {s: _replicas(services[s]) for s in eph if _replicas(services[s]) > 1}
+    several = {s: _replicas(services[s].raw) for s in eph if _replicas(services[s].raw) > 1}
     fallback = None
     if several:
         listed = ", ".join(f"{s} ({n} replicas)" for s, n in sorted(several.items()))

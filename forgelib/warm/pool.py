@@ -46,6 +46,7 @@ from forgelib.provision import (
     ProvisionedTrial,
     provision_stack,
 )
+from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
@@ -366,7 +367,7 @@ class WarmPool:
             profiles=self.profiles,
             warm=True,
         )
-        images = [str(s.get("image", "")) for s in (trial.config.get("services") or {}).values()]
+        images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = _Stack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)

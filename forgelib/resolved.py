@@ -1,0 +1,92 @@
+"""A stack's resolved compose config, typed: the one reader of what ``docker compose config`` printed.
+
+``ComposeProject.config()`` returns the dict; ``ResolvedConfig.of(dict)`` (or ``ServiceConfig.of`` for
+one service's) is the view the rest of forge reads: the fields forge uses, each normalised here once
+(``environment`` a ``str -> str`` dict from either of compose's forms, ``command`` a list, long-syntax
+``ports``/``volumes`` entries only, ``depends_on`` a dict of dicts). The dict itself stays the record
+(``raw``): what is hashed (``snapshots.key.state_config``) and what the override builder copies from.
+Pure: imports nothing of forgelib, so any module may read a config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _environment(raw: Any) -> dict[str, str]:
+    """``environment`` as a dict: the mapping form (a value of None, ``FOO`` without one, is ``""``) or the
+    ``KEY=VALUE`` list form."""
+    if isinstance(raw, Mapping):
+        return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    out: dict[str, str] = {}
+    for item in raw or []:
+        k, _, v = str(item).partition("=")
+        out[k] = v
+    return out
+
+
+def _mappings(raw: Any) -> tuple[Mapping[str, Any], ...]:
+    return tuple(m for m in raw or [] if isinstance(m, Mapping))
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """One service as compose resolved it; an absent field reads empty."""
+
+    name: str
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    image: str = ""
+    build: bool = False  # compose would build it (``build:``)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] = ()  # the list form; a string command split on whitespace
+    ports: tuple[Mapping[str, Any], ...] = ()  # long syntax (target, published, host_ip, protocol)
+    volumes: tuple[Mapping[str, Any], ...] = ()  # long syntax (type, source, target, volume.nocopy)
+    depends_on: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # service -> {condition}
+    networks: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any] | None, name: str = "") -> ServiceConfig:
+        raw = raw if isinstance(raw, Mapping) else {}
+        command = raw.get("command") or []
+        deps = raw.get("depends_on") or {}
+        deps = deps if isinstance(deps, Mapping) else {}
+        return cls(
+            name=name,
+            raw=raw,
+            image=str(raw.get("image") or ""),
+            build=bool(raw.get("build")),
+            environment=_environment(raw.get("environment")),
+            command=tuple(str(a) for a in (command if isinstance(command, list) else str(command).split())),
+            ports=_mappings(raw.get("ports")),
+            volumes=_mappings(raw.get("volumes")),
+            depends_on={str(d): dict(spec or {}) for d, spec in deps.items()}
+            if isinstance(deps, Mapping)
+            else {},
+            networks=tuple(str(n) for n in raw.get("networks") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """The whole resolved config: its services (in compose's order), top-level volumes and networks."""
+
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    services: Mapping[str, ServiceConfig] = field(default_factory=dict)
+    volumes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {name, external, ...}
+    networks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any] | None) -> ResolvedConfig:
+        raw = raw if isinstance(raw, Mapping) else {}
+        return cls(
+            raw=raw,
+            services={str(n): ServiceConfig.of(s, str(n)) for n, s in (raw.get("services") or {}).items()},
+            volumes={str(n): dict(v or {}) for n, v in (raw.get("volumes") or {}).items()},
+            networks={str(n): dict(v or {}) for n, v in (raw.get("networks") or {}).items()},
+        )
+
+    def service(self, name: str) -> ServiceConfig:
+        """``name``'s config; an empty one when the stack has no such service."""
+        return self.services.get(name) or ServiceConfig(name)
