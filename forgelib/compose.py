@@ -203,7 +203,7 @@ def labels_override(
     (leak checks, ``forge reap``) could see it. Each gets a named, labelled volume instead.
 
     ``mounts`` (service -> long-syntax volume entries) and ``environment`` (service -> variables) are added
-    to the services: a ``bare`` seed's read-only bind mount and the variable naming it (``seeds.bare``).
+    to the services: a seed's extra mount and the variable naming it (``Recipe.seed_mount``: ``seeds.bare``).
     """
     lab = dict(labels)
     resolved = ResolvedConfig.of(config)

@@ -41,8 +41,8 @@ from forgelib.images import ImageFacts
 from forgelib.readiness import NotReady
 from forgelib.resolved import ServiceConfig
 from forgelib.runner import Runner
-from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget, bare
-from forgelib.seeds.base import PreparedSeed
+from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
+from forgelib.seeds.base import PreparedSeed, SeedMount
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
@@ -82,7 +82,7 @@ class ProvisionedTrial:
     environment: EnvironmentManifest
     compose: ComposeProject
     timings: dict[str, float]
-    bare_seeds: dict[str, bare.BareMount]  # service -> its `bare` seed's read-only mount (seeds.bare)
+    bare_seeds: dict[str, SeedMount]  # service -> its seed's extra mount (Recipe.seed_mount; trial.yaml)
     trial_dir: Path
     labels: Mapping[str, str] = field(default_factory=dict)
     shared: bool = False  # the run's shared stack: teardown_trial leaves it to teardown_run
@@ -352,7 +352,7 @@ class _Provisioning:
             environment=self.env,
             compose=dataclasses.replace(compose, direct=True),  # the trial's execs: plain `docker exec`
             timings=dict(self.timings),
-            bare_seeds=_bare_mounts(bindings),
+            bare_seeds=_seed_mounts(bindings),
             trial_dir=self.trial_dir,
             labels=dict(self.labels),
             shared=self.shared,
@@ -377,14 +377,14 @@ class _Provisioning:
         """Write this trial's override; the compose project with it, the services (built ones naming the
         run's image), their images' declared VOLUMEs and the ports published for direct connections."""
         services = _imaged(config, built)
-        images = [str(s.get("image", "")) for s in services.values()]
+        images = [ServiceConfig.of(s).image for s in services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         loopback = _loopback(bindings, config)
-        bares = _bare_mounts(bindings)
+        seed_mounts = _seed_mounts(bindings)
         doc = labels_override(
             config, self.labels, declared, loopback, built,
-            mounts={m.service: [m.volume()] for m in bares.values()},
-            environment={m.service: {m.env_var: m.path} for m in bares.values()},
+            mounts={m.service: [m.volume()] for m in seed_mounts.values()},
+            environment={m.service: m.env() for m in seed_mounts.values()},
         )  # fmt: skip
         override = write_override(self.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error
@@ -500,12 +500,9 @@ class _Binding:
         return SeedTarget(self.service, self.seed, self.options)
 
 
-def _bare_mounts(bindings: Sequence[_Binding]) -> dict[str, bare.BareMount]:
-    return {
-        b.service: bare.mount(b.service, b.seed.name, b.seed.path)
-        for b in bindings
-        if b.seed.kind is SeedKind.BARE
-    }
+def _seed_mounts(bindings: Sequence[_Binding]) -> dict[str, SeedMount]:
+    """service -> the extra mount its seed's kind asks for (``Recipe.seed_mount``; ``bare``'s file)."""
+    return {b.service: m for b in bindings if (m := b.recipe.seed_mount(b.target)) is not None}
 
 
 def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[str, list[int]]:

@@ -94,8 +94,9 @@ class ForgeStack:
 
     @property
     def bare_seeds(self) -> Mapping[str, Path]:
-        """service -> the absolute host path of its ``bare`` seed (mounted read-only in the service at
-        ``/run/forge/seeds/<seed>``, named by ``FORGE_SEED_<SEED>`` there)."""
+        """service -> the absolute host path of its seed's extra mount (``Recipe.seed_mount``: a ``bare``
+        seed, mounted read-only in the service at ``/run/forge/seeds/<seed>``, named by ``FORGE_SEED_<SEED>``
+        there)."""
         return {svc: m.host_path for svc, m in self.trial.bare_seeds.items()}
 
     def exec(

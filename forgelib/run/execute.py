@@ -58,7 +58,7 @@ from forgelib.run.results import (
 )
 from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
-from forgelib.seeds.bare import BareMount
+from forgelib.seeds.base import SeedMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 
@@ -82,8 +82,8 @@ class TrialHandle(Protocol):
         ...
 
     @property
-    def bare_seeds(self) -> Mapping[str, BareMount]:
-        """service -> its ``bare`` seed's read-only mount."""
+    def bare_seeds(self) -> Mapping[str, SeedMount]:
+        """service -> its seed's extra mount (``Recipe.seed_mount``: a ``bare`` seed's read-only file)."""
         ...
 
     @property
@@ -505,8 +505,13 @@ class Executor:
         assert t.task.oracle is not None and t.handle is not None and t.solver is not None
         oracle = t.task.oracle
         timeout = effective_timeout(oracle, self.s.timeouts.oracle)
-        # A bare seed bound to the oracle's service: its variable names where the file is mounted.
-        seed_env = {m.env_var: m.path for m in t.handle.bare_seeds.values() if m.service == oracle.service}
+        # A seed mounted in the oracle's service: its variable names where the file is mounted.
+        seed_env = {
+            k: v
+            for m in t.handle.bare_seeds.values()
+            if m.service == oracle.service
+            for k, v in m.env().items()
+        }
         url = srv.url_for(False) if srv is not None else None
         if srv is not None and url is not None:  # the oracle runs in the stack: it reaches the server there
             seed_env |= {"FORGE_MCP_URL": url, "FORGE_MCP_TOKEN": srv.token}

@@ -48,7 +48,7 @@ class TrialResult:
     solver: dict[str, Any] | None = None  # kind (oracle|command), name, where, rc, timed_out, seconds, tools
     teardown_error: str | None = None
     log_capture_error: str | None = None
-    bare_seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> BareMount.record()
+    bare_seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> SeedMount.record()
     attempt: int = 1  # 1-based
     retried: bool = False  # this attempt ended retryably and another one follows
     earlier_attempts: tuple[dict[str, Any], ...] = ()  # attempt_summary() of each retried attempt

@@ -17,6 +17,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from forgelib.compose import ComposeProject
@@ -60,6 +61,36 @@ class SeedTarget:
     def fail(self, step: str, detail: str) -> RecipeError:
         """The error a recipe raises: which step on which service, and the diagnostics."""
         return RecipeError(f"{step} step on service '{self.service}': {detail}")
+
+
+@dataclass(frozen=True)
+class SeedMount:
+    """A seed kind's extra mount (``Recipe.seed_mount``): the seed's host path bind-mounted read-only in its
+    service by the trial's override, and the variable that names where (in the service's environment and in
+    the oracle's exec when the oracle runs in that service)."""
+
+    service: str
+    seed: str
+    host_path: Path  # absolute, verified against the seed's digest at load
+    path: str  # inside the service
+    env_var: str
+
+    def volume(self) -> dict[str, Any]:
+        """The override's long-syntax bind mount (read-only: the seed must stay what its digest says)."""
+        return {"type": "bind", "source": str(self.host_path), "target": self.path, "read_only": True}
+
+    def env(self) -> dict[str, str]:
+        """The variable naming where the seed is mounted: ``{env_var: path}``."""
+        return {self.env_var: self.path}
+
+    def record(self) -> dict[str, str]:
+        """As trial.yaml (``bare_seeds``) and ``forge provision --json`` show it."""
+        return {"seed": self.seed, "host_path": str(self.host_path), "path": self.path, "env": self.env_var}
+
+
+def no_mount(target: SeedTarget) -> SeedMount | None:
+    """``seed_mount`` of a kind that works in the running container and mounts nothing."""
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +195,11 @@ class Recipe(Protocol):
     def direct_port(self, service_config: Mapping[str, Any]) -> int | None:
         """The container port forge talks to directly (published on 127.0.0.1 by the override), or None
         when the recipe works through ``compose exec``/``cp`` only."""
+
+    def seed_mount(self, target: SeedTarget) -> SeedMount | None:
+        """What the trial's override mounts in the service for this seed before it starts (a ``SeedMount``:
+        read-only bind, and its variable), or None (``no_mount``): the kind's one say in the override."""
+        ...
 
     @property
     def RECIPE_VERSION(self) -> int:

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import CommandError
-from forgelib.seeds.base import ApplyContext, Fingerprint, Memo, SeedTarget, fingerprint_part, no_golden
+from forgelib.seeds.base import (
+    ApplyContext,
+    Fingerprint,
+    Memo,
+    SeedTarget,
+    fingerprint_part,
+    no_golden,
+    no_mount,
+)
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})
@@ -190,3 +198,4 @@ SUPPORTS_GOLDEN = False
 
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
+seed_mount = no_mount  # it works in the running container: no extra mount

@@ -22,7 +22,14 @@ from urllib.parse import quote
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.resolved import ServiceConfig
-from forgelib.seeds.base import CONNECT_TIMEOUT, ApplyContext, Fingerprint, SeedTarget, fingerprint_part
+from forgelib.seeds.base import (
+    CONNECT_TIMEOUT,
+    ApplyContext,
+    Fingerprint,
+    SeedTarget,
+    fingerprint_part,
+    no_mount,
+)
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -441,3 +448,6 @@ def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
     """``fingerprint``: its keyspace part (every key's name and type) already tells an empty or other
     keyspace from the golden's."""
     return fingerprint(ctx)
+
+
+seed_mount = no_mount  # it works in the running container: no extra mount

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from forgelib.seeds import REGISTRY
-from forgelib.spec.models import SeedKind
+from forgelib.seeds.base import SeedTarget
+from forgelib.spec.models import Seed, SeedKind
 from forgelib.spec.rules import SHORTHAND_KINDS
 from forgelib.spec.schema import schema
 from forgelib.spec.validate import validate_project
@@ -78,3 +79,17 @@ def test_an_unknown_reset_strategy_names_the_file_line_and_the_choices(tmp_path:
     (problem,) = [str(i) for i in validate_project(str(project)).errors]
     assert "project.yaml:" in problem and ".reset.strategy" in problem, problem
     assert "'fast' is not one of: exact, template" in problem, problem
+
+
+def test_each_kind_owns_its_extra_mount(tmp_path: Path) -> None:
+    """``Recipe.seed_mount``: only ``bare`` mounts its seed (read-only, named by its variable)."""
+    seed_file = tmp_path / "order.json"
+    for kind, recipe in REGISTRY.items():
+        seed = Seed(name="widget-order", path=seed_file, kind=kind, digest="sha256:" + "0" * 64)
+        m = recipe.seed_mount(SeedTarget("runner", seed))
+        if kind is SeedKind.BARE:
+            at = "/run/forge/seeds/widget-order"
+            assert m is not None and m.env() == {"FORGE_SEED_WIDGET_ORDER": at}
+            assert m.volume() == {"type": "bind", "source": str(seed_file), "target": at, "read_only": True}
+        else:
+            assert m is None, kind
