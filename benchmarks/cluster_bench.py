@@ -148,7 +148,10 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
         "ratio_by_trials": by_size,
         "ratio": by_size[max(sizes)],
         "idle_ratio_by_trials": idle_by_size,
-        "ratio_cold": round(bs.ratio(cold[per_trial[0]], mean("local", per_trial, cold["trials"])), 3),
+        # None when no local run has the cold run's size (``--cold-trials``)
+        "ratio_cold": round(bs.ratio(cold[per_trial[0]], mean("local", per_trial, cold["trials"])), 3)
+        if any(r["arm"] == "local" and r["trials"] == cold["trials"] for r in rows)
+        else None,
         "start_exit_s": {mode: round(mean(mode, ("pre_s", "post_s")), 2) for mode in ("local", "cluster")},
         "idle_per_trial_s": by_mode_and_size("idle_per_trial_s"),
     }
@@ -178,12 +181,14 @@ def measure(
     rounds: int,
     stacks: str = "fresh",
     fresh_sizes: Sequence[int] = (),
+    cold_trials: int | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A cold cluster run, then ``rounds`` alternating local/cluster rounds per run size (with the cluster
     fresh-stack arm at ``fresh_sizes``): their rows, and the cluster runs' hand-off steps."""
     cfg, on = bs.config_path(), ["--cluster", address]
     mode = ["--stacks", stacks]
-    runs = [("cold", sizes[0], *timed(cfg, sizes[0], tmp / "cold", [*on, *mode]), bs.loadavg())]
+    cold = cold_trials or sizes[0]
+    runs = [("cold", cold, *timed(cfg, cold, tmp / "cold", [*on, *mode]), bs.loadavg())]
     for n in sizes:
         arms = ["local", "cluster"] + (["fresh"] if stacks == "warm" and n in fresh_sizes else [])
         for i in range(rounds):
@@ -220,6 +225,12 @@ def main(argv: Sequence[str]) -> None:
         default="",
         help="with --stacks warm: sizes that also get a cluster --stacks fresh arm (default the smallest)",
     )
+    ap.add_argument(
+        "--cold-trials",
+        type=int,
+        default=None,
+        help="trials of the first (cold) cluster run (default the smallest size)",
+    )
     args = ap.parse_args(argv)
     sizes = sorted({int(n) for n in args.trials.split(",")})
     fresh_sizes = sorted({int(n) for n in args.fresh_trials.split(",") if n} or {sizes[0]})
@@ -236,7 +247,7 @@ def main(argv: Sequence[str]) -> None:
         try:
             with tempfile.TemporaryDirectory(prefix="forge-bench-cluster-") as tmp:
                 rows, marks = measure(
-                    Path(tmp), cluster.address, sizes, args.rounds, args.stacks, fresh_sizes
+                    Path(tmp), cluster.address, sizes, args.rounds, args.stacks, fresh_sizes, args.cold_trials
                 )
         finally:
             cluster.stop()
@@ -286,7 +297,9 @@ def main(argv: Sequence[str]) -> None:
                 f"{n} trials local {i['local']:.2f} s, cluster {i['cluster']:.2f} s" for n, i in idle.items()
             ),
             *fresh_notes,
-            f"first run on the fresh cluster (starts its slots): {result['ratio_cold']:.3f}",
+            f"first run on the fresh cluster (starts its slots, {rows[0]['trials']} trials): "
+            f"{result['ratio_cold'] if result['ratio_cold'] is not None else '-'} "
+            f"(overhead per trial {rows[0]['overhead_per_trial_s']:.2f} s)",
             f"hand-off steps per cluster trial, mean s: {marks}",
             f"second engine + cluster start (head, 2 nodes): {cluster_start:.1f} s",
             f"load average: {bs.loadavg()}",

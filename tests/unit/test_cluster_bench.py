@@ -101,3 +101,9 @@ def test_rounds_alternate_the_order_of_the_arms() -> None:
         ["fresh", "cluster", "local"],
         ["local", "cluster", "fresh"],
     ]
+
+
+def test_a_cold_run_of_a_size_no_local_run_has_gets_no_ratio() -> None:
+    rows = [_row("cluster cold", 4, 5.0), _row("local --workers 4", 32, 1.0), _row("cluster warm", 32, 1.1)]
+    got = cb.summarize(rows, [32])
+    assert got["ratio_cold"] is None and got["ratio"] == pytest.approx(1.1)
