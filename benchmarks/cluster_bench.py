@@ -96,7 +96,9 @@ def timed(
     workdir.mkdir(parents=True)
     spawned = time.time()
     run = bs.run_forge(cfg, repeats=trials, workers=workers, workdir=workdir, extra=extra)
-    if run.rc != 0:
+    # rc 1 with every trial on record: some trials failed (on a loaded box, a healthcheck answering late);
+    # the run still measures its overhead, and its row says how many passed.
+    if run.rc != 0 and not (run.rc == 1 and len(run.trials()) == trials and run.summary):
         raise SystemExit(run.describe_failure())
     return run, spawned
 
@@ -203,6 +205,7 @@ def measure(
             "arm": arm,
             "stacks": "fresh" if arm == "fresh" else stacks,
             "trials": n,
+            "passed": run.passed(),
             "wall_s": round(run.wall, 2),
             "overhead_per_trial_s": round(overhead(run), 3),
             **phases(run, spawned),

@@ -7,7 +7,6 @@ import pytest
 
 from benchmarks import cluster_bench as cb
 
-
 ARM = {"cluster cold": "cold", "local --workers 4": "local", "cluster warm": "cluster", "fresh": "fresh"}
 
 
