@@ -20,6 +20,13 @@ healing leftovers locally, shipping the project), ``idle`` (slot time inside the
 teardowns, waiting for the last trial of a wave, hand-offs), ``post`` (``run_finished`` → exit); and per
 cluster trial, from the driver's debug log: sent → entered on the node, the project from the slot's cache,
 the files tar and the way back. Needs Ray (``.[ray]``).
+
+``--stacks warm``: both modes run ``--stacks warm`` (a warm stack per slot / worker, reset in place between
+trials), so the ratio is cluster warm over local warm at the same concurrency; a third arm, the cluster with
+fresh stacks, runs beside them at the sizes of ``--fresh-trials`` (default the smallest size: a fresh
+150-trial run takes ~10 min here), each round in ABC/CBA order, for cluster warm ÷ cluster fresh: the
+run's slot time per trial (wall x concurrency / trials: everything, the warm stacks' first provisioning
+and final teardown included), and the mean trial seconds.
 """
 
 from __future__ import annotations
@@ -89,38 +96,42 @@ def timed(
     workdir.mkdir(parents=True)
     spawned = time.time()
     run = bs.run_forge(cfg, repeats=trials, workers=workers, workdir=workdir, extra=extra)
-    if run.rc != 0:
+    # rc 1 with every trial on record: some trials failed (on a loaded box, a healthcheck answering late);
+    # the run still measures its overhead, and its row says how many passed.
+    if run.rc != 0 and not (run.rc == 1 and len(run.trials()) == trials and run.summary):
         raise SystemExit(run.describe_failure())
     return run, spawned
 
 
+ARMS = {"cold": "cluster cold", "local": f"local --workers {CONCURRENCY}", "cluster": "cluster warm",
+        "fresh": "cluster, fresh stacks"}  # fmt: skip
+FRESH_TARGET = 0.3  # cluster warm stacks / cluster fresh stacks, slot time per trial
+
+
 def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
-    """The ratio cluster (warm) / local at each run size, and where each mode's overhead goes: start-up +
-    exit (``pre`` + ``post``, seconds once per run, on every slot) and slot time idle per trial."""
+    """The ratio cluster (warm slots) / local at each run size, and where each mode's overhead goes: start-up
+    + exit (``pre`` + ``post``, seconds once per run, on every slot) and slot time idle per trial; with a
+    ``fresh`` arm (``--stacks warm`` runs), cluster warm stacks / cluster fresh stacks at its sizes."""
     # Each run's mean trial seconds, from the overhead's own terms: Σ wall_seconds / trials.
     rows = [
         {**r, "trial_s": r["wall_s"] * CONCURRENCY / r["trials"] - r["overhead_per_trial_s"]} for r in rows
     ]
 
-    def mean(mode: str, keys: Sequence[str], n: int | None = None) -> float:
-        """Mean over ``mode``'s runs (of ``n`` trials, or all) of each run's ``keys`` summed."""
+    def mean(arm: str, keys: Sequence[str], n: int | None = None) -> float:
+        """Mean over ``arm``'s runs (of ``n`` trials, or all) of each run's ``keys`` summed."""
         return float(
             statistics.mean(
-                sum(r[k] for k in keys)
-                for r in rows
-                if r["run"].startswith(mode) and n in (None, r["trials"])
+                sum(r[k] for k in keys) for r in rows if r["arm"] == arm and n in (None, r["trials"])
             )
         )
 
-    def ratios(keys: Sequence[str]) -> dict[int, float]:
-        """Cluster (warm) over local, of ``keys`` summed, at each run size."""
-        return {n: round(bs.ratio(mean("cluster warm", keys, n), mean("local", keys, n)), 3) for n in sizes}
+    def ratios(keys: Sequence[str], over: str = "local", at: Sequence[int] = sizes) -> dict[int, float]:
+        """Cluster (warm slots) over ``over``, of ``keys`` summed, at each run size of ``at``."""
+        return {n: round(bs.ratio(mean("cluster", keys, n), mean(over, keys, n)), 3) for n in at}
 
     def by_mode_and_size(key: str) -> dict[int, dict[str, float]]:
         """Each mode's mean ``key`` at each run size: {n: {"local": ..., "cluster": ...}}."""
-        return {
-            n: {m.split()[0]: round(mean(m, (key,), n), 2) for m in ("local", "cluster warm")} for n in sizes
-        }
+        return {n: {m: round(mean(m, (key,), n), 2) for m in ("local", "cluster")} for n in sizes}
 
     per_trial = ("overhead_per_trial_s",)
     by_size = ratios(per_trial)
@@ -132,50 +143,78 @@ def summarize(rows: list[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any
     # here and in the wall, not in the ratios above.
     trial_s = by_mode_and_size("trial_s")
     wall_by_size = ratios(("wall_s",))
-    cold = rows[0]
-    return {
+    cold = next(r for r in rows if r["arm"] == "cold")
+    out: dict[str, Any] = {
         "trial_s": trial_s,
         "wall_ratio_by_trials": wall_by_size,
         "ratio_by_trials": by_size,
         "ratio": by_size[max(sizes)],
         "idle_ratio_by_trials": idle_by_size,
-        "ratio_cold": round(bs.ratio(cold[per_trial[0]], mean("local", per_trial, cold["trials"])), 3),
-        "start_exit_s": {
-            mode.split()[0]: round(mean(mode, ("pre_s", "post_s")), 2) for mode in ("local", "cluster warm")
-        },
+        # None when no local run has the cold run's size (``--cold-trials``)
+        "ratio_cold": round(bs.ratio(cold[per_trial[0]], mean("local", per_trial, cold["trials"])), 3)
+        if any(r["arm"] == "local" and r["trials"] == cold["trials"] for r in rows)
+        else None,
+        "start_exit_s": {mode: round(mean(mode, ("pre_s", "post_s")), 2) for mode in ("local", "cluster")},
         "idle_per_trial_s": by_mode_and_size("idle_per_trial_s"),
     }
+    fresh_sizes = sorted({r["trials"] for r in rows if r["arm"] == "fresh"})
+    if fresh_sizes:
+        # Slot time per trial (wall x concurrency / trials) is the run's wall per trial: what a user waits.
+        out["fresh_ratio_by_trials"] = ratios(("wall_s",), over="fresh", at=fresh_sizes)
+        out["fresh_trial_ratio_by_trials"] = ratios(("trial_s",), over="fresh", at=fresh_sizes)
+        out["fresh_slot_s_per_trial"] = {
+            n: {m: round(mean(m, ("wall_s",), n) * CONCURRENCY / n, 2) for m in ("cluster", "fresh")}
+            for n in fresh_sizes
+        }
+    return out
+
+
+def order(arms: Sequence[str], round_: int) -> list[str]:
+    """ABBA (ABC CBA ...): every other round runs the arms backwards, so a drift of the box's speed over the
+    run (150-trial runs here slowed 493 -> 580 -> 576 -> 653 s in L C L C order) does not always fall on the
+    arm that runs last."""
+    return list(arms) if round_ % 2 == 0 else list(arms)[::-1]
 
 
 def measure(
-    tmp: Path, address: str, sizes: Sequence[int], rounds: int
+    tmp: Path,
+    address: str,
+    sizes: Sequence[int],
+    rounds: int,
+    stacks: str = "fresh",
+    fresh_sizes: Sequence[int] = (),
+    cold_trials: int | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A cold cluster run, then ``rounds`` alternating local/cluster pairs per run size: their rows, and
-    the cluster runs' hand-off steps."""
+    """A cold cluster run, then ``rounds`` alternating local/cluster rounds per run size (with the cluster
+    fresh-stack arm at ``fresh_sizes``): their rows, and the cluster runs' hand-off steps."""
     cfg, on = bs.config_path(), ["--cluster", address]
-    runs = [("cluster cold", sizes[0], *timed(cfg, sizes[0], tmp / "cold", on))]
+    mode = ["--stacks", stacks]
+    cold = cold_trials or sizes[0]
+    runs = [("cold", cold, *timed(cfg, cold, tmp / "cold", [*on, *mode]), bs.loadavg())]
     for n in sizes:
+        arms = ["local", "cluster"] + (["fresh"] if stacks == "warm" and n in fresh_sizes else [])
         for i in range(rounds):
-            # ABBA: every other round runs the cluster first, so a drift of the box's speed over the run
-            # (150-trial runs here slowed 493 -> 580 -> 576 -> 653 s in L C L C order) does not always fall on
-            # the mode that runs second.
-            pair = [
-                (f"local --workers {CONCURRENCY}", f"local{n}-{i}", (), CONCURRENCY),
-                ("cluster warm", f"warm{n}-{i}", on, None),
-            ]
-            for label, workdir, extra, workers in pair if i % 2 == 0 else pair[::-1]:
-                runs.append((label, n, *timed(cfg, n, tmp / workdir, extra, workers)))
+            for arm in order(arms, i):
+                extra = {"local": mode, "cluster": [*on, *mode], "fresh": [*on, "--stacks", "fresh"]}[arm]
+                workers = CONCURRENCY if arm == "local" else None
+                runs.append((arm, n, *timed(cfg, n, tmp / f"{arm}{n}-{i}", extra, workers), bs.loadavg()))
+                print(f"  {ARMS[arm]} {n} trials: {runs[-1][2].wall:.1f} s (load {runs[-1][4]})", flush=True)
     rows: list[dict[str, Any]] = [
         {
-            "run": label,
+            "run": ARMS[arm],
+            "arm": arm,
+            "stacks": "fresh" if arm == "fresh" else stacks,
             "trials": n,
+            "passed": run.passed(),
             "wall_s": round(run.wall, 2),
             "overhead_per_trial_s": round(overhead(run), 3),
             **phases(run, spawned),
+            "busy_cores": round(run.cpu_busy, 2),  # the machine's, averaged over the run
+            "load1_end": float(load.split()[0]) if load != "?" else None,
         }
-        for label, n, run, spawned in runs
+        for arm, n, run, spawned, load in runs
     ]
-    marks = {f"{label} {n}": node_marks(run) for label, n, run, _ in runs if label.startswith("cluster")}
+    marks = {f"{ARMS[arm]} {n}": node_marks(run) for arm, n, run, _, _ in runs if arm != "local"}
     return rows, marks
 
 
@@ -183,8 +222,23 @@ def main(argv: Sequence[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks cluster")
     ap.add_argument("--trials", default="8,32", help="run sizes, comma-separated (default 8,32)")
     ap.add_argument("--rounds", type=int, default=2, help="local/cluster pairs per run size (default 2)")
+    ap.add_argument("--stacks", choices=("fresh", "warm"), default="fresh", help="both modes' --stacks")
+    ap.add_argument(
+        "--fresh-trials",
+        default="",
+        help="with --stacks warm: sizes that also get a cluster --stacks fresh arm (default the smallest)",
+    )
+    ap.add_argument(
+        "--cold-trials",
+        type=int,
+        default=None,
+        help="trials of the first (cold) cluster run (default the smallest size)",
+    )
     args = ap.parse_args(argv)
     sizes = sorted({int(n) for n in args.trials.split(",")})
+    fresh_sizes = sorted({int(n) for n in args.fresh_trials.split(",") if n} or {sizes[0]})
+    if args.stacks != "warm":
+        fresh_sizes = []
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from support.cluster import start_engine_and_cluster, stop_engine
 
@@ -195,19 +249,30 @@ def main(argv: Sequence[str]) -> None:
     try:
         try:
             with tempfile.TemporaryDirectory(prefix="forge-bench-cluster-") as tmp:
-                rows, marks = measure(Path(tmp), cluster.address, sizes, args.rounds)
+                rows, marks = measure(
+                    Path(tmp), cluster.address, sizes, args.rounds, args.stacks, fresh_sizes, args.cold_trials
+                )
         finally:
             cluster.stop()
     finally:
         stop_engine(second)
     result = summarize(rows, sizes)
     start, idle = result["start_exit_s"], result["idle_per_trial_s"]
+    slot_s = result.get("fresh_slot_s_per_trial", {})
+    fresh_notes = [
+        f"cluster warm stacks / cluster fresh stacks, {n}-trial runs: slot time per trial {r:.3f} "
+        f"({slot_s[n]['cluster']:.2f} / {slot_s[n]['fresh']:.2f} s; target <= {FRESH_TARGET}), "
+        f"mean trial seconds {result['fresh_trial_ratio_by_trials'][n]:.3f}"
+        for n, r in result.get("fresh_ratio_by_trials", {}).items()
+    ]
     bs.report(
-        NAME,
+        NAME if args.stacks == "fresh" else f"{NAME}_{args.stacks}",
         rows,
         meta={
             "trials": sizes,
             "rounds": args.rounds,
+            "stacks": args.stacks,
+            "fresh_trials": fresh_sizes,
             **result,
             "target": TARGET,
             **load_start,
@@ -216,7 +281,8 @@ def main(argv: Sequence[str]) -> None:
         },
         notes=[
             *(
-                f"overhead ratio cluster (warm slots) / local, {n}-trial runs: {r:.3f} (target <= {TARGET})"
+                f"overhead ratio cluster (warm slots) / local, --stacks {args.stacks}, {n}-trial runs: "
+                f"{r:.3f} (target <= {TARGET})"
                 for n, r in result["ratio_by_trials"].items()
             ),
             *(
@@ -233,7 +299,10 @@ def main(argv: Sequence[str]) -> None:
             + ", ".join(
                 f"{n} trials local {i['local']:.2f} s, cluster {i['cluster']:.2f} s" for n, i in idle.items()
             ),
-            f"first run on the fresh cluster (starts its slots): {result['ratio_cold']:.3f}",
+            *fresh_notes,
+            f"first run on the fresh cluster (starts its slots, {rows[0]['trials']} trials): "
+            f"{result['ratio_cold'] if result['ratio_cold'] is not None else '-'} "
+            f"(overhead per trial {rows[0]['overhead_per_trial_s']:.2f} s)",
             f"hand-off steps per cluster trial, mean s: {marks}",
             f"second engine + cluster start (head, 2 nodes): {cluster_start:.1f} s",
             f"load average: {bs.loadavg()}",

@@ -258,6 +258,14 @@ def _unmount_below(d: Path) -> None:
         subprocess.run(["umount", "-l", m], check=False, capture_output=True)
 
 
+def _has_raylet(node: RayNode) -> bool:
+    try:
+        node.raylet()
+    except AssertionError:
+        return False
+    return True
+
+
 @dataclass
 class RayNode:
     proc: subprocess.Popen[bytes]
@@ -278,6 +286,22 @@ class RayCluster:
     dir: Path
     head: RayNode
     workers: list[RayNode] = field(default_factory=list)
+    slots: int = 0  # forge slots per worker node
+    env: dict[str, str] = field(default_factory=dict)  # the nodes' environment (before each node's own)
+    common: list[str] = field(default_factory=list)  # `ray start` arguments of every node
+
+    def revive(self, i: int) -> RayNode:
+        """Worker ``i`` again (a new Ray node for the same engine) if it was killed: what is left of the old
+        one's process tree is stopped first. A node that still runs is returned as it is."""
+        old = self.workers[i]
+        if old.proc.poll() is None and _has_raylet(old):
+            return old
+        assert old.engine is not None
+        kill_tree(old.proc, grace=5)
+        self.workers[i] = _start_worker(
+            self.address, i, old.engine, self.slots, self.env, self.common, self.dir
+        )
+        return self.workers[i]
 
     def stop(self) -> None:
         # Loopback test nodes hold nothing worth a graceful drain (Ray gives one up to 30 s on SIGTERM).
@@ -303,7 +327,7 @@ def start_cluster(engines: list[Engine], slots: int) -> RayCluster:
               "--object-store-memory", str(80 * 1024 * 1024)]  # fmt: skip
     head = RayNode(_ray(["--head", "--port", "0", "--num-cpus", "0", "--include-dashboard", "false",
                          *common], env, d / "head.log"), d / "head.log")  # fmt: skip
-    cluster = RayCluster("", d, head)
+    cluster = RayCluster("", d, head, slots=slots, env=env, common=common)
     try:
         current = d / "ray_current_cluster"
         wait_for("ray head", lambda: current.is_file() and current.read_text().strip() != "", head.proc,
@@ -330,6 +354,10 @@ def _start_worker(
     args = ["--address", address, "--num-cpus", "0", "--resources", resources, *common]
     for attempt in (1, 2):
         log = d / f"worker{i}.{attempt}.log"
+        n = 1
+        while log.exists():  # a revived node's: the dead one's log stays for a failed test's report
+            n += 1
+            log = d / f"worker{i}.{attempt}.{n}.log"
         # The node's own temp dir (its slots' forge-node-* dirs): removed with the cluster, even when the
         # node was killed before its slots could remove theirs.
         tmp = d / f"tmp{i}"
