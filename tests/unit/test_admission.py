@@ -177,10 +177,12 @@ def _second_look() -> Any:
 
 
 def _pool(workers: int, cpu: list[float]) -> Any:
+    from forgelib.provision import StackContext
     from forgelib.warm import WarmPool
 
     w = Workload(cpu=lambda: cpu[0], cores=2)
-    return WarmPool(None, None, FakeRunner(), workers=workers, workload=w, admission=Admission(None))  # type: ignore[arg-type]
+    ctx = StackContext(None, None, FakeRunner())  # type: ignore[arg-type]
+    return WarmPool(ctx, workers=workers, workload=w, admission=Admission(None))
 
 
 def _stack(name: str, key: str) -> Any:
