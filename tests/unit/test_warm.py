@@ -1,6 +1,6 @@
-"""Warm-stack planning without an engine: which services are recreated, in what order, which volumes go
-with them, and how `--stacks` is read. (The resets,
-fingerprints and the pool itself: tests/integration/test_warm_*.py, on the real engine.)"""
+"""Warm stacks without an engine: which services are recreated, in what order, which volumes go with them,
+how `--stacks` is read, and which stack the pool hands a trial (through its public surface, on a fake clock).
+(The resets and fingerprints on real stacks: tests/integration/test_warm_*.py.)"""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from forgelib.errors import UsageError
+from forgelib.errors import Interrupted, UsageError
 from forgelib.provision import ProvisionedTrial
 from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
-from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
+from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service, Task, Timeouts
 from forgelib.warm import _ephemeral_plan, environment_key
 
 
@@ -107,52 +107,144 @@ def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
     assert fresh["stacks"] == {"mode": "fresh", "replaced": 0}
 
 
-def _pool(workers: int = 4) -> Any:
-    from forgelib.testing import FakeRunner
-    from forgelib.warm import WarmPool
-
-    return WarmPool(None, None, FakeRunner(), workers=workers)  # type: ignore[arg-type]
-
-
-def _stack(name: str, key: str) -> Any:
-    from forgelib.warm import _Stack
-
-    trial = ProvisionedTrial(name, None, None, {}, {}, Path("/t"))  # type: ignore[arg-type]
-    return _Stack(trial, key, [], [])
+# ------------------------------------------------------------------------------- the pool, engine-free
+# WarmPool driven through acquire / release / close only: a stack "comes up" in `provision` seconds of a
+# fake clock (the pool's own `time.monotonic`) and is a compose project of a FakeRunner, so what the pool
+# decides (reuse, first, grow, wait, evict) is read off what it hands out, what it provisions and what it
+# tears down, never off its private state.
 
 
-def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned() -> None:
-    pool = _pool()
-    s = _stack("a", "k")
-    pool._all["a"], pool._idle = s, [s]
-    assert pool._take("k") == (s, None)
-    assert pool._take("other") == (None, None) and pool._provisioning == {"other": 1}
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
-def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster() -> None:
-    import time as _time
-
-    from forgelib.errors import Interrupted
-
-    pool = _pool()
-    pool._all["a"] = _stack("a", "k")  # busy: not idle
-    pool._provision_s["k"] = [3600.0]  # provisioning takes an hour: better wait for the release
-    pool._freed["k"] = _time.monotonic()
-    asked = []
-    pool.stopping = lambda: bool(asked.append(1)) or len(asked) > 1  # the second look ends the wait
-    with pytest.raises(Interrupted):
-        pool._take("k")
-    assert pool._provisioning == {}  # it waited, it did not provision
-    pool.stopping = lambda: False
-    pool._freed["k"] = _time.monotonic() - 7200  # nothing came free for longer than a provision takes
-    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 1}
+def _env(service: str) -> EnvironmentManifest:
+    return EnvironmentManifest((Path("/x/compose.yaml"),), {service: Service(service, Isolation.RESET)})
 
 
-def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
-    pool = _pool(workers=1)
-    other = _stack("b", "other")
-    pool._all["b"], pool._idle = other, [other]
-    assert pool._take("k") == (None, other)
+def _task(service: str = "db") -> Task:
+    return Task(f"t-{service}", Path("/x/task.yaml"), "", _env(service))
+
+
+class _Harness:
+    """A pool (``workers``, ``trials``) whose stacks take ``provision`` fake seconds to come up."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        *,
+        provision: float = 7.0,
+        workers: int = 4,
+        trials: int | None = None,
+    ) -> None:
+        from types import SimpleNamespace
+
+        from forgelib.compose import ComposeProject
+        from forgelib.provision import StackContext
+        from forgelib.testing import FakeRunner
+        from forgelib.warm import pool as pool_mod
+
+        self.clock = _Clock()
+        self.provisioned: list[str] = []  # stack names, in the order they came up
+        self.fake = FakeRunner()
+        self.fake.expect("docker", "compose")  # `down` of a torn-down stack
+        self.looks: list[bool] | None = None  # scripted answers of `stopping` (then True), None: never
+        self.handed: list[ProvisionedTrial] = []  # what `waits` got when it did not wait
+        clock, fake = self.clock, self.fake
+
+        def provision_stack(ctx: Any, spec: Any, steps: Any, *, on_phase: Any = None) -> ProvisionedTrial:
+            clock.now += provision
+            self.provisioned.append(spec.name)
+            compose = ComposeProject(spec.name, (), fake)
+            return ProvisionedTrial(
+                spec.name, spec.env, compose, {}, {}, spec.trial_dir, config={"services": {}}
+            )
+
+        monkeypatch.setattr(pool_mod, "time", SimpleNamespace(monotonic=clock.monotonic))
+        monkeypatch.setattr(pool_mod, "provision_stack", provision_stack)
+        ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), fake)  # type: ignore[arg-type]
+        self.pool = pool_mod.WarmPool(ctx, workers=workers, trials=trials, stopping=self._stopping)
+
+    def _stopping(self) -> bool:
+        if self.looks is None:
+            return False
+        return self.looks.pop(0) if self.looks else True
+
+    def acquire(self, task: Task | None = None, *, looks: int = 20) -> ProvisionedTrial:
+        """A stack; a trial still waiting at the pool's ``looks``-th look (~0.5 s each) ends
+        ``Interrupted`` (a test never hangs on a wait it did not expect)."""
+        self.looks = [False] * (looks - 1)
+        try:
+            return self.pool.acquire(task or _task(), run_id="r", trial_dir=Path("/t"))
+        finally:
+            self.looks = None
+
+    def waits(self, task: Task | None = None) -> bool:
+        """Whether a trial asking now waits for a release (the wait ends at the pool's second look at
+        ``stopping``) rather than getting a stack; nothing is provisioned either way when it waits."""
+        before = len(self.provisioned)
+        try:
+            trial = self.acquire(task, looks=2)
+        except Interrupted:
+            assert len(self.provisioned) == before
+            return True
+        self.handed.append(trial)
+        return False
+
+    def hold(self, trial: ProvisionedTrial, seconds: float) -> None:
+        self.clock.now += seconds
+        self.pool.release(trial)
+
+    def downs(self) -> list[str]:
+        return [c.argv[c.argv.index("--project-name") + 1] for c in self.fake.calls if "down" in c.argv]
+
+
+def _harness(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> _Harness:
+    return _Harness(monkeypatch, **kw)
+
+
+def _decision(trial: ProvisionedTrial) -> str:
+    return str(trial.stack["pool"]["decision"])
+
+
+def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch)
+    first = h.acquire()
+    assert _decision(first) == "first" and h.provisioned == [first.name]
+    h.hold(first, 1.0)
+    again = h.acquire()
+    assert again.name == first.name and _decision(again) == "reuse" and again.stack["reuse"] == 1
+    assert h.provisioned == [first.name]  # nothing new came up
+    other = h.acquire(_task("cache"))  # another environment: its own stack, the idle one stays
+    assert _decision(other) == "first" and other.name != first.name
+    assert h.pool.names() == sorted([first.name, other.name]) and h.downs() == []
+
+
+def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, provision=3600.0)  # provisioning takes an hour: better wait for the release
+    busy = h.acquire()
+    assert h.waits()  # it waited, it did not provision
+    h.clock.now += 7200  # nothing came free for longer than a provision takes
+    assert not h.waits()
+    (grown,) = h.handed
+    assert _decision(grown) == "grow" and grown.name != busy.name and len(h.provisioned) == 2
+
+
+def test_at_capacity_an_idle_stack_of_another_environment_makes_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = _harness(monkeypatch, workers=1)
+    other = h.acquire(_task("cache"))
+    h.hold(other, 1.0)
+    mine = h.acquire()
+    assert mine.stack["pool"]["evicted"] == other.name and h.downs() == [other.name]
+    assert h.pool.names() == [mine.name]
 
 
 @pytest.mark.parametrize(
@@ -165,21 +257,41 @@ def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
     ],
 )
 def test_a_run_grows_the_pool_only_when_its_remaining_trials_finish_sooner(
-    held: float, provision: float, left: int, stacks: int, grow: bool
+    monkeypatch: pytest.MonkeyPatch, held: float, provision: float, left: int, stacks: int, grow: bool
 ) -> None:
-    pool = _pool()
-    pool.trials, pool._handed = left + 10, 10
-    pool._held["k"] = [held]
-    assert pool._grow("k", stacks, waited=0.0, patience=provision) is grow
+    cycles = 4  # trials that hold a stack `held` seconds: the median of what trials held
+    handed = stacks + cycles + stacks  # the stacks' first trials, the cycles, the trials holding them now
+    h = _harness(monkeypatch, provision=provision, trials=handed + left)
+    first = [h.acquire()]
+    if stacks == 2:  # no trial released yet: a second stack once a provision's time went by (ski rental)
+        h.clock.now += provision
+        assert not h.waits()
+        first += h.handed
+    for trial in first:
+        h.hold(trial, held)
+    for _ in range(cycles):
+        h.hold(h.acquire(), held)
+    now = [h.acquire() for _ in range(stacks)]  # every stack busy
+    assert len({t.name for t in now}) == stacks == len(h.provisioned)
+    assert h.waits() is not grow
+    if grow:
+        assert _decision(h.handed[-1]) == "grow" and len(h.provisioned) == stacks + 1
 
 
-def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental() -> None:
-    pool = _pool()
-    pool._held["k"] = [30.0]  # long trials, but how many are left is unknown (pytest)
-    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
-    assert pool._grow("k", 1, waited=7.0, patience=7.0)
-    pool.trials, pool._held = 8, {}  # a plan, but no trial released yet
-    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
+def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, provision=7.0)  # how many trials are left is unknown (pytest)
+    h.hold(h.acquire(), 30.0)  # long trials
+    h.acquire()  # the stack is busy again
+    h.clock.now += 1.0
+    assert h.waits()  # freed a second ago: a release may come sooner than a new stack
+    h.clock.now += 6.0
+    assert not h.waits()  # waited as long as a provision takes: grow
+    planned = _harness(monkeypatch, provision=7.0, trials=8)  # a plan, but no trial released yet
+    planned.acquire()
+    planned.clock.now += 1.0
+    assert planned.waits()
 
 
 def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh() -> None:
