@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from forgelib.errors import Interrupted, UsageError
+from forgelib.errors import UsageError
 from forgelib.provision import ProvisionedTrial
 from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
-from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service, Task, Timeouts
+from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
+from tests.support.warmpool import PoolHarness, decision, task
 
 
 def _trial(
@@ -107,108 +108,11 @@ def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
     assert fresh["stacks"] == {"mode": "fresh", "replaced": 0}
 
 
-# ------------------------------------------------------------------------------- the pool, engine-free
-# WarmPool driven through acquire / release / close only: a stack "comes up" in `provision` seconds of a
-# fake clock (the pool's own `time.monotonic`) and is a compose project of a FakeRunner, so what the pool
-# decides (reuse, first, grow, wait, evict) is read off what it hands out, what it provisions and what it
-# tears down, never off its private state.
+# The pool through acquire / release / names on a fake clock (tests/support/warmpool.py).
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-def _env(service: str) -> EnvironmentManifest:
-    return EnvironmentManifest((Path("/x/compose.yaml"),), {service: Service(service, Isolation.RESET)})
-
-
-def _task(service: str = "db") -> Task:
-    return Task(f"t-{service}", Path("/x/task.yaml"), "", _env(service))
-
-
-class _Harness:
-    """A pool (``workers``, ``trials``) whose stacks take ``provision`` fake seconds to come up."""
-
-    def __init__(
-        self,
-        monkeypatch: pytest.MonkeyPatch,
-        *,
-        provision: float = 7.0,
-        workers: int = 4,
-        trials: int | None = None,
-    ) -> None:
-        from types import SimpleNamespace
-
-        from forgelib.compose import ComposeProject
-        from forgelib.provision import StackContext
-        from forgelib.testing import FakeRunner
-        from forgelib.warm import pool as pool_mod
-
-        self.clock = _Clock()
-        self.provisioned: list[str] = []  # stack names, in the order they came up
-        self.fake = FakeRunner()
-        self.fake.expect("docker", "compose")  # `down` of a torn-down stack
-        self.looks: list[bool] | None = None  # scripted answers of `stopping` (then True), None: never
-        self.handed: list[ProvisionedTrial] = []  # what `waits` got when it did not wait
-        clock, fake = self.clock, self.fake
-
-        def provision_stack(ctx: Any, spec: Any, steps: Any, *, on_phase: Any = None) -> ProvisionedTrial:
-            clock.now += provision
-            self.provisioned.append(spec.name)
-            compose = ComposeProject(spec.name, (), fake)
-            return ProvisionedTrial(
-                spec.name, spec.env, compose, {}, {}, spec.trial_dir, config={"services": {}}
-            )
-
-        monkeypatch.setattr(pool_mod, "time", SimpleNamespace(monotonic=clock.monotonic))
-        monkeypatch.setattr(pool_mod, "provision_stack", provision_stack)
-        ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), fake)  # type: ignore[arg-type]
-        self.pool = pool_mod.WarmPool(ctx, workers=workers, trials=trials, stopping=self._stopping)
-
-    def _stopping(self) -> bool:
-        if self.looks is None:
-            return False
-        return self.looks.pop(0) if self.looks else True
-
-    def acquire(self, task: Task | None = None, *, looks: int = 20) -> ProvisionedTrial:
-        """A stack; a trial still waiting at the pool's ``looks``-th look (~0.5 s each) ends
-        ``Interrupted`` (a test never hangs on a wait it did not expect)."""
-        self.looks = [False] * (looks - 1)
-        try:
-            return self.pool.acquire(task or _task(), run_id="r", trial_dir=Path("/t"))
-        finally:
-            self.looks = None
-
-    def waits(self, task: Task | None = None) -> bool:
-        """Whether a trial asking now waits for a release (the wait ends at the pool's second look at
-        ``stopping``) rather than getting a stack; nothing is provisioned either way when it waits."""
-        before = len(self.provisioned)
-        try:
-            trial = self.acquire(task, looks=2)
-        except Interrupted:
-            assert len(self.provisioned) == before
-            return True
-        self.handed.append(trial)
-        return False
-
-    def hold(self, trial: ProvisionedTrial, seconds: float) -> None:
-        self.clock.now += seconds
-        self.pool.release(trial)
-
-    def downs(self) -> list[str]:
-        return [c.argv[c.argv.index("--project-name") + 1] for c in self.fake.calls if "down" in c.argv]
-
-
-def _harness(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> _Harness:
-    return _Harness(monkeypatch, **kw)
-
-
-def _decision(trial: ProvisionedTrial) -> str:
-    return str(trial.stack["pool"]["decision"])
+def _harness(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> PoolHarness:
+    return PoolHarness(monkeypatch, **kw)
 
 
 def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned(
@@ -216,13 +120,13 @@ def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provision
 ) -> None:
     h = _harness(monkeypatch)
     first = h.acquire()
-    assert _decision(first) == "first" and h.provisioned == [first.name]
+    assert decision(first) == "first" and h.provisioned == [first.name]
     h.hold(first, 1.0)
     again = h.acquire()
-    assert again.name == first.name and _decision(again) == "reuse" and again.stack["reuse"] == 1
+    assert again.name == first.name and decision(again) == "reuse" and again.stack["reuse"] == 1
     assert h.provisioned == [first.name]  # nothing new came up
-    other = h.acquire(_task("cache"))  # another environment: its own stack, the idle one stays
-    assert _decision(other) == "first" and other.name != first.name
+    other = h.acquire(task("cache"))  # another environment: its own stack, the idle one stays
+    assert decision(other) == "first" and other.name != first.name
     assert h.pool.names() == sorted([first.name, other.name]) and h.downs() == []
 
 
@@ -235,12 +139,12 @@ def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_bee
     h.clock.now += 7200  # nothing came free for longer than a provision takes
     assert not h.waits()
     (grown,) = h.handed
-    assert _decision(grown) == "grow" and grown.name != busy.name and len(h.provisioned) == 2
+    assert decision(grown) == "grow" and grown.name != busy.name and len(h.provisioned) == 2
 
 
 def test_at_capacity_an_idle_stack_of_another_environment_makes_room(monkeypatch: pytest.MonkeyPatch) -> None:
     h = _harness(monkeypatch, workers=1)
-    other = h.acquire(_task("cache"))
+    other = h.acquire(task("cache"))
     h.hold(other, 1.0)
     mine = h.acquire()
     assert mine.stack["pool"]["evicted"] == other.name and h.downs() == [other.name]
@@ -275,7 +179,7 @@ def test_a_run_grows_the_pool_only_when_its_remaining_trials_finish_sooner(
     assert len({t.name for t in now}) == stacks == len(h.provisioned)
     assert h.waits() is not grow
     if grow:
-        assert _decision(h.handed[-1]) == "grow" and len(h.provisioned) == stacks + 1
+        assert decision(h.handed[-1]) == "grow" and len(h.provisioned) == stacks + 1
 
 
 def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental(
