@@ -42,7 +42,7 @@ from forgelib.mcp import ALL_TOOLS, ToolServer
 from forgelib.mcp.network import TrialNetwork, stack_network_name
 from forgelib.mcp.tools import FILE_LIMIT
 from forgelib.mcp.trace import TraceWriter
-from forgelib.provision import ProvisionedTrial, provision_trial, teardown_trial
+from forgelib.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m
 from forgelib.spec.loader import load_project_config
@@ -59,9 +59,7 @@ def provision(runner: SubprocessRunner, tmp: Path) -> ProvisionedTrial:
     project = load_project_config(bs.PACK)
     timeouts = m.Timeouts(compose_up=180, recipe=120, teardown=120, command=60)
     rid = f"bench-mcp-{secrets.token_hex(3)}"
-    return provision_trial(
-        project, None, run_id=rid, trial_index=0, trial_dir=tmp / "trial", timeouts=timeouts, runner=runner
-    )
+    return provision_trial(StackContext(project, timeouts, runner), TrialSpec(None, rid, 0, tmp / "trial"))
 
 
 # ----------------------------------------------------------------------------------------------- calls

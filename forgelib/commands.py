@@ -22,13 +22,14 @@ from forgelib.custody import PROVISION_DIR, reap, remove_work_dir
 from forgelib.engine import ensure_engine
 from forgelib.errors import ForgeError, ProvisionError, UsageError
 from forgelib.images import STAND_INS, ensure_images
-from forgelib.provision import SERVICES_DIR, ProvisionCache, provision_trial, teardown_trial
+from forgelib.provision import DEFAULT_TASK, SERVICES_DIR, ProvisionCache, StackContext
 from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
-from forgelib.spec.models import Timeouts
+from forgelib.spec.models import Task, Timeouts
 from forgelib.spec.validate import print_notices
+from forgelib.stacks import DockerBackend
 from forgelib.table import align
 
 
@@ -43,7 +44,7 @@ def main_provision(
     its logs or ``keep`` leaves the stack up. ``profiles``: compose profiles to enable (``--profile``)."""
     proj = load_project_config(Path(project))
     print_notices(proj.notices, prefix="forge: ")
-    chosen = proj.task(task) if task else None
+    chosen = proj.task(task) if task else Task(DEFAULT_TASK, proj.path, "", proj.environment)
     timeouts = Timeouts()
     runner = SubprocessRunner(default_timeout=timeouts.command)
     run_id = "prov-" + new_run_id().lower()  # as before: prov-<date>t<time>z-<hex>
@@ -54,15 +55,21 @@ def main_provision(
     stacks = LiveStacks()
     cache = ProvisionCache()
     try:
-        # Ctrl-C/SIGTERM while provisioning: provision_trial's own failure path tears the stack down; the
+        # Ctrl-C/SIGTERM while provisioning: provisioning's own failure path tears the stack down; the
         # registry covers everything after it returned, until the stack is down (or kept, as asked).
         with interruptible(stacks) as stop:
+            ctx = StackContext(
+                proj,
+                timeouts,
+                stop.guard(runner),
+                cache,
+                profiles=tuple(profiles),
+                kept=keep,
+                work_dir=trial_dir,
+            )
+            backend = DockerBackend(ctx, shared=None)  # no run to share a stack with: this one is its own
             try:
-                trial = provision_trial(
-                    proj, chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir, timeouts=timeouts,
-                    runner=stop.guard(runner), keep=keep, cache=cache, work_dir=trial_dir,
-                    profiles=profiles,
-                )  # fmt: skip
+                trial = backend.provision(chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir)
             except ProvisionError:
                 if not stop.requested:  # a failure, not Ctrl-C: its logs are what the user reads next
                     keep_dir = True
@@ -72,7 +79,7 @@ def main_provision(
                     )
                 raise
             if not keep:
-                stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
+                stacks.add(trial.name, lambda graceful: backend.teardown(trial, graceful=graceful))
             report: dict[str, Any] = {
                 "name": trial.name,
                 "run_id": run_id,

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,103 +109,87 @@ class ProvisionCache:
 # ---------------------------------------------------------------------------------------- public API
 
 
-def provision_trial(
-    project: Project,
-    task: Task | None,
-    *,
-    run_id: str,
-    trial_index: int,
-    trial_dir: Path,
-    timeouts: Timeouts,
-    runner: Runner,
-    on_phase: PhaseCallback | None = None,
-    log_tail_lines: int = LOG_TAIL_LINES,
-    keep: bool = False,
-    shared: SharedStacks | None = None,
-    cache: ProvisionCache | None = None,
-    warm: bool = False,
-    attempt: int = 1,
-    profiles: Sequence[str] = (),
-    snapshots: bool = False,
-    work_dir: Path | None = None,
-) -> ProvisionedTrial:
-    """Provision one trial of ``task`` (None: the project's default environment).
+@dataclass(frozen=True)
+class StackContext:
+    """What every stack one owner provisions shares: a run's backend, ``forge provision``, a pytest
+    process, an inspect task. Per run, never per trial (``TrialSpec`` is the trial's part)."""
 
-    ``keep``: the stack will outlive this process on purpose (``forge provision --keep``), so it is
-    labelled for the reaper to leave alone. ``shared``: the run's shared stacks — an environment whose
-    services are all ``shared`` gets one stack per run from there; without it (``forge provision``) such
-    an environment is provisioned like any other, as this trial's own stack. ``cache``: the backend's (a
-    fresh one when None). Raises ``ProvisionError(stage, reason)`` only after the logs were captured and
-    the stack torn down. ``attempt`` > 1 (a retry) gets its own compose project, so
-    it never lands on what an earlier attempt's failed teardown left. ``profiles``: the compose profiles to
-    enable. ``snapshots``: reset services of kinds with goldens start from their golden when one exists
-    (``forgelib.snapshots``); the first trial of a key captures it. ``work_dir``: a temp directory made
-    for this stack alone (``forge provision``'s), named on its labels so teardown and the reaper remove it.
-    """
-    env = task.environment if task is not None else project.environment
-    task_name = task.name if task is not None else DEFAULT_TASK
-    cache = cache if cache is not None else ProvisionCache()
-    if shared is not None and not env.requires_per_trial:
-        return shared.get(
-            (run_id, _files_key(env)),
-            lambda: _Provisioning(
-                project=project, env=env, name=shared_name(project, run_id, env),
-                labels=lab.run_labels(run_id, "shared"),
-                trial_dir=trial_dir, timeouts=timeouts, runner=runner, cache=cache, on_phase=on_phase,
-                log_tail_lines=log_tail_lines, shared=True, profiles=tuple(profiles),
-            ).run(),
-            trial_dir,
-        )  # fmt: skip
-    return provision_stack(
-        project,
-        env,
-        name=project_name(project.name, run_id, task_name, trial_index, attempt),
-        labels=lab.run_labels(run_id, lab.trial_label(task_name, trial_index), kept=keep, work_dir=work_dir),
-        trial_dir=trial_dir,
-        timeouts=timeouts,
-        runner=runner,
-        cache=cache,
-        on_phase=on_phase,
-        log_tail_lines=log_tail_lines,
-        warm=warm,
-        profiles=profiles,
-        snapshots=snapshots,
-    )
+    project: Project
+    timeouts: Timeouts
+    runner: Runner
+    cache: ProvisionCache = field(default_factory=ProvisionCache)  # the owner's, one for all its stacks
+    log_tail_lines: int = LOG_TAIL_LINES
+    profiles: tuple[str, ...] = ()  # the compose profiles enabled (the run config's `profiles`)
+    goldens: bool = False  # a trial's reset services of kinds with goldens start from their golden
+    kept: bool = False  # `forge provision --keep`: the stack outlives its owner on purpose (labelled so)
+    work_dir: Path | None = None  # a temp dir made for the stack alone (`forge provision`'s), on its labels
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Which trial a stack is for (``run.execute.TrialRequest``'s keywords plus the task)."""
+
+    task: Task | None  # None: the project's default environment
+    run_id: str
+    trial_index: int
+    trial_dir: Path
+    on_phase: PhaseCallback | None = None  # (phase, seconds) as each provisioning phase ends
+    attempt: int = 1  # > 1: a retry, on its own compose project (never what a failed teardown left)
+
+    def environment(self, project: Project) -> EnvironmentManifest:
+        return self.task.environment if self.task is not None else project.environment
+
+    def stack(self, ctx: StackContext) -> StackSpec:
+        """This trial's own stack: its compose project name and labels."""
+        task = self.task.name if self.task is not None else DEFAULT_TASK
+        return StackSpec(
+            self.environment(ctx.project),
+            project_name(ctx.project.name, self.run_id, task, self.trial_index, self.attempt),
+            lab.run_labels(
+                self.run_id, lab.trial_label(task, self.trial_index), kept=ctx.kept, work_dir=ctx.work_dir
+            ),
+            self.trial_dir,
+        )
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """One stack to bring up: ``env`` as the compose project ``name`` carrying ``labels``, its files
+    (override, logs) in ``trial_dir``; ``shared``: a run's shared stack (``teardown_trial`` leaves it)."""
+
+    env: EnvironmentManifest
+    name: str
+    labels: Mapping[str, str]
+    trial_dir: Path
+    shared: bool = False
+
+
+def provision_trial(ctx: StackContext, trial: TrialSpec) -> ProvisionedTrial:
+    """``trial``'s own stack: fresh, or with ``ctx.goldens`` its reset services from their goldens
+    (``forgelib.snapshots``; the first trial of a key captures it).
+
+    Raises ``ProvisionError(stage, reason)`` only after the logs were captured and the stack torn down.
+    Which stack a trial gets at all (its own, a run's shared one, a warm one) is ``forgelib.stacks``'s
+    decision; this is the fresh source."""
+    spec = trial.stack(ctx)
+    steps: FreshSteps = FreshSteps()
+    if ctx.goldens:
+        stopping = _stopping(ctx.runner)
+        steps = GoldenSteps(TrialGoldens(ctx.runner, ctx.timeouts, trial.run_id, ctx.project.name, stopping))
+    return provision_stack(ctx, spec, steps, on_phase=trial.on_phase)
 
 
 def provision_stack(
-    project: Project,
-    env: EnvironmentManifest,
+    ctx: StackContext,
+    spec: StackSpec,
+    steps: FreshSteps | None = None,
     *,
-    name: str,
-    labels: Mapping[str, str],
-    trial_dir: Path,
-    timeouts: Timeouts,
-    runner: Runner,
-    cache: ProvisionCache | None = None,
     on_phase: PhaseCallback | None = None,
-    log_tail_lines: int = LOG_TAIL_LINES,
-    warm: bool = False,
-    profiles: Sequence[str] = (),
-    snapshots: bool = False,
 ) -> ProvisionedTrial:
-    """One stack of ``env`` named ``name`` (a compose project name) carrying ``labels``; ``warm``: also
-    prepare every seed for in-place resets (``ProvisionedTrial.prepared``). Fails as ``provision_trial``."""
-    return _Provisioning(
-        project=project,
-        env=env,
-        name=name,
-        labels=labels,
-        trial_dir=trial_dir,
-        timeouts=timeouts,
-        runner=runner,
-        cache=cache if cache is not None else ProvisionCache(),
-        on_phase=on_phase,
-        log_tail_lines=log_tail_lines,
-        warm=warm,
-        profiles=tuple(profiles),
-        snapshots=snapshots,
-    ).run()
+    """One stack of ``spec`` through the fresh pipeline; ``steps`` fill in its fixed points (None: none,
+    ``WarmSteps``: every seed prepared for in-place resets, ``GoldenSteps``: from goldens). Fails as
+    ``provision_trial``."""
+    return _Provisioning(ctx, spec, steps or FreshSteps(), on_phase).run()
 
 
 def capture_logs(trial: ProvisionedTrial, dest_dir: Path, tail_lines: int) -> None:
@@ -231,53 +213,78 @@ def teardown_trial(trial: ProvisionedTrial, *, graceful: bool = True) -> float:
 
 @dataclass
 class _Provisioning:
-    project: Project
-    env: EnvironmentManifest
-    name: str
-    labels: Mapping[str, str]
-    trial_dir: Path
-    timeouts: Timeouts
-    runner: Runner
-    cache: ProvisionCache
+    """One stack through the fresh pipeline: guards, config, images (builds; ``steps``' plan), the
+    override, up the seeded services, recipes, up the rest. ``steps`` is called at fixed points."""
+
+    ctx: StackContext
+    spec: StackSpec
+    steps: FreshSteps
     on_phase: PhaseCallback | None = None
-    log_tail_lines: int = LOG_TAIL_LINES
-    shared: bool = False
-    warm: bool = False  # prepare each seed for in-place resets (forgelib.warm)
-    profiles: tuple[str, ...] = ()  # compose profiles enabled (the run config's `profiles`)
-    snapshots: bool = False  # start reset services from goldens (forgelib.snapshots)
     timings: dict[str, float] = field(default_factory=dict)
     _compose: ComposeProject | None = None  # the stack as far as it got (clean-up needs all its files)
 
+    # what the pipeline reads of its context and its stack, by name
+    @property
+    def project(self) -> Project:
+        return self.ctx.project
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.ctx.timeouts
+
+    @property
+    def runner(self) -> Runner:
+        return self.ctx.runner
+
+    @property
+    def cache(self) -> ProvisionCache:
+        return self.ctx.cache
+
+    @property
+    def log_tail_lines(self) -> int:
+        return self.ctx.log_tail_lines
+
+    @property
+    def profiles(self) -> tuple[str, ...]:
+        return self.ctx.profiles
+
+    @property
+    def env(self) -> EnvironmentManifest:
+        return self.spec.env
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.spec.labels
+
+    @property
+    def trial_dir(self) -> Path:
+        return self.spec.trial_dir
+
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
-        goldens = None
-        if self.snapshots and not self.shared and not self.warm:
-            run_id = self.labels.get(lab.RUN, "")
-            goldens = TrialGoldens(
-                self.runner, self.timeouts, run_id, self.project.name, _stopping(self.runner)
-            )
         while True:
             try:
-                trial = self._attempt(goldens)
+                trial = self._attempt()
             except GoldenFailed as e:
-                # The golden is at fault, not the trial: discard it, say so (trial.yaml, an event), and
-                # provision this trial again the normal way (that service seeded from its seed).
-                assert goldens is not None
-                if goldens.stopping():  # a stop can make any service fail: never blame the golden for it
-                    raise Interrupted(f"stopped while provisioning {self.name}") from e
-                goldens.discard(e.plan, e.reason)
+                # What the steps started from is at fault, not the trial: they say so (trial.yaml, an
+                # event) and this trial is provisioned again the normal way for that service.
+                self.steps.failed(e, self.name)
                 continue
             self.timings["provision"] = time.monotonic() - t0
-            return dataclasses.replace(trial, timings=dict(self.timings), snapshots=_records(goldens))
+            return dataclasses.replace(trial, timings=dict(self.timings), snapshots=self.steps.records())
 
-    def _attempt(self, goldens: TrialGoldens | None) -> ProvisionedTrial:
+    def _attempt(self) -> ProvisionedTrial:
         env = self.cache.images.env(self.runner)
         compose = self._compose = ComposeProject(
             self.name, self.env.compose_files, self.runner, self.timeouts, env, profiles=self.profiles
         )
         with contextlib.ExitStack() as locks:  # golden key locks this trial holds while it captures
             try:
-                return self._provision(compose, goldens, locks)
+                return self._provision(compose, locks)
             except GoldenFailed:
                 self._compose.down(check=True)
                 raise
@@ -285,66 +292,51 @@ class _Provisioning:
                 self._clean_up(self._compose, e)  # with every file: the overrides name our resources
                 raise
 
-    def _provision(
-        self, compose: ComposeProject, goldens: TrialGoldens | None, locks: contextlib.ExitStack
-    ) -> ProvisionedTrial:
-        prepared: tuple[PreparedSeed, ...] = ()
+    def _provision(self, compose: ComposeProject, locks: contextlib.ExitStack) -> ProvisionedTrial:
         bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
-        built: Mapping[str, str] = {}
-        # The override is written once, in the last of these phases: with goldens, after the plan says
-        # which services start from one (each on its golden's image, without the image's VOLUMEs).
+        # Where services' images come from besides their compose file, each step in its own phase: the
+        # run's builds, then the steps' plan (goldens: which services start from one). The override is
+        # written once, in the last phase: every service on its final image (a golden's without its
+        # image's VOLUMEs).
         with self._phase("compose_config", "compose_config"):
             config = compose.config()
-            if not build_services(config) and goldens is None:
+            sources = [*self._builds(compose, config), *self.steps.images(bindings, locks)]
+            if not sources:
                 compose, services, declared, loopback = self._override(compose, config, bindings, {})
-        if build_services(config):
-            with self._phase("build", "build"):  # the run's first trial builds; the others wait, ~0 s
-                timeout = self.timeouts.compose_up
-                built = self.cache.builds.images(
-                    self.project.name, compose, config, self.labels, self.trial_dir, timeout
-                )
-                if goldens is None:
-                    compose, services, declared, loopback = self._override(compose, config, bindings, built)
-        plans: dict[str, Plan] = {}
-        if goldens is not None:
-            with self._phase("golden_plan", "compose_config"):
-                plans = goldens.plan(bindings, _imaged(config, built), locks)
-                over = self._override(compose, config, bindings, {**built, **goldens.images(plans)})
-                compose, services, declared, loopback = over
+        images: dict[str, str] = {}
+        for i, (phase, stage, source) in enumerate(sources):
+            with self._phase(phase, stage):
+                images.update(source(_imaged(config, images)))
+                if i == len(sources) - 1:
+                    compose, services, declared, loopback = self._override(compose, config, bindings, images)
         self._compose = compose
         absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
-        normal = [b for b in bindings if b.service not in plans or plans[b.service].golden is None]
+        normal = [b for b in bindings if self.steps.needs_recipe(b.service)]
         first = _closure([b.service for b in normal], services)
         if first:
             with self._phase("up_seeded", None):
-                self._up(compose, services, first, absent, plans, goldens, create=True)
+                self._up(compose, services, first, absent, create=True)
         contexts = []
         for b in normal:
             with self._phase(f"recipe:{b.service}", None):
                 ctx = _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
                 contexts.append(ctx)
-            plan = plans.get(b.service)
-            if goldens is not None and plan is not None and plan.capture:
-                with self._phase(f"golden_capture:{b.service}", "reset_recipe"):
-                    goldens.capture(plan, b.recipe, ctx, b.seed, _restart(compose, b.service))
-        if self.warm and contexts:
-            # Before any dependent starts: the template/pristine copy is the seeded state alone.
-            with self._phase("warm_prepare", None):
-                prepared = tuple(_prepare(b, ctx) for b, ctx in zip(normal, contexts, strict=True))
+            self.steps.applied(b, ctx, _restart(compose, b.service), self._phase)
+        # Before any dependent starts (warm: the template/pristine copy is the seeded state alone).
+        prepared = self.steps.seeded(list(zip(normal, contexts, strict=True)), self._phase)
         rest = [s for s in services if s not in first]
         if rest or not first:
             with self._phase("up_rest", None):
                 # After the seeded phase, only the rest (created with the first): their dependencies in
                 # `first` are up and ready.
-                self._up(compose, services, rest, absent, plans, goldens, create=not first)
-        for b in bindings:
-            plan = plans.get(b.service)
-            if goldens is not None and plan is not None and plan.golden is not None:
-                ctx = _context(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
-                with self._phase(f"golden_verify:{b.service}", None):
-                    goldens.verify(plan, b.recipe, ctx)
+                self._up(compose, services, rest, absent, create=not first)
+
+        def context(b: _Binding) -> ApplyContext:
+            return _context(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+
+        self.steps.started(bindings, context, self._phase)
         publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
         ports = compose.published_ports() if publishes else {}
         return ProvisionedTrial(
@@ -355,17 +347,30 @@ class _Provisioning:
             bare_seeds=_seed_mounts(bindings),
             trial_dir=self.trial_dir,
             labels=dict(self.labels),
-            shared=self.shared,
+            shared=self.spec.shared,
             config=config,
             ports=ports,
             prepared=prepared,
             stack={
-                "mode": "shared" if self.shared else "fresh",
+                "mode": "shared" if self.spec.shared else "fresh",
                 "name": self.name,
                 "reuse": 0,
                 "replaced": None,
             },
         )
+
+    def _builds(self, compose: ComposeProject, config: Mapping[str, Any]) -> list[_ImageStep]:
+        """The run's images of ``build:`` services (the run's first trial builds; the others wait, ~0 s)."""
+        if not build_services(config):
+            return []
+        timeout = self.timeouts.compose_up
+
+        def build(services: Mapping[str, Any]) -> Mapping[str, str]:
+            return self.cache.builds.images(
+                self.project.name, compose, config, self.labels, self.trial_dir, timeout
+            )
+
+        return [("build", "build", build)]
 
     def _override(
         self,
@@ -397,16 +402,13 @@ class _Provisioning:
         config_services: Mapping[str, Any],
         services: Sequence[str],
         absent: Mapping[str, str],
-        plans: Mapping[str, Plan],
-        goldens: TrialGoldens | None,
         *,
         create: bool,
     ) -> None:
         try:
             _up(compose, config_services, services, absent, create=create)
         except ProvisionError as e:
-            if goldens is not None:  # a restored service that did not start: its golden is at fault
-                goldens.check_started(compose, plans, services, e)
+            self.steps.up_failed(compose, services, e)  # goldens: a restored service that did not start
             raise
 
     @contextmanager
@@ -465,6 +467,115 @@ class _Provisioning:
             cause.add_note(f"forge: tearing down {self.name} failed too: {e}")
             if not isinstance(e, Exception):
                 raise
+
+
+# ------------------------------------------------------------------------------ the pipeline's steps
+
+PhaseTimer = Callable[[str, "str | None"], AbstractContextManager[None]]  # _Provisioning._phase
+# (phase, stage, step): a step that names images some services run instead of their own, given the
+# services as imaged so far (``_imaged``); timed as ``phase``, its ForgeError a ``ProvisionError(stage)``.
+_ImageStep = tuple[str, str, Callable[[Mapping[str, Any]], Mapping[str, str]]]
+_Applied = Sequence[tuple["_Binding", ApplyContext]]  # each recipe that ran, with its context
+
+
+class FreshSteps:
+    """The fixed points of the fresh pipeline (``_Provisioning``), each a no-op here: a plain fresh
+    stack, every reset service seeded by its recipe, nothing prepared. ``WarmSteps`` and ``GoldenSteps``
+    fill some of them in; which one a stack gets is chosen once, by its source (``provision_trial``, the
+    warm pool), never tested for inside the pipeline."""
+
+    def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
+        """Steps naming the images services start from, after the builds (before the override)."""
+        return []
+
+    def needs_recipe(self, service: str) -> bool:
+        """Whether ``service`` is seeded by its recipe (else it started seeded)."""
+        return True
+
+    def applied(self, b: _Binding, ctx: ApplyContext, restart: Callable[[], None], phase: PhaseTimer) -> None:
+        """Right after ``b``'s recipe applied its seed (``restart``: start the service again)."""
+
+    def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
+        """Every recipe ran, no dependent started yet: what the stack keeps for in-place resets."""
+        return ()
+
+    def up_failed(self, compose: ComposeProject, services: Sequence[str], error: ProvisionError) -> None:
+        """An ``up`` of ``services`` failed with ``error`` (re-raised after this; raise ``GoldenFailed``
+        to blame what the steps started a service from)."""
+
+    def started(
+        self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
+    ) -> None:
+        """Every service is up and ready."""
+
+    def failed(self, error: GoldenFailed, name: str) -> None:
+        """A ``GoldenFailed`` ended an attempt: make the next one go the normal way, or raise."""
+        raise error
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """service -> what the steps did for it (``ProvisionedTrial.snapshots``, trial.yaml)."""
+        return {}
+
+
+class WarmSteps(FreshSteps):
+    """A warm stack's (``forgelib.warm``): after every recipe's apply, before any dependent starts, each
+    seed prepared for in-place resets (``recipe.prepare``) and its baseline fingerprint taken."""
+
+    def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
+        if not applied:
+            return ()
+        with phase("warm_prepare", None):
+            return tuple(_prepare(b, ctx) for b, ctx in applied)
+
+
+@dataclass
+class GoldenSteps(FreshSteps):
+    """A fresh stack from goldens (``forgelib.snapshots``): plan which reset services restore a golden and
+    which capture one, run the restored ones on their golden's image (no recipe), capture after the
+    recipe, verify after ``up``; a golden at fault is discarded and the trial provisioned again."""
+
+    goldens: TrialGoldens
+    plans: dict[str, Plan] = field(default_factory=dict)  # the current attempt's
+
+    def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
+        def plan(services: Mapping[str, Any]) -> Mapping[str, str]:
+            self.plans = self.goldens.plan(bindings, services, locks)
+            return self.goldens.images(self.plans)
+
+        return [("golden_plan", "compose_config", plan)]
+
+    def needs_recipe(self, service: str) -> bool:
+        plan = self.plans.get(service)
+        return plan is None or plan.golden is None
+
+    def applied(self, b: _Binding, ctx: ApplyContext, restart: Callable[[], None], phase: PhaseTimer) -> None:
+        plan = self.plans.get(b.service)
+        if plan is not None and plan.capture:
+            with phase(f"golden_capture:{b.service}", "reset_recipe"):
+                self.goldens.capture(plan, b.recipe, ctx, b.seed, restart)
+
+    def up_failed(self, compose: ComposeProject, services: Sequence[str], error: ProvisionError) -> None:
+        self.goldens.check_started(compose, self.plans, services, error)
+
+    def started(
+        self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
+    ) -> None:
+        for b in bindings:
+            plan = self.plans.get(b.service)
+            if plan is not None and plan.golden is not None:
+                ctx = context(b)
+                with phase(f"golden_verify:{b.service}", None):
+                    self.goldens.verify(plan, b.recipe, ctx)
+
+    def failed(self, error: GoldenFailed, name: str) -> None:
+        # The golden is at fault, not the trial: discard it, say so (trial.yaml, an event); the next attempt
+        # seeds that service from its seed.
+        if self.goldens.stopping():  # a stop can make any service fail: never blame the golden for it
+            raise Interrupted(f"stopped while provisioning {name}") from error
+        self.goldens.discard(error.plan, error.reason)
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.goldens.records.items()}
 
 
 FAILURE_FILE = "provision-error.txt"
@@ -568,10 +679,6 @@ def _restart(compose: ComposeProject, service: str) -> Callable[[], None]:
 def _stopping(runner: Runner) -> Callable[[], bool]:
     """Whether a stop (Ctrl-C) was requested, for waits that issue no command (a golden's key lock)."""
     return lambda: isinstance(runner, StopAwareRunner) and runner.state.requested
-
-
-def _records(goldens: TrialGoldens | None) -> dict[str, dict[str, Any]]:
-    return {k: dict(v) for k, v in goldens.records.items()} if goldens is not None else {}
 
 
 def _verify_digest(target: SeedTarget) -> None:
@@ -680,57 +787,3 @@ def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail
     ) as pool:
         for f in [pool.submit(one, svc) for svc in services]:
             f.result()
-
-
-# ---------------------------------------------------------------------------------------- shared stack
-
-
-class SharedStacks:
-    """A run's shared stacks (environments whose services are all ``shared``): one per (run, compose file),
-    brought up by the first trial that needs it (the others wait for it), no recipes (only reset services
-    have seeds). Owned by the run's backend, which tears them down once the run is over."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._stacks: dict[tuple[str, str], ProvisionedTrial] = {}
-
-    def get(
-        self, key: tuple[str, str], make: Callable[[], ProvisionedTrial], trial_dir: Path
-    ) -> ProvisionedTrial:
-        """The stack for ``key`` = (run id, compose file); ``make()`` brings it up the first time."""
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            stack = self._stacks.get(key)
-            if stack is not None:
-                return dataclasses.replace(stack, trial_dir=trial_dir, timings={"shared_stack": 0.0})
-            stack = make()
-            self._stacks[key] = stack
-            return stack
-
-    def teardown_run(self, run_id: str) -> float:
-        """Tear down the shared stacks of ``run_id`` (per-trial stacks are torn down trial by trial)."""
-        t0 = time.monotonic()
-        with self._guard:
-            keys = [k for k in self._stacks if k[0] == run_id]
-        errors = []
-        for key in keys:
-            stack = self._stacks.pop(key)
-            try:
-                stack.compose.down()
-            except ForgeError as e:
-                errors.append(str(e))
-        if errors:
-            raise ForgeError("tearing down the shared stack failed:\n" + "\n".join(errors))
-        return time.monotonic() - t0
-
-
-def shared_name(project: Project, run_id: str, env: EnvironmentManifest) -> str:
-    """The compose project name of a run's shared stack for ``env``'s compose file."""
-    tag = "env" + hashlib.sha256(_files_key(env).encode()).hexdigest()[:6]
-    return project_name(project.name, run_id, tag, None)
-
-
-def _files_key(env: EnvironmentManifest) -> str:
-    return "\n".join(map(str, env.compose_files))

@@ -187,7 +187,7 @@ class _Scoped:
 
     def __init__(self, pool: StackPool) -> None:
         self.pool = pool
-        self.warm: dict[Path, Any] = {}  # project root -> its forgelib.warm.WarmPool
+        self.warm: dict[Path, Any] = {}  # project root -> its backend with a warm pool (stacks.DockerBackend)
         self.failed: dict[tuple[Path, str | None], Exception] = {}
 
     def acquire(self, spec: StackSpec) -> ForgeStack:

@@ -5,8 +5,10 @@ cheap to import: nothing here is loaded until a test asks for ``forge_stack``.
 
 * ``StackPool`` — one per pytest process (each xdist worker has its own): a run id naming the worker, a
   temp dir for the trials' override files and logs, the ``LiveStacks`` registry the signal handler tears
-  down, and the projects loaded so far. Stacks come from ``provision.provision_trial``, the code path of
-  ``forge run``; teardown is ``teardown_trial``.
+  down, and the projects loaded so far. A thin front end over ``stacks.DockerBackend``, ``forge run``'s
+  own: a fresh backend for a function-scoped test, a scope's backend with a warm pool for module/session
+  scope; every backend shares the process's shared stacks and cache, so an all-``shared`` environment is
+  one stack for the session whichever scope asks. Every stack goes back through the backend it came from.
 * ``ForgeStack`` — what a test gets: ``exec`` (through the runner seam), ``url``/``port`` (published ports),
   ``postgres``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed test.
 """
@@ -25,23 +27,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from forgelib.custody import PYTEST_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.labels import owned_temp_dir
-from forgelib.provision import (
-    ProvisionCache,
-    ProvisionedTrial,
-    SharedStacks,
-    provision_trial,
-    teardown_trial,
-)
+from forgelib.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
 from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
+from forgelib.stacks import DockerBackend, SharedStacks
 
 if TYPE_CHECKING:
     import psycopg
     import redis
-
-    from forgelib.warm import WarmPool
 
 log = logging.getLogger("forgelib.pytest")
 
@@ -213,10 +208,12 @@ class StackPool:
     _root: Path | None = None
     _projects: dict[Path, Project] = field(default_factory=dict)
     _index: Iterator[int] = field(default_factory=itertools.count)
-    # As ``forge run``'s backend owns them: the run's shared stacks (environments whose services are all
-    # ``shared``: one stack for every test that names them) and what provisioning learns once.
+    # As ``forge run``'s backend owns them, shared by every backend of the process: the shared stacks
+    # (environments whose services are all ``shared``: one stack for every test that names them) and what
+    # provisioning learns once.
     _shared: SharedStacks = field(default_factory=SharedStacks)
     _cache: ProvisionCache = field(default_factory=ProvisionCache)
+    _covered: bool = False  # the shared stacks are registered for Ctrl-C's sweep (and close())
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -239,96 +236,82 @@ class StackPool:
             self._projects[key] = load_project_config(key)
         return self._projects[key]
 
+    def backend(self, project: Project, *, warm: bool = False) -> DockerBackend:
+        """A backend of ``project`` over this process's shared stacks and cache; ``warm``: with a warm pool
+        of its own (one scope's: a stack per environment, evicting none), as ``forge run --stacks warm``."""
+        ctx = StackContext(
+            project, self.timeouts, self._guarded(), self._cache, self.log_tail_lines, self.profiles
+        )
+        pool = None
+        if warm:
+            from forgelib.warm import WarmPool
+
+            pool = WarmPool(
+                ctx,
+                workers=1_000,  # one test at a time here: keep a stack per environment, evict none
+                stacks=self.stacks,
+                stopping=lambda: self.stop is not None and self.stop.requested,
+            )
+        return DockerBackend(ctx, shared=self._shared, pool=pool)
+
     def provision(self, project_dir: Path, task_name: str | None) -> ForgeStack:
-        """A fresh stack of ``task_name`` (None: the project's default environment), seeds applied.
+        """A stack of ``task_name`` (None: the project's default environment) for one test, seeds applied:
+        a fresh one (an all-``shared`` environment: the session's one stack).
 
         Raises ``ProvisionFailed`` (the stack is down by then) with the service logs provisioning saved.
         """
         project = self.load(project_dir)
-        return self._provision(project, project.task(task_name) if task_name else None)
+        return self._take(self.backend(project), project, task_name)
 
-    def _provision(self, project: Project, task: Task | None) -> ForgeStack:
+    def _take(self, backend: DockerBackend, project: Project, task_name: str | None) -> ForgeStack:
+        """A stack from ``backend``, registered to go back to it (``give_back``, or a Ctrl-C's sweep)."""
+        task = project.task(task_name) if task_name else None
         index = next(self._index)
         trial_dir = self.root() / f"{index}"
-        try:
-            trial = provision_trial(
-                project,
-                task,
-                run_id=self.run_id,
-                trial_index=index,
-                trial_dir=trial_dir,
-                timeouts=self.timeouts,
-                runner=self._guarded(),
-                log_tail_lines=self.log_tail_lines,
-                shared=self._shared,
-                cache=self._cache,
-                profiles=self.profiles,
+        if not self._covered:  # the session's shared stacks go at close() (or with a Ctrl-C)
+            self.stacks.add(
+                f"{self.run_id}-shared", lambda graceful: self._shared.teardown_run(self.run_id), started=True
             )
-        except ProvisionError as e:
-            raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
-        try:
-            if trial.shared:  # one stack for the whole session: removed at close() (or by a Ctrl-C)
-                self.stacks.add(
-                    f"{self.run_id}-shared", lambda graceful: self._shared.teardown_run(self.run_id)
-                )
-            else:
-                self.stacks.add(trial.name, lambda graceful: teardown_trial(trial, graceful=graceful))
-        except Interrupted:  # a stop came first: the registry is closed, so remove it here
-            teardown_trial(trial, graceful=False)
-            raise
-        return ForgeStack(trial, project, task, self.run_id, self.timeouts)
-
-    # -------------------------------------------------- stacks tests share (module / session scope)
-
-    def acquire(self, project_dir: Path, task_name: str | None, warm: dict[Path, WarmPool]) -> ForgeStack:
-        """A stack the tests of one scope share, from that scope's ``warm`` pools (one per project): the
-        warm stacks of ``forge run --stacks warm`` (``forgelib.warm``). Before every reuse its reset
-        services are reset in place and fingerprint-checked and its other services recreated; a stack that
-        cannot be proven clean is replaced by a fresh one (noted in the session summary)."""
-        from forgelib.provision import DEFAULT_TASK
-        from forgelib.warm import WarmPool
-
-        project = self.load(project_dir)
-        task = project.task(task_name) if task_name else None
-        env = task.environment if task is not None else project.environment
-        if not env.requires_per_trial:
-            return self._provision(project, task)  # all shared: the session's one stack
-        pool = warm.get(project.root)
-        if pool is None:
-            pool = warm[project.root] = WarmPool(
-                project,
-                self.timeouts,
-                self._guarded(),
-                workers=1_000,  # one test at a time here: keep a stack per environment, evict none
-                cache=self._cache,
-                log_tail_lines=self.log_tail_lines,
-                stacks=self.stacks,
-                stopping=lambda: self.stop is not None and self.stop.requested,
-                profiles=self.profiles,
-            )
-        trial_dir = self.root() / f"{next(self._index)}"
+            self._covered = True
         as_task = task or Task(DEFAULT_TASK, project.path, "", project.environment)
         try:
-            trial = pool.acquire(as_task, run_id=self.run_id, trial_dir=trial_dir)
+            trial = backend.provision(as_task, run_id=self.run_id, trial_index=index, trial_dir=trial_dir)
         except ProvisionError as e:
             raise ProvisionFailed(e, _log_files(trial_dir / "services", self.log_tail_lines)) from e
+        try:
+            self.stacks.add(trial.name, lambda graceful: backend.teardown(trial, graceful=graceful))
+        except Interrupted:  # a stop came first: the registry is closed, so give it back here
+            backend.teardown(trial, graceful=False)
+            raise
         if trial.stack.get("replaced"):
             self.notes.append(f"{trial.name} replaces a stack not proven clean: {trial.stack['replaced']}")
         return ForgeStack(trial, project, task, self.run_id, self.timeouts)
 
-    def give_back(self, stack: ForgeStack, warm: dict[Path, WarmPool]) -> None:
-        """The test is over: close its clients; the warm pool kills the stack's ephemeral services."""
-        stack.release()
-        pool = warm.get(stack.project.root)
-        if pool is not None and stack.trial.stack.get("mode") == "warm":
-            pool.release(stack.trial)
+    # -------------------------------------------------- stacks tests share (module / session scope)
 
-    def close_warm(self, warm: dict[Path, WarmPool]) -> None:
+    def acquire(
+        self, project_dir: Path, task_name: str | None, warm: dict[Path, DockerBackend]
+    ) -> ForgeStack:
+        """A stack the tests of one scope share, from that scope's ``warm`` backends (one per project,
+        each with its warm pool: the warm stacks of ``forge run --stacks warm``). Before every reuse its
+        reset services are reset in place and fingerprint-checked and its other services recreated; a stack
+        that cannot be proven clean is replaced by a fresh one (noted in the session summary)."""
+        project = self.load(project_dir)
+        backend = warm.get(project.root)
+        if backend is None:
+            backend = warm[project.root] = self.backend(project, warm=True)
+        return self._take(backend, project, task_name)
+
+    def give_back(self, stack: ForgeStack, warm: dict[Path, DockerBackend]) -> None:
+        """The test is over: close its clients; the stack goes back to its backend (a warm one keeps it)."""
+        self.teardown(stack)
+
+    def close_warm(self, warm: dict[Path, DockerBackend]) -> None:
         """The scope is over: every warm stack of it goes."""
         errors = []
-        for pool in warm.values():
+        for backend in warm.values():
             try:
-                pool.close()
+                backend.close_warm()
             except ForgeError as e:
                 errors.append(str(e))
         warm.clear()
@@ -336,14 +319,15 @@ class StackPool:
             raise ForgeError("\n".join(errors))
 
     def teardown(self, stack: ForgeStack) -> None:
-        """Close the stack's clients and remove it (``down --volumes``); a failure raises."""
+        """Close the stack's clients and give it back to its backend: a fresh one removed (``down
+        --volumes``), the session's shared one left up, a warm one kept for the scope's next test. A
+        failure raises."""
         stack.release()
-        if stack.trial.shared or stack.name not in self.stacks.names():
-            return  # the run's shared stack goes at close(); a Ctrl-C (or -x) sweep removed it already
-        try:
-            teardown_trial(stack.trial)
-        finally:
-            self.stacks.discard(stack.name)
+        if stack.name not in self.stacks.names():
+            return  # a Ctrl-C (or -x) sweep removed it already
+        why = self.stacks.teardown(stack.name)
+        if why is not None:
+            raise ForgeError(f"tearing down {stack.name} failed: {why}")
 
     def close(self) -> list[str]:
         """End of the session: remove whatever is still registered and the temp dir; the failures."""

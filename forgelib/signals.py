@@ -30,7 +30,7 @@ How ``forge run`` (``run/execute.py``) uses it::
         ...                                    # workers: stacks.add(name, teardown) once provisioned,
                                                # stacks.teardown(name) in their teardown phase
 
-``forge provision`` wraps its one ``provision_trial`` call the same way (``--keep``: the stack is never
+``forge provision`` wraps its one ``backend.provision`` call the same way (``--keep``: the stack is never
 registered, so a Ctrl-C after provisioning does not remove what the user asked to keep). Catch
 ``Interrupted`` around the block to record the interruption in the event log, then re-raise.
 """

@@ -4,8 +4,8 @@ place that decides what a sample's stack is).
 One ``TaskStacks`` per sandbox config of an ``inspect eval`` process (inspect calls ``task_init`` once per
 config): the project loaded and verified, a run id naming the process's stacks on their labels, an owned
 temp dir for the trials' override files and logs, the ``LiveStacks`` registry, and ``forge run``'s own
-backend (``DockerBackend`` fresh, ``WarmBackend`` warm: the same provisioning, reset, fingerprint and
-golden code, not a copy). ``acquire`` gives a sample its seeded stack; ``release`` hands it back to the
+backend (``stacks.DockerBackend``, fresh or with a warm pool: the same provisioning, reset, fingerprint
+and golden code, not a copy). ``acquire`` gives a sample its seeded stack; ``release`` hands it back to the
 warm pool or tears it down; ``close`` leaves nothing of the task.
 """
 
@@ -27,7 +27,7 @@ from forgelib import clients
 from forgelib.custody import INSPECT_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.labels import owned_temp_dir
-from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, teardown_trial
+from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
 from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
@@ -35,7 +35,7 @@ from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
 
 # forge run's own stack backends (forgelib.stacks): the same stack code as forge run, not a copy.
-from forgelib.stacks.backends import DockerBackend, WarmBackend, heal_leftovers
+from forgelib.stacks.backends import DockerBackend, heal_leftovers
 from forgelib.warm import WarmPool
 
 log = logging.getLogger("forgelib.inspect")
@@ -150,20 +150,16 @@ class TaskStacks:
         self._root: Path | None = None
         base = self.resolve_task(None)  # the config's task (or the project's environment) must be usable
         self.base_default = default_service(base.environment, settings.default, self.where)
-        self.backend: DockerBackend
+        ctx = StackContext(self.project, settings.timeouts, self.runner, goldens=settings.goldens)
+        pool = None
         if settings.stacks == "warm":
             pool = WarmPool(
-                self.project, settings.timeouts, self.runner, workers=workers or default_concurrency(),
-                stacks=self.live, stopping=lambda: self._stopping,
-            )  # fmt: skip
-            self.backend = WarmBackend(
-                self.project, settings.timeouts, self.runner, cache=pool.cache, pool=pool,
-                snapshots=settings.goldens,
-            )  # fmt: skip
-        else:
-            self.backend = DockerBackend(
-                self.project, settings.timeouts, self.runner, snapshots=settings.goldens
+                ctx,
+                workers=workers or default_concurrency(),
+                stacks=self.live,
+                stopping=lambda: self._stopping,
             )
+        self.backend = DockerBackend(ctx, pool=pool)
 
     @property
     def where(self) -> str:
@@ -225,12 +221,11 @@ class TaskStacks:
         if self._stopping:  # the task was cleaned up meanwhile (its sample cancelled): nobody will use it
             self.backend.teardown(trial, graceful=False)
             raise Interrupted(f"the eval is stopping: {trial.name} torn down")
-        if trial.stack.get("mode") != "warm":  # the pool registers its own stacks
-            try:
-                self.live.add(trial.name, lambda graceful: self._teardown(trial, graceful), started=True)
-            except BaseException:
-                teardown_trial(trial, graceful=False)
-                raise
+        try:  # given back through the backend, whichever source it came from
+            self.live.add(trial.name, lambda graceful: self._teardown(trial, graceful), started=True)
+        except BaseException:
+            self.backend.teardown(trial, graceful=False)
+            raise
         services = [s for s in ResolvedConfig.of(trial.config).services if s != default]
         return SampleStack(trial, task, (default, *services), self.settings.timeouts)
 
@@ -239,15 +234,8 @@ class TaskStacks:
 
     def release(self, stack: SampleStack, *, interrupted: bool) -> None:
         """The sample is over: a warm stack goes back to its pool (reset before its next sample); a fresh
-        one, or any stack of an interrupted sample, is torn down."""
+        one, or any stack of an interrupted sample (not graceful: never reused), is torn down."""
         trial = stack.trial
-        if trial.stack.get("mode") == "warm":
-            assert isinstance(self.backend, WarmBackend) and self.backend.pool is not None
-            if interrupted:
-                self.backend.pool.release(trial, graceful=False)  # not graceful: destroyed, never reused
-            else:
-                self.backend.teardown(trial)
-            return
         why = self.live.teardown(trial.name, graceful=not interrupted)
         if why is not None:
             raise ForgeError(f"tearing down {trial.name} failed: {why}")

@@ -104,8 +104,8 @@ class TrialHandle(Protocol):
 
 
 class TrialRequest(TypedDict, total=False):
-    """Which trial ``Backend.provision`` provisions (the keywords of ``provision.provision_trial`` the
-    orchestrator decides), written once for the protocol and every backend."""
+    """Which trial ``Backend.provision`` provisions (``provision.TrialSpec``'s fields but the task: what
+    the orchestrator decides), written once for the protocol and every backend."""
 
     run_id: Required[str]
     trial_index: Required[int]

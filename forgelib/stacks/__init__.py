@@ -1,15 +1,38 @@
-"""Where every front end gets its stacks (the start of the stack layer, issue 29).
+"""Where every front end gets its stacks (issue 29's stack layer).
 
-* ``backends`` — ``DockerBackend`` (fresh, optionally from goldens), ``WarmBackend`` (``--stacks warm``)
-  and ``make_backend``, which picks one for a run: used by ``forge run`` (``run/cli.py``) and by a
-  cluster node (``cluster/node.py``).
+* ``backends`` — ``DockerBackend``: the one decision which stack a trial gets (``_source``: the run's
+  shared stack, a warm one, a fresh one) over ``FreshSource`` / ``SharedSource`` / ``WarmSource``;
+  ``make_backend`` builds a run's from its plan. Used by ``forge run`` (``run/cli.py``), a cluster node
+  (``cluster/node.py``), ``forge provision`` (``commands.py``), the pytest plugin (``pytest_stacks.py``)
+  and the inspect sandbox (``inspect/stacks.py``).
+* ``shared`` — ``SharedStacks``: a run's shared stacks (all-``shared`` environments), one per compose file.
 
-``forge provision`` (``commands.py``) and the pytest plugin (``pytest_stacks.py``) still call
-``forgelib.provision`` / ``forgelib.warm`` themselves; moving them here is the rest of issue 29.
+The stacks themselves come up through ``forgelib.provision`` (the fresh pipeline and its steps) and
+``forgelib.warm`` (the warm pool).
 """
 
 from __future__ import annotations
 
-from forgelib.stacks.backends import STACK_MODES, DockerBackend, WarmBackend, heal_leftovers, make_backend
+from forgelib.stacks.backends import (
+    STACK_MODES,
+    DockerBackend,
+    FreshSource,
+    SharedSource,
+    StackSource,
+    WarmSource,
+    heal_leftovers,
+    make_backend,
+)
+from forgelib.stacks.shared import SharedStacks
 
-__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "heal_leftovers", "make_backend"]
+__all__ = [
+    "STACK_MODES",
+    "DockerBackend",
+    "FreshSource",
+    "SharedSource",
+    "SharedStacks",
+    "StackSource",
+    "WarmSource",
+    "heal_leftovers",
+    "make_backend",
+]

@@ -1,12 +1,18 @@
-"""The stacks a ``forge run`` gets, local or on a cluster node: the orchestrator's ``Backend``
-(``run.execute.Backend``) over real compose stacks, one per ``--stacks`` mode.
+"""The stacks a front end gets, local or on a cluster node: the orchestrator's ``Backend``
+(``run.execute.Backend``) over real compose stacks, and the one place that decides which stack a trial gets.
 
-* ``DockerBackend`` — fresh stacks (``forgelib.provision``: up, seed, up the rest; from goldens with
-  ``snapshots``), the run's shared stacks, and what the run learns about the engine (``ProvisionCache``);
-* ``WarmBackend`` — ``--stacks warm``: stacks from a ``forgelib.warm.WarmPool``, reset in place;
-* ``make_backend`` — the one place a run's stack source is chosen from its plan.
+A backend has up to three sources, each with ``acquire`` (a trial's stack) and ``release`` (give it back):
 
-``forge run`` (``run/cli.py``) and a cluster node (``cluster/node.py``) both get their backend here.
+* ``FreshSource`` — the trial's own stack (``provision.provision_trial``: up, seed, up the rest; from
+  goldens when the context says so, ``provision.GoldenSteps``), torn down after it;
+* ``SharedSource`` — an environment whose services are all ``shared``: the run's one stack of it
+  (``stacks.shared.SharedStacks``), torn down when the run ends;
+* ``WarmSource`` — ``--stacks warm``: a ``forgelib.warm.WarmPool`` stack, reset in place between trials.
+
+``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back;
+``make_backend`` builds a run's backend from its plan. ``forge run`` (``run/cli.py``), a cluster node
+(``cluster/node.py``), ``forge provision`` (``commands.py``), the pytest plugin (``pytest_stacks.py``) and
+the inspect sandbox (``inspect/stacks.py``) all get their stacks through a ``DockerBackend``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Unpack, cast
+from typing import Protocol, Unpack, cast
 
 from forgelib.admission import MIB, Admission, Workload, default_budget, mem_available
 from forgelib.custody import reap_dead_owners
@@ -23,7 +29,8 @@ from forgelib.errors import ForgeError
 from forgelib.provision import (
     ProvisionCache,
     ProvisionedTrial,
-    SharedStacks,
+    StackContext,
+    TrialSpec,
     capture_logs,
     provision_trial,
     teardown_trial,
@@ -31,63 +38,138 @@ from forgelib.provision import (
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
 from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import LOG_TAIL_LINES, Project, Task, Timeouts
+from forgelib.spec.models import EnvironmentManifest, Project, Task
+from forgelib.stacks.shared import SharedStacks
 from forgelib.warm import WarmPool
+
+
+class StackSource(Protocol):
+    """One way a trial gets a stack."""
+
+    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+        """A seeded stack for ``trial``; raises ``ProvisionError`` only after logs and teardown."""
+        ...
+
+    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+        """The trial is over: the seconds giving its stack back took."""
+        ...
+
+
+@dataclass(frozen=True)
+class FreshSource:
+    """Each trial its own stack (from goldens with ``ctx.goldens``), torn down after it; with a memory
+    budget, a stack counts from its ask to its ``down``."""
+
+    ctx: StackContext
+    admission: Admission | None = None
+
+    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+        return _admitted(self.ctx, self.admission, lambda: provision_trial(self.ctx, trial))
+
+    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+        try:
+            return teardown_trial(trial, graceful=graceful)
+        finally:
+            if self.admission is not None:
+                self.admission.leave()
+
+
+@dataclass(frozen=True)
+class SharedSource:
+    """The run's one stack of an all-``shared`` environment; giving it back leaves it up (``shared``
+    tears it down at the run's end)."""
+
+    ctx: StackContext
+    shared: SharedStacks
+    admission: Admission | None = None
+
+    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+        return _admitted(self.ctx, self.admission, lambda: self.shared.acquire(self.ctx, trial))
+
+    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+        if self.admission is not None:
+            self.admission.leave()
+        return 0.0
+
+
+@dataclass(frozen=True)
+class WarmSource:
+    """A warm stack (``forgelib.warm``): reset and verified, or replaced by a fresh one."""
+
+    pool: WarmPool
+
+    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+        return self.pool.acquire(
+            task, run_id=trial.run_id, trial_dir=trial.trial_dir, on_phase=trial.on_phase
+        )
+
+    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+        return self.pool.release(trial, graceful=graceful)
+
+
+def _admitted(
+    ctx: StackContext, admission: Admission | None, make: Callable[[], ProvisionedTrial]
+) -> ProvisionedTrial:
+    """``make()`` inside the memory budget: it waits for room first; its wait and the budget's figures go
+    on the handle's record (``timings.memory_wait``, ``stack.pool``)."""
+    if admission is None:
+        return make()
+    waited = admission.enter()
+    try:
+        handle = make()
+    except BaseException:
+        admission.leave()
+        raise
+    admission.measure("fresh", ctx.runner, handle.name, timeout=ctx.timeouts.command)
+    pool = {"decision": "fresh", "memory_wait": round(waited, 3), **admission.figures()}
+    return dataclasses.replace(
+        handle,
+        timings={**handle.timings, "memory_wait": round(waited, 3)},
+        stack={**handle.stack, "pool": pool},
+    )
 
 
 @dataclass(frozen=True)
 class DockerBackend:
-    """The orchestrator's ``Backend`` on forgelib.provision (real compose stacks). It owns its run's shared
-    stacks and what it learns about the engine and the seeds (``ProvisionCache``)."""
+    """The orchestrator's ``Backend`` on real compose stacks: what its stacks share (``ctx``: the project,
+    runner, timeouts, the cache of what it learns about the engine and the seeds), the run's shared stacks
+    (None: none, e.g. ``forge provision``, where an all-shared environment gets its own stack), its memory
+    budget, and with ``pool`` warm stacks instead of fresh ones."""
 
-    project: Project
-    timeouts: Timeouts
-    runner: Runner
-    log_tail_lines: int = LOG_TAIL_LINES
-    shared: SharedStacks = field(default_factory=SharedStacks)
-    cache: ProvisionCache = field(default_factory=ProvisionCache)
-    profiles: tuple[str, ...] = ()  # the run config's compose profiles
-    snapshots: bool = False  # start reset services of fresh stacks from goldens (forgelib.snapshots)
-    admission: Admission | None = None  # the run's memory budget: a stack counts from its ask to its `down`
+    ctx: StackContext
+    shared: SharedStacks | None = field(default_factory=SharedStacks)
+    admission: Admission | None = None  # the run's memory budget (fresh and shared stacks; the pool's own)
+    pool: WarmPool | None = None  # --stacks warm
 
-    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
-        waited = self.admission.enter() if self.admission is not None else 0.0
-        try:
-            handle = provision_trial(
-                self.project,
-                task,
-                **trial,
-                timeouts=self.timeouts,
-                runner=self.runner,
-                log_tail_lines=self.log_tail_lines,
-                shared=self.shared,
-                cache=self.cache,
-                profiles=self.profiles,
-                snapshots=self.snapshots,
-            )
-        except BaseException:
-            if self.admission is not None:
-                self.admission.leave()
-            raise
-        if self.admission is not None:
-            self.admission.measure("fresh", self.runner, handle.name, timeout=self.timeouts.command)
-            pool = {"decision": "fresh", "memory_wait": round(waited, 3), **self.admission.figures()}
-            handle = dataclasses.replace(
-                handle,
-                timings={**handle.timings, "memory_wait": round(waited, 3)},
-                stack={**handle.stack, "pool": pool},
-            )
-        return handle
+    @property
+    def runner(self) -> Runner:
+        return self.ctx.runner
+
+    @property
+    def cache(self) -> ProvisionCache:
+        return self.ctx.cache
+
+    def _source(self, env: EnvironmentManifest) -> StackSource:
+        """Which stack a trial of ``env`` gets — decided here only, from the environment and the backend,
+        so a stack given back goes to the source it came from: all ``shared`` services, the run's shared
+        stack; else a warm stack when the backend has a pool; else a fresh one."""
+        if self.shared is not None and not env.requires_per_trial:
+            return SharedSource(self.ctx, self.shared, self.admission)
+        if self.pool is not None:
+            return WarmSource(self.pool)
+        return FreshSource(self.ctx, self.admission)
+
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> ProvisionedTrial:
+        return self._source(task.environment).acquire(task, TrialSpec(task, **trial))
+
+    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+        """Give the stack back to its source: torn down (fresh), left up (shared), reset for the next trial
+        (warm; torn down when ``graceful`` is False)."""
+        t = cast(ProvisionedTrial, trial)
+        return self._source(t.environment).release(t, graceful=graceful)
 
     def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
         capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
-
-    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
-        try:
-            return teardown_trial(cast(ProvisionedTrial, trial), graceful=graceful)
-        finally:
-            if self.admission is not None:
-                self.admission.leave()
 
     def run_host(
         self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
@@ -119,39 +201,22 @@ class DockerBackend:
                 f"cannot resume {run_id}: leftovers of the killed session remain:\n{report.table()}"
             )
 
-    def finish_run(self, run_id: str) -> None:
-        try:
-            self.shared.teardown_run(run_id)
-        finally:
-            self.cache.builds.finish(self.runner, self.timeouts.command)
-
-
-@dataclass(frozen=True)
-class WarmBackend(DockerBackend):
-    """``--stacks warm``: trials get stacks from a ``WarmPool`` (reset in place, verified, or replaced);
-    an environment whose services are all ``shared`` keeps its one run-wide stack as in fresh mode."""
-
-    pool: WarmPool | None = None
-
-    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
-        if self.pool is None or not task.environment.requires_per_trial:
-            return super().provision(task, **trial)
-        return self.pool.acquire(
-            task, run_id=trial["run_id"], trial_dir=trial["trial_dir"], on_phase=trial.get("on_phase")
-        )
-
-    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
-        t = cast(ProvisionedTrial, trial)
-        if self.pool is None or t.stack.get("mode") != "warm":
-            return super().teardown(trial, graceful=graceful)
-        return self.pool.release(t, graceful=graceful)
+    def close_warm(self) -> None:
+        """Tear the warm pool's stacks down (a pytest scope's end; ``finish_run`` does it at a run's)."""
+        if self.pool is not None:
+            self.pool.close()
 
     def finish_run(self, run_id: str) -> None:
+        """The run is over: its warm stacks, its shared stacks, its built images go."""
         try:
             if self.pool is not None:
                 self.pool.close()
         finally:
-            super().finish_run(run_id)
+            try:
+                if self.shared is not None:
+                    self.shared.teardown_run(run_id)
+            finally:
+                self.cache.builds.finish(self.runner, self.ctx.timeouts.command)
 
 
 STACK_MODES = ("fresh", "warm")
@@ -171,32 +236,20 @@ def make_backend(
     """The backend for ``plan.stacks`` (``profiles``: the run config's compose profiles); ``memory_budget_mb``
     None: the default budget (admission). A plan without tasks (a cluster slot's: the driver keeps the
     queue) does not tell the warm pool how many trials come."""
-    cfg_timeouts, tail = plan.timeouts, plan.log_tail_lines
     stopping = (lambda: stop.requested) if stop is not None else (lambda: False)
     budget = memory_budget_mb * MIB if memory_budget_mb else default_budget(mem_available())
     admission = Admission(budget, stopping=stopping)
-    profiles = tuple(profiles)
+    ctx = StackContext(
+        project, plan.timeouts, runner, log_tail_lines=plan.log_tail_lines, profiles=tuple(profiles),
+        goldens=snapshots,
+    )  # fmt: skip
     if plan.stacks != "warm":
-        return DockerBackend(
-            project, cfg_timeouts, runner, tail, profiles=profiles, snapshots=snapshots, admission=admission
-        )
-    cache = ProvisionCache()
+        return DockerBackend(ctx, admission=admission)
     pool = WarmPool(
-        project, cfg_timeouts, runner, workers=plan.workers, cache=cache, log_tail_lines=tail, stacks=stacks,
-        profiles=profiles, stopping=stopping, admission=admission, workload=Workload(),
+        ctx, workers=plan.workers, stacks=stacks, stopping=stopping, admission=admission, workload=Workload(),
         trials=None if plan.resume or not plan.tasks else len(plan.tasks) * plan.repeats,
     )  # fmt: skip
-    return WarmBackend(
-        project,
-        cfg_timeouts,
-        runner,
-        tail,
-        profiles=profiles,
-        snapshots=snapshots,
-        cache=cache,
-        pool=pool,
-        admission=admission,
-    )
+    return DockerBackend(ctx, admission=admission, pool=pool)
 
 
 def heal_leftovers(runner: Runner, say: Callable[[str], None]) -> None:
@@ -213,4 +266,13 @@ def heal_leftovers(runner: Runner, say: Callable[[str], None]) -> None:
         say(f"removed leftovers of dead forge processes:\n{report.table()}")
 
 
-__all__ = ["STACK_MODES", "DockerBackend", "WarmBackend", "heal_leftovers", "make_backend"]
+__all__ = [
+    "STACK_MODES",
+    "DockerBackend",
+    "FreshSource",
+    "SharedSource",
+    "StackSource",
+    "WarmSource",
+    "heal_leftovers",
+    "make_backend",
+]

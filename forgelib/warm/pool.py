@@ -31,7 +31,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,15 +42,16 @@ from forgelib.compose import ComposeProject, project_name
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.provision import (
     PhaseCallback,
-    ProvisionCache,
     ProvisionedTrial,
+    StackContext,
+    StackSpec,
+    WarmSteps,
     provision_stack,
 )
 from forgelib.resolved import ResolvedConfig
-from forgelib.runner import Runner
 from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
-from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Task, Timeouts
+from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan
 
 log = logging.getLogger("forgelib.warm")
@@ -112,29 +113,23 @@ class WarmPool:
 
     def __init__(
         self,
-        project: Project,
-        timeouts: Timeouts,
-        runner: Runner,
+        ctx: StackContext,
         *,
         workers: int = 1,
-        cache: ProvisionCache | None = None,
-        log_tail_lines: int = LOG_TAIL_LINES,
         stacks: LiveStacks | None = None,
         stopping: Callable[[], bool] = lambda: False,
-        profiles: Sequence[str] = (),
         trials: int | None = None,
         admission: Admission | None = None,
         workload: Workload | None = None,
     ) -> None:
-        self.project = project
-        self.timeouts = timeouts
-        self.runner = runner
+        self.ctx = ctx  # what every stack of the pool is provisioned with (its cache: the owner's)
+        self.project = ctx.project
+        self.timeouts = ctx.timeouts
+        self.runner = ctx.runner
         self.workers = max(1, workers)
-        self.cache = cache if cache is not None else ProvisionCache()
-        self.log_tail_lines = log_tail_lines
+        self.cache = ctx.cache
         self.stacks = stacks
         self.stopping = stopping
-        self.profiles = tuple(profiles)
         self._lock = threading.Lock()
         self._all: dict[str, _Stack] = {}  # name -> stack, idle or in use
         self._idle: list[_Stack] = []
@@ -353,20 +348,9 @@ class WarmPool:
         name = project_name(self.project.name, run_id, tag, n)
         # Registered before the first `up`: Ctrl-C mid-provisioning is covered by provisioning's own
         # clean-up, and from here on by this registration.
-        trial = provision_stack(
-            self.project,
-            env,
-            name=name,
-            labels=lab.run_labels(run_id, lab.trial_label(tag, n)),
-            trial_dir=trial_dir,
-            timeouts=self.timeouts,
-            runner=self.runner,
-            cache=self.cache,
-            on_phase=on_phase,
-            log_tail_lines=self.log_tail_lines,
-            profiles=self.profiles,
-            warm=True,
-        )
+        labels = lab.run_labels(run_id, lab.trial_label(tag, n))
+        spec = StackSpec(env, name, labels, trial_dir)
+        trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
         images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)

@@ -20,6 +20,7 @@ import yaml
 
 from forgelib import labels as lab
 from forgelib.commands import main_provision, main_teardown
+from forgelib.provision import StackContext
 from forgelib.run.cli import build_plan
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
@@ -50,7 +51,7 @@ class RecordingRunner(SubprocessRunner):
 def _run(root: Path, runner: RecordingRunner) -> tuple[str, Path, dict[str, Any]]:
     cfg = load_run_config(root / "run_configs" / "parallel.yaml")
     project = load_project_config(cfg.project)
-    backend = DockerBackend(project, cfg.timeouts, runner, profiles=cfg.profiles)
+    backend = DockerBackend(StackContext(project, cfg.timeouts, runner, profiles=tuple(cfg.profiles)))
     run_dir, state = run_project(build_plan(cfg, project), backend, lambda line: None)
     return str(state.run_id), run_dir, summarize(state)
 

@@ -30,6 +30,7 @@ from support.stacks import PG, REDIS, RUNNER
 
 from forgelib import custody
 from forgelib.labels import RUN, is_empty, resources_with_labels
+from forgelib.provision import StackContext
 from forgelib.run.cli import build_plan
 from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
 from forgelib.run.execute import run_project
@@ -105,9 +106,8 @@ def run_in_process(cfg: Path, mutate: Callable[[Project], Project] | None = None
     if mutate is not None:
         project = mutate(project)
     plan = build_plan(config, project)
-    backend = DockerBackend(
-        project, config.timeouts, SubprocessRunner(default_timeout=config.timeouts.command)
-    )
+    runner = SubprocessRunner(default_timeout=config.timeouts.command)
+    backend = DockerBackend(StackContext(project, config.timeouts, runner))
     return run_project(plan, backend, lambda line: None)
 
 

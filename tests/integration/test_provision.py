@@ -17,10 +17,11 @@ from forgelib import custody
 from forgelib import labels as lab
 from forgelib.commands import main_provision, main_teardown
 from forgelib.errors import ProvisionError
-from forgelib.provision import SharedStacks, provision_trial
+from forgelib.provision import StackContext, TrialSpec, provision_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import Isolation, SeedKind
+from forgelib.stacks import SharedStacks
 
 pytestmark = pytest.mark.integration
 
@@ -134,9 +135,10 @@ def test_shared_backend_one_stack_for_the_run(
 ) -> None:
     project = make_project(tmp_path / "p", {"cache": REDIS}, isolation={"cache": Isolation.SHARED}, name=NAME)
     shared = SharedStacks()
-    first = provision(project, run_id, tmp_path, runner, idx=0, shared=shared)
+    ctx = StackContext(project, TIMEOUTS, runner)
+    first = shared.acquire(ctx, TrialSpec(None, run_id, 0, tmp_path / "trial-0"))
     first.compose.exec("cache", ["redis-cli", "SET", "k", "from-trial-0"], timeout=30)
-    second = provision(project, run_id, tmp_path, runner, idx=1, shared=shared)
+    second = shared.acquire(ctx, TrialSpec(None, run_id, 1, tmp_path / "trial-1"))
     assert second.shared and second.name == first.name
     assert (
         second.compose.exec("cache", ["redis-cli", "GET", "k"], timeout=30).stdout.strip() == "from-trial-0"
@@ -189,14 +191,8 @@ def test_ctrl_c_mid_provision_leaves_nothing(
 
     with pytest.raises(KeyboardInterrupt):
         provision_trial(
-            project,
-            None,
-            run_id=run_id,
-            trial_index=0,
-            trial_dir=tmp_path / "trial-0",
-            timeouts=TIMEOUTS,
-            runner=runner,
-            on_phase=interrupt,
+            StackContext(project, TIMEOUTS, runner),
+            TrialSpec(None, run_id, 0, tmp_path / "trial-0", on_phase=interrupt),
         )
     assert "ready to accept connections" in (tmp_path / "trial-0" / "services" / "app-db.log").read_text()
 

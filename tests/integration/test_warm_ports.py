@@ -15,6 +15,7 @@ import pytest
 import yaml
 from support.stacks import TIMEOUTS, make_project
 
+from forgelib.provision import StackContext
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m
 from forgelib.warm import WarmPool
@@ -51,7 +52,7 @@ def test_every_warm_trial_is_told_the_port_of_the_container_it_runs_on(
 ) -> None:
     project = make_project(tmp_path / "p", {"web": WEB}, name="warmports")
     task = m.Task("t", tmp_path / "p" / "task.yaml", "", project.environment)
-    pool = WarmPool(project, TIMEOUTS, runner, workers=1)
+    pool = WarmPool(StackContext(project, TIMEOUTS, runner), workers=1)
     seen = []
     try:
         for i in range(3):  # a fresh stack, then two reuses: a new web container each time

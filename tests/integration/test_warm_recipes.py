@@ -18,7 +18,14 @@ from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 from forgelib import connect
 from forgelib import labels as lab
 from forgelib.errors import RecipeError
-from forgelib.provision import ProvisionedTrial, provision_stack, teardown_trial
+from forgelib.provision import (
+    ProvisionedTrial,
+    StackContext,
+    StackSpec,
+    WarmSteps,
+    provision_stack,
+    teardown_trial,
+)
 from forgelib.runner import SubprocessRunner
 from forgelib.seeds import sql_dump
 from forgelib.seeds.base import PreparedSeed, fingerprint_diff
@@ -64,16 +71,8 @@ def stack(
     name = f"itwarm-{run_id}"
     for only in ({lab.RUN: run_id}, {lab.COMPOSE_PROJECT: name}):  # nobody else's stack is taken for ours
         assert lab.is_empty(lab.resources_with_labels(runner, only)), only
-    trial = provision_stack(
-        project,
-        project.environment,
-        name=name,
-        labels=lab.run_labels(run_id, "warm-0"),
-        trial_dir=tmp / "stack",
-        timeouts=TIMEOUTS,
-        runner=runner,
-        warm=True,
-    )
+    spec = StackSpec(project.environment, name, lab.run_labels(run_id, "warm-0"), tmp / "stack")
+    trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
     try:
         yield trial
     finally:

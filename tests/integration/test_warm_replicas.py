@@ -16,6 +16,7 @@ import yaml
 from support.stacks import IDLE, TIMEOUTS, make_project
 
 from forgelib import labels as lab
+from forgelib.provision import StackContext
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m
 from forgelib.warm import WarmPool
@@ -38,7 +39,7 @@ def _web(runner: SubprocessRunner, project: str) -> dict[str, str]:
 def test_every_replica_is_new_every_trial(tmp_path: Path, runner: SubprocessRunner, run_id: str) -> None:
     project = make_project(tmp_path / "p", {"web": WEB}, name="warmreplicas")
     task = m.Task("t", tmp_path / "p" / "task.yaml", "", project.environment)
-    pool = WarmPool(project, TIMEOUTS, runner, workers=1)
+    pool = WarmPool(StackContext(project, TIMEOUTS, runner), workers=1)
     before: set[str] = set()
     said = []
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from forgelib.provision import ProvisionedTrial, provision_trial
+from forgelib.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial
 from forgelib.runner import Runner
 from forgelib.spec import models as m
 from forgelib.spec.digest import seed_digest
@@ -100,16 +100,9 @@ def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> m.ResetBinding:
 
 
 def provision(
-    project: m.Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, **kw: Any
+    project: m.Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, *, snapshots: bool = False
 ) -> ProvisionedTrial:
-    """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS``."""
-    return provision_trial(
-        project,
-        None,
-        run_id=run_id,
-        trial_index=idx,
-        trial_dir=tmp_path / f"trial-{idx}",
-        timeouts=TIMEOUTS,
-        runner=runner,
-        **kw,
-    )
+    """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS`` (``snapshots``:
+    from goldens)."""
+    ctx = StackContext(project, TIMEOUTS, runner, goldens=snapshots)
+    return provision_trial(ctx, TrialSpec(None, run_id, idx, tmp_path / f"trial-{idx}"))

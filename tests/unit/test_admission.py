@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +23,11 @@ from forgelib.admission import (
     stacks_wanted,
 )
 from forgelib.errors import Interrupted
-from forgelib.provision import ProvisionedTrial
 from forgelib.run import events as ev
 from forgelib.run.ready import ready_breakdown
 from forgelib.testing import FakeRunner
+from forgelib.warm import environment_key
+from tests.support.warmpool import PoolHarness, decision, task
 
 
 def test_meminfo_gives_memavailable_in_bytes_and_the_default_budget_keeps_a_fifth_back() -> None:
@@ -170,59 +170,41 @@ def test_pool_decisions_fold_into_the_summary() -> None:
     assert pool["budget_mb"] == 800 and pool["per_stack_mb"] == 150.0
 
 
-def _second_look() -> Any:
-    """A ``stopping`` that says no once, then yes: the pool's wait ends at its second look."""
-    looks = iter([False])
-    return lambda: next(looks, True)
-
-
-def _pool(workers: int, cpu: list[float]) -> Any:
-    from forgelib.warm import WarmPool
-
+def _waiting_pool(monkeypatch: pytest.MonkeyPatch, cpu: list[float], **kw: Any) -> PoolHarness:
+    """A pool (8 workers, 2 cores, stacks up in 5 s) whose one stack a trial held for 30 s, gave back just
+    now (the older rule would wait for the next release) and holds again: ``cpu[0]`` seconds of CPU since."""
     w = Workload(cpu=lambda: cpu[0], cores=2)
-    return WarmPool(None, None, FakeRunner(), workers=workers, workload=w, admission=Admission(None))  # type: ignore[arg-type]
+    h = PoolHarness(monkeypatch, provision=5.0, workers=8, workload=w, **kw)
+    h.hold(h.acquire(), 30.0)
+    h.acquire()
+    return h
 
 
-def _stack(name: str, key: str) -> Any:
-    from forgelib.warm import _Stack
-
-    return _Stack(ProvisionedTrial(name, None, None, {}, {}, Path("/t")), key, [], [])  # type: ignore[arg-type]
-
-
-def test_a_waiting_workload_provisions_ahead_while_its_stacks_are_held() -> None:
+def test_a_waiting_workload_provisions_ahead_while_its_stacks_are_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cpu = [0.0]
-    pool = _pool(8, cpu)
-    pool._all["a"] = _stack("a", "k")
-    pool._provision_s["k"] = [5.0]
-    pool._freed["k"] = time.monotonic()  # just freed: the older rule would wait for a release
-    pool._busy["a"] = time.monotonic() - 30.0  # held for 30 s ...
-    pool.workload.handed()
-    cpu[0] = 0.3  # ... at 0.01 core
-    note: dict[str, Any] = {}
-    assert pool._take("k", note) == (None, None) and note["decision"] == "ahead"
-    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 2}  # a second one at once
-    pool.stopping = _second_look()
-    with pytest.raises(Interrupted):  # two provisions already: as many as the cores, the third waits
-        pool._take("k")
+    h = _waiting_pool(monkeypatch, cpu, admission=Admission(None))
+    cpu[0] = 0.3  # 0.01 core per held second
+    h.hold_provisions()
+    first, got = h.acquire_in_background()
+    second, got2 = h.acquire_in_background()  # a second one at once, while the first is still coming up
+    assert h.waits()  # two provisions already: as many as the cores, the third waits
+    h.let_provisions()
+    first.join(10)
+    second.join(10)
+    assert [decision(t) for t in got + got2] == ["ahead", "ahead"] and len(h.provisioned) == 3
 
 
-def test_a_cpu_bound_workload_keeps_queueing_and_the_memory_budget_holds_growth_back() -> None:
+def test_a_cpu_bound_workload_keeps_queueing_and_the_memory_budget_holds_growth_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cpu = [0.0]
-    pool = _pool(8, cpu)
-    pool._all["a"] = _stack("a", "k")
-    pool._provision_s["k"] = [5.0]
-    pool._freed["k"] = time.monotonic()
-    pool._busy["a"] = time.monotonic() - 30.0
-    pool.workload.handed()
+    budget = Admission(300 * MIB)
+    h = _waiting_pool(monkeypatch, cpu, admission=budget)
     cpu[0] = 27.0  # 0.9 core per held second: CPU-bound
-    pool.stopping = _second_look()
-    with pytest.raises(Interrupted):
-        pool._take("k")
-    assert pool._provisioning == {}
+    assert h.waits()
     cpu[0] = 0.3  # waiting after all, but the budget holds one stack only
-    pool.admission = Admission(300 * MIB)
-    pool.admission.recorded("k", {"c": 200 * MIB})
-    pool.stopping = _second_look()
-    with pytest.raises(Interrupted):
-        pool._take("k")
-    assert pool._provisioning == {}
+    budget.recorded(environment_key(task().environment), {"c": 200 * MIB})  # the stack's measured footprint
+    assert h.waits()
+    assert len(h.provisioned) == 1

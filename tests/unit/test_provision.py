@@ -27,6 +27,7 @@ from forgelib.spec.models import (
     Task,
     Timeouts,
 )
+from forgelib.stacks import SharedStacks
 from forgelib.testing import ANY, FakeRunner
 from tests.support.override import load_override
 
@@ -93,7 +94,7 @@ class Stack:
         self.full = (*b, "--file", str(self.trial_dir / "compose.forge.yaml"))
         self.fake = FakeRunner()
         self.cache = known_cache()
-        self.shared = prov.SharedStacks()
+        self.shared = SharedStacks()
 
     def expect_config(self, **kw: Any) -> None:
         kw.setdefault("stdout", json.dumps(self.config))
@@ -143,18 +144,12 @@ class Stack:
         starts = [c.argv[2:] for c in self.fake.calls if c.argv[:2] == ("docker", "start")]
         return [[i.removeprefix("id-") for i in ids] for ids in starts]
 
-    def provision(self, **kw: Any) -> prov.ProvisionedTrial:
-        return prov.provision_trial(
-            self.project,
-            self.task,
-            run_id="r1",
-            trial_index=0,
-            trial_dir=self.trial_dir,
-            timeouts=T,
-            runner=self.fake,
-            cache=self.cache,
-            **kw,
-        )
+    def provision(
+        self, *, snapshots: bool = False, on_phase: prov.PhaseCallback | None = None
+    ) -> prov.ProvisionedTrial:
+        ctx = prov.StackContext(self.project, T, self.fake, self.cache, goldens=snapshots)
+        trial = prov.TrialSpec(self.task, "r1", 0, self.trial_dir, on_phase=on_phase)
+        return prov.provision_trial(ctx, trial)
 
     def verbs(self) -> list[str]:
         out = []
@@ -538,11 +533,9 @@ def test_all_shared_services_share_one_stack_per_run(tmp_path: Path) -> None:
     s.fake.expect("docker", "compose", "--ansi", "never", "--project-name")
     s.fake.expect("docker", "image", "inspect", stdout=json.dumps(IMAGES))
     s.expect_readiness()
-    first = s.provision(shared=s.shared)
-    second = prov.provision_trial(
-        s.project, s.task, run_id="r1", trial_index=1, trial_dir=tmp_path / "t1", timeouts=T, runner=s.fake,
-        shared=s.shared, cache=s.cache,
-    )  # fmt: skip
+    ctx = prov.StackContext(s.project, T, s.fake, s.cache)
+    first = s.shared.acquire(ctx, prov.TrialSpec(s.task, "r1", 0, s.trial_dir))
+    second = s.shared.acquire(ctx, prov.TrialSpec(s.task, "r1", 1, tmp_path / "t1"))
     assert first.shared and second.shared and first.name == second.name
     assert first.name.startswith("proj-r1-env") and first.name.endswith("-shared")
     assert second.trial_dir == tmp_path / "t1" and second.timings == {"shared_stack": 0.0}
@@ -667,15 +660,16 @@ def test_a_golden_failing_while_a_stop_is_requested_is_not_discarded(
     runner = state.guard(FakeRunner())  # unscripted: any discard (docker image rm) would fail the test
     project: Any = SimpleNamespace(name="p")
     env: Any = None
-    p = provision._Provisioning(
-        project, env, "p1", {}, tmp_path, Timeouts(), runner, provision.ProvisionCache(), snapshots=True
-    )
+    ctx = provision.StackContext(project, Timeouts(), runner)
+    goldens = TrialGoldens(runner, Timeouts(), "r1", "p", lambda: state.requested)
+    spec = provision.StackSpec(env, "p1", {}, tmp_path)
+    p = provision._Provisioning(ctx, spec, provision.GoldenSteps(goldens))
     discarded: list[str] = []
     monkeypatch.setattr(TrialGoldens, "discard", lambda self, plan, reason: discarded.append(reason))
 
     attempts: list[int] = []
 
-    def attempt(goldens: Any) -> Any:
+    def attempt() -> Any:
         attempts.append(1)
         assert len(attempts) == 1, "provisioned again after a stop"
         state.request("SIGINT")

@@ -1,6 +1,6 @@
-"""Warm-stack planning without an engine: which services are recreated, in what order, which volumes go
-with them, and how `--stacks` is read. (The resets,
-fingerprints and the pool itself: tests/integration/test_warm_*.py, on the real engine.)"""
+"""Warm stacks without an engine: which services are recreated, in what order, which volumes go with them,
+how `--stacks` is read, and which stack the pool hands a trial (through its public surface, on a fake clock).
+(The resets and fingerprints on real stacks: tests/integration/test_warm_*.py.)"""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
+from tests.support.warmpool import PoolHarness, decision, task
 
 
 def _trial(
@@ -107,52 +108,47 @@ def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
     assert fresh["stacks"] == {"mode": "fresh", "replaced": 0}
 
 
-def _pool(workers: int = 4) -> Any:
-    from forgelib.testing import FakeRunner
-    from forgelib.warm import WarmPool
-
-    return WarmPool(None, None, FakeRunner(), workers=workers)  # type: ignore[arg-type]
+# The pool through acquire / release / names on a fake clock (tests/support/warmpool.py).
 
 
-def _stack(name: str, key: str) -> Any:
-    from forgelib.warm import _Stack
-
-    trial = ProvisionedTrial(name, None, None, {}, {}, Path("/t"))  # type: ignore[arg-type]
-    return _Stack(trial, key, [], [])
+def _harness(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> PoolHarness:
+    return PoolHarness(monkeypatch, **kw)
 
 
-def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned() -> None:
-    pool = _pool()
-    s = _stack("a", "k")
-    pool._all["a"], pool._idle = s, [s]
-    assert pool._take("k") == (s, None)
-    assert pool._take("other") == (None, None) and pool._provisioning == {"other": 1}
+def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provisioned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch)
+    first = h.acquire()
+    assert decision(first) == "first" and h.provisioned == [first.name]
+    h.hold(first, 1.0)
+    again = h.acquire()
+    assert again.name == first.name and decision(again) == "reuse" and again.stack["reuse"] == 1
+    assert h.provisioned == [first.name]  # nothing new came up
+    other = h.acquire(task("cache"))  # another environment: its own stack, the idle one stays
+    assert decision(other) == "first" and other.name != first.name
+    assert h.pool.names() == sorted([first.name, other.name]) and h.downs() == []
 
 
-def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster() -> None:
-    import time as _time
-
-    from forgelib.errors import Interrupted
-
-    pool = _pool()
-    pool._all["a"] = _stack("a", "k")  # busy: not idle
-    pool._provision_s["k"] = [3600.0]  # provisioning takes an hour: better wait for the release
-    pool._freed["k"] = _time.monotonic()
-    asked = []
-    pool.stopping = lambda: bool(asked.append(1)) or len(asked) > 1  # the second look ends the wait
-    with pytest.raises(Interrupted):
-        pool._take("k")
-    assert pool._provisioning == {}  # it waited, it did not provision
-    pool.stopping = lambda: False
-    pool._freed["k"] = _time.monotonic() - 7200  # nothing came free for longer than a provision takes
-    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 1}
+def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, provision=3600.0)  # provisioning takes an hour: better wait for the release
+    busy = h.acquire()
+    assert h.waits()  # it waited, it did not provision
+    h.clock.now += 7200  # nothing came free for longer than a provision takes
+    assert not h.waits()
+    (grown,) = h.handed
+    assert decision(grown) == "grow" and grown.name != busy.name and len(h.provisioned) == 2
 
 
-def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
-    pool = _pool(workers=1)
-    other = _stack("b", "other")
-    pool._all["b"], pool._idle = other, [other]
-    assert pool._take("k") == (None, other)
+def test_at_capacity_an_idle_stack_of_another_environment_makes_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = _harness(monkeypatch, workers=1)
+    other = h.acquire(task("cache"))
+    h.hold(other, 1.0)
+    mine = h.acquire()
+    assert mine.stack["pool"]["evicted"] == other.name and h.downs() == [other.name]
+    assert h.pool.names() == [mine.name]
 
 
 @pytest.mark.parametrize(
@@ -165,21 +161,41 @@ def test_at_capacity_an_idle_stack_of_another_environment_makes_room() -> None:
     ],
 )
 def test_a_run_grows_the_pool_only_when_its_remaining_trials_finish_sooner(
-    held: float, provision: float, left: int, stacks: int, grow: bool
+    monkeypatch: pytest.MonkeyPatch, held: float, provision: float, left: int, stacks: int, grow: bool
 ) -> None:
-    pool = _pool()
-    pool.trials, pool._handed = left + 10, 10
-    pool._held["k"] = [held]
-    assert pool._grow("k", stacks, waited=0.0, patience=provision) is grow
+    cycles = 4  # trials that hold a stack `held` seconds: the median of what trials held
+    handed = stacks + cycles + stacks  # the stacks' first trials, the cycles, the trials holding them now
+    h = _harness(monkeypatch, provision=provision, trials=handed + left)
+    first = [h.acquire()]
+    if stacks == 2:  # no trial released yet: a second stack once a provision's time went by (ski rental)
+        h.clock.now += provision
+        assert not h.waits()
+        first += h.handed
+    for trial in first:
+        h.hold(trial, held)
+    for _ in range(cycles):
+        h.hold(h.acquire(), held)
+    now = [h.acquire() for _ in range(stacks)]  # every stack busy
+    assert len({t.name for t in now}) == stacks == len(h.provisioned)
+    assert h.waits() is not grow
+    if grow:
+        assert decision(h.handed[-1]) == "grow" and len(h.provisioned) == stacks + 1
 
 
-def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental() -> None:
-    pool = _pool()
-    pool._held["k"] = [30.0]  # long trials, but how many are left is unknown (pytest)
-    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
-    assert pool._grow("k", 1, waited=7.0, patience=7.0)
-    pool.trials, pool._held = 8, {}  # a plan, but no trial released yet
-    assert not pool._grow("k", 1, waited=1.0, patience=7.0)
+def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, provision=7.0)  # how many trials are left is unknown (pytest)
+    h.hold(h.acquire(), 30.0)  # long trials
+    h.acquire()  # the stack is busy again
+    h.clock.now += 1.0
+    assert h.waits()  # freed a second ago: a release may come sooner than a new stack
+    h.clock.now += 6.0
+    assert not h.waits()  # waited as long as a provision takes: grow
+    planned = _harness(monkeypatch, provision=7.0, trials=8)  # a plan, but no trial released yet
+    planned.acquire()
+    planned.clock.now += 1.0
+    assert planned.waits()
 
 
 def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh() -> None:
