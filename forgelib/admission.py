@@ -242,6 +242,27 @@ def stacks_wanted(
     return max(1, min(workers, math.floor(cores / max(cpu_per_held, 1e-3))))
 
 
+def spares_wanted(*, handed: Sequence[float], reset: float, left: int, room: int | None = None) -> int:
+    """How many clean stacks a waiting workload keeps beyond the ones its trials hold, so that a trial that
+    asks right as another gives its stack back (a worker's next trial asks at once) gets one already reset.
+
+    ``handed``: when each stack in use now was handed out. Trials that hold their stacks alike give them
+    back as close together as they got them, and a stack is clean again ``reset`` seconds after its
+    release: so as many spares as the most hand-outs within any ``reset`` seconds (at least one), no more
+    than the ``left`` trials still to be handed a stack, nor than the memory budget's ``room`` (None:
+    unbounded)."""
+    if left <= 0 or not handed:
+        return 0
+    times = sorted(handed)
+    most, start = 1, 0
+    for end, t in enumerate(times):
+        while t - times[start] > reset:
+            start += 1
+        most = max(most, end - start + 1)
+    wanted = min(most, left)
+    return wanted if room is None else max(0, min(wanted, room))
+
+
 class Workload:
     """Host CPU per held stack-second over a run: fed each stack's hand-out and release, and the clock."""
 
