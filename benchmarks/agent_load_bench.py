@@ -197,12 +197,16 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
     ap.add_argument("--packs", default="postgres,cache")
     ap.add_argument("--modes", default="warm,golden")
     ap.add_argument("--memory-budget-mb", type=int, default=None)
+    ap.add_argument(
+        "--healthcheck-interval", default=None, help="e.g. 30s: the packs' healthchecks at that interval"
+    )
     args = ap.parse_args(list(argv))
     sizes = [int(w) for w in args.workers.split(",")]
     agent_s = agent_pack.agent_seconds(args.latency, args.calls)
     meta = bs.start_meta(
         latency=args.latency, calls=args.calls, agent_seconds=round(agent_s, 2), sizes=sizes,
         memory_budget_mb=args.memory_budget_mb, mem_available_mb=(mem_available() or 0) // MIB,
+        healthcheck_interval=args.healthcheck_interval,
     )  # fmt: skip
     rows = []
     runs: set[str] = set()  # the golden runs' ids: the goldens removed at the end are theirs alone
@@ -216,6 +220,7 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
                         pack, work / "pack", latency=args.latency, calls=args.calls, repeats=2 * workers,
                         workers=workers, stacks="warm" if mode == "warm" else "fresh",
                         snapshots=mode == "golden", memory_budget_mb=args.memory_budget_mb,
+                        healthcheck_interval=args.healthcheck_interval,
                     )  # fmt: skip
                     load0 = bs.loadavg()
                     began = time.time()
