@@ -133,12 +133,27 @@ class Admission:
         self.clock = clock
         self.per_stack: int | None = None
         self.footprints: dict[str, dict[str, int]] = {}  # key -> container -> bytes, as measured
+        # The most stacks the engine held at once for this run when it ran out of network address pools
+        # (``limited``); None: no such limit met.
+        self.limit: int | None = None
         self._held = 0
         self._measuring: set[str] = set()
         self._cond = threading.Condition()
 
     def fits(self, holding: int) -> bool:
+        if self.limit is not None and holding >= self.limit:
+            return False
         return admits(holding, self.per_stack, self.budget)
+
+    def limited(self, holding: int) -> bool:
+        """The engine could not make a stack's network beside ``holding`` others of the run: at most that
+        many from now on (at least one). False when it held none (nothing of ours to wait for)."""
+        if holding <= 0:
+            return False
+        with self._cond:
+            self.limit = holding if self.limit is None else min(self.limit, holding)
+            self._cond.notify_all()
+        return True
 
     def enter(self) -> float:
         """Count one more stack, first waiting until it fits; the seconds waited. Raises ``Interrupted``
@@ -195,6 +210,7 @@ class Admission:
             "budget_mb": None if self.budget is None else round(self.budget / MIB),
             "per_stack_mb": None if per_stack is None else round(per_stack / MIB, 1),
             "held": held,
+            **({"network_limit": self.limit} if self.limit is not None else {}),
         }
 
     def describe(self) -> dict[str, object]:

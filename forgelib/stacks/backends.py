@@ -21,10 +21,12 @@ from forgelib.admission import MIB, Admission, Workload, default_budget, mem_ava
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import ForgeError
 from forgelib.provision import (
+    FAILURE_FILE,
     ProvisionCache,
     ProvisionedTrial,
     SharedStacks,
     capture_logs,
+    out_of_networks,
     provision_trial,
     teardown_trial,
 )
@@ -51,24 +53,32 @@ class DockerBackend:
     admission: Admission | None = None  # the run's memory budget: a stack counts from its ask to its `down`
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
-        waited = self.admission.enter() if self.admission is not None else 0.0
-        try:
-            handle = provision_trial(
-                self.project,
-                task,
-                **trial,
-                timeouts=self.timeouts,
-                runner=self.runner,
-                log_tail_lines=self.log_tail_lines,
-                shared=self.shared,
-                cache=self.cache,
-                profiles=self.profiles,
-                snapshots=self.snapshots,
-            )
-        except BaseException:
-            if self.admission is not None:
-                self.admission.leave()
-            raise
+        waited = 0.0
+        handle: ProvisionedTrial | None = None
+        while handle is None:
+            waited += self.admission.enter() if self.admission is not None else 0.0
+            try:
+                handle = provision_trial(
+                    self.project,
+                    task,
+                    **trial,
+                    timeouts=self.timeouts,
+                    runner=self.runner,
+                    log_tail_lines=self.log_tail_lines,
+                    shared=self.shared,
+                    cache=self.cache,
+                    profiles=self.profiles,
+                    snapshots=self.snapshots,
+                )
+            except BaseException as e:
+                if self.admission is not None:
+                    self.admission.leave()
+                    # Docker's network address pools are full: wait for a stack of this run to come down
+                    # (at most as many as it holds now from here on) and provision again.
+                    if out_of_networks(e) and self.admission.limited(self.admission.held):
+                        (trial["trial_dir"] / FAILURE_FILE).unlink(missing_ok=True)
+                        continue
+                raise
         if self.admission is not None:
             self.admission.measure("fresh", self.runner, handle.name, timeout=self.timeouts.command)
             pool = {"decision": "fresh", "memory_wait": round(waited, 3), **self.admission.figures()}

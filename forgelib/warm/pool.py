@@ -51,11 +51,13 @@ from typing import Any, TypeVar
 from forgelib import labels as lab
 from forgelib.admission import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.compose import ComposeProject, project_name
-from forgelib.errors import ForgeError, Interrupted
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.provision import (
+    FAILURE_FILE,
     PhaseCallback,
     ProvisionCache,
     ProvisionedTrial,
+    out_of_networks,
     provision_stack,
 )
 from forgelib.runner import Runner
@@ -233,11 +235,25 @@ class WarmPool:
             stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
             with self._cond:
                 self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
+        except ProvisionError as e:
+            with self._cond:
+                held = len(self._all)
+            # Docker's network address pools are full: no more stacks than the run holds now; this trial
+            # waits for one of them (provisioning left nothing behind).
+            if not (out_of_networks(e) and self.admission is not None and self.admission.limited(held)):
+                raise
+            log.warning("warm pool: Docker has no network address pool left; at most %d stacks", held)
+            (trial_dir / FAILURE_FILE).unlink(missing_ok=True)
+            again = True
+        else:
+            again = False
         finally:
             with self._cond:
                 self._provisioning[key] -= 1
                 self._freed[key] = time.monotonic()
                 self._cond.notify_all()
+        if again or stack is None:
+            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if self.admission is not None:
             self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
         handle = self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)

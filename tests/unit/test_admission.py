@@ -279,3 +279,41 @@ def test_a_cpu_bound_workload_keeps_queueing_and_the_memory_budget_holds_growth_
     with pytest.raises(Interrupted):
         pool._take("k")
     assert pool._provisioning == {}
+
+
+def test_out_of_network_pools_caps_the_stacks_at_what_the_run_holds() -> None:
+    a = Admission(None)
+    assert not a.limited(0)  # nothing of ours to wait for: the error stands
+    assert a.limited(5) and a.fits(4) and not a.fits(5)
+    assert a.limited(7) and not a.fits(5)  # never loosened by a later, larger figure
+    assert a.figures()["network_limit"] == 5
+
+
+def test_a_fresh_trial_out_of_network_pools_waits_for_a_stack_of_the_run_and_provisions_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib.errors import ProvisionError
+    from forgelib.provision import FAILURE_FILE, NO_ADDRESS_POOL
+    from forgelib.stacks import backends
+
+    admission = Admission(None)
+    from forgelib.spec.models import Timeouts
+
+    backend = backends.DockerBackend(None, Timeouts(), FakeRunner(), admission=admission)  # type: ignore[arg-type]
+    admission.measure = lambda *a, **k: None  # type: ignore[method-assign]
+    admission.enter()  # another trial of the run holds a stack
+    calls: list[int] = []
+
+    def provision(*args: Any, **kw: Any) -> ProvisionedTrial:
+        calls.append(admission.held)
+        if len(calls) == 1:
+            (tmp_path / FAILURE_FILE).write_text("no pool")
+            raise ProvisionError("compose_up", f"{NO_ADDRESS_POOL} (docker said: ...)")
+        return ProvisionedTrial("p", None, None, {}, {}, tmp_path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends, "provision_trial", provision)
+    threading.Timer(0.3, admission.leave).start()  # the other stack comes down
+    handle = backend.provision(None, run_id="r", trial_index=0, trial_dir=tmp_path)  # type: ignore[arg-type]
+    assert calls == [2, 1]  # tried beside the other stack, then again once it was down
+    assert admission.limit == 1 and handle.stack["pool"]["network_limit"] == 1
+    assert handle.timings["memory_wait"] > 0 and not (tmp_path / FAILURE_FILE).exists()
