@@ -68,7 +68,7 @@ from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan
 
 log = logging.getLogger("forgelib.warm")
 _T = TypeVar("_T")
-DEFAULT_RESET = 2.0  # seconds a reset ahead is assumed to take until one has been timed
+DEFAULT_RESET = 2.0  # seconds a reset ahead is assumed to take until one (or a warm preparation) was timed
 CLOSE_AT_ONCE = 8  # warm stacks torn down at once at the run's end
 
 
@@ -177,6 +177,7 @@ class WarmPool:
         self._resetting: dict[str, _Stack] = {}  # name -> a stack given back, being reset in the background
         self._claims: dict[str, int] = {}  # environment key -> trials waiting for one of its resets
         self._resets_s: dict[str, list[float]] = {}  # environment key -> seconds each reset ahead took
+        self._prepare_s: dict[str, list[float]] = {}  # environment key -> each new stack's warm preparation
         self._replaced: dict[str, list[str]] = {}  # environment key -> stacks torn down after a failed reset
         self._asking = 0  # trials in ``_take`` now
         # What a spare of an environment is provisioned for: the last trial's (task, run id, run directory).
@@ -460,6 +461,8 @@ class WarmPool:
         stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack
+            if "warm_prepare" in trial.timings:
+                self._prepare_s.setdefault(key, []).append(float(trial.timings["warm_prepare"]))
         if self.stacks is not None:
             try:
                 self.stacks.add(_live_name(name), lambda graceful: self._destroy(stack, graceful=graceful))
@@ -610,7 +613,8 @@ class WarmPool:
             or self._last_cpu > WAITING_CPU
         ):
             return 0
-        took = self._resets_s.get(key)
+        # Until a reset was timed: the warm preparation, the same stop-copy-start cycle on the same machine.
+        took = self._resets_s.get(key) or self._prepare_s.get(key)
         reset = statistics.median(took) if took else DEFAULT_RESET
         room = None
         if self.admission is not None and self.admission.budget is not None:

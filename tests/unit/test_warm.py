@@ -335,3 +335,22 @@ def test_close_waits_for_resets_under_way_and_tears_every_stack_down() -> None:
     for n in "abc":  # each one's reset ended before its teardown
         assert log.index(f"reset {n}") < log.index(f"down {n}")
     assert pool._all == {} and pool._idle == []
+
+
+def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation() -> None:
+    import time as _time
+
+    pool = _pool(workers=2)
+    pool.trials, pool._handed, pool._last_cpu = 8, 2, 0.02
+    pool._spare_for["k"] = (None, "r", Path("/run/stacks"))
+    now = _time.monotonic()
+    for n, t in (("a", now - 10.0), ("b", now - 4.0)):  # handed 6 s apart
+        pool._all[n] = _stack(n, "k")
+        pool._busy[n] = t
+    assert pool._spares_wanted("k") == 1  # the assumed 2 s reset: they come back one at a time
+    pool._prepare_s["k"] = [8.0]  # the warm preparation took 8 s on this machine: both within one reset
+    assert pool._spares_wanted("k") == 2
+    pool._resets_s["k"] = [1.0]  # a timed reset wins
+    assert pool._spares_wanted("k") == 1
+    pool._last_cpu = 0.5  # a CPU-bound workload keeps no spares
+    assert pool._spares_wanted("k") == 0
