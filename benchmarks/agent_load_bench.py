@@ -179,6 +179,14 @@ def row(
         "budget_mb": pool.get("budget_mb"),
         "loadavg_end": bs.loadavg(),
         "left": len(bs.leftovers(run.run_id)),
+        # Why the trials that did not pass ended (the run's directory goes with the benchmark's).
+        "failures": sorted(
+            {
+                f"{d.get('termination_reason')}: {str((d.get('error') or {}).get('reason') or '')[:160]}"
+                for d in docs
+                if d.get("status") != "passed"
+            }
+        ),
         "rc": run.rc,
     }
 
