@@ -11,8 +11,13 @@ trials 2 x W) one ``forge run``, and per run:
 * **time to ready** p50 / p95 (all trials, and the reused warm stacks apart) and what it waited on;
 * the pool's decisions, memory waits, the most stacks at once;
 * **peak memory**: the machine's MemTotal - MemAvailable sampled every 0.5 s, minus its value before the
-  run (everything the run added: containers, forge, the CLIs), and **memory per stack** as forge measured
-  it (``docker stats`` of the first stack, idle);
+  run (everything the run added: containers, forge, the CLIs; on a shared machine also everyone else's),
+  the peak of the run's own containers (their cgroups' memory less page cache, docker stats' figure,
+  summed every 2 s) and **memory per stack** as forge measured it (``docker stats`` of the first stack,
+  idle);
+* where the excess over ideal goes: ``start`` (process start to the first trial), ``ramp`` (first trial
+  to the first wave's last ready), ``tail`` (the last trial's end to the process's exit: the stacks'
+  teardown), the agent's own solve time against its model time, and time to ready;
 * **left after the run**: containers, networks, volumes labelled with the run (must be none).
 
 The golden mode's first run captures the goldens (its provisioning is slower); the goldens it takes are
@@ -29,6 +34,7 @@ import argparse
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,17 +60,53 @@ def _used() -> int:
     return total - (mem_available() or total)
 
 
-class MemoryPeak:
-    """The machine's memory in use, sampled on a thread while a run lasts: the peak above the start."""
+def _container_memory(cid: str) -> int:
+    """A container's memory in use less its page cache (docker stats' figure on cgroup v1), 0 if gone."""
+    base = Path("/sys/fs/cgroup/memory/docker") / cid
+    try:
+        usage = int((base / "memory.usage_in_bytes").read_text())
+        stat = dict(line.split() for line in (base / "memory.stat").read_text().splitlines())
+    except (OSError, ValueError):
+        return 0
+    return max(0, usage - int(stat.get("total_inactive_file", stat.get("cache", 0))))
 
-    def __init__(self, every: float = 0.5) -> None:
+
+class MemoryPeak:
+    """The machine's memory in use, sampled on a thread while a run lasts: the peak above the start; and
+    the peak of the run's own containers (found by their run label once the run's directory exists under
+    ``output``), with how many there were then."""
+
+    def __init__(self, output: Path | None = None, every: float = 0.5) -> None:
         self.every, self.start, self.peak = every, _used(), 0
+        self.output = output
+        self.containers_peak, self.containers_at_peak = 0, 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
+    def _run_id(self) -> str | None:
+        if self.output is None or not self.output.is_dir():
+            return None
+        dirs = [p.name for p in self.output.iterdir() if p.is_dir()]
+        return dirs[0] if len(dirs) == 1 else None
+
     def _sample(self) -> None:
+        import subprocess
+
+        n = 0
         while not self._done.wait(self.every):
             self.peak = max(self.peak, _used() - self.start)
+            n += 1
+            run_id = self._run_id() if n % 4 == 0 else None
+            if run_id is None:
+                continue
+            ps = subprocess.run(
+                ["docker", "ps", "-q", "--no-trunc", "--filter", f"label={RUN}={run_id}"],
+                capture_output=True, text=True, check=False, timeout=30,
+            )  # fmt: skip
+            ids = ps.stdout.split()
+            total = sum(_container_memory(c) for c in ids)
+            if total > self.containers_peak:
+                self.containers_peak, self.containers_at_peak = total, len(ids)
 
     def __enter__(self) -> MemoryPeak:
         self._thread.start()
@@ -75,7 +117,9 @@ class MemoryPeak:
         self._thread.join()
 
 
-def row(pack: str, mode: str, workers: int, agent_s: float, run: bs.ForgeRun, peak: int) -> dict[str, Any]:
+def row(
+    pack: str, mode: str, workers: int, agent_s: float, run: bs.ForgeRun, peak: MemoryPeak, began: float
+) -> dict[str, Any]:
     summary = run.summary
     trials = run.trials()
     ideal = len(trials) / workers * agent_s
@@ -85,10 +129,19 @@ def row(pack: str, mode: str, workers: int, agent_s: float, run: bs.ForgeRun, pe
         else []
     )
     readies = [float((d.get("ready") or {}).get("seconds", 0.0)) for d in docs]
+    reused_r = [float(d["ready"]["seconds"]) for d in docs if (d.get("ready") or {}).get("reused")]
+    spare_r = [float(d["ready"]["seconds"]) for d in docs if (d.get("stack") or {}).get("spare")]
+    solve = [
+        float((d.get("timings") or {}).get("solve", (d.get("timings") or {}).get("oracle", 0.0)))
+        for d in docs
+    ]
+    ends = [_epoch(d["finished_at"]) for d in docs if d.get("finished_at")]
     # When each trial's solver could start, in seconds since the run's first trial started.
     starts = sorted(_epoch(d["started_at"]) + float((d.get("ready") or {}).get("seconds", 0.0)) for d in docs)
     first = min((_epoch(d["started_at"]) for d in docs), default=0.0)
     ramp = (starts[:workers][-1] - first) if starts else 0.0
+    start_s = first - began if docs else 0.0
+    tail = began + run.wall - max(ends) if ends else 0.0
     excess = run.wall - ideal
     pool, ready = summary.get("pool") or {}, summary.get("ready") or {}
     reused = ready.get("reused") or {}
@@ -101,18 +154,39 @@ def row(pack: str, mode: str, workers: int, agent_s: float, run: bs.ForgeRun, pe
         "wall_s": round(run.wall, 1),
         "ideal_s": round(ideal, 1),
         "wall/ideal": round(bs.ratio(run.wall, ideal), 2),
+        "start_s": round(start_s, 1),
         "ramp_s": round(ramp, 1),
         "ramp/excess": round(bs.ratio(ramp, excess), 2) if excess > 0 else 0.0,
+        "tail_s": round(tail, 1),
+        "solve_p50": round(bs.percentile(solve, 50), 1) if solve else "-",
         "ready_p50": round(bs.percentile(readies, 50), 2),
         "ready_p95": round(bs.percentile(readies, 95), 2),
-        "reused_p50": reused.get("median", "-"),
+        "reused_n": len(reused_r),
+        "reused_p50": round(bs.percentile(reused_r, 50), 3) if reused_r else reused.get("median", "-"),
+        "reused_p95": round(bs.percentile(reused_r, 95), 3) if reused_r else reused.get("p95", "-"),
+        "spare_n": len(spare_r),
+        "spare_p50": round(bs.percentile(spare_r, 50), 3) if spare_r else "-",
+        "reset_waits": pool.get("reset_waits"),
         "queue_s": (ready.get("waited_on") or {}).get("queue"),
+        "memory_waits": pool.get("memory_waits"),
         "memory_wait_s": pool.get("memory_wait_seconds"),
         "decisions": " ".join(f"{k}={v}" for k, v in (pool.get("decisions") or {}).items()),
         "peak_stacks": pool.get("peak_stacks"),
-        "peak_mem_mb": round(peak / MIB),
+        "peak_mem_mb": round(peak.peak / MIB),
+        "containers_peak_mb": round(peak.containers_peak / MIB),
+        "containers_at_peak": peak.containers_at_peak,
         "per_stack_mb": pool.get("per_stack_mb"),
+        "budget_mb": pool.get("budget_mb"),
+        "loadavg_end": bs.loadavg(),
         "left": len(bs.leftovers(run.run_id)),
+        # Why the trials that did not pass ended (the run's directory goes with the benchmark's).
+        "failures": sorted(
+            {
+                f"{d.get('termination_reason')}: {str((d.get('error') or {}).get('reason') or '')[:160]}"
+                for d in docs
+                if d.get("status") != "passed"
+            }
+        ),
         "rc": run.rc,
     }
 
@@ -131,12 +205,16 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
     ap.add_argument("--packs", default="postgres,cache")
     ap.add_argument("--modes", default="warm,golden")
     ap.add_argument("--memory-budget-mb", type=int, default=None)
+    ap.add_argument(
+        "--healthcheck-interval", default=None, help="e.g. 30s: the packs' healthchecks at that interval"
+    )
     args = ap.parse_args(list(argv))
     sizes = [int(w) for w in args.workers.split(",")]
     agent_s = agent_pack.agent_seconds(args.latency, args.calls)
     meta = bs.start_meta(
         latency=args.latency, calls=args.calls, agent_seconds=round(agent_s, 2), sizes=sizes,
         memory_budget_mb=args.memory_budget_mb, mem_available_mb=(mem_available() or 0) // MIB,
+        healthcheck_interval=args.healthcheck_interval,
     )  # fmt: skip
     rows = []
     runs: set[str] = set()  # the golden runs' ids: the goldens removed at the end are theirs alone
@@ -150,10 +228,15 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
                         pack, work / "pack", latency=args.latency, calls=args.calls, repeats=2 * workers,
                         workers=workers, stacks="warm" if mode == "warm" else "fresh",
                         snapshots=mode == "golden", memory_budget_mb=args.memory_budget_mb,
+                        healthcheck_interval=args.healthcheck_interval,
                     )  # fmt: skip
-                    with MemoryPeak() as peak:
+                    load0 = bs.loadavg()
+                    began = time.time()
+                    with MemoryPeak(work / "out") as peak:
                         run = bs.run_forge(config, repeats=2 * workers, workers=workers, workdir=work)
-                    rows.append(row(pack, mode, workers, agent_s, run, peak.peak))
+                    rows.append(
+                        {**row(pack, mode, workers, agent_s, run, peak, began), "loadavg_start": load0}
+                    )
                     if mode == "golden":
                         runs.add(run.run_id)
                     print(f"  {pack} {mode} w={workers}: wall/ideal {rows[-1]['wall/ideal']}", flush=True)

@@ -134,12 +134,27 @@ class Admission:
         self.clock = clock
         self.per_stack: int | None = None
         self.footprints: dict[str, dict[str, int]] = {}  # key -> container -> bytes, as measured
+        # The most stacks the engine held at once for this run when it ran out of network address pools
+        # (``limited``); None: no such limit met.
+        self.limit: int | None = None
         self._held = 0
         self._measuring: set[str] = set()
         self._cond = threading.Condition()
 
     def fits(self, holding: int) -> bool:
+        if self.limit is not None and holding >= self.limit:
+            return False
         return admits(holding, self.per_stack, self.budget)
+
+    def limited(self, holding: int) -> bool:
+        """The engine could not make a stack's network beside ``holding`` others of the run: at most that
+        many from now on (at least one). False when it held none (nothing of ours to wait for)."""
+        if holding <= 0:
+            return False
+        with self._cond:
+            self.limit = holding if self.limit is None else min(self.limit, holding)
+            self._cond.notify_all()
+        return True
 
     def enter(self) -> float:
         """Count one more stack, first waiting until it fits; the seconds waited. Raises ``Interrupted``
@@ -196,6 +211,7 @@ class Admission:
             "budget_mb": None if self.budget is None else round(self.budget / MIB),
             "per_stack_mb": None if per_stack is None else round(per_stack / MIB, 1),
             "held": held,
+            **({"network_limit": self.limit} if self.limit is not None else {}),
         }
 
     def describe(self) -> dict[str, object]:
@@ -241,6 +257,27 @@ def stacks_wanted(
     if demand is not None and demand <= 0:
         return None
     return max(1, min(workers, math.floor(cores / max(cpu_per_held, 1e-3))))
+
+
+def spares_wanted(*, handed: Sequence[float], reset: float, left: int, room: int | None = None) -> int:
+    """How many clean stacks a waiting workload keeps beyond the ones its trials hold, so that a trial that
+    asks right as another gives its stack back (a worker's next trial asks at once) gets one already reset.
+
+    ``handed``: when each stack in use now was handed out. Trials that hold their stacks alike give them
+    back as close together as they got them, and a stack is clean again ``reset`` seconds after its
+    release: so as many spares as the most hand-outs within any ``reset`` seconds (at least one), no more
+    than the ``left`` trials still to be handed a stack, nor than the memory budget's ``room`` (None:
+    unbounded)."""
+    if left <= 0 or not handed:
+        return 0
+    times = sorted(handed)
+    most, start = 1, 0
+    for end, t in enumerate(times):
+        while t - times[start] > reset:
+            start += 1
+        most = max(most, end - start + 1)
+    wanted = min(most, left)
+    return wanted if room is None else max(0, min(wanted, room))
 
 
 class Workload:

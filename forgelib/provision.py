@@ -74,6 +74,13 @@ NO_ADDRESS_POOL = (
 PhaseCallback = Callable[[str, float], None]  # (phase name, seconds), called as each phase ends
 
 
+def out_of_networks(e: BaseException) -> bool:
+    """Whether provisioning failed because Docker had no address pool left for the stack's network: a limit
+    on how many stacks the engine holds at once (the run waits for one of its own to come down), not a
+    fault of the trial."""
+    return isinstance(e, ProvisionError) and e.reason.startswith(NO_ADDRESS_POOL)
+
+
 @dataclass(frozen=True)
 class ProvisionedTrial:
     name: str  # the compose project name

@@ -56,9 +56,11 @@ STACK_REPLACED = "stack_replaced"  # task, index, stack, reason: a warm stack no
 # every trial on warm stacks (e.g. several replicas), not started from spares: a known, slower path
 # (informational)
 WARM_EPHEMERAL_RECREATED = "warm_ephemeral_recreated"
-# task, index, decision (reuse / first / grow / ahead: a warm pool's; fresh), memory_wait, evicted (a warm
-# stack of another environment torn down to make room), stacks, busy, held (stacks counted against the
-# memory budget), budget_mb, per_stack_mb, ready (run/ready.py): how a trial got its stack
+# task, index, decision (reuse / spare / first / grow / ahead: a warm pool's; fresh), memory_wait, evicted (a
+# warm stack of another environment torn down to make room), stacks, busy, held (stacks counted against the
+# memory budget), budget_mb, per_stack_mb, ready (run/ready.py); a warm pool's also asked_at (epoch),
+# reset_ahead (seconds the stack's reset took when its last trial gave it back), reset_ended_at (epoch),
+# reset_wait (seconds this trial waited for that reset to end): how a trial got its stack
 STACK_ACQUIRED = "stack_acquired"
 RUN_FINISHED = "run_finished"
 
@@ -486,10 +488,13 @@ def ready_summary(recs: Iterable[TrialRecord]) -> dict[str, Any]:
     waited = {
         k: round(sum(x.get(k, 0.0) for x in readies), 3) for k in ("queue", "memory", "provisioning", "reset")
     }
+    # A reused warm stack: marked so since the pool resets stacks ahead (no reset on the trial's path);
+    # an older log's: a reset on the trial's path and little provisioning.
     reused = [
         x["seconds"]
         for x in readies
-        if x.get("reset", 0.0) > 0 and x.get("provisioning", 0.0) < x["seconds"] / 2
+        if x.get("reused")
+        or ("reused" not in x and x.get("reset", 0.0) > 0 and x.get("provisioning", 0.0) < x["seconds"] / 2)
     ]
     out: dict[str, Any] = {**timing_stats([x["seconds"] for x in readies]), "waited_on": waited}
     if reused:
@@ -507,6 +512,7 @@ def pool_summary(acquired: list[dict[str, Any]]) -> dict[str, Any]:
         decisions[str(a.get("decision"))] = decisions.get(str(a.get("decision")), 0) + 1
     memory = [float(a.get("memory_wait") or 0.0) for a in acquired]
     queue = [float((a.get("ready") or {}).get("queue") or 0.0) for a in acquired]
+    resets = [float(a.get("reset_wait") or 0.0) for a in acquired]
     last = acquired[-1]
     return {
         "decisions": dict(sorted(decisions.items())),
@@ -515,6 +521,10 @@ def pool_summary(acquired: list[dict[str, Any]]) -> dict[str, Any]:
         "queue_seconds": timing_stats(queue),
         "memory_waits": sum(1 for m in memory if m > 0),
         "memory_wait_seconds": round(sum(memory), 3),
+        # a warm stack reset when given back, before the trial asked (or while it waited: reset_wait)
+        "resets_ahead": sum(1 for a in acquired if a.get("reset_ahead") is not None),
+        "reset_waits": sum(1 for r in resets if r > 0),
+        "reset_wait_seconds": round(sum(resets), 3),
         "peak_stacks": max(int(a.get("held") or a.get("stacks") or 0) for a in acquired),
         "budget_mb": last.get("budget_mb"),
         "per_stack_mb": next((a["per_stack_mb"] for a in reversed(acquired) if a.get("per_stack_mb")), None),

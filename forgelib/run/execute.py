@@ -417,7 +417,8 @@ class Executor:
     def _record_ready(self, t: _Trial) -> None:
         """Time to ready (from the ask for a stack until the solver may start: the provision phase) and
         what it waited on; the backend's decision for the stack (reuse, grow, ahead, fresh...) as an event."""
-        t.ready = ready_breakdown(t.timings, t.timings["provision"])
+        reused = t.stack.get("mode") == "warm" and int(t.stack.get("reuse") or 0) > 0
+        t.ready = ready_breakdown(t.timings, t.timings["provision"], reused=reused)
         pool = t.stack.pop("pool", None)
         if pool:
             self.events.append(ev.STACK_ACQUIRED, task=t.task.name, index=t.index, **pool, ready=t.ready)

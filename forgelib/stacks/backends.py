@@ -27,11 +27,13 @@ from forgelib.admission import MIB, Admission, Workload, default_budget, mem_ava
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import ForgeError
 from forgelib.provision import (
+    FAILURE_FILE,
     ProvisionCache,
     ProvisionedTrial,
     StackContext,
     TrialSpec,
     capture_logs,
+    out_of_networks,
     provision_trial,
     teardown_trial,
 )
@@ -64,7 +66,7 @@ class FreshSource:
     admission: Admission | None = None
 
     def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
-        return _admitted(self.ctx, self.admission, lambda: provision_trial(self.ctx, trial))
+        return _admitted(self.ctx, self.admission, trial, lambda: provision_trial(self.ctx, trial))
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
         try:
@@ -84,7 +86,7 @@ class SharedSource:
     admission: Admission | None = None
 
     def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
-        return _admitted(self.ctx, self.admission, lambda: self.shared.acquire(self.ctx, trial))
+        return _admitted(self.ctx, self.admission, trial, lambda: self.shared.acquire(self.ctx, trial))
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
         if self.admission is not None:
@@ -108,18 +110,26 @@ class WarmSource:
 
 
 def _admitted(
-    ctx: StackContext, admission: Admission | None, make: Callable[[], ProvisionedTrial]
+    ctx: StackContext, admission: Admission | None, trial: TrialSpec, make: Callable[[], ProvisionedTrial]
 ) -> ProvisionedTrial:
     """``make()`` inside the memory budget: it waits for room first; its wait and the budget's figures go
     on the handle's record (``timings.memory_wait``, ``stack.pool``)."""
     if admission is None:
         return make()
-    waited = admission.enter()
-    try:
-        handle = make()
-    except BaseException:
-        admission.leave()
-        raise
+    waited = 0.0
+    handle: ProvisionedTrial | None = None
+    while handle is None:
+        waited += admission.enter()
+        try:
+            handle = make()
+        except BaseException as e:
+            admission.leave()
+            # Docker's network address pools are full: wait for a stack of this run to come down (at most
+            # as many as it holds now from here on) and provision again.
+            if out_of_networks(e) and admission.limited(admission.held):
+                (trial.trial_dir / FAILURE_FILE).unlink(missing_ok=True)
+                continue
+            raise
     admission.measure("fresh", ctx.runner, handle.name, timeout=ctx.timeouts.command)
     pool = {"decision": "fresh", "memory_wait": round(waited, 3), **admission.figures()}
     return dataclasses.replace(

@@ -15,10 +15,21 @@ Isolation on a warm stack, per service label:
 * ``shared`` — up for the whole run, never touched between trials (it must tolerate its reset
   dependencies being reset under it, e.g. reconnect per request).
 
-Stacks are keyed by environment (tasks with the same services share stacks), at most ``workers`` at once;
-an idle stack of another environment is torn down to make room. Every warm stack is registered in
-``LiveStacks`` for its whole life, so Ctrl-C tears it down like a fresh one; ``close`` (the run's end)
-tears down the rest. Labels, the reaper and ``--resume`` see ordinary forge stacks.
+A stack is reset when its trial gives it back, in the background (``_reset_ahead``), and goes back to the
+idle stacks only once reset and verified: a trial is handed a stack that is clean already, and one that
+asks while the only stacks left are still being reset waits for one of those resets (``reset_wait``). A
+stack whose reset or check fails is torn down, never handed out; the next trial of its environment records
+why (``replaced``). A waiting workload (see ``forgelib.admission``) also keeps spare clean stacks beyond one
+per worker, provisioned in the background while its trials wait on their model (``admission.spares_wanted``,
+within the memory budget), so that trials giving their stacks back together do not wait for the resets.
+Once every trial of the run has been handed a stack, a stack given back is torn down at once, in the
+background.
+
+Stacks are keyed by environment (tasks with the same services share stacks), at most ``workers`` at once
+besides the spares; an idle stack of another environment is torn down to make room. Every warm stack is
+registered in ``LiveStacks`` for its whole life, so Ctrl-C tears it down like a fresh one (its background
+reset waited for first); ``close`` (the run's end) tears down the rest. Labels, the reaper and
+``--resume`` see ordinary forge stacks.
 """
 
 from __future__ import annotations
@@ -32,20 +43,23 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from forgelib import labels as lab
-from forgelib.admission import Admission, Workload, stacks_wanted
+from forgelib.admission import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.compose import ComposeProject, project_name
-from forgelib.errors import ForgeError, Interrupted
+from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.provision import (
+    FAILURE_FILE,
     PhaseCallback,
     ProvisionedTrial,
     StackContext,
     StackSpec,
     WarmSteps,
+    out_of_networks,
     provision_stack,
 )
 from forgelib.resolved import ResolvedConfig
@@ -56,6 +70,8 @@ from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan
 
 log = logging.getLogger("forgelib.warm")
 _T = TypeVar("_T")
+DEFAULT_RESET = 2.0  # seconds a reset ahead is assumed to take until one (or a warm preparation) was timed
+CLOSE_AT_ONCE = 8  # warm stacks torn down at once at the run's end
 
 
 class DirtyStack(ForgeError):
@@ -79,6 +95,11 @@ class _Stack:
     ports: dict[str, list[str]] = field(default_factory=dict)
     fallback: InitVar[str | None] = None
     ephemerals: Ephemerals = field(init=False)  # its ephemeral services' containers, this trial's and next
+    spare: bool = False  # provisioned ahead with no trial asking (``WarmPool._spare``)
+    # The last reset, done ahead in the background (``WarmPool._reset_ahead``): its steps' seconds,
+    # ``seconds`` in all and ``ended_at`` (epoch); handed to the next trial with the stack.
+    reset: dict[str, float] = field(default_factory=dict)
+    job: threading.Thread | None = None  # its background reset or teardown, while one runs
 
     def __post_init__(self, waves: list[list[str]], renew: list[str], fallback: str | None) -> None:
         self.ephemerals = Ephemerals(self.trial, waves, renew, fallback)
@@ -149,6 +170,16 @@ class WarmPool:
         self.workload = workload
         self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed
         self._last_cpu: float | None = None  # the workload's CPU per held second, as last measured
+        self._resetting: dict[str, _Stack] = {}  # name -> a stack given back, being reset in the background
+        self._claims: dict[str, int] = {}  # environment key -> trials waiting for one of its resets
+        self._resets_s: dict[str, list[float]] = {}  # environment key -> seconds each reset ahead took
+        self._prepare_s: dict[str, list[float]] = {}  # environment key -> each new stack's warm preparation
+        self._replaced: dict[str, list[str]] = {}  # environment key -> stacks torn down after a failed reset
+        self._asking = 0  # trials in ``_take`` now
+        # What a spare of an environment is provisioned for: the last trial's (task, run id, run directory).
+        self._spare_for: dict[str, tuple[Task, str, Path]] = {}
+        self._spares: list[threading.Thread] = []  # spare provisions under way
+        self._closing = False
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -166,50 +197,65 @@ class WarmPool:
         env = task.environment
         key = environment_key(env)
         asked = time.monotonic()
-        note: dict[str, Any] = {}
+        note: dict[str, Any] = {"asked_at": round(time.time(), 3)}
+        root = _spare_root(trial_dir)
+        with self._cond:
+            if root is not None:
+                self._spare_for[key] = (task, run_id, root)
+            replaced = "; ".join(self._replaced.pop(key, [])) or None
         stack, evict = self._take(key, note)
         # How long the trial queued for a stack (every one busy, none worth provisioning): in its wall, and
         # on record, so a reused trial's cost and its queueing can be told apart (workers > stacks). The
-        # part of it spent waiting for the memory budget is `memory_wait`.
+        # parts of it spent waiting for the memory budget and for a reset under way are `memory_wait` and
+        # `reset_wait`.
         queued = {"stack_wait": round(time.monotonic() - asked, 3)}
-        if note.get("memory_wait"):
-            queued["memory_wait"] = round(note["memory_wait"], 3)
+        for part in ("memory_wait", "reset_wait"):
+            if note.get(part):
+                queued[part] = round(note[part], 3)
+                note[part] = round(note[part], 3)
         if evict is not None:
             note["evicted"] = evict.name
         if evict is not None:
             self._destroy(evict)
-        replaced: str | None = None
-        if stack is not None:
-            taken = time.monotonic()
-            try:
-                timings = self._recycle(stack, on_phase)
-            except (ForgeError, OSError) as e:
-                if isinstance(e, Interrupted) or self.stopping():
-                    self._destroy(stack, graceful=False)
-                    raise
-                replaced = str(e)
-                log.warning("warm stack %s replaced: %s", stack.name, replaced)
-                self._destroy(stack)
-                with self._cond:
-                    self._provisioning[key] = self._provisioning.get(key, 0) + 1
-            else:
+        if stack is not None:  # reset and verified when it was given back (or a spare, never used)
+            if stack.reset:
+                note["reset_ahead"] = round(stack.reset.get("seconds", 0.0), 3)
+                note["reset_ended_at"] = stack.reset.get("ended_at")
+            if not stack.spare:  # a spare's first trial is its first use
                 stack.reuse += 1
-                handle = self._handle(stack, trial_dir, {**queued, **timings}, None, note)
-                stack.handed = taken  # what a reused trial holds a stack for includes its recycling
-                return handle
+            handle = self._handle(stack, trial_dir, queued, replaced, note)
+            stack.spare = False
+            self._maybe_spare()
+            return handle
         t0 = time.monotonic()
         try:
             stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
             with self._cond:
                 self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
+        except ProvisionError as e:
+            with self._cond:
+                held = len(self._all)
+            # Docker's network address pools are full: no more stacks than the run holds now; this trial
+            # waits for one of them (provisioning left nothing behind).
+            if not (out_of_networks(e) and self.admission is not None and self.admission.limited(held)):
+                raise
+            log.warning("warm pool: Docker has no network address pool left; at most %d stacks", held)
+            (trial_dir / FAILURE_FILE).unlink(missing_ok=True)
+            again = True
+        else:
+            again = False
         finally:
             with self._cond:
                 self._provisioning[key] -= 1
                 self._freed[key] = time.monotonic()
                 self._cond.notify_all()
+        if again or stack is None:
+            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if self.admission is not None:
             self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
-        return self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)
+        handle = self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)
+        self._maybe_spare()
+        return handle
 
     def _take(self, key: str, note: dict[str, Any] | None = None) -> tuple[_Stack | None, _Stack | None]:
         """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear
@@ -224,42 +270,71 @@ class WarmPool:
         A workload shown to wait (``_ahead``: trials hold stacks longer than one takes to come up, at little
         CPU) grows towards ``workers`` at once, several provisions at a time. Either way a new stack needs
         room in the memory budget (``admission``); ``note`` gets what was decided (``decision``: reuse,
-        first, grow or ahead) and how long the memory budget held the trial back (``memory_wait``)."""
+        spare, first, grow or ahead) and how long the memory budget held the trial back (``memory_wait``).
+
+        Idle stacks are clean (reset when given back); while a stack of the environment is still being
+        reset and no other trial waits for that one, a trial waits for it (``reset_wait``) instead."""
         note = {} if note is None else note
-        memory_since: float | None = None
         with self._cond:
-            while True:
-                stack = next((s for s in self._idle if s.key == key), None)
-                if stack is not None:
-                    self._idle.remove(stack)
-                    note["decision"] = "reuse"
-                    return stack, None
-                if self.stopping():
-                    raise Interrupted("stopping: no warm stack handed out")
-                waited = time.monotonic() - self._freed.get(key, 0.0)
-                took = self._provision_s.get(key)
-                patience = statistics.median(took) if took else 0.0
-                stacks = sum(1 for s in self._all.values() if s.key == key)
-                grow = not self._provisioning.get(key) and (
-                    not stacks or self._grow(key, stacks, waited, patience)
-                )
-                ahead = not grow and stacks > 0 and self._ahead(key, stacks, patience)
-                if grow or ahead:
-                    evict = None
-                    total = len(self._all) + sum(self._provisioning.values())
-                    if total >= self.workers:
-                        evict = self._idle.pop(0) if self._idle else None  # another environment's
-                    room = total < self.workers and (self.admission is None or self.admission.fits(total))
-                    if evict is not None or room:
-                        self._provisioning[key] = self._provisioning.get(key, 0) + 1
-                        note["decision"] = "ahead" if ahead else ("grow" if stacks else "first")
-                        if memory_since is not None:
-                            note["memory_wait"] = time.monotonic() - memory_since
-                        return None, evict
-                    if total < self.workers and memory_since is None:
-                        memory_since = time.monotonic()  # a worker is free, the memory is not
-                # Woken by a release, a finished provision or a teardown; or to see the patience run out.
-                self._cond.wait(timeout=min(0.5, max(patience - waited, 0.05)))
+            self._asking += 1
+            try:
+                return self._take_locked(key, note)
+            finally:
+                self._asking -= 1
+                if note.get("claimed"):
+                    note.pop("claimed")
+                    self._claims[key] -= 1
+
+    def _take_locked(self, key: str, note: dict[str, Any]) -> tuple[_Stack | None, _Stack | None]:
+        memory_since: float | None = None
+        reset_since: float | None = None  # since when this trial waits for a reset under way
+        while True:
+            stack = next((s for s in self._idle if s.key == key), None)
+            if stack is not None:
+                self._idle.remove(stack)
+                note["decision"] = "spare" if stack.spare else "reuse"
+                if reset_since is not None:
+                    note["reset_wait"] = time.monotonic() - reset_since
+                return stack, None
+            if self.stopping():
+                raise Interrupted("stopping: no warm stack handed out")
+            # A stack of the environment is being reset and no other trial waits for it: wait for it
+            # (a reset takes a second or two, a new stack several), growing no further for this trial.
+            resetting = sum(1 for s in self._resetting.values() if s.key == key)
+            if note.get("claimed") and self._claims[key] > resetting:  # a reset failed: not for us
+                note.pop("claimed")
+                self._claims[key] -= 1
+            if not note.get("claimed") and self._claims.get(key, 0) < resetting:
+                note["claimed"] = True
+                self._claims[key] = self._claims.get(key, 0) + 1
+            if note.get("claimed"):
+                reset_since = time.monotonic() if reset_since is None else reset_since
+                self._cond.wait(timeout=0.5)
+                continue
+            waited = time.monotonic() - self._freed.get(key, 0.0)
+            took = self._provision_s.get(key)
+            patience = statistics.median(took) if took else 0.0
+            stacks = sum(1 for s in self._all.values() if s.key == key)
+            grow = not self._provisioning.get(key) and (
+                not stacks or self._grow(key, stacks, waited, patience)
+            )
+            ahead = not grow and stacks > 0 and self._ahead(key, stacks, patience)
+            if grow or ahead:
+                evict = None
+                total = len(self._all) + sum(self._provisioning.values())
+                if total >= self.workers:
+                    evict = self._idle.pop(0) if self._idle else None  # another environment's
+                room = total < self.workers and (self.admission is None or self.admission.fits(total))
+                if evict is not None or room:
+                    self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                    note["decision"] = "ahead" if ahead else ("grow" if stacks else "first")
+                    if memory_since is not None:
+                        note["memory_wait"] = time.monotonic() - memory_since
+                    return None, evict
+                if total < self.workers and memory_since is None:
+                    memory_since = time.monotonic()  # a worker is free, the memory is not
+            # Woken by a release, a finished provision or a teardown; or to see the patience run out.
+            self._cond.wait(timeout=min(0.5, max(patience - waited, 0.05)))
 
     def _ahead(self, key: str, stacks: int, patience: float) -> bool:
         """Whether the run's trials are shown to wait more than work (``admission.stacks_wanted``) and want
@@ -309,6 +384,10 @@ class WarmPool:
     ) -> ProvisionedTrial:
         info: dict[str, Any] = {"mode": "warm", "name": stack.name, "reuse": stack.reuse}
         info["replaced"] = replaced
+        if stack.reset:  # how the stack was reset before it was handed out (off the trial's path)
+            info["reset_ahead"] = {k: round(v, 3) for k, v in stack.reset.items()}
+        if stack.spare:
+            info["spare"] = True
         with self._lock:
             if note:  # the pool's decision for this trial (forge records it as a `stack_acquired` event)
                 info["pool"] = {**note, "stacks": len(self._all), "busy": len(self._busy) + 1}
@@ -318,6 +397,8 @@ class WarmPool:
                     info["pool"]["cpu_per_held"] = round(self._last_cpu, 4)
             self._handed += 1
             self._busy[stack.name] = time.monotonic()
+            if self._all_handed():
+                self._retire_idle()
             if self.workload is not None:
                 self.workload.handed()
             fallback = stack.ephemerals.fallback
@@ -338,14 +419,21 @@ class WarmPool:
         env: EnvironmentManifest,
         key: str,
         run_id: str,
-        trial_dir: Path,
+        trial_dir: Path | None,
         on_phase: PhaseCallback | None,
+        *,
+        spare_root: Path | None = None,
     ) -> _Stack:
+        """A new stack; ``trial_dir`` None: a spare's, its files under ``spare_root/<name>``."""
         with self._lock:
             n = self._count
             self._count += 1
         tag = f"warm{key[:6]}"
         name = project_name(self.project.name, run_id, tag, n)
+        if trial_dir is None:
+            assert spare_root is not None
+            trial_dir = spare_root / name
+            trial_dir.mkdir(parents=True, exist_ok=True)
         # Registered before the first `up`: Ctrl-C mid-provisioning is covered by provisioning's own
         # clean-up, and from here on by this registration.
         labels = lab.run_labels(run_id, lab.trial_label(tag, n))
@@ -355,8 +443,11 @@ class WarmPool:
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = _Stack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
+        stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack
+            if "warm_prepare" in trial.timings:
+                self._prepare_s.setdefault(key, []).append(float(trial.timings["warm_prepare"]))
         if self.stacks is not None:
             try:
                 self.stacks.add(_live_name(name), lambda graceful: self._destroy(stack, graceful=graceful))
@@ -401,8 +492,10 @@ class WarmPool:
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool = True) -> float:
         """The trial is over: freeze its ephemeral services (nothing of theirs may run on into the next
-        reset), start making their successors in the background, and put the stack back; during a stop,
-        or when that fails, tear it down instead."""
+        reset), start making their successors, and reset the stack in the background (``_reset_ahead``):
+        it goes back to the idle stacks once reset and verified. During a stop, or when the freeze fails,
+        tear it down instead; once every trial of the run has been handed a stack, tear it down in the
+        background (no trial will ask for it)."""
         t0 = time.monotonic()
         with self._lock:
             stack = self._all.get(trial.name)
@@ -422,22 +515,186 @@ class WarmPool:
             handed = self._busy.pop(stack.name, None)
             if self.workload is not None and handed is not None:
                 self.workload.released(t0 - handed)
-            if not stack.gone:
-                self._idle.append(stack)
-                self._freed[stack.key] = time.monotonic()
-                self._cond.notify_all()
+            if self._all.get(stack.name) is not stack:  # torn down meanwhile (a stop's sweep)
+                return time.monotonic() - t0
+            if self._all_handed():
+                job = threading.Thread(
+                    target=self._destroy, args=(stack,), name=f"forge-warm-down-{stack.name}"
+                )
+            else:
+                self._resetting[stack.name] = stack
+                job = threading.Thread(
+                    target=self._reset_ahead, args=(stack,), name=f"forge-warm-reset-{stack.name}"
+                )
+            job.daemon = True
+            job.start()
+            stack.job = job  # started first: `_destroy` joins it
         return time.monotonic() - t0
 
+    def _reset_ahead(self, stack: _Stack) -> None:
+        """In the background after a release: reset, verify and recreate (``_recycle``), then put the stack
+        back among the idle ones, clean; or tear it down when it cannot be proven clean (the environment's
+        next trial records why), or when the run is stopping."""
+        t0 = time.monotonic()
+        try:
+            timings = self._recycle(stack, None)
+        except (ForgeError, OSError) as e:
+            stopping = isinstance(e, Interrupted) or self.stopping()
+            if not stopping:
+                log.warning("warm stack %s replaced: %s", stack.name, e)
+            self._destroy(stack, graceful=not stopping)
+            with self._cond:
+                self._resetting.pop(stack.name, None)
+                if not stopping:
+                    self._replaced.setdefault(stack.key, []).append(f"{stack.name}: {e}")
+                self._cond.notify_all()
+            self._maybe_spare()
+            return
+        except BaseException:
+            with self._cond:
+                self._resetting.pop(stack.name, None)
+                self._cond.notify_all()
+            raise
+        seconds = time.monotonic() - t0
+        with self._cond:
+            self._resetting.pop(stack.name, None)
+            stack.reset = {**timings, "seconds": seconds, "ended_at": round(time.time(), 3)}
+            self._resets_s.setdefault(stack.key, []).append(seconds)
+            unwanted = self._all_handed()
+            if not stack.gone and not self.stopping() and not unwanted:
+                self._idle.append(stack)
+                self._freed[stack.key] = time.monotonic()
+            self._cond.notify_all()
+        if unwanted:  # every trial has a stack by now: this one comes down
+            self._destroy(stack)
+            return
+        self._maybe_spare()
+
+    def _all_handed(self) -> bool:
+        """Every trial of the run's plan was handed a stack and none is asking (a retry would). Under the
+        lock."""
+        return self.trials is not None and self._handed >= self.trials and not self._asking
+
+    def _retire_idle(self) -> None:
+        """Every trial of the run has a stack: the idle ones come down now, in the background (their
+        memory is free sooner and the run's end has less to do). Under the lock."""
+        for s in list(self._idle):
+            self._idle.remove(s)
+            job = threading.Thread(
+                target=self._destroy, args=(s,), name=f"forge-warm-down-{s.name}", daemon=True
+            )
+            job.start()
+            s.job = job
+
+    # ------------------------------------------------------------------------------------------ spares
+
+    def _spares_wanted(self, key: str) -> int:
+        """How many stacks of ``key`` to keep beyond one per worker (``admission.spares_wanted``): only for
+        a workload shown to wait, a run with a plan and a directory for a spare's files. Under the lock."""
+        if (
+            self.trials is None
+            or key not in self._spare_for
+            or self._last_cpu is None
+            or self._last_cpu > WAITING_CPU
+        ):
+            return 0
+        # Until a reset was timed: the warm preparation, the same stop-copy-start cycle on the same machine.
+        took = self._resets_s.get(key) or self._prepare_s.get(key)
+        reset = statistics.median(took) if took else DEFAULT_RESET
+        room = None
+        if self.admission is not None and self.admission.budget is not None:
+            total = len(self._all) + sum(self._provisioning.values())
+            per = self.admission.per_stack
+            room = 0 if per is None else max(0, self.admission.budget // per - total)
+        busy = [t for n, t in self._busy.items() if n in self._all and self._all[n].key == key]
+        left = self.trials - self._handed
+        return spares_wanted(
+            handed=busy, reset=reset, left=left, room=None if room is None else room + self._extra(key)
+        )
+
+    def _extra(self, key: str) -> int:
+        """Stacks of ``key`` beyond the ones trials hold: idle, being reset, being provisioned."""
+        idle = sum(1 for s in self._idle if s.key == key)
+        resetting = sum(1 for s in self._resetting.values() if s.key == key)
+        return idle + resetting + self._provisioning.get(key, 0)
+
+    def _maybe_spare(self) -> None:
+        """Provision a spare stack in the background when a waiting workload wants more clean stacks than
+        it has (every worker has a stack, no trial is asking for one, as many provisions at once as
+        cores)."""
+        with self._cond:
+            if self._closing or self.stopping() or self._asking:
+                return
+            total = len(self._all) + sum(self._provisioning.values())
+            if total < self.workers:
+                return
+            cores = self.workload.cores if self.workload is not None else 1
+            for key, (task, run_id, root) in list(self._spare_for.items()):
+                if sum(self._provisioning.values()) >= cores:
+                    return
+                if self._extra(key) >= self._spares_wanted(key):
+                    continue
+                if self.admission is not None and not self.admission.fits(total):
+                    return
+                self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                job = threading.Thread(
+                    target=self._spare, args=(task, key, run_id, root), name="forge-warm-spare", daemon=True
+                )
+                self._spares.append(job)
+                job.start()
+                total += 1
+
+    def _spare(self, task: Task, key: str, run_id: str, root: Path) -> None:
+        t0 = time.monotonic()
+        stack: _Stack | None = None
+        try:
+            stack = self._provision(task, task.environment, key, run_id, None, None, spare_root=root)
+        except (ForgeError, OSError) as e:  # provisioning cleaned up after itself; a trial grows instead
+            if not self.stopping():
+                log.warning("spare warm stack not provisioned: %s", e)
+        finally:
+            with self._cond:
+                self._provisioning[key] -= 1
+                keep = not (self._closing or self.stopping() or self._all_handed())
+                if stack is not None:
+                    self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
+                    if keep:
+                        self._idle.append(stack)
+                        self._freed[key] = time.monotonic()
+                self._cond.notify_all()
+        if stack is None:
+            return
+        if not keep:
+            self._destroy(stack, graceful=not self.stopping())
+            return
+        if self.admission is not None:
+            self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
+        self._maybe_spare()
+
     def close(self) -> None:
-        """Tear every warm stack down (the run is over, however it ended)."""
+        """Tear every warm stack down (the run is over, however it ended): no more spares, the ones under
+        way waited for, then every stack at once (a few ``down``s at a time), its background reset or
+        teardown waited for first."""
+        with self._cond:
+            self._closing = True
+            spares = list(self._spares)
+        for job in spares:
+            job.join()
         with self._lock:
             stacks = list(self._all.values())
         errors = []
-        for s in stacks:
+
+        def down(s: _Stack) -> None:
             try:
                 self._destroy(s, raise_errors=True)
             except ForgeError as e:
                 errors.append(f"{s.name}: {e}")
+
+        if stacks:
+            with ThreadPoolExecutor(
+                max_workers=min(CLOSE_AT_ONCE, len(stacks)), thread_name_prefix="forge-warm-close"
+            ) as ex:
+                list(ex.map(down, stacks))
         if errors:
             raise ForgeError("tearing down warm stacks failed:\n" + "\n".join(errors))
 
@@ -446,6 +703,10 @@ class WarmPool:
             return sorted(self._all)
 
     def _destroy(self, stack: _Stack, *, graceful: bool = True, raise_errors: bool = False) -> None:
+        with self._lock:
+            job = stack.job
+        if job is not None and job is not threading.current_thread():
+            job.join()  # its reset (or teardown) first; a stop ends its commands, so this is short then
         with stack.lock:
             if stack.gone:
                 return
@@ -461,11 +722,20 @@ class WarmPool:
         with self._cond:
             self._all.pop(stack.name, None)
             self._busy.pop(stack.name, None)
+            self._resetting.pop(stack.name, None)
             with contextlib.suppress(ValueError):
                 self._idle.remove(stack)
             self._cond.notify_all()
         if self.stacks is not None:
             self.stacks.discard(_live_name(stack.name))
+
+
+def _spare_root(trial_dir: Path) -> Path | None:
+    """Where a run's spare stacks keep their files (compose override, logs of a failed provision):
+    ``<run>/stacks/`` beside ``<run>/trials/<task>/<index>/``; None elsewhere (no spares: pytest, inspect)."""
+    if trial_dir.parent.parent.name != "trials":
+        return None
+    return trial_dir.parent.parent.parent / "stacks"
 
 
 def _live_name(name: str) -> str:

@@ -9,6 +9,7 @@ read off what it hands out, what it provisions and what it tears down, never off
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -79,7 +80,7 @@ class PoolHarness:
             config = {"services": {}}
             return ProvisionedTrial(spec.name, spec.env, compose, {}, {}, spec.trial_dir, config=config)
 
-        monkeypatch.setattr(pool_mod, "time", SimpleNamespace(monotonic=clock.monotonic))
+        monkeypatch.setattr(pool_mod, "time", SimpleNamespace(monotonic=clock.monotonic, time=time.time))
         monkeypatch.setattr(pool_mod, "provision_stack", provision_stack)
         ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), fake)  # type: ignore[arg-type]
         self.pool = pool_mod.WarmPool(

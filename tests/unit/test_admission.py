@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,9 +22,11 @@ from forgelib.admission import (
     parse_meminfo,
     parse_size,
     parse_stats,
+    spares_wanted,
     stacks_wanted,
 )
 from forgelib.errors import Interrupted
+from forgelib.provision import ProvisionedTrial
 from forgelib.run import events as ev
 from forgelib.run.ready import ready_breakdown
 from forgelib.testing import FakeRunner
@@ -149,6 +153,53 @@ def test_time_to_ready_splits_into_what_it_waited_on() -> None:
     assert fresh == {"seconds": 6.0, "queue": 0.0, "memory": 2.0, "provisioning": 4.0, "reset": 0.0}
 
 
+@pytest.mark.parametrize(
+    ("handed", "reset", "left", "room", "spares"),
+    [
+        ([0.0, 10.0, 20.0], 2.0, 9, None, 1),  # hand-outs far apart: one spare serves each release
+        ([0.0, 0.5, 1.0, 10.0], 2.0, 9, None, 3),  # three within one reset: three spares
+        ([0.0, 0.5, 1.0, 1.5], 2.0, 2, None, 2),  # only two trials still to come
+        ([0.0, 0.5, 1.0, 1.5], 2.0, 9, 1, 1),  # the memory budget has room for one more
+        ([0.0, 0.5], 2.0, 0, None, 0),  # nothing left to hand out
+        ([], 2.0, 9, None, 0),  # nothing in use: nothing to give back together
+    ],
+)
+def test_spares_cover_the_releases_that_come_within_one_reset(
+    handed: list[float], reset: float, left: int, room: int | None, spares: int
+) -> None:
+    assert spares_wanted(handed=handed, reset=reset, left=left, room=room) == spares
+
+
+def test_a_trial_waiting_for_a_reset_under_way_counts_it_as_reset_not_queue() -> None:
+    r = ready_breakdown({"stack_wait": 1.5, "reset_wait": 1.2}, 1.55, reused=True)
+    assert r == {
+        "seconds": 1.55,
+        "queue": 0.3,
+        "memory": 0.0,
+        "provisioning": 0.05,
+        "reset": 1.2,
+        "reused": True,
+    }
+    handed = ready_breakdown({"stack_wait": 0.0}, 0.02, reused=True)  # reset ahead: ready at once
+    assert handed["reset"] == 0.0 and handed["seconds"] == 0.02 and handed["reused"]
+    assert "reused" not in ready_breakdown({"up_seeded": 3.0}, 3.0)
+
+
+def test_reused_trials_are_told_apart_by_their_mark_and_in_older_logs_by_their_reset() -> None:
+    from forgelib.run.events import TrialRecord, ready_summary
+
+    def rec(ready: dict[str, float]) -> TrialRecord:
+        return TrialRecord("t", 0, ready=ready)
+
+    recs = [
+        rec({"seconds": 0.02, "provisioning": 0.02, "reset": 0.0, "reused": 1.0}),  # reset ahead
+        rec({"seconds": 5.0, "provisioning": 5.0, "reset": 0.0}),  # a new stack
+        rec({"seconds": 1.2, "provisioning": 0.1, "reset": 1.1}),  # an older log's reused trial
+    ]
+    out = ready_summary(recs)
+    assert out["reused"]["count"] == 2 and out["reused"]["min"] == 0.02
+
+
 def test_pool_decisions_fold_into_the_summary() -> None:
     start = {"kind": ev.RUN_STARTED, "run_id": "r", "plan": [{"task": "t", "index": i} for i in range(3)]}
     acq = [
@@ -158,15 +209,20 @@ def test_pool_decisions_fold_into_the_summary() -> None:
          "ready": {"seconds": 6.0, "queue": 0.0}},
         {"decision": "reuse", "memory_wait": 0.0, "held": 2, "evicted": "x", "budget_mb": 800,
          "per_stack_mb": 150.0, "ready": {"seconds": 1.0, "queue": 0.8}},
+        {"decision": "reuse", "memory_wait": 0.0, "held": 2, "budget_mb": 800, "per_stack_mb": 150.0,
+         "reset_ahead": 1.3, "reset_wait": 0.6, "ready": {"seconds": 0.62, "queue": 0.0, "reset": 0.6}},
+        {"decision": "spare", "memory_wait": 0.0, "held": 3, "budget_mb": 800, "per_stack_mb": 150.0,
+         "ready": {"seconds": 0.01, "queue": 0.0}},
     ]  # fmt: skip
     events: list[dict[str, Any]] = [
         start,
         *({"kind": ev.STACK_ACQUIRED, "task": "t", "index": i, **a} for i, a in enumerate(acq)),
     ]
     pool = ev.summarize(ev.fold(events))["pool"]
-    assert pool["decisions"] == {"ahead": 1, "first": 1, "reuse": 1}
+    assert pool["decisions"] == {"ahead": 1, "first": 1, "reuse": 2, "spare": 1}
     assert pool["evictions"] == 1 and pool["queued"] == 1 and pool["memory_waits"] == 1
-    assert pool["memory_wait_seconds"] == 2.5 and pool["peak_stacks"] == 2
+    assert pool["memory_wait_seconds"] == 2.5 and pool["peak_stacks"] == 3
+    assert pool["resets_ahead"] == 1 and pool["reset_waits"] == 1 and pool["reset_wait_seconds"] == 0.6
     assert pool["budget_mb"] == 800 and pool["per_stack_mb"] == 150.0
 
 
@@ -208,3 +264,41 @@ def test_a_cpu_bound_workload_keeps_queueing_and_the_memory_budget_holds_growth_
     budget.recorded(environment_key(task().environment), {"c": 200 * MIB})  # the stack's measured footprint
     assert h.waits()
     assert len(h.provisioned) == 1
+
+
+def test_out_of_network_pools_caps_the_stacks_at_what_the_run_holds() -> None:
+    a = Admission(None)
+    assert not a.limited(0)  # nothing of ours to wait for: the error stands
+    assert a.limited(5) and a.fits(4) and not a.fits(5)
+    assert a.limited(7) and not a.fits(5)  # never loosened by a later, larger figure
+    assert a.figures()["network_limit"] == 5
+
+
+def test_a_fresh_trial_out_of_network_pools_waits_for_a_stack_of_the_run_and_provisions_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib.errors import ProvisionError
+    from forgelib.provision import FAILURE_FILE, NO_ADDRESS_POOL, StackContext
+    from forgelib.spec.models import Timeouts
+    from forgelib.stacks import backends
+
+    admission = Admission(None)
+    ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner())  # type: ignore[arg-type]
+    backend = backends.DockerBackend(ctx, admission=admission)
+    admission.measure = lambda *a, **k: None  # type: ignore[method-assign]
+    admission.enter()  # another trial of the run holds a stack
+    calls: list[int] = []
+
+    def provision(*args: Any, **kw: Any) -> ProvisionedTrial:
+        calls.append(admission.held)
+        if len(calls) == 1:
+            (tmp_path / FAILURE_FILE).write_text("no pool")
+            raise ProvisionError("compose_up", f"{NO_ADDRESS_POOL} (docker said: ...)")
+        return ProvisionedTrial("p", None, None, {}, {}, tmp_path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends, "provision_trial", provision)
+    threading.Timer(0.3, admission.leave).start()  # the other stack comes down
+    handle = backend.provision(task(), run_id="r", trial_index=0, trial_dir=tmp_path)
+    assert calls == [2, 1]  # tried beside the other stack, then again once it was down
+    assert admission.limit == 1 and handle.stack["pool"]["network_limit"] == 1
+    assert handle.timings["memory_wait"] > 0 and not (tmp_path / FAILURE_FILE).exists()

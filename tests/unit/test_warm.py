@@ -233,3 +233,158 @@ def test_only_a_container_with_networks_of_its_own_is_taken_off_them() -> None:
     assert _networks({**nets, "HostConfig": {"NetworkMode": "p1_default"}}) == ["p1_back", "p1_default"]
     for mode in ("host", "none", "container:abc", "service:db"):
         assert _networks({**nets, "HostConfig": {"NetworkMode": mode}}) == []
+
+
+# ------------------------------------------------------------------ resets ahead (off the trial's path)
+def _pool(workers: int = 4) -> Any:
+    from types import SimpleNamespace
+
+    from forgelib.provision import StackContext
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+    from forgelib.warm import WarmPool
+
+    return WarmPool(StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner()), workers=workers)  # type: ignore[arg-type]
+
+
+def _stack(name: str, key: str) -> Any:
+    from forgelib.warm import _Stack
+
+    trial = ProvisionedTrial(name, None, None, {}, {}, Path("/t"))  # type: ignore[arg-type]
+    return _Stack(trial, key, [], [])
+
+
+@dataclasses.dataclass
+class _Compose:
+    """A compose project whose ``down`` is recorded (the pool's teardown of a stack)."""
+
+    log: list[str]
+    name: str
+    containers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def down(self, stop_timeout: float | None = None) -> None:
+        self.log.append(f"down {self.name}")
+
+
+def _live_stack(pool: Any, name: str, key: str, log: list[str]) -> Any:
+    """A stack of ``key`` a trial holds now (handed through the pool's own ``_handle``)."""
+    from forgelib.warm import _Stack
+
+    trial = ProvisionedTrial(name, None, _Compose(log, name), {}, {}, Path("/t"))  # type: ignore[arg-type]
+    s = _Stack(trial, key, [], [])
+    pool._all[name] = s
+    return pool._handle(s, Path("/t"), {}, None, {"decision": "first"})
+
+
+def _recycling(pool: Any, log: list[str], fail: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    from forgelib.warm import DirtyStack
+
+    def recycle(stack: Any, on_phase: Any) -> dict[str, float]:
+        log.append(f"reset {stack.name}")
+        if stack.name in fail:
+            raise DirtyStack("roles differ from the first seeding")
+        return {"reset:app-db": 0.5}
+
+    pool._recycle = recycle
+
+
+def _settled(pool: Any) -> None:
+    for s in list(pool._all.values()) + list(pool._resetting.values()):
+        if s.job is not None:
+            s.job.join()
+
+
+def test_a_stack_given_back_is_reset_in_the_background_and_handed_out_clean() -> None:
+    log: list[str] = []
+    pool = _pool()
+    pool.trials = 4
+    _recycling(pool, log)
+    trial = _live_stack(pool, "a", "k", log)
+    assert pool.release(trial) < 5.0  # returns at once: the reset is not the trial's
+    _settled(pool)
+    assert log == ["reset a"] and [s.name for s in pool._idle] == ["a"]
+    note: dict[str, Any] = {}
+    stack, evict = pool._take("k", note)
+    assert stack.name == "a" and evict is None and note == {"decision": "reuse"}  # clean: no waiting
+    assert stack.reset["reset:app-db"] == 0.5 and stack.reset["ended_at"] > 0
+
+
+def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_trial_says_why() -> None:
+    log: list[str] = []
+    pool = _pool()
+    pool.trials = 4
+    _recycling(pool, log, fail={"a"})
+    pool.release(_live_stack(pool, "a", "k", log))
+    _settled(pool)
+    assert log == ["reset a", "down a"] and pool._idle == [] and "a" not in pool._all
+    assert pool._replaced == {"k": ["a: roles differ from the first seeding"]}
+    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 1}  # a new one, not "a"
+
+
+def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset() -> None:
+    import threading as _threading
+
+    log: list[str] = []
+    pool = _pool()
+    pool.trials = 4
+    pool._provision_s["k"] = [0.001]  # provisioning looks instant: yet the trial waits for the reset
+    gate = _threading.Event()
+    _recycling(pool, log)
+    plain = pool._recycle
+    pool._recycle = lambda stack, on_phase: (gate.wait(5), plain(stack, on_phase))[1]
+    pool.release(_live_stack(pool, "a", "k", log))
+    note: dict[str, Any] = {}
+    got: list[Any] = []
+    asking = _threading.Thread(target=lambda: got.append(pool._take("k", note)))
+    asking.start()
+    while not pool._claims.get("k"):  # it counts on the reset under way
+        _threading.Event().wait(0.01)
+    gate.set()
+    asking.join(5)
+    ((stack, _),) = got
+    assert stack.name == "a" and note["decision"] == "reuse" and note["reset_wait"] > 0
+    assert pool._provisioning == {} and pool._claims == {"k": 0}
+
+
+def test_once_every_trial_has_a_stack_one_given_back_is_torn_down_not_reset() -> None:
+    log: list[str] = []
+    pool = _pool()
+    pool.trials = 1
+    _recycling(pool, log)
+    trial = _live_stack(pool, "a", "k", log)  # the run's only trial
+    pool.release(trial)
+    _settled(pool)
+    assert log == ["down a"] and pool._all == {}
+
+
+def test_close_waits_for_resets_under_way_and_tears_every_stack_down() -> None:
+    log: list[str] = []
+    pool = _pool()
+    pool.trials = 8
+    _recycling(pool, log)
+    for n in "abc":
+        pool.release(_live_stack(pool, n, "k", log))
+    pool.close()
+    assert sorted(x for x in log if x.startswith("down")) == ["down a", "down b", "down c"]
+    for n in "abc":  # each one's reset ended before its teardown
+        assert log.index(f"reset {n}") < log.index(f"down {n}")
+    assert pool._all == {} and pool._idle == []
+
+
+def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation() -> None:
+    import time as _time
+
+    pool = _pool(workers=2)
+    pool.trials, pool._handed, pool._last_cpu = 8, 2, 0.02
+    pool._spare_for["k"] = (None, "r", Path("/run/stacks"))
+    now = _time.monotonic()
+    for n, t in (("a", now - 10.0), ("b", now - 4.0)):  # handed 6 s apart
+        pool._all[n] = _stack(n, "k")
+        pool._busy[n] = t
+    assert pool._spares_wanted("k") == 1  # the assumed 2 s reset: they come back one at a time
+    pool._prepare_s["k"] = [8.0]  # the warm preparation took 8 s on this machine: both within one reset
+    assert pool._spares_wanted("k") == 2
+    pool._resets_s["k"] = [1.0]  # a timed reset wins
+    assert pool._spares_wanted("k") == 1
+    pool._last_cpu = 0.5  # a CPU-bound workload keeps no spares
+    assert pool._spares_wanted("k") == 0
