@@ -330,7 +330,9 @@ def phase_medians(
     per: dict[str, list[float]] = {}
     for t in trials:
         sums: dict[str, float] = {}
-        for name, secs in t.timings.items():
+        # A reused warm stack's reset steps ran ahead, when the last trial gave it back: on its stack record.
+        ahead = {k: v for k, v in (t.stack.get("reset_ahead") or {}).items() if ":" in k}
+        for name, secs in {**t.timings, **ahead}.items():
             kind = name.split(":", 1)[0]
             if kind in kinds:
                 sums[kind] = sums.get(kind, 0.0) + secs

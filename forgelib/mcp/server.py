@@ -25,11 +25,11 @@ import socket
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-import anyio.to_thread
 import mcp.types as mt
 import uvicorn
 from mcp.server.lowlevel import Server
@@ -79,6 +79,9 @@ class ToolServer:
         self._closed = False
         self._lock = threading.Lock()
         self._failure: BaseException | None = None
+        # Tool calls block (docker exec, psql, HTTP): they run on threads of the server's own, which close()
+        # joins, so a closed server leaves no thread behind (anyio's would idle on for a while).
+        self._calls = ThreadPoolExecutor(max_workers=8, thread_name_prefix="forge-mcp-call")
 
     @classmethod
     def start(
@@ -185,7 +188,8 @@ class ToolServer:
             )
 
         async def call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolResult:
-            return await anyio.to_thread.run_sync(self.call, params.name, params.arguments)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._calls, self.call, params.name, params.arguments)
 
         server: Server[Any] = Server("forge-trial", on_list_tools=list_tools, on_call_tool=call_tool)
         security = TransportSecuritySettings(
@@ -245,6 +249,7 @@ class ToolServer:
                 sock.close()
         if self._toolbox is not None:
             self._toolbox.close()
+        self._calls.shutdown(wait=True, cancel_futures=True)  # a call still running ends by its own timeout
         if self._trace is not None:
             self._trace.close()
 

@@ -13,6 +13,7 @@ import pytest
 from support.interrupt import finished_interrupted, progress_until
 
 from forgelib import labels as lab
+from forgelib.run.events import EVENTS_FILE, STACK_ACQUIRED, read_events
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration
@@ -27,9 +28,12 @@ def test_sigint_on_a_reused_warm_stack_removes_everything(
     argv += ["--repeats", "3", "--json", "--output", str(tmp_path)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Wait until trial 1 is solving (its oracle): it runs on the stack trial 0 left, reset in place.
+        # Wait until trial 1 is solving (its oracle): it runs on the stack trial 0 left, reset in place
+        # when trial 0 gave it back (off trial 1's path, so not among its progress lines).
         run_id, lines = progress_until(proc, "write_file[1] solve", timeout=300)
-        assert any("reset:app-db" in ln for ln in lines), "".join(lines)
+        events = read_events(tmp_path / run_id / EVENTS_FILE)
+        got = [e for e in events if e.get("kind") == STACK_ACQUIRED and e.get("index") == 1]
+        assert [e["decision"] for e in got] == ["reuse"] and got[0]["reset_ahead"] > 0, (got, "".join(lines))
         assert not lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
         proc.send_signal(signal.SIGINT)
     except BaseException:

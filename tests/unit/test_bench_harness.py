@@ -62,6 +62,14 @@ def test_phase_medians_sum_a_kind_per_trial_and_keep_the_kinds_order() -> None:
     }  # fmt: skip
 
 
+def test_phase_medians_count_a_reused_stacks_reset_done_ahead() -> None:
+    ahead = {"reset:db": 1.5, "fingerprint:db": 0.2, "seconds": 1.8, "ended_at": 1.7e9}
+    t = RecordedTrial("t", 1, "passed", True, 1.0, {"oracle": 5.0}, None, {"reset_ahead": ahead}, {}, ())
+    assert bs.phase_medians([t], ["reset", "oracle"], each=["reset"]) == {
+        "reset": 1.5, "reset:db": 1.5, "oracle": 5.0,
+    }  # fmt: skip
+
+
 def test_command_log_lines_read_back_as_the_runner_logs_them(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
