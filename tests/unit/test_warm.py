@@ -5,6 +5,7 @@ how `--stacks` is read, and which stack the pool hands a trial (through its publ
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -236,155 +237,119 @@ def test_only_a_container_with_networks_of_its_own_is_taken_off_them() -> None:
 
 
 # ------------------------------------------------------------------ resets ahead (off the trial's path)
-def _pool(workers: int = 4) -> Any:
-    from types import SimpleNamespace
-
-    from forgelib.provision import StackContext
-    from forgelib.spec.models import Timeouts
-    from forgelib.testing import FakeRunner
-    from forgelib.warm import WarmPool
-
-    return WarmPool(StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner()), workers=workers)  # type: ignore[arg-type]
+# A stack's reset is scripted through tests/support/warmpool.py (its one reset service): it takes 0.5 fake
+# seconds, fails (`fail_reset`) or is held (`hold_resets`) until let go.
 
 
-def _stack(name: str, key: str) -> Any:
-    from forgelib.warm import _Stack
-
-    trial = ProvisionedTrial(name, None, None, {}, {}, Path("/t"))  # type: ignore[arg-type]
-    return _Stack(trial, key, [], [])
-
-
-@dataclasses.dataclass
-class _Compose:
-    """A compose project whose ``down`` is recorded (the pool's teardown of a stack)."""
-
-    log: list[str]
-    name: str
-    containers: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def down(self, stop_timeout: float | None = None) -> None:
-        self.log.append(f"down {self.name}")
-
-
-def _live_stack(pool: Any, name: str, key: str, log: list[str]) -> Any:
-    """A stack of ``key`` a trial holds now (handed through the pool's own ``_handle``)."""
-    from forgelib.warm import _Stack
-
-    trial = ProvisionedTrial(name, None, _Compose(log, name), {}, {}, Path("/t"))  # type: ignore[arg-type]
-    s = _Stack(trial, key, [], [])
-    pool._all[name] = s
-    return pool._handle(s, Path("/t"), {}, None, {"decision": "first"})
+def test_a_stack_given_back_is_reset_in_the_background_and_handed_out_clean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    first = h.acquire()
+    h.hold_resets()
+    h.hold(first, 1.0)  # returns with the reset still held: the reset is not the trial's
+    h.reset_started()
+    assert h.resets_started == [first.name] and h.resets_done == []
+    h.let_resets()
+    h.settle()
+    assert h.resets_done == [first.name]
+    again = h.acquire()
+    assert again.name == first.name and decision(again) == "reuse" and h.provisioned == [first.name]
+    assert "reset_wait" not in again.stack["pool"]  # clean already: no waiting
+    assert again.stack["reset_ahead"]["reset:db"] == 0.5 and again.stack["reset_ahead"]["ended_at"] > 0
+    assert again.stack["pool"]["reset_ahead"] == 0.5 and h.resets_started == [first.name]  # not again
+    assert h.downs() == [] and again.stack["replaced"] is None
 
 
-def _recycling(pool: Any, log: list[str], fail: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    from forgelib.warm import DirtyStack
-
-    def recycle(stack: Any, on_phase: Any) -> dict[str, float]:
-        log.append(f"reset {stack.name}")
-        if stack.name in fail:
-            raise DirtyStack("roles differ from the first seeding")
-        return {"reset:app-db": 0.5}
-
-    pool._recycle = recycle
-
-
-def _settled(pool: Any) -> None:
-    for s in list(pool._all.values()) + list(pool._resetting.values()):
-        if s.job is not None:
-            s.job.join()
-
-
-def test_a_stack_given_back_is_reset_in_the_background_and_handed_out_clean() -> None:
-    log: list[str] = []
-    pool = _pool()
-    pool.trials = 4
-    _recycling(pool, log)
-    trial = _live_stack(pool, "a", "k", log)
-    assert pool.release(trial) < 5.0  # returns at once: the reset is not the trial's
-    _settled(pool)
-    assert log == ["reset a"] and [s.name for s in pool._idle] == ["a"]
-    note: dict[str, Any] = {}
-    stack, evict = pool._take("k", note)
-    assert stack.name == "a" and evict is None and note == {"decision": "reuse"}  # clean: no waiting
-    assert stack.reset["reset:app-db"] == 0.5 and stack.reset["ended_at"] > 0
+def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_trial_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    first = h.acquire()
+    h.fail_reset(first.name, "roles differ from the first seeding")
+    h.hold(first, 1.0)
+    h.settle()
+    assert h.resets_done == [first.name] and h.downs() == [first.name] and h.pool.names() == []
+    again = h.acquire()
+    assert again.name != first.name and decision(again) == "first"  # a new one, not the dirty one
+    assert again.stack["replaced"] == f"{first.name}: roles differ from the first seeding"
+    assert h.provisioned == [first.name, again.name] and h.pool.names() == [again.name]
+    h.hold(again, 1.0)
+    h.settle()
+    later = h.acquire()  # said once: the record is the next trial's only
+    assert later.name == again.name and decision(later) == "reuse" and later.stack["replaced"] is None
 
 
-def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_trial_says_why() -> None:
-    log: list[str] = []
-    pool = _pool()
-    pool.trials = 4
-    _recycling(pool, log, fail={"a"})
-    pool.release(_live_stack(pool, "a", "k", log))
-    _settled(pool)
-    assert log == ["reset a", "down a"] and pool._idle == [] and "a" not in pool._all
-    assert pool._replaced == {"k": ["a: roles differ from the first seeding"]}
-    assert pool._take("k") == (None, None) and pool._provisioning == {"k": 1}  # a new one, not "a"
+def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    first = h.acquire()
+    h.clock.now += 100.0  # long past a provision's 7 s: without the reset under way it would grow
+    h.hold_resets()
+    h.hold(first, 30.0)
+    h.reset_started()
+    asking, got = h.ask_in_background()  # found no clean stack and waits
+    h.let_resets()
+    asking.join(10)
+    (trial,) = got
+    assert trial.name == first.name and decision(trial) == "reuse" and trial.stack["pool"]["reset_wait"] > 0
+    assert h.provisioned == [first.name]  # nothing provisioned for it
 
 
-def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset() -> None:
-    import threading as _threading
-
-    log: list[str] = []
-    pool = _pool()
-    pool.trials = 4
-    pool._provision_s["k"] = [0.001]  # provisioning looks instant: yet the trial waits for the reset
-    gate = _threading.Event()
-    _recycling(pool, log)
-    plain = pool._recycle
-    pool._recycle = lambda stack, on_phase: (gate.wait(5), plain(stack, on_phase))[1]
-    pool.release(_live_stack(pool, "a", "k", log))
-    note: dict[str, Any] = {}
-    got: list[Any] = []
-    asking = _threading.Thread(target=lambda: got.append(pool._take("k", note)))
-    asking.start()
-    while not pool._claims.get("k"):  # it counts on the reset under way
-        _threading.Event().wait(0.01)
-    gate.set()
-    asking.join(5)
-    ((stack, _),) = got
-    assert stack.name == "a" and note["decision"] == "reuse" and note["reset_wait"] > 0
-    assert pool._provisioning == {} and pool._claims == {"k": 0}
+def test_once_every_trial_has_a_stack_one_given_back_is_torn_down_not_reset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=1)
+    only = h.acquire()  # the run's only trial
+    h.hold(only, 1.0)
+    h.settle()
+    assert h.resets_started == [] and h.downs() == [only.name] and h.pool.names() == []
 
 
-def test_once_every_trial_has_a_stack_one_given_back_is_torn_down_not_reset() -> None:
-    log: list[str] = []
-    pool = _pool()
-    pool.trials = 1
-    _recycling(pool, log)
-    trial = _live_stack(pool, "a", "k", log)  # the run's only trial
-    pool.release(trial)
-    _settled(pool)
-    assert log == ["down a"] and pool._all == {}
+def test_close_waits_for_resets_under_way_and_tears_every_stack_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = _harness(monkeypatch, trials=8)
+    trials = [h.acquire(task(s)) for s in ("db", "cache", "web")]  # three environments: three stacks
+    names = sorted(t.name for t in trials)
+    h.hold_resets()
+    for t in trials:
+        h.hold(t, 1.0)
+    for _ in trials:
+        h.reset_started()
+    closing = threading.Thread(target=h.pool.close, daemon=True)
+    closing.start()
+    closing.join(timeout=1.0)  # (a close that does not wait is done by now on any but a starved machine)
+    assert closing.is_alive() and h.downs() == []  # it waits for the resets under way
+    h.let_resets()
+    closing.join(timeout=30)
+    assert not closing.is_alive()
+    assert sorted(h.resets_done) == names and h.down_mid_reset == []  # each reset ended before its down
+    assert sorted(h.downs()) == names and h.pool.names() == []
 
 
-def test_close_waits_for_resets_under_way_and_tears_every_stack_down() -> None:
-    log: list[str] = []
-    pool = _pool()
-    pool.trials = 8
-    _recycling(pool, log)
-    for n in "abc":
-        pool.release(_live_stack(pool, n, "k", log))
-    pool.close()
-    assert sorted(x for x in log if x.startswith("down")) == ["down a", "down b", "down c"]
-    for n in "abc":  # each one's reset ended before its teardown
-        assert log.index(f"reset {n}") < log.index(f"down {n}")
-    assert pool._all == {} and pool._idle == []
+@pytest.mark.parametrize(("prepare", "spares"), [(None, 1), (10.0, 2)])
+def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, prepare: float | None, spares: int
+) -> None:
+    from forgelib.admission import Workload, spares_wanted
+    from forgelib.warm.pool import DEFAULT_RESET
 
-
-def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation() -> None:
-    import time as _time
-
-    pool = _pool(workers=2)
-    pool.trials, pool._handed, pool._last_cpu = 8, 2, 0.02
-    pool._spare_for["k"] = (None, "r", Path("/run/stacks"))
-    now = _time.monotonic()
-    for n, t in (("a", now - 10.0), ("b", now - 4.0)):  # handed 6 s apart
-        pool._all[n] = _stack(n, "k")
-        pool._busy[n] = t
-    assert pool._spares_wanted("k") == 1  # the assumed 2 s reset: they come back one at a time
-    pool._prepare_s["k"] = [8.0]  # the warm preparation took 8 s on this machine: both within one reset
-    assert pool._spares_wanted("k") == 2
-    pool._resets_s["k"] = [1.0]  # a timed reset wins
-    assert pool._spares_wanted("k") == 1
-    pool._last_cpu = 0.5  # a CPU-bound workload keeps no spares
-    assert pool._spares_wanted("k") == 0
+    handed = [0.0, 8.0]  # two stacks handed 8 s apart
+    assert spares_wanted(handed=handed, reset=DEFAULT_RESET, left=6) == 1  # they come back one at a time
+    assert spares_wanted(handed=handed, reset=10.0, left=6) == 2  # a 10 s reset: both within one reset
+    assert spares_wanted(handed=handed, reset=1.0, left=6) == 1
+    assert spares_wanted(handed=handed, reset=10.0, left=1) == 1  # no more than the trials still to come
+    assert spares_wanted(handed=handed, reset=10.0, left=6, room=0) == 0  # nor than the memory budget
+    # Through the pool: a waiting workload (no CPU) on 2 workers, no reset timed yet; the warm preparation
+    # (`prepare` s, None: not timed) stands in for one, else the assumed 2 s.
+    h = _harness(
+        monkeypatch, workers=2, trials=8, prepare=prepare, workload=Workload(cpu=lambda: 0.0, cores=2)
+    )
+    a = h.acquire(trial_dir=tmp_path / "trials" / "t" / "0")  # handed at 1007
+    h.clock.now += 1.0
+    b = h.acquire(trial_dir=tmp_path / "trials" / "t" / "1")  # provisioned ahead, handed at 1015
+    assert (decision(a), decision(b)) == ("first", "ahead")
+    h.settle()
+    assert len(h.provisioned) == 2 + spares and sorted(h.pool.names()) == sorted(h.provisioned)
+    h.hold(a, 1.0)
+    assert decision(h.acquire(trial_dir=tmp_path / "trials" / "t" / "2")) == "spare"  # clean, never used
