@@ -202,8 +202,9 @@ class WarmPool:
         with self._cond:
             if root is not None:
                 self._spare_for[key] = (task, run_id, root)
-            replaced = "; ".join(self._replaced.pop(key, [])) or None
         stack, evict = self._take(key, note)
+        with self._cond:  # after the wait: a reset that failed meanwhile is why this trial gets a new stack
+            replaced = "; ".join(self._replaced.pop(key, [])) or None
         # How long the trial queued for a stack (every one busy, none worth provisioning): in its wall, and
         # on record, so a reused trial's cost and its queueing can be told apart (workers > stacks). The
         # parts of it spent waiting for the memory budget and for a reset under way are `memory_wait` and

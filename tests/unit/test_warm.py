@@ -297,6 +297,24 @@ def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_rese
     assert h.provisioned == [first.name]  # nothing provisioned for it
 
 
+def test_a_trial_that_waited_for_a_reset_that_failed_gets_a_new_stack_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    first = h.acquire()
+    h.clock.now += 100.0
+    h.fail_reset(first.name, "an ACL user the reset cannot remove")
+    h.hold_resets()
+    h.hold(first, 30.0)
+    h.reset_started()
+    asking, got = h.ask_in_background()  # waits for the reset under way, which then fails
+    h.let_resets()
+    asking.join(10)
+    (trial,) = got
+    assert trial.name != first.name and h.provisioned == [first.name, trial.name]
+    assert trial.stack["replaced"] == f"{first.name}: an ACL user the reset cannot remove"
+
+
 def test_once_every_trial_has_a_stack_one_given_back_is_torn_down_not_reset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
