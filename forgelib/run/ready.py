@@ -26,7 +26,7 @@ def ready_breakdown(
 ) -> dict[str, float]:
     """``{"seconds": total, "queue", "memory", "provisioning", "reset"}`` (seconds, rounded to ms) for a
     provision phase of ``seconds`` whose steps are ``timings``; the parts add up to the total. With
-    ``reused`` (a warm stack an earlier trial used) also ``"reused": True``."""
+    ``"reused"``: whether it is a warm stack an earlier trial used."""
     memory = max(0.0, float(timings.get("memory_wait", 0.0)))
     reset_wait = max(0.0, float(timings.get("reset_wait", 0.0)))
     queue = max(0.0, float(timings.get("stack_wait", 0.0)) - memory - reset_wait)
@@ -36,6 +36,6 @@ def ready_breakdown(
     provisioning = max(0.0, seconds - queue - memory - reset)
     parts = {"queue": queue, "memory": memory, "provisioning": provisioning, "reset": reset}
     out: dict[str, float] = {"seconds": round(seconds, 3), **{k: round(v, 3) for k, v in parts.items()}}
-    if reused:
-        out["reused"] = True
+    # Always on record (false too): a record without it is an older log's, read by its own rule (events)
+    out["reused"] = reused
     return out

@@ -148,9 +148,13 @@ def test_time_to_ready_splits_into_what_it_waited_on() -> None:
         "recreate": 0.2,
     }
     r = ready_breakdown(warm, 3.5)
-    assert r == {"seconds": 3.5, "queue": 2.0, "memory": 1.0, "provisioning": 0.15, "reset": 0.35}
+    assert r == {
+        "seconds": 3.5, "queue": 2.0, "memory": 1.0, "provisioning": 0.15, "reset": 0.35, "reused": False,
+    }  # fmt: skip
     fresh = ready_breakdown({"memory_wait": 2.0, "up_seeded": 3.0}, 6.0)
-    assert fresh == {"seconds": 6.0, "queue": 0.0, "memory": 2.0, "provisioning": 4.0, "reset": 0.0}
+    assert fresh == {
+        "seconds": 6.0, "queue": 0.0, "memory": 2.0, "provisioning": 4.0, "reset": 0.0, "reused": False,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -182,7 +186,7 @@ def test_a_trial_waiting_for_a_reset_under_way_counts_it_as_reset_not_queue() ->
     }
     handed = ready_breakdown({"stack_wait": 0.0}, 0.02, reused=True)  # reset ahead: ready at once
     assert handed["reset"] == 0.0 and handed["seconds"] == 0.02 and handed["reused"]
-    assert "reused" not in ready_breakdown({"up_seeded": 3.0}, 3.0)
+    assert ready_breakdown({"up_seeded": 3.0}, 3.0)["reused"] is False
 
 
 def test_reused_trials_are_told_apart_by_their_mark_and_in_older_logs_by_their_reset() -> None:
@@ -195,6 +199,8 @@ def test_reused_trials_are_told_apart_by_their_mark_and_in_older_logs_by_their_r
         rec({"seconds": 0.02, "provisioning": 0.02, "reset": 0.0, "reused": 1.0}),  # reset ahead
         rec({"seconds": 5.0, "provisioning": 5.0, "reset": 0.0}),  # a new stack
         rec({"seconds": 1.2, "provisioning": 0.1, "reset": 1.1}),  # an older log's reused trial
+        # a spare's first trial, handed it while waiting for a reset: marked not reused, whatever it waited on
+        rec({"seconds": 1.2, "provisioning": 0.1, "reset": 1.1, "reused": 0.0}),
     ]
     out = ready_summary(recs)
     assert out["reused"]["count"] == 2 and out["reused"]["min"] == 0.02
