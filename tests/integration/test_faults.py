@@ -421,6 +421,9 @@ def test_daemon_stopped_mid_run(docker_ready: None, runner: SubprocessRunner, tm
     assert_no_leftovers(runner, run_id)
 
 
+MAX_NETWORKS = 300
+
+
 @owns_engine
 def test_exhausted_address_pools_read_as_the_fix(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
@@ -430,7 +433,8 @@ def test_exhausted_address_pools_read_as_the_fix(
     hog = f"forgetest-pool-{os.getpid()}"
     made: list[str] = []
     try:
-        for i in range(64):  # Docker 20.10's defaults hold about 30 networks
+        # Docker 20.10's defaults hold about 30 networks, scripts/engine.sh's pools 128.
+        for i in range(MAX_NETWORKS):
             r = runner.run(
                 ["docker", "network", "create", "--label", f"{hog}=1", f"{hog}-{i}"], timeout=30, check=False
             )
@@ -439,7 +443,7 @@ def test_exhausted_address_pools_read_as_the_fix(
                 break
             made.append(f"{hog}-{i}")
         else:
-            pytest.fail("64 networks did not exhaust the address pools; this engine has custom pools")
+            pytest.fail(f"{MAX_NETWORKS} networks did not exhaust this engine's address pools")
         run_dir, state = run_in_process(make_pack(tmp_path / "p", {"db": PG}))
     finally:
         if made:

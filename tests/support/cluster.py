@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT = 180.0  # seconds a daemon or node may take to answer on a loaded 2-core box
-SUBNET = "10.213.0.0/16"  # the main engine uses 10.200.0.0/16
+SUBNET = "10.213.0.0/16"  # scripts/engine.sh gives the main engine 10.200.0.0/17
 POOL = f"base={SUBNET},size=24"
 # Containers of the second engine may talk to each other (and only to each other).
 FORWARD_RULE = ["DOCKER-USER", "-s", SUBNET, "-d", SUBNET, "-j", "ACCEPT"]

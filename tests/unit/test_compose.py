@@ -131,6 +131,46 @@ def test_labels_override_covers_services_default_network_and_declared_resources(
     }
 
 
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("1h", 3600.0), ("2.5s", 2.5), (3_000_000_000, 3.0),
+     ("", None), ("soon", None), ("1s!", None), (None, None)],
+)  # fmt: skip
+def test_go_durations_as_compose_prints_them(text: Any, seconds: float | None) -> None:
+    assert c.go_seconds(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("healthcheck", "quiet"),
+    [
+        # the packs' database: 1 s x 60 turns unhealthy after 60 s; so does 20 s x 3
+        ({"test": ["CMD", "pg_isready"], "interval": "1s", "retries": 60}, {"interval": "20s", "retries": 3}),
+        ({"test": ["CMD", "true"], "interval": "1s", "retries": 30}, {"interval": "10s", "retries": 3}),
+        # capped at Docker's own default interval; the time to unhealthy then shortens, never lengthens
+        ({"test": ["CMD", "true"], "interval": "5s", "retries": 60}, {"interval": "30s", "retries": 3}),
+        ({"test": ["CMD", "true"], "interval": "1s", "retries": 3}, None),  # already fails fast: kept
+        ({"test": ["CMD", "true"]}, None),  # Docker's defaults, 30 s x 3: kept
+        ({"test": ["CMD", "true"], "interval": "2s", "retries": 2}, None),
+        ({"test": ["NONE"]}, None),
+        ({"disable": True}, None),
+        ({}, None),
+    ],
+)
+def test_healthchecks_are_spaced_out_keeping_the_time_to_unhealthy(
+    healthcheck: dict[str, Any], quiet: dict[str, Any] | None
+) -> None:
+    assert c.quiet_healthcheck(healthcheck) == quiet
+
+
+def test_only_a_quiet_health_override_touches_healthchecks(tmp_path: Path) -> None:
+    hc = {"test": ["CMD", "true"], "interval": "1s", "timeout": "3s", "retries": 30}
+    config = {"services": {"api": {"healthcheck": hc}, "runner": {}}}
+    assert "healthcheck" not in _override(tmp_path, config)["services"]["api"]
+    quiet = _override(tmp_path, config, quiet_health=True)["services"]
+    assert quiet["api"]["healthcheck"] == {"interval": "10s", "retries": 3}  # compose merges the rest in
+    assert "healthcheck" not in quiet["runner"]
+
+
 def test_the_build_override_is_written_by_the_one_writer(tmp_path: Path) -> None:
     labels = {"io.forgelib.run": "r"}
     doc = c.build_override({"api": "forgelib-build/p-api:r-1"}, labels)

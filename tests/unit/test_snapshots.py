@@ -509,11 +509,31 @@ def test_an_engine_hiccup_while_looking_at_restored_services_discards_no_golden(
     assert not any(c.argv[:2] == ("docker", "compose") for c in fake.calls)
 
 
-@pytest.mark.parametrize(
-    "info", [_db_info("exited"), _db_info("running", "unhealthy"), _db_info("running", "starting"), None]
-)
+def test_a_restored_service_still_starting_after_a_failed_up_keeps_its_golden() -> None:
+    """Docker's health ``starting`` only says its first probe has not run yet (forge spaces the probes out,
+    ``compose.quiet_healthcheck``): no verdict on the golden, which stays."""
+    import json
+
+    from forgelib.compose import ComposeProject
+    from forgelib.errors import ProvisionError
+    from forgelib.snapshots.trial import TrialGoldens
+    from forgelib.spec.models import Timeouts
+    from forgelib.testing import FakeRunner
+
+    _, plans = _restored_db()
+    fake = FakeRunner()
+    fake.expect("docker", "ps", "--all", "--quiet", stdout="id-db\n")
+    fake.expect("docker", "inspect", "id-db", rc=1, stdout=json.dumps([_db_info("running", "starting")]))
+    goldens = TrialGoldens(FakeRunner(), Timeouts(), "run", "proj")
+    compose = ComposeProject("p1", (Path("/x/c.yaml"),), fake)
+    goldens.check_started(compose, plans, [], ProvisionError("compose_up", "boom"))
+    assert goldens.records == {}
+    assert not any(c.argv[1] == "logs" for c in fake.calls)
+
+
+@pytest.mark.parametrize("info", [_db_info("exited"), _db_info("running", "unhealthy"), None])
 def test_a_restored_service_not_running_after_a_failed_up_blames_its_golden(info: Any) -> None:
-    """Exited, unhealthy, still starting, or without a container (inspect answers ``[]``): its golden."""
+    """Exited, unhealthy, or without a container (inspect answers ``[]``): its golden."""
     import json
 
     from forgelib.compose import ComposeProject
