@@ -245,24 +245,6 @@ def validate(tool: str, arguments: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- services
 
 
-def service_kind(config: Mapping[str, Any]) -> str | None:
-    """``postgres`` or ``redis`` when a service runs that server, else None. Decided from the resolved
-    service config as forge's seeds are bound to it: the image's repository name (``postgres``/``postgis``,
-    ``redis``/``valkey``, any registry and tag, or the offline stand-ins ``forgelib/postgres``), else the
-    official postgres image's environment contract (``POSTGRES_*``) or a ``redis-server`` command line."""
-    svc = ServiceConfig.of(config)
-    image = svc.image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0].lower()
-    if image.startswith(("postgres", "postgis")):
-        return "postgres"
-    if image.startswith(("redis", "valkey")):
-        return "redis"
-    if any(k.startswith("POSTGRES_") for k in svc.environment):
-        return "postgres"
-    if svc.command and svc.command[0].endswith(("redis-server", "valkey-server")):
-        return "redis"
-    return None
-
-
 class Toolbox:
     """The tools bound to one trial's stack. Thread-safe: the server runs each call on a worker thread.
 
@@ -329,8 +311,8 @@ class Toolbox:
             raise ToolFailure(
                 f"no service {name!r} in this trial's stack; services: {', '.join(self._services)}"
             )
-        if kind is not None and service_kind(svc) != kind:
-            have = [n for n, s in self._services.items() if service_kind(s) == kind]
+        if kind is not None and ServiceConfig.of(svc).server_kind != kind:
+            have = [n for n, s in self._services.items() if ServiceConfig.of(s).server_kind == kind]
             raise ToolFailure(
                 f"service {name!r} is not a {kind} service; {kind} services: {', '.join(have) or '(none)'}"
             )

@@ -45,15 +45,6 @@ class TrialIdent:
         return f"{self.run_id}/{self.task}.{self.index}.a{self.attempt}"
 
 
-def service_kind(service_config: Mapping[str, Any]) -> str | None:
-    """``postgres`` / ``redis`` for a service whose image is one (official or forge's stand-in), else None."""
-    image = ServiceConfig.of(service_config).image.lower().rsplit("/", 1)[-1].split(":", 1)[0]
-    for kind in ("postgres", "redis"):
-        if image.startswith(kind):
-            return kind
-    return None
-
-
 def build(
     *,
     trial: TrialIdent,
@@ -84,7 +75,7 @@ def build(
             entry["ports"][f"{cport}/{m['proto']}"] = port
             if m["proto"] == "tcp" and cport not in _HTTP_PORTS_NOT:
                 entry["urls"][str(cport)] = f"http://{entry['host']}:{port}"
-        kind = service_kind(svc)
+        kind = ServiceConfig.of(svc).server_kind
         if kind is not None:
             entry["kind"] = kind
             entry.update(_connection(kind, name, config, environment, compose, inside))

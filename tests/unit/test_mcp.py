@@ -24,10 +24,10 @@ from forgelib.mcp.tools import (
     MAX_RESULT,
     Toolbox,
     ToolFailure,
-    service_kind,
     validate,
 )
 from forgelib.mcp.trace import TraceWriter, truncate_utf8
+from forgelib.resolved import ServiceConfig
 from forgelib.run.checks import ExecOptions
 from forgelib.runner import Result
 
@@ -112,13 +112,17 @@ def test_bad_arguments_are_a_tool_failure_naming_the_field(tool: str, args: Any,
     assert message in str(e.value)
 
 
+def _kind(raw: dict[str, Any]) -> str | None:
+    return ServiceConfig.of(raw).server_kind
+
+
 def test_service_kinds_come_from_the_image_then_the_environment_then_the_command() -> None:
-    assert service_kind({"image": "forgelib/postgres:15"}) == "postgres"
-    assert service_kind({"image": "docker.io/library/postgres@sha256:ab"}) == "postgres"
-    assert service_kind({"image": "redis:7-alpine"}) == "redis"
-    assert service_kind({"image": "corp/db", "environment": {"POSTGRES_PASSWORD": "x"}}) == "postgres"
-    assert service_kind({"image": "corp/cache", "command": ["redis-server", "--port", "7000"]}) == "redis"
-    assert service_kind({"image": "forgelib/python:3.11"}) is None
+    assert _kind({"image": "forgelib/postgres:15"}) == "postgres"
+    assert _kind({"image": "docker.io/library/postgres@sha256:ab"}) == "postgres"
+    assert _kind({"image": "redis:7-alpine"}) == "redis"
+    assert _kind({"image": "corp/db", "environment": {"POSTGRES_PASSWORD": "x"}}) == "postgres"
+    assert _kind({"image": "corp/cache", "command": ["redis-server", "--port", "7000"]}) == "redis"
+    assert _kind({"image": "forgelib/python:3.11"}) is None
 
 
 # -------------------------------------------------------------------------------------------- network

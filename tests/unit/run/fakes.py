@@ -28,7 +28,11 @@ class FakeStack:
     """exec/port answered by ``answer(service, argv, kwargs)``; every call recorded."""
 
     answer: Answer
-    ports: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    # The default task's app-db (postgres by its POSTGRES_* contract) published on loopback, as forge's
+    # override publishes a seeded service's port.
+    ports: dict[tuple[str, int], tuple[str, int]] = field(
+        default_factory=lambda: {("app-db", 5432): ("127.0.0.1", 49153)}
+    )
     calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
 
     def exec(self, service: str, argv: Sequence[str], **o: Unpack[ExecOptions]) -> Result:
