@@ -98,6 +98,8 @@ class ProvisionedTrial:
     prepared: tuple[PreparedSeed, ...] = ()
     # How the trial got its stack: {"mode": "fresh"|"warm", "name", "reuse", "replaced"} (trial.yaml).
     stack: Mapping[str, Any] = field(default_factory=dict)
+    # A warm pool's stack: giving it back resets it for a later trial instead of tearing it down.
+    pooled: bool = False
     # service -> what its golden did (restored / captured / none, discarded with the reason): trial.yaml
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

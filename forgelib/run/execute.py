@@ -87,6 +87,11 @@ class TrialHandle(Protocol):
         ...
 
     @property
+    def pooled(self) -> bool:
+        """A warm pool's stack: giving it back resets it for a later trial (no ``down`` to wait for)."""
+        ...
+
+    @property
     def stack(self) -> Mapping[str, Any]:
         """How the trial got its stack: ``mode`` (fresh/warm/shared), ``name``, ``reuse`` (trials it ran
         before this one), ``replaced`` (why a warm stack was replaced by a fresh one, else None)."""
@@ -417,7 +422,8 @@ class Executor:
     def _record_ready(self, t: _Trial) -> None:
         """Time to ready (from the ask for a stack until the solver may start: the provision phase) and
         what it waited on; the backend's decision for the stack (reuse, grow, ahead, fresh...) as an event."""
-        reused = t.stack.get("mode") == "warm" and int(t.stack.get("reuse") or 0) > 0
+        assert t.handle is not None
+        reused = t.handle.pooled and int(t.stack.get("reuse") or 0) > 0
         t.ready = ready_breakdown(t.timings, t.timings["provision"], reused=reused)
         pool = t.stack.pop("pool", None)
         if pool:
@@ -639,7 +645,7 @@ class Executor:
         if t.handle is None:
             return Outcome.OK, None
         done = t.result is not None and not t.result.retried  # a retried attempt's files move on: not async
-        if self._teardowns is not None and done and t.stack.get("mode") != "warm" and not self.stopping():
+        if self._teardowns is not None and done and not t.handle.pooled and not self.stopping():
             # Its verdict is on record; the stack stays in LiveStacks (Ctrl-C, the reaper's labels) and in
             # the memory budget until its `down` is over.
             self._downs.append(self._teardowns.submit(self._tear_down, t))

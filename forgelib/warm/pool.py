@@ -411,8 +411,9 @@ class WarmPool:
         compose = dataclasses.replace(stack.compose, containers=dict(stack.ephemerals.current))
         ports = {s: list(p) for s, p in stack.ports.items()}
         return dataclasses.replace(
-            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), stack=info, ports=ports
-        )
+            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), stack=info, ports=ports,
+            pooled=True,
+        )  # fmt: skip
 
     def _provision(
         self,

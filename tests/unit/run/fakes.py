@@ -75,6 +75,7 @@ class FakeHandle:
     ports: Mapping[str, list[str]] = field(default_factory=dict)
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     stack: Mapping[str, Any] = field(default_factory=dict)
+    pooled: bool = False
 
 
 @dataclass
