@@ -118,9 +118,7 @@ def built_images(runner: Runner, labels: Mapping[str, str], *, timeout: float = 
     """Ids of the images built here (``REPOSITORY``) that carry all of ``labels``: what ``forge teardown``
     removes with a kept stack and ``forge reap`` with a dead owner's."""
     filters = ["--filter", f"reference={REPOSITORY}/*", *lab.filters(labels)]
-    out = runner.run(
-        dk.ls("image", quiet=True, no_trunc=True, filters=filters, short=True), timeout=timeout
-    ).stdout
+    out = runner.run(dk.ls("image", quiet=True, no_trunc=True, filters=filters), timeout=timeout).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 

@@ -301,13 +301,13 @@ def _with_users(runner: Runner, project: FoundProject) -> FoundProject:
 
 def _users(runner: Runner, flt: str) -> tuple[str, ...]:
     """Ids of every container (running or stopped) matching ``--filter flt``, e.g. ``network=ID``."""
-    return tuple(_ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filter=flt, short=True)))
+    return tuple(_ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filter=flt)))
 
 
 def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     """Every container, network and volume labelled as forgelib's (optionally one run's), by project."""
     found: list[Resource] = []
-    cids = _ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filters=_filters(run_id), short=True))
+    cids = _ids(runner, dk.ps(all=True, quiet=True, no_trunc=True, filters=_filters(run_id)))
     for c in _inspect(runner, "container", cids):
         cfg = c.get("Config") or {}
         state = c.get("State") or {}
@@ -320,21 +320,19 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
                 running=bool(state.get("Running")) or bool(state.get("Restarting")),
             )
         )
-    nids = _ids(runner, dk.ls("network", quiet=True, no_trunc=True, filters=_filters(run_id), short=True))
+    nids = _ids(runner, dk.ls("network", quiet=True, no_trunc=True, filters=_filters(run_id)))
     for n in _inspect(runner, "network", nids):
         nid = str(n.get("Id", ""))
         # Users are looked up later (`_with_users`) with `ps --filter network=`, which, unlike network
         # inspect's endpoints, sees stopped containers too.
         found.append(Resource("network", nid, str(n.get("Name", "")), _labels(n)))
-    vnames = _ids(runner, dk.ls("volume", quiet=True, filters=_filters(run_id), short=True))
+    vnames = _ids(runner, dk.ls("volume", quiet=True, filters=_filters(run_id)))
     for v in _inspect(runner, "volume", vnames):
         name = str(v.get("Name", ""))
         found.append(Resource("volume", name, name, _labels(v)))
     # Goldens: only untagged ones (a complete golden is tagged, and is the user's to prune, never ours).
     golden = ["--filter", "dangling=true", "--filter", f"label={store.GOLDEN}"]
-    gids = _ids(
-        runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *golden], short=True)
-    )
+    gids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *golden]))
     for i in _inspect(runner, "image", gids):
         labels = _labels(i.get("Config") or {})
         iid = str(i.get("Id", ""))
@@ -354,11 +352,9 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
 
 def _remove(runner: Runner, r: Resource) -> str | None:
     """Remove one resource by id; the error text on failure (already gone counts as removed)."""
-    # -v: also the container's anonymous volumes (an image's VOLUME), which carry none of our labels
-    if r.kind == "container":
-        argv = dk.rm([r.id], force=True, volumes=True, short=True)
-    else:  # network, volume, image
-        argv = dk.rm([r.id], kind=r.kind)
+    # --volumes: also the container's anonymous volumes (an image's VOLUME), which carry none of our labels;
+    # networks, volumes and images by `docker KIND rm`
+    argv = dk.rm([r.id], force=True, volumes=True) if r.kind == "container" else dk.rm([r.id], kind=r.kind)
     try:
         res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
     except CommandError as e:  # a timeout: report it, go on with the rest

@@ -7,8 +7,7 @@ Nothing here runs anything: every argv goes through ``runner.py``. ``compose(...
 
 Options (``flags``): ``no_trunc=True`` -> ``--no-trunc``; ``tail=5`` -> ``--tail 5``; a list repeats the
 flag (``label=["a=1", "b=2"]``); ``filters`` is spliced as given (``labels.filters``' ``--filter`` pairs).
-``short=True`` spells ``all``/``quiet``/``force``/``volumes`` as ``-a``/``-q``/``-f``/``-v``, as the
-reaper (custody.py) and ``docker pull -q`` always have.
+Always the long spelling (``--all``, never ``-a``): one way to read every logged command.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from collections.abc import Mapping, Sequence
 
 Opt = str | int | float | bool | None | Sequence[str]
 
-_SHORT = {"all": "-a", "quiet": "-q", "force": "-f", "volumes": "-v"}
 
-
-def _flags(options: dict[str, Opt], short: bool = False) -> list[str]:
+def _flags(options: dict[str, Opt]) -> list[str]:
     argv: list[str] = []
     for key, value in options.items():
         if value is None or value is False:
@@ -28,7 +25,7 @@ def _flags(options: dict[str, Opt], short: bool = False) -> list[str]:
         if key == "filters":
             argv += [str(v) for v in value]  # type: ignore[union-attr]
             continue
-        flag = _SHORT[key] if short and key in _SHORT else "--" + key.replace("_", "-")
+        flag = "--" + key.replace("_", "-")
         if value is True:
             argv.append(flag)
         elif isinstance(value, str | int | float):
@@ -64,9 +61,9 @@ def info(**options: Opt) -> list[str]:
 # ------------------------------------------------------------------------------------------ containers
 
 
-def ps(*, short: bool = False, **options: Opt) -> list[str]:
+def ps(**options: Opt) -> list[str]:
     """``docker ps``: e.g. ``ps(all=True, quiet=True, no_trunc=True, filters=lab.filters(...))``."""
-    return _docker("ps", *_flags(options, short))
+    return _docker("ps", *_flags(options))
 
 
 def inspect(refs: Sequence[str], *, kind: str | None = None, **options: Opt) -> list[str]:
@@ -94,9 +91,9 @@ def pause(refs: Sequence[str]) -> list[str]:
     return _docker("pause", *refs)
 
 
-def rm(refs: Sequence[str], *, kind: str | None = None, short: bool = False, **options: Opt) -> list[str]:
+def rm(refs: Sequence[str], *, kind: str | None = None, **options: Opt) -> list[str]:
     """``docker rm REFS``, or ``docker KIND rm`` (``image``, ``network``, ``volume``)."""
-    return _docker(*([kind] if kind else []), "rm", *_flags(options, short), *refs)
+    return _docker(*([kind] if kind else []), "rm", *_flags(options), *refs)
 
 
 def exec(
@@ -132,13 +129,13 @@ def stats(refs: Sequence[str], **options: Opt) -> list[str]:
 # ------------------------------------------------------------------------- images, networks, volumes
 
 
-def ls(kind: str, *, short: bool = False, **options: Opt) -> list[str]:
+def ls(kind: str, **options: Opt) -> list[str]:
     """``docker KIND ls`` (``image``, ``network``, ``volume``)."""
-    return _docker(kind, "ls", *_flags(options, short))
+    return _docker(kind, "ls", *_flags(options))
 
 
-def pull(ref: str, *, short: bool = False, **options: Opt) -> list[str]:
-    return _docker("pull", *_flags(options, short), ref)
+def pull(ref: str, **options: Opt) -> list[str]:
+    return _docker("pull", *_flags(options), ref)
 
 
 def build(context: str, **options: Opt) -> list[str]:

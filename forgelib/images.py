@@ -197,7 +197,7 @@ def ensure_base(runner: Runner, *, force: bool = False) -> Base:
         row = ImageReport("base", BUILT_BASE, "reused", time.monotonic() - start, "recipe unchanged")
         return Base(BUILT_BASE, ours.id, row)
     if ours is None:
-        pulled = runner.run(dk.pull(OFFICIAL_BASE, quiet=True, short=True), timeout=PULL_TIMEOUT, check=False)
+        pulled = runner.run(dk.pull(OFFICIAL_BASE, quiet=True), timeout=PULL_TIMEOUT, check=False)
         official = _inspect(runner, OFFICIAL_BASE) if pulled.rc == 0 else None
         if official is not None:
             row = ImageReport("base", OFFICIAL_BASE, "pulled", time.monotonic() - start, "from its registry")

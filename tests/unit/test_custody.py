@@ -289,25 +289,47 @@ def scripted(
     r = FakeRunner()
     flt = ["--filter", f"label={lab.MANAGED}=true"]
     r.expect(
-        "docker", "ps", "-a", "-q", "--no-trunc", *flt, stdout="".join(f"{c['Id']}\n" for c in containers)
+        "docker",
+        "ps",
+        "--all",
+        "--quiet",
+        "--no-trunc",
+        *flt,
+        stdout="".join(f"{c['Id']}\n" for c in containers),
     )
     r.expect("docker", "container", "inspect", stdout=json.dumps(containers))
     r.expect(
-        "docker", "network", "ls", "-q", "--no-trunc", *flt, stdout="".join(f"{n['Id']}\n" for n in networks)
+        "docker",
+        "network",
+        "ls",
+        "--quiet",
+        "--no-trunc",
+        *flt,
+        stdout="".join(f"{n['Id']}\n" for n in networks),
     )
     r.expect("docker", "network", "inspect", stdout=json.dumps(list(networks)))
-    r.expect("docker", "volume", "ls", "-q", *flt, stdout="".join(f"{v['Name']}\n" for v in volumes))
+    r.expect("docker", "volume", "ls", "--quiet", *flt, stdout="".join(f"{v['Name']}\n" for v in volumes))
     r.expect("docker", "volume", "inspect", stdout=json.dumps(list(volumes)))
-    built_ls = ["docker", "image", "ls", "-q", "--no-trunc", "--filter", f"reference={builds.REPOSITORY}/*"]
+    built_ls = [
+        "docker",
+        "image",
+        "ls",
+        "--quiet",
+        "--no-trunc",
+        "--filter",
+        f"reference={builds.REPOSITORY}/*",
+    ]
     r.expect(*built_ls, stdout="".join(f"{i['Id']}\n" for i in built))
     if built:
         r.expect("docker", "image", "inspect", *sorted(str(i["Id"]) for i in built), stdout=json.dumps(built))
     r.expect("docker", "image", "ls", stdout="".join(f"{i['Id']}\n" for i in images))
     r.expect("docker", "image", "inspect", stdout=json.dumps(list(images)))
     for flt_value, ids in (users or {}).items():
-        r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", flt_value, exact=True, stdout=ids)
-    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", ANY, exact=True, stdout="")
-    r.expect("docker", "rm", "-f", "-v", ANY, exact=True)
+        r.expect(
+            "docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", flt_value, exact=True, stdout=ids
+        )
+    r.expect("docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", ANY, exact=True, stdout="")
+    r.expect("docker", "rm", "--force", "--volumes", ANY, exact=True)
     r.expect("docker", "network", "rm", ANY, exact=True)
     r.expect("docker", "volume", "rm", ANY, exact=True)
     r.expect("docker", "image", "rm", ANY, exact=True)
@@ -330,7 +352,7 @@ def test_reap_removes_a_dead_owners_project_by_id_and_keeps_the_live_one() -> No
     assert by["live"].action == "kept" and by["live"].code == "owner_alive"
     removals = [a for a in r.argvs() if a[1] == "rm" or a[2:3] == ("rm",)]
     assert removals == [
-        ("docker", "rm", "-f", "-v", "id-d1"),
+        ("docker", "rm", "--force", "--volumes", "id-d1"),
         ("docker", "network", "rm", "net-dead"),
         ("docker", "volume", "rm", "dead_data"),
     ]
@@ -359,14 +381,14 @@ def test_foreign_container_on_our_network_keeps_the_network() -> None:
     assert o.removed == ["container d1"]
     assert o.kept and "network dead_default" in o.kept[0] and "someone-else" in o.kept[0]
     assert ("docker", "network", "rm", "net-dead") not in r.argvs()
-    assert ("docker", "rm", "-f", "-v", "someone-elses") not in r.argvs()
+    assert ("docker", "rm", "--force", "--volumes", "someone-elses") not in r.argvs()
 
 
 def test_run_scoping_adds_a_label_filter() -> None:
     r = FakeRunner()
     r.expect("docker", ANY, ANY, ANY, stdout="")
     custody.reap(r, run_id="my-run", facts=facts())
-    listings = [a for a in r.argvs() if "-q" in a]
+    listings = [a for a in r.argvs() if "--quiet" in a]
     assert len(listings) == 5  # containers, networks, volumes, untagged goldens, built images
     assert all(f"label={lab.RUN}=my-run" in a and f"label={lab.MANAGED}=true" in a for a in listings)
 
@@ -379,8 +401,10 @@ def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.
     r = FakeRunner()
     # who uses the volumes: asked only now that the project is to be removed
     for v in ("dead_data", "dead_cache"):
-        r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"volume={v}", exact=True, stdout="")
-    r.expect("docker", "rm", "-f", "-v", "id-d1", rc=1, stderr="Error: permission denied\n")
+        r.expect(
+            "docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", f"volume={v}", exact=True, stdout=""
+        )
+    r.expect("docker", "rm", "--force", "--volumes", "id-d1", rc=1, stderr="Error: permission denied\n")
     r.expect("docker", "volume", "rm", "dead_data", rc=1, stderr="Error: No such volume: dead_data\n")
     # the daemon's other wording (a concurrent reaper removed it between inspect and rm)
     gone = "Error response from daemon: get dead_cache: no such volume\n"
@@ -404,7 +428,9 @@ def test_network_removed_between_listing_and_inspect_is_skipped() -> None:
     # Docker words it differently for networks; a concurrent run's teardown makes this common.
     live = {"Id": "n2", "Name": "p1_default", "Labels": labels(pid="100", start="5000")}
     r = FakeRunner()
-    r.expect("docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={lab.MANAGED}=true", stdout="")
+    r.expect(
+        "docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={lab.MANAGED}=true", stdout=""
+    )
     r.expect("docker", "network", "ls", stdout="n1\nn2\n")
     r.expect(
         "docker", "network", "inspect", "n1", "n2",
@@ -547,8 +573,8 @@ def test_a_dead_owners_built_image_goes_with_its_project_after_every_stack_and_a
     assert [o.project for o in report.outcomes][-2:] == ["p0", "q0"]  # projects holding images last
     removals = [a for a in r.argvs() if a[1] == "rm" or a[2:3] == ("rm",)]
     assert removals == [
-        ("docker", "rm", "-f", "-v", "id-t1"),
-        ("docker", "rm", "-f", "-v", "id-t0"),
+        ("docker", "rm", "--force", "--volumes", "id-t1"),
+        ("docker", "rm", "--force", "--volumes", "id-t0"),
         ("docker", "image", "rm", "sha256:b-dead"),
     ]  # never the live owner's, never a golden
 

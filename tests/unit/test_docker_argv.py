@@ -45,8 +45,8 @@ def test_the_scan_finds_a_raw_argv(tmp_path: Path) -> None:
 
 def test_builders_keep_the_cli_order_and_spellings() -> None:
     f = ["--filter", "label=a=1"]
-    assert dk.ps(all=True, quiet=True, no_trunc=True, filters=f, short=True) == [
-        "docker", "ps", "-a", "-q", "--no-trunc", "--filter", "label=a=1",
+    assert dk.ps(all=True, quiet=True, no_trunc=True, filters=f) == [
+        "docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "label=a=1",
     ]  # fmt: skip
     assert dk.ps(all=True, no_trunc=True, filters=f, format="{{.ID}}") == [
         "docker", "ps", "--all", "--no-trunc", "--filter", "label=a=1", "--format", "{{.ID}}",
@@ -54,7 +54,7 @@ def test_builders_keep_the_cli_order_and_spellings() -> None:
     assert dk.ls("image", format="F", filter=["reference=a", "reference=b"]) == [
         "docker", "image", "ls", "--format", "F", "--filter", "reference=a", "--filter", "reference=b",
     ]  # fmt: skip
-    assert dk.rm(["c1"], force=True, volumes=True, short=True) == ["docker", "rm", "-f", "-v", "c1"]
+    assert dk.rm(["c1"], force=True, volumes=True) == ["docker", "rm", "--force", "--volumes", "c1"]
     assert dk.rm(["i1"], kind="image", force=False) == ["docker", "image", "rm", "i1"]
     assert dk.inspect(["n"], kind="network") == ["docker", "network", "inspect", "n"]
     assert dk.exec("c", ["sh"], interactive=True, env={"A": "1"}, user="u") == [
@@ -62,6 +62,6 @@ def test_builders_keep_the_cli_order_and_spellings() -> None:
     ]  # fmt: skip
     assert dk.exec("c", ["sh"], interactive=True, tty=True) == ["docker", "exec", "-it", "c", "sh"]
     assert dk.exec("c", ["true"]) == ["docker", "exec", "c", "true"]
-    assert dk.pull("img", quiet=True, short=True) == ["docker", "pull", "-q", "img"]
+    assert dk.pull("img", quiet=True) == ["docker", "pull", "--quiet", "img"]
     assert dk.logs("c", tail=None) == ["docker", "logs", "c"]
     assert dk.compose("version", "--short") == ["docker", "compose", "version", "--short"]

@@ -161,7 +161,7 @@ def test_no_base_anywhere_pulls_then_debootstraps(recipes: Path) -> None:
     fake.expect(*inspect(OFFICIAL_BASE), exact=True, rc=1)
     fake.expect(*inspect(BUILT_BASE), exact=True, rc=1, times=1)
     fake.expect(
-        "docker", "pull", "-q", OFFICIAL_BASE, exact=True, rc=1, stderr="dial tcp: lookup: no such host"
+        "docker", "pull", "--quiet", OFFICIAL_BASE, exact=True, rc=1, stderr="dial tcp: lookup: no such host"
     )
     debootstrap = ("bash", str(script), BUILT_BASE, f"{HASH_LABEL}={base_hash(script)}")
     fake.expect(*debootstrap, exact=True)
