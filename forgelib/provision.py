@@ -232,47 +232,6 @@ class _Provisioning:
     timings: dict[str, float] = field(default_factory=dict)
     _compose: ComposeProject | None = None  # the stack as far as it got (clean-up needs all its files)
 
-    # what the pipeline reads of its context and its stack, by name
-    @property
-    def project(self) -> Project:
-        return self.ctx.project
-
-    @property
-    def timeouts(self) -> Timeouts:
-        return self.ctx.timeouts
-
-    @property
-    def runner(self) -> Runner:
-        return self.ctx.runner
-
-    @property
-    def cache(self) -> ProvisionCache:
-        return self.ctx.cache
-
-    @property
-    def log_tail_lines(self) -> int:
-        return self.ctx.log_tail_lines
-
-    @property
-    def profiles(self) -> tuple[str, ...]:
-        return self.ctx.profiles
-
-    @property
-    def env(self) -> EnvironmentManifest:
-        return self.spec.env
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        return self.spec.labels
-
-    @property
-    def trial_dir(self) -> Path:
-        return self.spec.trial_dir
-
     def run(self) -> ProvisionedTrial:
         t0 = time.monotonic()
         while True:
@@ -281,15 +240,20 @@ class _Provisioning:
             except GoldenFailed as e:
                 # What the steps started from is at fault, not the trial: they say so (trial.yaml, an
                 # event) and this trial is provisioned again the normal way for that service.
-                self.steps.failed(e, self.name)
+                self.steps.failed(e, self.spec.name)
                 continue
             self.timings["provision"] = time.monotonic() - t0
             return dataclasses.replace(trial, timings=dict(self.timings), snapshots=self.steps.records())
 
     def _attempt(self) -> ProvisionedTrial:
-        env = self.cache.images.env(self.runner)
+        env = self.ctx.cache.images.env(self.ctx.runner)
         compose = self._compose = ComposeProject(
-            self.name, self.env.compose_files, self.runner, self.timeouts, env, profiles=self.profiles
+            self.spec.name,
+            self.spec.env.compose_files,
+            self.ctx.runner,
+            self.ctx.timeouts,
+            env,
+            profiles=self.ctx.profiles,
         )
         with contextlib.ExitStack() as locks:  # golden key locks this trial holds while it captures
             try:
@@ -330,7 +294,9 @@ class _Provisioning:
         contexts = []
         for b in normal:
             with self._phase(f"recipe:{b.service}", None):
-                ctx = _apply(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+                ctx = _apply(
+                    b, compose, services.get(b.service) or {}, self.ctx.timeouts, self.ctx.cache.seeds
+                )
                 contexts.append(ctx)
             self.steps.applied(b, ctx, _restart(compose, b.service), self._phase)
         # Before any dependent starts (warm: the template/pristine copy is the seeded state alone).
@@ -343,26 +309,28 @@ class _Provisioning:
                 self._up(compose, services, rest, absent, create=not first)
 
         def context(b: _Binding) -> ApplyContext:
-            return _context(b, compose, services.get(b.service) or {}, self.timeouts, self.cache.seeds)
+            return _context(
+                b, compose, services.get(b.service) or {}, self.ctx.timeouts, self.ctx.cache.seeds
+            )
 
         self.steps.started(bindings, context, self._phase)
         publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
         ports = compose.published_ports() if publishes else {}
         return ProvisionedTrial(
-            name=self.name,
-            environment=self.env,
+            name=self.spec.name,
+            environment=self.spec.env,
             compose=dataclasses.replace(compose, direct=True),  # the trial's execs: plain `docker exec`
             timings=dict(self.timings),
             bare_seeds=_seed_mounts(bindings),
-            trial_dir=self.trial_dir,
-            labels=dict(self.labels),
+            trial_dir=self.spec.trial_dir,
+            labels=dict(self.spec.labels),
             shared=self.spec.shared,
             config=config,
             ports=ports,
             prepared=prepared,
             stack={
                 "mode": "shared" if self.spec.shared else "fresh",
-                "name": self.name,
+                "name": self.spec.name,
                 "reuse": 0,
                 "replaced": None,
             },
@@ -372,11 +340,11 @@ class _Provisioning:
         """The run's images of ``build:`` services (the run's first trial builds; the others wait, ~0 s)."""
         if not build_services(config):
             return []
-        timeout = self.timeouts.compose_up
+        timeout = self.ctx.timeouts.compose_up
 
         def build(services: Mapping[str, Any]) -> Mapping[str, str]:
-            return self.cache.builds.images(
-                self.project.name, compose, config, self.labels, self.trial_dir, timeout
+            return self.ctx.cache.builds.images(
+                self.ctx.project.name, compose, config, self.spec.labels, self.spec.trial_dir, timeout
             )
 
         return [("build", "build", build)]
@@ -392,18 +360,18 @@ class _Provisioning:
         run's image), their images' declared VOLUMEs and the ports published for direct connections."""
         services = _imaged(config, built)
         images = [ServiceConfig.of(s).image for s in services.values()]
-        declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
+        declared = self.ctx.cache.images.volumes(self.ctx.runner, images, self.ctx.timeouts.command)
         loopback = _loopback(bindings, config)
         seed_mounts = _seed_mounts(bindings)
         doc = labels_override(
-            config, self.labels, declared, loopback, built,
+            config, self.spec.labels, declared, loopback, built,
             mounts={m.service: [m.volume()] for m in seed_mounts.values()},
             environment={m.service: m.env() for m in seed_mounts.values()},
             quiet_health=not readiness.compose_wait(),
         )  # fmt: skip
-        override = write_override(self.trial_dir / OVERRIDE_FILE, doc)
+        override = write_override(self.spec.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error
-        compose = compose.with_files(*self.env.compose_files, override).with_secrets(config)
+        compose = compose.with_files(*self.spec.env.compose_files, override).with_secrets(config)
         return compose, services, declared, loopback
 
     def _up(
@@ -442,12 +410,12 @@ class _Provisioning:
     def _bind(self) -> list[_Binding]:
         """Resolve every reset service's binding and run its recipe's host-side checks."""
         out = []
-        for svc in self.env.reset_services():
+        for svc in self.spec.env.reset_services():
             if svc.reset is None or not svc.reset.seed:
                 raise _recipe_error(svc.name, None, None, "isolation is reset but no reset.seed is bound")
-            seed = self.project.seeds.get(svc.reset.seed)
+            seed = self.ctx.project.seeds.get(svc.reset.seed)
             if seed is None:
-                known = ", ".join(sorted(self.project.seeds)) or "(none)"
+                known = ", ".join(sorted(self.ctx.project.seeds)) or "(none)"
                 raise _recipe_error(
                     svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
                 )
@@ -468,13 +436,13 @@ class _Provisioning:
 
     def _clean_up(self, compose: ComposeProject, cause: BaseException) -> None:
         if isinstance(cause, ForgeError) and not isinstance(cause, Interrupted):
-            write_failure_detail(self.trial_dir / FAILURE_FILE, cause)
+            write_failure_detail(self.spec.trial_dir / FAILURE_FILE, cause)
         try:
-            _capture(compose, self.env, self.trial_dir / SERVICES_DIR, self.log_tail_lines)
+            _capture(compose, self.spec.env, self.spec.trial_dir / SERVICES_DIR, self.ctx.log_tail_lines)
             compose.down(check=True)
         except BaseException as e:  # a second Ctrl-C or a dead engine: report it, keep the first error
-            log.warning("clean-up of %s after %r failed: %s", self.name, cause, e)
-            cause.add_note(f"forge: tearing down {self.name} failed too: {e}")
+            log.warning("clean-up of %s after %r failed: %s", self.spec.name, cause, e)
+            cause.add_note(f"forge: tearing down {self.spec.name} failed too: {e}")
             if not isinstance(e, Exception):
                 raise
 

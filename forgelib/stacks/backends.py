@@ -28,7 +28,6 @@ from forgelib.custody import reap_dead_owners
 from forgelib.errors import ForgeError
 from forgelib.provision import (
     FAILURE_FILE,
-    ProvisionCache,
     ProvisionedTrial,
     StackContext,
     TrialSpec,
@@ -151,14 +150,6 @@ class DockerBackend:
     admission: Admission | None = None  # the run's memory budget (fresh and shared stacks; the pool's own)
     pool: WarmPool | None = None  # --stacks warm
 
-    @property
-    def runner(self) -> Runner:
-        return self.ctx.runner
-
-    @property
-    def cache(self) -> ProvisionCache:
-        return self.ctx.cache
-
     def _source(self, env: EnvironmentManifest) -> StackSource:
         """Which stack a trial of ``env`` gets — decided here only, from the environment and the backend,
         so a stack given back goes to the source it came from: all ``shared`` services, the run's shared
@@ -184,7 +175,7 @@ class DockerBackend:
     def run_host(
         self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
     ) -> Result:
-        return self.runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
+        return self.ctx.runner.run(argv, timeout=timeout, cwd=cwd, env=env, input=input, check=False)
 
     def launch_host(
         self,
@@ -199,13 +190,13 @@ class DockerBackend:
         secrets: Sequence[str],
     ) -> Result:
         # Tagged `run` (a launch verb): a stop refuses it, and kills its process group while it runs.
-        return self.runner.run(
+        return self.ctx.runner.run(
             argv, timeout=timeout, cwd=cwd, env=env, stdin=stdin, stdout_path=stdout_path,
             stderr_path=stderr_path, secrets=secrets, check=False, tag="run",
         )  # fmt: skip
 
     def discard_leftovers(self, run_id: str) -> None:
-        report = reap_dead_owners(self.runner, run_id)
+        report = reap_dead_owners(self.ctx.runner, run_id)
         if report.failed:
             raise ForgeError(
                 f"cannot resume {run_id}: leftovers of the killed session remain:\n{report.table()}"
@@ -226,7 +217,7 @@ class DockerBackend:
                 if self.shared is not None:
                     self.shared.teardown_run(run_id)
             finally:
-                self.cache.builds.finish(self.runner, self.ctx.timeouts.command)
+                self.ctx.cache.builds.finish(self.ctx.runner, self.ctx.timeouts.command)
 
 
 STACK_MODES = ("fresh", "warm")
