@@ -389,7 +389,10 @@ class ClusterExecutor:
         where = f"node {a.node}" if a.node else "its node"
         gone = "NodeDiedError" in why or not self.c.alive(a.node)
         state = "lost" if gone else "alive, but the trial's slot process died"
-        reason = f"{NODE_LOST}: {where} ({state}) during {a.phase}: {why}"
+        # The phase is the last one the driver drained from the slot: a node that dies between two drains
+        # takes its newer events with it, so "pending" only says that none had come back yet.
+        when = f"during {a.phase}" if a.phase != Phase.PENDING.value else "before its progress came back"
+        reason = f"{NODE_LOST}: {where} ({state}) {when}: {why}"
         if not rerun:  # stopping: left unfinished, so `--resume` runs it
             self.say(f"{a.task.name}[{a.index}] {reason}")
             return

@@ -185,3 +185,16 @@ def test_with_retries_left_a_rerun_that_passes_ends_the_trial(tmp_path: Path, ta
 def test_a_trial_left_with_no_slot_stops_the_run_with_how_to_resume(tmp_path: Path, task: Task) -> None:
     with pytest.raises(ForgeError, match="every forge slot of the cluster is gone"):
         run_cluster(tmp_path, task, 5, [("lost", []), ("lost", [])], nodes=2)
+
+
+def test_a_lost_trials_reason_names_the_last_phase_the_driver_heard_of(tmp_path: Path, task: Task) -> None:
+    """A node that dies before any event of its trial came back says so, not "during pending" (its stack
+    may well have been up); one whose trial reported a phase names that phase."""
+    solving = (ev.TRIAL_STATE, {"task": task.name, "index": 0, "attempt": 1, "phase": "solve"})
+    for drained, said in (([], "before its progress came back"), ([solving], "during solve")):
+        _, events, _ = run_cluster(
+            tmp_path / said, task, 0, [("lost", drained), ("passed", [finished(task, 2)])]
+        )
+        lost = next(e for e in events.lines if e.get("error_stage") == NODE_LOST)
+        (reason,) = lost["reasons"]
+        assert f"node n1 (lost) {said}: " in reason and "pending" not in reason, reason
