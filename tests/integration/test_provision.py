@@ -17,7 +17,7 @@ from forgelib import custody
 from forgelib import labels as lab
 from forgelib.commands import main_provision, main_teardown
 from forgelib.errors import ProvisionError
-from forgelib.provision import StackContext, TrialSpec, provision_trial
+from forgelib.provision import OVERRIDE_FILE, StackContext, TrialSpec, provision_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import Isolation, SeedKind
@@ -159,15 +159,27 @@ def test_missing_image_is_compose_up_stage(
     assert sorted(p.name for p in (tmp_path / "trial-0" / "services").iterdir()) == ["idle.log", "x.log"]
 
 
+@pytest.mark.parametrize(("retries", "spaced"), [(1, None), (6, "2s")])
 def test_unhealthy_service_is_readiness_stage(
-    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+    docker_ready: None,
+    runner: SubprocessRunner,
+    run_id: str,
+    tmp_path: Path,
+    retries: int,
+    spaced: str | None,
 ) -> None:
-    sick = dict(IDLE) | {"healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": 1}}
+    """Docker's verdict still comes when the compose file says: 1 s x 1 is kept as it is; 1 s x 6 runs as
+    2 s x 3 (``compose.quiet_healthcheck``), so Docker calls it unhealthy after 6 s, not at the run's
+    compose_up timeout."""
+    sick = dict(IDLE) | {"healthcheck": {"test": ["CMD", "false"], "interval": "1s", "retries": retries}}
     project = make_project(tmp_path / "p", {"sick": sick}, name=NAME)
     with pytest.raises(ProvisionError) as err:
         provision(project, run_id, tmp_path, runner)
     assert err.value.stage == "readiness"
-    assert "unhealthy" in err.value.reason
+    assert "unhealthy" in err.value.reason, err.value.reason
+    override = yaml.safe_load(next(tmp_path.rglob(OVERRIDE_FILE)).read_text())
+    health = override["services"]["sick"].get("healthcheck")
+    assert health == (None if spaced is None else {"interval": spaced, "retries": 3}), health
 
 
 def test_ctrl_c_mid_provision_leaves_nothing(
