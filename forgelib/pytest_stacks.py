@@ -330,9 +330,14 @@ class StackPool:
             raise ForgeError(f"tearing down {stack.name} failed: {why}")
 
     def close(self) -> list[str]:
-        """End of the session: remove whatever is still registered and the temp dir; the failures."""
+        """End of the session: remove whatever is still registered, the images built for ``build:``
+        services (as ``forge run`` does at its end) and the temp dir; the failures."""
         report = self.stacks.teardown_all()
         failed = [f"{name}: {why}" for name, why in sorted(report.failed.items())]
+        try:
+            self._cache.builds.finish(self.runner, self.timeouts.command)
+        except ForgeError as e:
+            failed.append(str(e))
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None

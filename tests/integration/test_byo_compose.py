@@ -10,6 +10,7 @@ with the run. A broken Dockerfile fails every trial at stage build after one bui
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from forgelib import labels as lab
 from forgelib.commands import main_provision, main_teardown
 from forgelib.provision import StackContext
+from forgelib.pytest_stacks import StackPool
 from forgelib.run.cli import build_plan
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
@@ -135,3 +137,23 @@ def test_forge_provision_shows_the_loopback_mapping_enables_profiles_and_teardow
     # ...until `forge teardown` removes them with it
     assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
     assert _images(runner, run_id) == [] and not work_dir.exists()
+
+
+def test_the_pytest_plugins_session_removes_the_images_it_built(
+    tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    """A pytest session's stacks build a ``build:`` service's image once, as a run does, and the session's
+    end removes it, as a run's end does (it was left behind before)."""
+    root = tmp_path / "byo"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("runs"))
+    pool = StackPool(run_id=f"pytest-byo-{os.getpid()}")
+    try:
+        for _ in range(2):
+            stack = pool.provision(root, None)
+            assert "tool" in stack.services
+            pool.teardown(stack)
+        assert len(_images(runner, pool.run_id)) == 1  # built once for the session, still there
+    finally:
+        assert pool.close() == []
+    assert _images(runner, pool.run_id) == []
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: pool.run_id}))
