@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -179,10 +180,8 @@ _OverrideDumper.add_representer(Reset, lambda d, v: d.represent_scalar("!reset",
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _GO_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
 # Docker's defaults for a healthcheck that leaves them out.
-DOCKER_INTERVAL, DOCKER_RETRIES = 30.0, 3
-# The most consecutive failures forge lets Docker count before ``unhealthy`` once it spaces the probes
-# out: one slow probe on a loaded box (Docker's timeout is per probe) must not condemn a service.
-QUIET_RETRIES = 3
+DOCKER_INTERVAL, DOCKER_RETRIES, DOCKER_TIMEOUT = 30.0, 3, 30.0
+QUIET_RETRIES = 3  # the fewest consecutive failures Docker counts once forge spaces the probes out
 QUIET_MAX_INTERVAL = 30.0  # seconds: Docker's own default interval
 
 
@@ -202,17 +201,23 @@ def quiet_healthcheck(hc: Mapping[str, Any]) -> dict[str, Any] | None:
     Why: Docker runs a healthcheck for a container's whole life, and each run is a ``docker exec`` (≥ 25 ms
     of CPU). The packs' 1 s checks made idle stacks cost 1.3 of 2 cores at 17 stacks (benchmarks/README.md,
     agent-shaped load). forge does not need them often: ``forgelib.readiness`` runs the same command itself
-    until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out, fewer
-    retries, with the time a failing service takes to turn ``unhealthy`` (interval x retries) unchanged."""
+    until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out: the
+    interval is what the compose file's interval x retries allows over ``QUIET_RETRIES`` retries (at most
+    30 s), and there are as many retries as keep a service whose every probe times out (a loaded box:
+    Docker's timeout is per probe) from turning ``unhealthy`` sooner than written, retries x (interval +
+    timeout). A service whose probe fails fast then turns unhealthy later than written (the packs' database:
+    after 220 s instead of 60 s; the run's ``compose_up`` limit, 180 s in the packs, usually ends it first).
+    With 3 retries alone, 64 golden stacks on 2 cores lost 45 of 128 trials to probes that timed out."""
     test = hc.get("test") or []
     if hc.get("disable") or not test or test[0] == "NONE":
         return None
     interval = go_seconds(hc.get("interval")) or DOCKER_INTERVAL
     retries = int(hc.get("retries") or DOCKER_RETRIES)
-    fewer = min(retries, QUIET_RETRIES)
-    spaced = min(QUIET_MAX_INTERVAL, interval * retries / fewer)
+    timeout = go_seconds(hc.get("timeout")) or DOCKER_TIMEOUT
+    spaced = min(QUIET_MAX_INTERVAL, interval * retries / min(retries, QUIET_RETRIES))
     if spaced <= interval:
         return None
+    fewer = min(retries, max(QUIET_RETRIES, math.ceil(retries * (interval + timeout) / (spaced + timeout))))
     return {"interval": f"{spaced:g}s", "retries": fewer}
 
 

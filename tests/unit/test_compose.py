@@ -143,11 +143,23 @@ def test_go_durations_as_compose_prints_them(text: Any, seconds: float | None) -
 @pytest.mark.parametrize(
     ("healthcheck", "quiet"),
     [
-        # the packs' database: 1 s x 60 turns unhealthy after 60 s; so does 20 s x 3
-        ({"test": ["CMD", "pg_isready"], "interval": "1s", "retries": 60}, {"interval": "20s", "retries": 3}),
-        ({"test": ["CMD", "true"], "interval": "1s", "retries": 30}, {"interval": "10s", "retries": 3}),
-        # capped at Docker's own default interval; the time to unhealthy then shortens, never lengthens
-        ({"test": ["CMD", "true"], "interval": "5s", "retries": 60}, {"interval": "30s", "retries": 3}),
+        # the packs' database, 1 s x 60 with a 3 s timeout: every probe timing out, unhealthy after 240 s
+        # as written and after 11 x (20 + 3) = 253 s spaced out, never sooner
+        (
+            {"test": ["CMD", "pg_isready"], "interval": "1s", "timeout": "3s", "retries": 60},
+            {"interval": "20s", "retries": 11},
+        ),
+        (
+            {"test": ["CMD", "true"], "interval": "1s", "timeout": "3s", "retries": 30},
+            {"interval": "10s", "retries": 10},
+        ),
+        # capped at Docker's own default interval
+        (
+            {"test": ["CMD", "true"], "interval": "5s", "timeout": "3s", "retries": 60},
+            {"interval": "30s", "retries": 15},
+        ),
+        # Docker's default timeout (30 s) when none is given: 6 x 31 s as written, 6 x 32 s spaced out
+        ({"test": ["CMD", "true"], "interval": "1s", "retries": 6}, {"interval": "2s", "retries": 6}),
         ({"test": ["CMD", "true"], "interval": "1s", "retries": 3}, None),  # already fails fast: kept
         ({"test": ["CMD", "true"]}, None),  # Docker's defaults, 30 s x 3: kept
         ({"test": ["CMD", "true"], "interval": "2s", "retries": 2}, None),
@@ -167,7 +179,7 @@ def test_only_a_quiet_health_override_touches_healthchecks(tmp_path: Path) -> No
     config = {"services": {"api": {"healthcheck": hc}, "runner": {}}}
     assert "healthcheck" not in _override(tmp_path, config)["services"]["api"]
     quiet = _override(tmp_path, config, quiet_health=True)["services"]
-    assert quiet["api"]["healthcheck"] == {"interval": "10s", "retries": 3}  # compose merges the rest in
+    assert quiet["api"]["healthcheck"] == {"interval": "10s", "retries": 10}  # compose merges the rest in
     assert "healthcheck" not in quiet["runner"]
 
 
