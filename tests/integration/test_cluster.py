@@ -7,6 +7,7 @@ node, so they run last (each after the first starts a new node for the killed on
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.
 from support.cluster import (  # noqa: E402 - after the importorskip
     Engine,
     RayCluster,
+    RayNode,
     descendants,
     start_engine_and_cluster,
     stop_engine,
@@ -78,6 +80,27 @@ def _config(tmp: Path, repeats: int) -> Path:
     }
     cfg.write_text(yaml.safe_dump(doc))
     return cfg
+
+
+def _stack_args(stacks: str) -> list[str]:
+    """``forge run``'s options for a stack source: fresh, warm, or fresh from goldens (``snapshots``)."""
+    return ["--snapshots"] if stacks == "snapshots" else ["--stacks", stacks]
+
+
+_PROJECTS = itertools.count()
+
+
+def _own_project(tmp_path: Path, cfg: Path) -> str:
+    """Point ``cfg`` at a copy of the pack under a project name of its own, so that the goldens a run
+    captures are the test's alone to count and remove (``_goldens``); the name."""
+    name = f"clustergold{os.getpid()}x{next(_PROJECTS)}"
+    pack = tmp_path / "pack"
+    shutil.copytree(PACK, pack, ignore=shutil.ignore_patterns("runs"))
+    project_yaml = pack / "project.yaml"
+    project_yaml.write_text(project_yaml.read_text().replace(f"name: {PACK.name}", f"name: {name}", 1))
+    doc = yaml.safe_load(cfg.read_text())
+    cfg.write_text(yaml.safe_dump({**doc, "project": str(pack)}))
+    return name
 
 
 def _forge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -310,7 +333,7 @@ def _driver_with_stacks_on_both(
     on each engine (both nodes have live trials); killed afterwards if it is still running."""
     watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
-    argv += ["--stacks", stacks]
+    argv += _stack_args(stacks)
     with open(tmp_path / log_name, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -323,21 +346,29 @@ def _driver_with_stacks_on_both(
             w.stop()
 
 
-@pytest.mark.parametrize("stacks", ["fresh", "warm"])
+@pytest.mark.parametrize("stacks", ["fresh", "warm", "snapshots"])
 def test_ctrl_c_tears_down_every_stack_on_every_node(
     cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str
 ) -> None:
+    """Snapshots: the goldens are being captured on both engines when Ctrl-C comes (each engine's first
+    trial captures); no capture's container or volume is left, and a golden is either whole or absent."""
     cfg = _config(tmp_path, repeats=2)  # the driver spreads them: one on each engine
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log", stacks) as proc:
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=RUN_TIMEOUT)
-    out = (tmp_path / "driver.log").read_text()
-    assert rc == 130, out
-    run_dir = _run_dir(tmp_path)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["interrupted"] is True
-    for eng in engines:
-        assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
+    name = _own_project(tmp_path, cfg)
+    try:
+        with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log", stacks) as proc:
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=RUN_TIMEOUT)
+        out = (tmp_path / "driver.log").read_text()
+        assert rc == 130, out
+        run_dir = _run_dir(tmp_path)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["interrupted"] is True
+        for eng in engines:
+            assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
+            assert int(_goldens(eng, name)) <= 1, eng.host  # the pack seeds one service
+    finally:
+        for eng in engines:
+            _goldens(eng, name, remove=True)
 
 
 def test_resume_right_after_the_driver_was_killed_stops_its_trials_first(
@@ -417,18 +448,18 @@ if sys.argv[2:] == ["remove"]:
 """
 
 
+def _goldens(eng: Engine, project: str, *, remove: bool = False) -> str:
+    """How many goldens of ``project`` ``eng`` holds (as text); ``remove``: removed too."""
+    r = _forge("-c", GOLDENS, project, *(["remove"] if remove else []), env={"DOCKER_HOST": eng.host})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def test_goldens_are_captured_once_per_node_engine_and_restored_by_every_slot(
     cluster: RayCluster, engines: list[Engine], tmp_path: Path
 ) -> None:
-    # A copy of the pack under a project name of its own: its goldens are this test's alone to remove.
-    name = f"clustergold{os.getpid()}"
-    pack = tmp_path / "pack"
-    shutil.copytree(PACK, pack, ignore=shutil.ignore_patterns("runs"))
-    project_yaml = pack / "project.yaml"
-    project_yaml.write_text(project_yaml.read_text().replace(f"name: {PACK.name}", f"name: {name}", 1))
     cfg = _config(tmp_path, repeats=6)
-    doc = yaml.safe_load(cfg.read_text())
-    cfg.write_text(yaml.safe_dump({**doc, "project": str(pack)}))
+    name = _own_project(tmp_path, cfg)
     try:
         r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
                    "--snapshots", "--json")  # fmt: skip
@@ -447,38 +478,54 @@ def test_goldens_are_captured_once_per_node_engine_and_restored_by_every_slot(
             assert seen.count("captured") == 1 and set(seen) == {"captured", "restored"}, (where, seen)
         for eng in engines:
             assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{r.stderr}"
-            counted = _forge("-c", GOLDENS, name, env={"DOCKER_HOST": eng.host})
-            assert counted.stdout.strip() == str(len(outcomes) // 2), (
-                eng.host,
-                counted.stdout,
-                counted.stderr,
-            )
+            assert _goldens(eng, name) == str(len(outcomes) // 2), eng.host
     finally:
         for eng in engines:
-            _forge("-c", GOLDENS, name, "remove", env={"DOCKER_HOST": eng.host})
+            _goldens(eng, name, remove=True)
 
 
-@pytest.mark.parametrize("stacks", ["fresh", "warm"])
+@pytest.mark.parametrize("stacks", ["fresh", "warm", "snapshots"])
 def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
     cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str
 ) -> None:
     """Runs last: it kills the second engine's node (the next parametrization starts a new node for that
     engine first, ≈ 10 s). Warm: the lost node loses only its warm stacks; the survivor's stay, and its
-    trials run again on them, reset in place."""
+    trials run again on them, reset in place. Snapshots: the lost trial runs again from the survivor's own
+    golden, whatever became of the capture on the lost node's engine."""
     doomed, survivor = cluster.revive(1), engines[0]
     assert doomed.engine is not None
-    # Fresh: one trial on each node. Warm: one on each slot, so the lost node's two run again on the
-    # survivor's two warm stacks, each after that stack's own first trial.
-    repeats = 2 if stacks == "fresh" else 4
+    # Fresh, snapshots: one trial on each node. Warm: one on each slot, so the lost node's two run again
+    # on the survivor's two warm stacks, each after that stack's own first trial.
+    repeats = 4 if stacks == "warm" else 2
     cfg = _config(tmp_path, repeats=repeats)
+    name = _own_project(tmp_path, cfg)
+    try:
+        _lose_a_node(cluster, doomed, survivor, cfg, tmp_path, stacks=stacks, repeats=repeats)
+    finally:
+        for eng in engines:
+            _goldens(eng, name, remove=True)
+
+
+def _lose_a_node(
+    cluster: RayCluster,
+    doomed: RayNode,
+    survivor: Engine,
+    cfg: Path,
+    tmp_path: Path,
+    *,
+    stacks: str,
+    repeats: int,
+) -> None:
+    dead = doomed.engine
+    assert dead is not None
     # One retry: a stack that a loaded box fails to bring up in time (a healthcheck answering after its 3 s,
     # seen at load 100 on the 2-core box) is provisioned again rather than failing the node-loss proof. The
     # first node loss costs no retry (lifecycle.retries_after_node_loss), so the attempts still add up.
     cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "retries": 1}))
-    watch = Watch(doomed.engine, tmp_path / "doomed.jsonl", event="start")
+    watch = Watch(dead, tmp_path / "doomed.jsonl", event="start")
     created = Watch(survivor, tmp_path / "survivor.jsonl")
     argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
-            "--stacks", stacks, "--json"]  # fmt: skip
+            *_stack_args(stacks), "--json"]  # fmt: skip
     with open(tmp_path / "driver.out", "wb") as out, open(tmp_path / "driver.err", "wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err)
     try:
@@ -509,6 +556,9 @@ def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
         assert rec["attempts"] == 1 + retried.count(e["index"])  # the lost attempt, (a retry,) the last
         if stacks == "warm":  # run again on a warm stack the survivor kept, reset in place
             assert t["stack"]["mode"] == "warm" and t["stack"]["reuse"] >= 1, t["stack"]
+        if stacks == "snapshots":  # from a golden on the survivor's engine: captured there, or restored
+            outcomes = {rec["outcome"] for rec in (t.get("snapshots") or {}).values()}
+            assert outcomes and outcomes <= {"captured", "restored"}, t.get("snapshots")
     if stacks == "warm":
         # The survivor lost none of its warm stacks: each was made once, by its slot's first trial, and
         # every later trial there reused it (reuse 0, 1, ...): no stack was replaced.
@@ -527,14 +577,14 @@ def test_lost_node_trials_rerun_on_the_other_and_reap_cleans_its_engine(
 
     # The lost trials' stacks are still on the dead node's engine, owned by a process that no longer
     # exists once the node is gone: `forge reap` against that engine removes them.
-    assert _leftovers(doomed.engine, rid)
+    assert _leftovers(dead, rid)
     reports: list[dict[str, Any]] = []
 
     def reaped() -> bool:
-        r = _forge("-m", "forgelib", "reap", "--run", rid, "--json", env={"DOCKER_HOST": doomed.engine.host})
+        r = _forge("-m", "forgelib", "reap", "--run", rid, "--json", env={"DOCKER_HOST": dead.host})
         assert r.returncode in (0, 1), r.stderr
         reports.append(json.loads(r.stdout))
-        return not _leftovers(doomed.engine, rid)
+        return not _leftovers(dead, rid)
 
     wait_for("forge reap on the dead node's engine", reaped, timeout=120)
     assert any(rep.get("removed") for rep in reports), reports
