@@ -105,6 +105,10 @@ class Cluster:
             for n in self.nodes
             if i < n.slots
         ]
+        # Each slot's "started" answer: a new slot waits for its unit of the node (held by another run's or
+        # other forgelib code's slot), and every call to it blocks until then. The driver never waits on a
+        # slot that has not started: its drains and stops skip it, and Ctrl-C cancels it (``cancel``).
+        self._ready = {(s.node_id, s.index): s.actor.__ray_ready__.remote() for s in self.slots}
 
     def _slot(self, actor: Any, node_id: str, index: int) -> Any:
         """The node's slot ``index`` for this forgelib code: the running one, or started now (a new slot
@@ -182,7 +186,7 @@ class Cluster:
     def end(self, run_id: str) -> None:
         """The run is over: every slot it used tears its stacks of the run down (a lost slot's went with
         it); raises ``ForgeError`` naming the slots that could not."""
-        refs = [(s, s.actor.end.remote(run_id, self.driver)) for s in self.used.values()]
+        refs = [(s, s.actor.end.remote(run_id, self.driver)) for s in self.used.values() if self.started(s)]
         failed = []
         for s, ref in refs:
             try:
@@ -196,6 +200,16 @@ class Cluster:
                 "ending the run on its nodes failed (forge reap on those nodes removes what is left):\n"
                 + "\n".join(failed)
             )
+
+    def started(self, slot: SlotRef) -> bool:
+        """Whether ``slot``'s process has started (or died after starting): calls to it return."""
+        ref = self._ready.get((slot.node_id, slot.index))
+        return ref is None or bool(self.ray.wait([ref], timeout=0)[0])
+
+    def cancel(self, slot: SlotRef) -> None:
+        """A slot that has not started: its creation cancelled, with the calls queued for it. Nothing of it
+        ran (should it start right now, its trial's stack is a dead owner's for ``forge reap``)."""
+        self.ray.kill(slot.actor, no_restart=True)
 
     def alive(self, node_id: str | None) -> bool:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in self.ray.nodes())
@@ -364,8 +378,9 @@ class ClusterExecutor:
             self._lost(a, why, rerun=rerun)
 
     def _drain(self, slots: list[SlotRef]) -> None:
-        """Every busy slot's buffered events, appended in the order each slot recorded them."""
-        refs = [s.actor.drain.remote(self.s.run_id, self.c.driver) for s in slots]
+        """Every busy slot's buffered events, appended in the order each slot recorded them (a slot that has
+        not started has none, and a call to it would wait until it starts)."""
+        refs = [s.actor.drain.remote(self.s.run_id, self.c.driver) for s in slots if self.c.started(s)]
         for ref in refs:
             try:
                 items = self.ray.get(ref)
@@ -448,6 +463,10 @@ class ClusterExecutor:
     def _interrupt(self) -> None:
         self._stopping = True
         self._queue.clear()  # never sent: `--resume` runs them
+        for ref, (_, slot) in list(self._inflight.items()):
+            if not self.c.started(slot):  # its trial never began: unsent, as the queue's
+                self.c.cancel(slot)
+                del self._inflight[ref]
         self._stop_slots(1)
         self.say("interrupted: no new trials; every node tears down its live stacks")
         self.events.append(ev.RUN_INTERRUPTED)

@@ -116,7 +116,7 @@ def run_cluster(
     slots = [SlotRef(f"n{i}", 0, FakeSlot(f"n{i}", scripts, orders)) for i in range(1, nodes + 1)]
     cluster = SimpleNamespace(
         ray=FakeRay(), slots=slots, driver="drv", bundle_ref=None, code="c",
-        alive=lambda node: False, other_code_slots=lambda: [], used={},
+        alive=lambda node: False, other_code_slots=lambda: [], used={}, started=lambda slot: True,
     )  # fmt: skip
     events = Events()
     settings = Settings(run_id="r1", run_dir=tmp_path / "run", retries=retries)
@@ -198,3 +198,44 @@ def test_a_lost_trials_reason_names_the_last_phase_the_driver_heard_of(tmp_path:
         lost = next(e for e in events.lines if e.get("error_stage") == NODE_LOST)
         (reason,) = lost["reasons"]
         assert f"node n1 (lost) {said}: " in reason and "pending" not in reason, reason
+
+
+class InterruptingRay(FakeRay):
+    """Ctrl-C arrives during the driver's ``after``-th wait."""
+
+    def __init__(self, after: int) -> None:
+        self.waits = after
+
+    def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list[Ref], list[Ref]]:
+        self.waits -= 1
+        if self.waits < 0:
+            raise KeyboardInterrupt
+        return super().wait(refs, num_returns, timeout)
+
+
+def test_ctrl_c_cancels_a_slot_that_never_started_instead_of_waiting_for_it(
+    tmp_path: Path, task: Task
+) -> None:
+    """A slot still waiting for its unit of the node (another run's slot holds it) answers no call until it
+    starts. The driver's drains skip it while the other slot's trial runs and finishes, and Ctrl-C cancels
+    it, its trial left for --resume, rather than wait for it to start (the driver hung there)."""
+    orders: list[tuple[str, TrialOrder]] = []
+    up = FakeSlot("n1", [("passed", [finished(task, 1)])], orders)
+    waiting = FakeSlot("n2", [("passed", [])], orders)
+    never = SimpleNamespace(remote=lambda *a: pytest.fail("a call to a slot that has not started blocks"))
+    waiting.drain = waiting.stop = never
+    waiting.run = SimpleNamespace(remote=lambda *a: Ref(ticks=10**9))  # queued until it starts
+    cancelled: list[str] = []
+    cluster = SimpleNamespace(
+        ray=InterruptingRay(after=3), slots=[SlotRef("n1", 0, up), SlotRef("n2", 0, waiting)], driver="drv",
+        bundle_ref=None, code="c", alive=lambda node: True, other_code_slots=lambda: [], used={},
+        started=lambda slot: slot.node_id == "n1", cancel=lambda slot: cancelled.append(slot.node_id),
+    )  # fmt: skip
+    events = Events()
+    settings = Settings(run_id="r1", run_dir=tmp_path / "run", retries=0)
+    executor = ClusterExecutor(cluster, events, settings, lambda line: None)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        executor.run([(task, 0), (task, 1)])
+    assert cancelled == ["n2"]
+    finished_on = [e["index"] for e in events.lines if e["kind"] == ev.TRIAL_FINISHED]
+    assert finished_on == [0] and [e["kind"] for e in events.lines][-1] == ev.RUN_INTERRUPTED
