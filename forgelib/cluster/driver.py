@@ -109,6 +109,7 @@ class Cluster:
         # other forgelib code's slot), and every call to it blocks until then. The driver never waits on a
         # slot that has not started: its drains and stops skip it, and Ctrl-C cancels it (``cancel``).
         self._ready = {(s.node_id, s.index): s.actor.__ray_ready__.remote() for s in self.slots}
+        self._started: set[tuple[str, int]] = set()  # answered once: asked no more (drains ask every tick)
 
     def _slot(self, actor: Any, node_id: str, index: int) -> Any:
         """The node's slot ``index`` for this forgelib code: the running one, or started now (a new slot
@@ -203,8 +204,14 @@ class Cluster:
 
     def started(self, slot: SlotRef) -> bool:
         """Whether ``slot``'s process has started (or died after starting): calls to it return."""
-        ref = self._ready.get((slot.node_id, slot.index))
-        return ref is None or bool(self.ray.wait([ref], timeout=0)[0])
+        key = (slot.node_id, slot.index)
+        if key in self._started:
+            return True
+        ref = self._ready.get(key)
+        if ref is None or self.ray.wait([ref], timeout=0)[0]:
+            self._started.add(key)
+            return True
+        return False
 
     def cancel(self, slot: SlotRef) -> None:
         """A slot that has not started: its creation cancelled, with the calls queued for it. Nothing of it
