@@ -501,15 +501,15 @@ class ComposeProject:
         stdout_path: Path | None = None,
         stderr_path: Path | None = None,
     ) -> Result:
-        """``argv`` in ``service``. With ``direct``, through ``docker exec -i`` into its container: the same
+        """``argv`` in ``service``. With ``direct``, through ``docker exec`` into its container: the same
         process, environment and exit status as ``compose exec -T``, without the compose CLI's start and
         project load (~0.1-0.2 s on every oracle, check and judge input, seed recipe and warm reset); when
         the container is not there (or not running), through compose, whose message names the service.
         This is forge's one way to exec into a service's container: tagged ``exec``, so a stop kills it
         and refuses new ones (``Interrupted``), and the services' secrets are redacted from its log line
-        and errors. ``-i`` is always passed; without ``stdin``/``input`` the command reads an empty stdin
-        (/dev/null), as it would without it. ``stdout_path``: the command's stdout goes to this file, never
-        into memory (the result's is ""); ``stderr_path``: its stderr too (the result keeps its tail)."""
+        and errors. Without ``stdin``/``input`` (or with empty ones) the command reads /dev/null.
+        ``stdout_path``: the command's stdout goes to this file, never into memory (the result's is "");
+        ``stderr_path``: its stderr too (the result keeps its tail)."""
         if self.direct:
             r = self._exec_direct(
                 service, argv, stdin, input, timeout, env, workdir, user, secrets, stdout_path, stderr_path
@@ -549,8 +549,12 @@ class ComposeProject:
         stdout_path: Path | None,
         stderr_path: Path | None,
     ) -> Result | None:
+        # -i only when there is something to read: Docker can lose the EOF of a stdin that ends while the
+        # exec is still starting (moby#37870, seen again under load: a zero-byte write hung for 600 s).
+        # Without -i the process reads /dev/null, whose EOF nothing can lose.
+        feeds = bool(input) or (stdin is not None and stdin.stat().st_size > 0)
         r = self.runner.run(
-            dk.exec(self.container(service), argv, interactive=True, env=env, workdir=workdir, user=user),
+            dk.exec(self.container(service), argv, interactive=feeds, env=env, workdir=workdir, user=user),
             timeout=self.timeouts.command if timeout is None else timeout,
             stdin=stdin,
             input=input,

@@ -78,6 +78,8 @@ exec cat -- "$f"
 """
 # write_file: exit 11 a directory, 12 not writable (the owner's write bit too), 14 parent not made;
 # 15 the write failed (stderr says why); stdin is the content.
+# Reads exactly the bytes sent ($2), not until EOF: Docker can lose the EOF of a short stdin (see
+# Compose.exec), and then a `cat` would wait for the call's whole timeout.
 _WRITE = r"""f=$1
 [ -d "$f" ] && exit 11
 mkdir -p -- "$(dirname -- "$f")" || exit 14
@@ -86,7 +88,8 @@ if [ -e "$f" ]; then
   m=$(stat -c %a -- "$f") || exit 12
   [ $((0$m & 0200)) -ne 0 ] || exit 12
 fi
-cat > "$f" || exit 15
+head -c "$2" > "$f" || exit 15
+n=$(wc -c < "$f") && [ "$n" -eq "$2" ] || { echo "wrote $n of $2 bytes" >&2; exit 15; }
 """
 
 _T = TypeVar("_T")
@@ -239,7 +242,8 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
             src = tmp / "content"
             src.write_bytes(contents.encode("utf-8") if isinstance(contents, str) else contents)
             r = self._stack.trial.compose.exec(
-                self._service, ["/bin/sh", "-c", _WRITE, "forge-write", file], stdin=src,
+                self._service, ["/bin/sh", "-c", _WRITE, "forge-write", file, str(src.stat().st_size)],
+                stdin=src,
                 timeout=FILE_TIMEOUT, check=False,
             )  # fmt: skip
         if r.rc == 0:

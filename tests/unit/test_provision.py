@@ -262,7 +262,7 @@ def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> No
     s.expect_config()
     s.fake.expect(*s.full, *CREATE, exact=True)
     s.expect_readiness()
-    s.fake.expect("docker", "exec", "-i", f"{NAME}-api-1")  # the tree's wipe, straight to the container
+    s.fake.expect("docker", "exec", f"{NAME}-api-1")  # the tree's wipe, straight to the container
     s.fake.expect(*s.full, "cp", f"{tmp_path / 'tree'}/.", "api:/srv", exact=True)
     s.provision()
     assert s.verbs()[1] == "up --detach --no-start"

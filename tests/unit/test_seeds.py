@@ -134,7 +134,7 @@ def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing
     monkeypatch.setattr(filesystem_dir, "file_sha256", lambda p: {".env": SHA_ENV, "f.txt": SHA_F}[p.name])
     fake = FakeRunner()
     c = _direct(ctx(fake, seed, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
-    box = ("docker", "exec", "-i", "p1-box-1")
+    box = ("docker", "exec", "p1-box-1")
     fake.expect(*box, "stat", "-c", "%a %u:%g", "/work", exact=True, times=1, stdout="1777 0:0\n")
     assert filesystem_dir.prepare(c) == ("1777", "0:0")
     reset = ("sh", "-c", filesystem_dir._RESET_SH, "forge-reset", "/work", "1777", "0:0")
