@@ -55,22 +55,19 @@ def integration(session: nox.Session) -> None:
     session.run(*PYTEST, "-m", "integration and engine_alone", folder, *session.posargs)
 
 
-# Each reference pack through the forge CLI, and a suite written only against the pytest plugin (its own
-# pytest.ini, so its own rootdir).
-E2E = {
-    "postgres_reset": ["-m", "e2e", "tests/e2e/test_postgres_reset.py"],
-    "cache_debug": ["-m", "e2e", "tests/e2e/test_cache_debug.py"],
-    "endpoint_add": ["-m", "e2e", "tests/e2e/test_endpoint_add.py"],
-    "pytest_suite": ["examples/pytest_suite"],
-}
-
-
 @nox.session(python="3.11")
-@nox.parametrize("pack", list(E2E))
-def e2e(session: nox.Session, pack: str) -> None:
-    """End to end on a real engine (`nox -s e2e` runs them all; `nox -s "e2e(pack='cache_debug')"` one)."""
+def e2e(session: nox.Session) -> None:
+    """End to end on a real engine: each reference pack through the forge CLI (tests/e2e, a file per pack),
+    then a suite written only against the pytest plugin (examples/pytest_suite: its own pytest.ini, so its
+    own rootdir). `nox -s e2e -- tests/e2e/test_cache_debug.py` runs one of them."""
     _install(session)
-    session.run(*PYTEST, *E2E[pack], *session.posargs)
+    paths = [a for a in session.posargs if a.startswith(("tests/", "examples/"))]
+    if paths:
+        session.run(*PYTEST, *(["-m", "e2e"] if paths[0].startswith("tests/") else []), *session.posargs)
+        return
+    # Two pack files at a time, as the integration files run (each run's resources are its own).
+    session.run(*PYTEST, "-n", "2", "--dist", "loadfile", "-m", "e2e", "tests/e2e", *session.posargs)
+    session.run(*PYTEST, "examples/pytest_suite", *session.posargs)
 
 
 @nox.session(python="3.11")
