@@ -20,6 +20,7 @@ stacks and every run's shared stacks there are torn down (a killed driver's: by 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -277,6 +278,8 @@ class ClusterExecutor:
         self._inflight: dict[Any, tuple[_Attempt, SlotRef]] = {}
         self._by_key: dict[ev.TrialKey, _Attempt] = {}
         self._stopping = False
+        self._drained = False  # the slots were told the queue is empty (``_tell_drained``)
+        self._notices: list[Any] = []  # refs of those calls, read back as they finish
 
     def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]:
         nodes = len({s.node_id for s in self.c.slots})
@@ -314,11 +317,33 @@ class ClusterExecutor:
             self._queue.popleft()
             self._free.remove(slot)
             self._submit(a, slot)
+        if not self._queue and not self._drained:
+            self._tell_drained()
         if self._queue and not self._free and not self._inflight:
             raise ForgeError(
                 f"every forge slot of the cluster is gone; {len(self._queue)} trial(s) were not run "
                 f"(forge run --resume {self.s.run_id} --cluster ... runs them once nodes are back)"
             )
+
+    def _tell_drained(self) -> None:
+        """Every trial queued was handed out: a warm run's slots keep a stack given back from now on as it
+        is (``Slot.no_more``), so the run's end need not wait for resets no trial needs. Not waited for
+        (a slot still starting answers when it has); a rerun queued later takes such a stack and resets
+        it first, and the slots are told again once the queue empties again."""
+        self._drained = True
+        if self.stacks != "warm":
+            return
+        for slot in self.c.used.values():
+            self._notices.append(slot.actor.no_more.remote(self.s.run_id, self.c.driver))
+
+    def _read_notices(self) -> None:
+        """The ``no_more`` calls that finished (an error there only cost a reset ahead: nothing to do)."""
+        if not self._notices:
+            return
+        done, self._notices = self.ray.wait(self._notices, num_returns=len(self._notices), timeout=0)
+        for ref in done:
+            with contextlib.suppress(self.ray.exceptions.RayError):
+                self.ray.get(ref)
 
     def _submit(self, a: _Attempt, slot: SlotRef) -> None:
         order = TrialOrder(
@@ -378,6 +403,7 @@ class ClusterExecutor:
                 untar_into(ret.files, dest)
             finished.append((a, ret))
         self._drain(busy)
+        self._read_notices()
         for a, ret in finished:
             if ret.error is not None:
                 self._record_here(a, Termination.PROVISION_ERROR, ret.error, "node", ret.node)
@@ -430,6 +456,7 @@ class ClusterExecutor:
                 a.task, a.index, left, number=a.number + 1, losses=a.losses + 1, avoid=frozenset(avoid)
             )
             self._queue.appendleft(again)
+            self._drained = False
 
     def _record_here(
         self,

@@ -147,6 +147,10 @@ class NodeRun:
         backend = make_backend(plan, project, order.profiles, runner, stacks, stop, snapshots=order.snapshots)
         return cls(workdir, stop, stacks, backend)
 
+    def no_more(self) -> None:
+        """The driver has handed out its whole queue: only a rerun will come here (``WarmPool.no_more``)."""
+        self.backend.no_more()
+
     def end(self, run_id: str) -> None:
         """The run is over here (however it ended): its warm and shared stacks go, then its files."""
         try:

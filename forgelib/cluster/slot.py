@@ -79,6 +79,7 @@ class _Run:
     events: list[Item] = field(default_factory=list)
     stop: int = 0
     node_run: NodeRun | None = None  # its backend and files here, from its first trial here to its end
+    drained: bool = False  # the driver's queue is empty (``Slot.no_more``)
 
 
 class Slot:
@@ -119,6 +120,16 @@ class Slot:
         if run is not None and run.node_run is not None:
             os.environ["DOCKER_HOST"] = node_engine()
             run.node_run.end(run_id)
+
+    def no_more(self, run_id: str, driver: str = "") -> None:
+        """The driver has handed out every trial it has queued: a warm stack given back here is kept as
+        it is for the run's end (or a rerun) instead of being reset ahead, so ``end`` need not wait."""
+        with self._mu:
+            run = self._run_state((run_id, driver))
+            run.drained = True
+            node_run = run.node_run
+        if node_run is not None:
+            node_run.no_more()
 
     def drain(self, run_id: str, driver: str = "") -> list[Item]:
         with self._mu:
@@ -199,6 +210,8 @@ class Slot:
             if run.node_run is None:
                 workdir = Path(tempfile.mkdtemp(dir=self.home, prefix="run-"))
                 run.node_run = NodeRun.start(project, order, workdir)
+                if run.drained:
+                    run.node_run.no_more()
             node_run = run.node_run
         ret = run_trial(
             project,

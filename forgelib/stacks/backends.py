@@ -202,6 +202,11 @@ class DockerBackend:
                 f"cannot resume {run_id}: leftovers of the killed session remain:\n{report.table()}"
             )
 
+    def no_more(self) -> None:
+        """Only reruns will ask for stacks from now on (``WarmPool.no_more``); fresh stacks skip nothing."""
+        if self.pool is not None:
+            self.pool.no_more()
+
     def close_warm(self) -> None:
         """Tear the warm pool's stacks down (a pytest scope's end; ``finish_run`` does it at a run's)."""
         if self.pool is not None:

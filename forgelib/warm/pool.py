@@ -100,6 +100,7 @@ class _Stack:
     # ``seconds`` in all and ``ended_at`` (epoch); handed to the next trial with the stack.
     reset: dict[str, float] = field(default_factory=dict)
     job: threading.Thread | None = None  # its background reset or teardown, while one runs
+    dirty: bool = False  # given back after ``WarmPool.no_more`` and not reset: reset when a rerun takes it
 
     def __post_init__(self, waves: list[list[str]], renew: list[str], fallback: str | None) -> None:
         self.ephemerals = Ephemerals(self.trial, waves, renew, fallback)
@@ -180,6 +181,8 @@ class WarmPool:
         self._spare_for: dict[str, tuple[Task, str, Path]] = {}
         self._spares: list[threading.Thread] = []  # spare provisions under way
         self._closing = False
+        self._drained = False  # ``no_more``: only reruns may still ask
+        self._dirty: list[_Stack] = []  # given back since then, not reset (``_Stack.dirty``)
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -218,6 +221,8 @@ class WarmPool:
             note["evicted"] = evict.name
         if evict is not None:
             self._destroy(evict)
+        if stack is not None and stack.dirty and not self._reset_late(stack, key, on_phase, queued):
+            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if stack is not None:  # reset and verified when it was given back (or a spare, never used)
             if stack.reset:
                 note["reset_ahead"] = round(stack.reset.get("seconds", 0.0), 3)
@@ -297,6 +302,11 @@ class WarmPool:
                 if reset_since is not None:
                     note["reset_wait"] = time.monotonic() - reset_since
                 return stack, None
+            stack = next((s for s in self._dirty if s.key == key), None)
+            if stack is not None:  # a rerun after ``no_more``: this trial resets it (``_reset_late``)
+                self._dirty.remove(stack)
+                note["decision"] = "reuse"
+                return stack, None
             if self.stopping():
                 raise Interrupted("stopping: no warm stack handed out")
             # A stack of the environment is being reset and no other trial waits for it: wait for it
@@ -324,7 +334,8 @@ class WarmPool:
                 evict = None
                 total = len(self._all) + sum(self._provisioning.values())
                 if total >= self.workers:
-                    evict = self._idle.pop(0) if self._idle else None  # another environment's
+                    spent = self._idle or self._dirty
+                    evict = spent.pop(0) if spent else None  # another environment's
                 room = total < self.workers and (self.admission is None or self.admission.fits(total))
                 if evict is not None or room:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
@@ -523,6 +534,12 @@ class WarmPool:
                 job = threading.Thread(
                     target=self._destroy, args=(stack,), name=f"forge-warm-down-{stack.name}"
                 )
+            elif self._drained:  # kept as it is: the run's end tears it down without resetting it first
+                stack.dirty, stack.reset = True, {}
+                self._dirty.append(stack)
+                self._freed[stack.key] = time.monotonic()
+                self._cond.notify_all()
+                return time.monotonic() - t0
             else:
                 self._resetting[stack.name] = stack
                 job = threading.Thread(
@@ -572,6 +589,34 @@ class WarmPool:
             return
         self._maybe_spare()
 
+    def no_more(self) -> None:
+        """No trial will ask for a stack any more except a rerun (a cluster slot's pool, whose driver has
+        handed out its whole queue; such a pool has no plan to know it by). A stack given back from now on
+        is kept as it is, not reset ahead: the run's end tears it down at once instead of waiting for a
+        reset that no trial needs, and a rerun that takes it resets it first (``_reset_late``)."""
+        with self._cond:
+            self._drained = True
+
+    def _reset_late(
+        self, stack: _Stack, key: str, on_phase: PhaseCallback | None, timings: dict[str, float]
+    ) -> bool:
+        """Reset, verify and recreate a stack given back after ``no_more``, for the trial that took it (its
+        steps are that trial's ``timings``); False when it could not be proven clean: it is torn down, and
+        the trial is told why it gets a new one."""
+        try:
+            timings.update(self._recycle(stack, on_phase))
+        except (ForgeError, OSError) as e:
+            stopping = isinstance(e, Interrupted) or self.stopping()
+            self._destroy(stack, graceful=not stopping)
+            if stopping:
+                raise
+            log.warning("warm stack %s replaced: %s", stack.name, e)
+            with self._cond:
+                self._replaced.setdefault(key, []).append(f"{stack.name}: {e}")
+            return False
+        stack.dirty = False
+        return True
+
     def _all_handed(self) -> bool:
         """Every trial of the run's plan was handed a stack and none is asking (a retry would). Under the
         lock."""
@@ -580,8 +625,11 @@ class WarmPool:
     def _retire_idle(self) -> None:
         """Every trial of the run has a stack: the idle ones come down now, in the background (their
         memory is free sooner and the run's end has less to do). Under the lock."""
-        for s in list(self._idle):
-            self._idle.remove(s)
+        for s in [*self._idle, *self._dirty]:
+            with contextlib.suppress(ValueError):
+                self._idle.remove(s)
+            with contextlib.suppress(ValueError):
+                self._dirty.remove(s)
             job = threading.Thread(
                 target=self._destroy, args=(s,), name=f"forge-warm-down-{s.name}", daemon=True
             )
@@ -616,7 +664,7 @@ class WarmPool:
 
     def _extra(self, key: str) -> int:
         """Stacks of ``key`` beyond the ones trials hold: idle, being reset, being provisioned."""
-        idle = sum(1 for s in self._idle if s.key == key)
+        idle = sum(1 for s in [*self._idle, *self._dirty] if s.key == key)
         resetting = sum(1 for s in self._resetting.values() if s.key == key)
         return idle + resetting + self._provisioning.get(key, 0)
 
@@ -625,7 +673,7 @@ class WarmPool:
         it has (every worker has a stack, no trial is asking for one, as many provisions at once as
         cores)."""
         with self._cond:
-            if self._closing or self.stopping() or self._asking:
+            if self._closing or self._drained or self.stopping() or self._asking:
                 return
             total = len(self._all) + sum(self._provisioning.values())
             if total < self.workers:
@@ -727,6 +775,8 @@ class WarmPool:
             self._resetting.pop(stack.name, None)
             with contextlib.suppress(ValueError):
                 self._idle.remove(stack)
+            with contextlib.suppress(ValueError):
+                self._dirty.remove(stack)
             self._cond.notify_all()
         if self.stacks is not None:
             self.stacks.discard(_live_name(stack.name))

@@ -345,6 +345,43 @@ def test_close_waits_for_resets_under_way_and_tears_every_stack_down(monkeypatch
     assert sorted(h.downs()) == names and h.pool.names() == []
 
 
+def test_after_no_more_a_stack_given_back_is_kept_unreset_until_a_rerun_resets_it_or_close_drops_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster slot's pool has no plan; its driver says when the queue is empty (``no_more``). A stack
+    given back after that is not reset ahead: the run's end tears it down without a reset nobody needs,
+    and a rerun that still comes takes it and resets it itself, on its own record."""
+    h = _harness(monkeypatch)  # no plan, as on a cluster slot
+    first, other = h.acquire(), h.acquire(task("cache"))
+    h.pool.no_more()
+    h.hold(first, 1.0)
+    h.hold(other, 1.0)
+    h.settle()
+    assert h.resets_started == [] and h.downs() == []  # kept as they are
+    rerun = h.acquire()  # a lost node's trial: the kept stack, reset for it now
+    assert rerun.name == first.name and decision(rerun) == "reuse" and rerun.stack["reuse"] == 1
+    assert h.resets_done == [first.name] and rerun.timings["reset:db"] == 0.5
+    assert "reset_ahead" not in rerun.stack and h.provisioned == [first.name, other.name]
+    h.hold(rerun, 1.0)
+    h.hold_resets()  # a reset now would hang close: there must be none
+    h.pool.close()
+    assert h.resets_started == [first.name] and sorted(h.downs()) == sorted([first.name, other.name])
+    assert h.pool.names() == []
+
+
+def test_a_kept_stack_whose_late_reset_fails_is_replaced_for_the_rerun_and_it_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch)
+    first = h.acquire()
+    h.pool.no_more()
+    h.fail_reset(first.name, "roles differ from the first seeding")
+    h.hold(first, 1.0)
+    rerun = h.acquire()
+    assert rerun.name != first.name and decision(rerun) == "first" and h.downs() == [first.name]
+    assert rerun.stack["replaced"] == f"{first.name}: roles differ from the first seeding"
+
+
 @pytest.mark.parametrize(("prepare", "spares"), [(None, 1), (10.0, 2)])
 def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, prepare: float | None, spares: int

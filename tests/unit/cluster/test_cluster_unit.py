@@ -235,8 +235,11 @@ class FakeNodeRun:
     started: list[FakeNodeRun] = []
 
     def __init__(self, order: TrialOrder, workdir: Path) -> None:
-        self.order, self.workdir, self.ended = order, workdir, 0
+        self.order, self.workdir, self.ended, self.drained = order, workdir, 0, 0
         self.trials: list[int] = []
+
+    def no_more(self) -> None:
+        self.drained += 1
 
     @classmethod
     def start(cls, project: object, order: TrialOrder, workdir: Path) -> FakeNodeRun:
@@ -286,6 +289,17 @@ def test_a_runs_trials_on_a_slot_share_its_stacks_until_the_driver_ends_it(
     assert [r.ended for r in node_runs] == [1, 0] and not node_runs[0].workdir.exists()
     _trial(slot, project_copy, "r1", "d1", 3)  # never reused by a later run: a new one
     assert len(node_runs) == 3 and node_runs[2].trials == [3]
+
+
+def test_the_drivers_no_more_reaches_its_runs_stacks_here_also_before_its_first_trial_here(
+    slot: Slot, project_copy: Path, node_runs: list[FakeNodeRun]
+) -> None:
+    _trial(slot, project_copy, "r1", "d1", 0)
+    slot.no_more("r1", "d1")
+    slot.no_more("r2", "d2")  # r2's order is still on its way here
+    _trial(slot, project_copy, "r2", "d2", 0)
+    _trial(slot, project_copy, "r3", "d3", 0)  # told nothing
+    assert [(r.order.run_id, r.drained) for r in node_runs] == [("r1", 1), ("r2", 1), ("r3", 0)]
 
 
 def test_a_silent_drivers_run_is_ended_and_a_resumed_run_ends_the_killed_drivers(

@@ -71,11 +71,18 @@ class FakeSlot:
     orders: list[tuple[str, TrialOrder]]
     events: list[tuple[str, tuple[str, dict[str, Any]]]] = field(default_factory=list)
     lost: bool = False
+    told: list[tuple[str, int]] | None = None  # (node, orders sent so far) at each `no_more`
+
+    def _no_more(self, run_id: str, driver: str) -> Ref:
+        if self.told is not None:
+            self.told.append((self.node, len(self.orders)))
+        return Ref(error=RayError("the actor died") if self.lost else None)
 
     def __post_init__(self) -> None:
         self.run = SimpleNamespace(remote=self._run)
         self.drain = SimpleNamespace(remote=self._drain)
         self.stop = SimpleNamespace(remote=lambda *a: Ref())
+        self.no_more = SimpleNamespace(remote=self._no_more)
 
     def _run(self, bundle: object, order: TrialOrder, code: str) -> Ref:
         self.orders.append((self.node, order))
@@ -108,19 +115,27 @@ def task() -> Task:
 
 
 def run_cluster(
-    tmp_path: Path, task: Task, retries: int, scripts: list[Script], nodes: int = 3
+    tmp_path: Path,
+    task: Task,
+    retries: int,
+    scripts: list[Script],
+    nodes: int = 3,
+    stacks: str = "fresh",
+    told: list[tuple[str, int]] | None = None,
 ) -> tuple[list[tuple[str, int]], Events, Callable[[], list[str]]]:
     """One trial through a ClusterExecutor over ``nodes`` one-slot nodes; each order takes the next script.
-    Returns the orders (node, retries sent), the driver's events, and the trial's shelved attempts."""
+    Returns the orders (node, retries sent), the driver's events, and the trial's shelved attempts;
+    ``told`` gets each slot's ``no_more`` call."""
     orders: list[tuple[str, TrialOrder]] = []
-    slots = [SlotRef(f"n{i}", 0, FakeSlot(f"n{i}", scripts, orders)) for i in range(1, nodes + 1)]
+    slots = [SlotRef(f"n{i}", 0, FakeSlot(f"n{i}", scripts, orders, told=told)) for i in range(1, nodes + 1)]
     cluster = SimpleNamespace(
         ray=FakeRay(), slots=slots, driver="drv", bundle_ref=None, code="c",
         alive=lambda node: False, other_code_slots=lambda: [], used={}, started=lambda slot: True,
     )  # fmt: skip
     events = Events()
     settings = Settings(run_id="r1", run_dir=tmp_path / "run", retries=retries)
-    ClusterExecutor(cluster, events, settings, lambda line: None).run([(task, 0)])  # type: ignore[arg-type]
+    executor = ClusterExecutor(cluster, events, settings, lambda line: None, stacks=stacks)  # type: ignore[arg-type]
+    executor.run([(task, 0)])
     shelf = tmp_path / "run" / "trials" / task.name / "0" / "attempts"
     return (
         [(node, o.retries) for node, o in orders],
@@ -239,3 +254,19 @@ def test_ctrl_c_cancels_a_slot_that_never_started_instead_of_waiting_for_it(
     assert cancelled == ["n2"]
     finished_on = [e["index"] for e in events.lines if e["kind"] == ev.TRIAL_FINISHED]
     assert finished_on == [0] and [e["kind"] for e in events.lines][-1] == ev.RUN_INTERRUPTED
+
+
+def test_a_warm_runs_slots_hear_when_the_queue_is_empty_and_again_after_a_rerun(
+    tmp_path: Path, task: Task
+) -> None:
+    """So a slot keeps a stack given back as it is for the run's end instead of resetting it ahead
+    (``WarmPool.no_more``); a rerun's slot is told again once the queue is empty again."""
+    told: list[tuple[str, int]] = []
+    scripts: list[Script] = [("lost", []), ("passed", [finished(task, 2)])]
+    orders, _, _ = run_cluster(tmp_path / "warm", task, 0, scripts, stacks="warm", told=told)
+    assert orders == [("n1", 0), ("n2", 0)]
+    # n1 as soon as its order left (the only one); after the rerun was sent, every slot used so far.
+    assert told == [("n1", 1), ("n1", 2), ("n2", 2)]
+    fresh: list[tuple[str, int]] = []
+    run_cluster(tmp_path / "fresh", task, 0, [("passed", [finished(task, 1)])], told=fresh)
+    assert fresh == []  # a fresh stack has no reset to skip
