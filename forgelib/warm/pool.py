@@ -221,7 +221,7 @@ class WarmPool:
             note["evicted"] = evict.name
         if evict is not None:
             self._destroy(evict)
-        if stack is not None and stack.dirty and not self._reset_late(stack, key, on_phase, queued):
+        if stack is not None and stack.dirty and not self._reset_late(stack, on_phase, queued):
             return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if stack is not None:  # reset and verified when it was given back (or a spare, never used)
             if stack.reset:
@@ -558,14 +558,9 @@ class WarmPool:
         try:
             timings = self._recycle(stack, None)
         except (ForgeError, OSError) as e:
-            stopping = isinstance(e, Interrupted) or self.stopping()
-            if not stopping:
-                log.warning("warm stack %s replaced: %s", stack.name, e)
-            self._destroy(stack, graceful=not stopping)
+            self._unclean(stack, e)
             with self._cond:
                 self._resetting.pop(stack.name, None)
-                if not stopping:
-                    self._replaced.setdefault(stack.key, []).append(f"{stack.name}: {e}")
                 self._cond.notify_all()
             self._maybe_spare()
             return
@@ -597,25 +592,30 @@ class WarmPool:
         with self._cond:
             self._drained = True
 
-    def _reset_late(
-        self, stack: _Stack, key: str, on_phase: PhaseCallback | None, timings: dict[str, float]
-    ) -> bool:
+    def _reset_late(self, stack: _Stack, on_phase: PhaseCallback | None, timings: dict[str, float]) -> bool:
         """Reset, verify and recreate a stack given back after ``no_more``, for the trial that took it (its
         steps are that trial's ``timings``); False when it could not be proven clean: it is torn down, and
         the trial is told why it gets a new one."""
         try:
             timings.update(self._recycle(stack, on_phase))
         except (ForgeError, OSError) as e:
-            stopping = isinstance(e, Interrupted) or self.stopping()
-            self._destroy(stack, graceful=not stopping)
-            if stopping:
+            if self._unclean(stack, e):
                 raise
-            log.warning("warm stack %s replaced: %s", stack.name, e)
-            with self._cond:
-                self._replaced.setdefault(key, []).append(f"{stack.name}: {e}")
             return False
         stack.dirty = False
         return True
+
+    def _unclean(self, stack: _Stack, error: ForgeError | OSError) -> bool:
+        """A stack whose reset failed comes down; unless a stop caused it, the next trial of its environment
+        is told why it gets a new one (recorded first, so a trial woken by the teardown finds it). True
+        when stopping."""
+        stopping = isinstance(error, Interrupted) or self.stopping()
+        if not stopping:
+            log.warning("warm stack %s replaced: %s", stack.name, error)
+            with self._cond:
+                self._replaced.setdefault(stack.key, []).append(f"{stack.name}: {error}")
+        self._destroy(stack, graceful=not stopping)
+        return stopping
 
     def _all_handed(self) -> bool:
         """Every trial of the run's plan was handed a stack and none is asking (a retry would). Under the
@@ -625,11 +625,10 @@ class WarmPool:
     def _retire_idle(self) -> None:
         """Every trial of the run has a stack: the idle ones come down now, in the background (their
         memory is free sooner and the run's end has less to do). Under the lock."""
-        for s in [*self._idle, *self._dirty]:
-            with contextlib.suppress(ValueError):
-                self._idle.remove(s)
-            with contextlib.suppress(ValueError):
-                self._dirty.remove(s)
+        spent = [*self._idle, *self._dirty]
+        self._idle.clear()
+        self._dirty.clear()
+        for s in spent:
             job = threading.Thread(
                 target=self._destroy, args=(s,), name=f"forge-warm-down-{s.name}", daemon=True
             )
