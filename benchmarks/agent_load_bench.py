@@ -170,6 +170,8 @@ def row(
         "queue_s": (ready.get("waited_on") or {}).get("queue"),
         "memory_waits": pool.get("memory_waits"),
         "memory_wait_s": pool.get("memory_wait_seconds"),
+        "start_waits": pool.get("start_waits"),
+        "start_wait_s": pool.get("start_wait_seconds"),
         "decisions": " ".join(f"{k}={v}" for k, v in (pool.get("decisions") or {}).items()),
         "peak_stacks": pool.get("peak_stacks"),
         "peak_mem_mb": round(peak.peak / MIB),

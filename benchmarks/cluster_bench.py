@@ -26,7 +26,9 @@ trials), so the ratio is cluster warm over local warm at the same concurrency; a
 fresh stacks, runs beside them at the sizes of ``--fresh-trials`` (default the smallest size: a fresh
 150-trial run takes ~10 min here), each round in ABC/CBA order, for cluster warm ÷ cluster fresh: the
 run's slot time per trial (wall x concurrency / trials: everything, the warm stacks' first provisioning
-and final teardown included), and the mean trial seconds.
+and final teardown included), and the mean trial seconds. ``--strategy template`` runs every arm on a copy
+of the pack whose postgres service resets with ``strategy: template`` (the opt-in fast reset; the default,
+``exact``, runs the pack as it is).
 """
 
 from __future__ import annotations
@@ -184,10 +186,12 @@ def measure(
     stacks: str = "fresh",
     fresh_sizes: Sequence[int] = (),
     cold_trials: int | None = None,
+    strategy: str = "exact",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A cold cluster run, then ``rounds`` alternating local/cluster rounds per run size (with the cluster
-    fresh-stack arm at ``fresh_sizes``): their rows, and the cluster runs' hand-off steps."""
-    cfg, on = bs.config_path(), ["--cluster", address]
+    fresh-stack arm at ``fresh_sizes``): their rows, and the cluster runs' hand-off steps. ``strategy``: the
+    pack's postgres reset strategy (every arm runs the same copy; only warm stacks reset)."""
+    cfg, on = bs.with_strategy(bs.config_path(), strategy, tmp), ["--cluster", address]
     mode = ["--stacks", stacks]
     cold = cold_trials or sizes[0]
     runs = [("cold", cold, *timed(cfg, cold, tmp / "cold", [*on, *mode]), bs.loadavg())]
@@ -234,6 +238,12 @@ def main(argv: Sequence[str]) -> None:
         default=None,
         help="trials of the first (cold) cluster run (default the smallest size)",
     )
+    ap.add_argument(
+        "--strategy",
+        choices=("exact", "template"),
+        default="exact",
+        help="the pack's postgres reset strategy on warm stacks (default exact, the pack as it is)",
+    )
     args = ap.parse_args(argv)
     sizes = sorted({int(n) for n in args.trials.split(",")})
     fresh_sizes = sorted({int(n) for n in args.fresh_trials.split(",") if n} or {sizes[0]})
@@ -250,8 +260,9 @@ def main(argv: Sequence[str]) -> None:
         try:
             with tempfile.TemporaryDirectory(prefix="forge-bench-cluster-") as tmp:
                 rows, marks = measure(
-                    Path(tmp), cluster.address, sizes, args.rounds, args.stacks, fresh_sizes, args.cold_trials
-                )
+                    Path(tmp), cluster.address, sizes, args.rounds, args.stacks, fresh_sizes,
+                    args.cold_trials, args.strategy,
+                )  # fmt: skip
         finally:
             cluster.stop()
     finally:
@@ -273,6 +284,7 @@ def main(argv: Sequence[str]) -> None:
             "rounds": args.rounds,
             "stacks": args.stacks,
             "fresh_trials": fresh_sizes,
+            "strategy": args.strategy,
             **result,
             "target": TARGET,
             **load_start,

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from forgelib.labels import RUN, proc_stat, resources_with_labels
 from forgelib.run.events import EVENTS_FILE, RunState
@@ -50,6 +53,26 @@ def env_int(name: str, default: int) -> int:
 
 def config_path() -> Path:
     return Path(os.environ.get("FORGE_BENCH_CONFIG") or DEFAULT_CONFIG).resolve()
+
+
+def with_strategy(config: Path, strategy: str, root: Path) -> Path:
+    """``config`` with every sql_dump reset binding of its pack set to ``strategy``: a copy of the pack
+    under ``root`` (the pack itself when ``strategy`` is the default, ``exact``)."""
+    if strategy == "exact":
+        return config
+    pack = config.parents[1]
+    copy = root / f"{pack.name}-{strategy}"
+    if not copy.exists():
+        shutil.copytree(pack, copy, symlinks=True, ignore=shutil.ignore_patterns("runs"))
+        doc = yaml.safe_load((copy / "project.yaml").read_text())
+        seeds = doc["assets"]["seeds"]
+        for svc in (doc.get("default_environment") or {}).get("services", {}).values():
+            reset = (svc or {}).get("reset")
+            seed = seeds.get(reset["seed"]) if isinstance(reset, dict) else None
+            if isinstance(reset, dict) and isinstance(seed, dict) and seed.get("kind") == "sql_dump":
+                reset["strategy"] = strategy
+        (copy / "project.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return copy / config.relative_to(pack)
 
 
 # ------------------------------------------------------------------------------------------------ stats

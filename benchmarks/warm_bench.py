@@ -38,8 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks import harness as bs
 from forgelib.images import ImageFacts
 from forgelib.readiness import PROBE_INTERVAL
@@ -119,26 +117,6 @@ def _readiness(rounds: int) -> dict[str, Any]:
     }
 
 
-def _with_strategy(config: Path, strategy: str, root: Path) -> Path:
-    """``config`` with every sql_dump reset binding of its pack set to ``strategy``: a copy of the pack
-    under ``root`` (the pack itself when ``strategy`` is the default, ``exact``)."""
-    if strategy == "exact":
-        return config
-    pack = config.parents[1]
-    copy = root / f"{pack.name}-{strategy}"
-    if not copy.exists():
-        shutil.copytree(pack, copy, symlinks=True, ignore=shutil.ignore_patterns("runs"))
-        doc = yaml.safe_load((copy / "project.yaml").read_text())
-        seeds = doc["assets"]["seeds"]
-        for svc in (doc.get("default_environment") or {}).get("services", {}).values():
-            reset = (svc or {}).get("reset")
-            seed = seeds.get(reset["seed"]) if isinstance(reset, dict) else None
-            if isinstance(reset, dict) and isinstance(seed, dict) and seed.get("kind") == "sql_dump":
-                reset["strategy"] = strategy
-        (copy / "project.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return copy / config.relative_to(pack)
-
-
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
     ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_WARM_TRIALS", 8))
@@ -166,7 +144,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 )
                 for strategy in strategies:
                     warm = bs.checked_run(
-                        _with_strategy(PACKS[pack], strategy, root),
+                        bs.with_strategy(PACKS[pack], strategy, root),
                         repeats=args.trials,
                         workers=w,
                         root=root,

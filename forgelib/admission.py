@@ -9,6 +9,12 @@ measured figures (unit-tested with made-up ones) and two small stateful holders:
   asked for until its teardown has finished (a stack coming down still holds its memory). The first stack is
   always admitted, so a budget below one stack slows a run to one stack at a time, never to a halt.
   The default budget is ``DEFAULT_SHARE`` of the machine's ``MemAvailable`` when the run starts.
+* **Starts** (``Admission.starting``): at most ``starts`` of a run's stacks come up at once (default: the
+  cores this process may use, ``usable_cores``), the rest queue. Bringing a stack up is CPU (Docker's
+  namespaces and networks, a database's ``initdb``, readiness probes); more at once only slow each other
+  down, and on a 2-core box 32-64 at once sent the load to 83-108, where healthy services' probes ran past
+  their timeouts and the stacks failed (benchmarks/README.md, agent-shaped load). The warm pool keeps the
+  same bound on its own provisions (``WarmPool._ahead``, ``_maybe_spare``).
 * **Workload** (``Workload``, ``stacks_wanted``): host CPU (this process and the commands it waited for)
   per second a stack is held by a trial. A trial that spends its stack's time waiting on a model uses a
   few hundredths of a core; an oracle-only trial, a sixth of one or more (the rest of its CPU is the
@@ -24,7 +30,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from forgelib import dockerargv as dk
@@ -39,6 +46,13 @@ ASSUMED_STACK = 512 * MIB  # one stack's footprint until the first one is measur
 # 0.16, the simulated agent (two 6 s model calls) 0.027-0.044 while other stacks were being provisioned.
 WAITING_CPU = 0.1
 MIN_OBSERVED = 1.0  # held seconds before the CPU figure means anything
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity, which a container's cpuset narrows), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------------------------- memory
@@ -120,16 +134,20 @@ class Admission:
 
     ``enter`` waits until one more stack fits and counts it; ``leave`` uncounts it once its teardown is over.
     The warm pool counts its own stacks and asks ``fits``. ``measure`` takes one stack's footprint once
-    (per ``key``), on a thread of its own, so no trial waits for ``docker stats``."""
+    (per ``key``), on a thread of its own, so no trial waits for ``docker stats``. ``starting`` holds one of
+    ``starts`` places while a fresh stack comes up (None: no bound)."""
 
     def __init__(
         self,
         budget: int | None,
         *,
+        starts: int | None = None,
         stopping: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget
+        self.starts = starts
+        self._starting = 0
         self.stopping = stopping
         self.clock = clock
         self.per_stack: int | None = None
@@ -172,6 +190,24 @@ class Admission:
         with self._cond:
             self._held = max(0, self._held - 1)
             self._cond.notify_all()
+
+    @contextmanager
+    def starting(self) -> Iterator[float]:
+        """Hold one of ``starts`` places while a stack comes up, first waiting for one; yields the seconds
+        waited. Raises ``Interrupted`` when the run stops meanwhile."""
+        t0 = self.clock()
+        with self._cond:
+            while self.starts is not None and self._starting >= self.starts:
+                if self.stopping():
+                    raise Interrupted("stopping: no stack started")
+                self._cond.wait(timeout=0.5)
+            self._starting += 1
+        try:
+            yield self.clock() - t0
+        finally:
+            with self._cond:
+                self._starting -= 1
+                self._cond.notify_all()
 
     @property
     def held(self) -> int:
@@ -292,7 +328,7 @@ class Workload:
     ) -> None:
         self.cpu = cpu
         self.clock = clock
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or usable_cores()
         self._start: tuple[float, float] | None = None  # (clock, cpu) at the first hand-out
         self._released = 0.0  # held seconds of stacks given back
 

@@ -11,10 +11,8 @@ warm pool or tears it down; ``close`` leaves nothing of the task.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import os
 import secrets
 import shutil
 import threading
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forgelib import clients
+from forgelib.admission import mem_available, usable_cores
 from forgelib.custody import INSPECT_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.labels import owned_temp_dir
@@ -68,16 +67,8 @@ def default_concurrency() -> int:
     """How many samples' stacks at once fit this machine: two per CPU this process may use (a stack
     mostly waits: on its services' start, on the model), but no more than available memory holds at
     ``MEMORY_PER_STACK`` each; at least 1."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(2 * cpus, _available_memory() // MEMORY_PER_STACK))
-
-
-def _available_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 2**62  # unknown: the CPUs decide
+    available = mem_available() or 2**62  # unknown: the CPUs decide
+    return max(1, min(2 * usable_cores(), available // MEMORY_PER_STACK))
 
 
 def default_service(env: EnvironmentManifest, wanted: str | None, where: str) -> str:

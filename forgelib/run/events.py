@@ -56,11 +56,12 @@ STACK_REPLACED = "stack_replaced"  # task, index, stack, reason: a warm stack no
 # every trial on warm stacks (e.g. several replicas), not started from spares: a known, slower path
 # (informational)
 WARM_EPHEMERAL_RECREATED = "warm_ephemeral_recreated"
-# task, index, decision (reuse / spare / first / grow / ahead: a warm pool's; fresh), memory_wait, evicted (a
-# warm stack of another environment torn down to make room), stacks, busy, held (stacks counted against the
-# memory budget), budget_mb, per_stack_mb, ready (run/ready.py); a warm pool's also asked_at (epoch),
-# reset_ahead (seconds the stack's reset took when its last trial gave it back), reset_ended_at (epoch),
-# reset_wait (seconds this trial waited for that reset to end): how a trial got its stack
+# task, index, decision (reuse / spare / first / grow / ahead: a warm pool's; fresh), memory_wait, start_wait
+# (a fresh stack's wait for a start place: admission.Admission.starting), evicted (a warm stack of another
+# environment torn down to make room), stacks, busy, held (stacks counted against the memory budget),
+# budget_mb, per_stack_mb, ready (run/ready.py); a warm pool's also asked_at (epoch), reset_ahead (seconds
+# the stack's reset took when its last trial gave it back), reset_ended_at (epoch), reset_wait (seconds this
+# trial waited for that reset to end): how a trial got its stack
 STACK_ACQUIRED = "stack_acquired"
 RUN_FINISHED = "run_finished"
 
@@ -513,6 +514,7 @@ def pool_summary(acquired: list[dict[str, Any]]) -> dict[str, Any]:
     memory = [float(a.get("memory_wait") or 0.0) for a in acquired]
     queue = [float((a.get("ready") or {}).get("queue") or 0.0) for a in acquired]
     resets = [float(a.get("reset_wait") or 0.0) for a in acquired]
+    starts = [float(a.get("start_wait") or 0.0) for a in acquired]
     last = acquired[-1]
     return {
         "decisions": dict(sorted(decisions.items())),
@@ -521,6 +523,9 @@ def pool_summary(acquired: list[dict[str, Any]]) -> dict[str, Any]:
         "queue_seconds": timing_stats(queue),
         "memory_waits": sum(1 for m in memory if m > 0),
         "memory_wait_seconds": round(sum(memory), 3),
+        # fresh stacks that queued for a start place (at most as many come up at once as there are cores)
+        "start_waits": sum(1 for s in starts if s > 0.05),
+        "start_wait_seconds": round(sum(starts), 3),
         # a warm stack reset when given back, before the trial asked (or while it waited: reset_wait)
         "resets_ahead": sum(1 for a in acquired if a.get("reset_ahead") is not None),
         "reset_waits": sum(1 for r in resets if r > 0),

@@ -1,13 +1,13 @@
 """Time to ready: from the moment a trial asks for a stack until its solver may start, and what it waited on.
 
 Read off the provision phase's timings (the backend records each step as it ends), so it costs nothing and
-is the same for every backend: ``queue`` (a warm trial waiting for a busy stack, ``stack_wait`` without its
-memory and reset parts), ``memory`` (the run's memory budget held it back, ``memory_wait``), ``reset`` (a
-warm trial waiting for a stack's reset still under way, ``reset_wait``; or the in-place reset steps of a
-pool that resets on the trial's path) and ``provisioning`` (the rest: bringing a stack up and seeding it;
-for a stack handed out ready, its hand-out). A warm pool resets a stack when it is given back, off any
-trial's path (``forgelib.warm.pool``): a reused stack's ready time is its hand-out. ``reused`` (true) marks
-a trial on a warm stack that an earlier trial used.
+is the same for every backend: ``queue`` (``stack_wait`` without its memory and reset parts: a warm trial
+waiting for a busy stack, a fresh one for a start place), ``memory`` (the run's memory budget held it back,
+``memory_wait``), ``reset`` (a warm trial waiting for a stack's reset still under way, ``reset_wait``; or
+the in-place reset steps of a pool that resets on the trial's path) and ``provisioning`` (the rest:
+bringing a stack up and seeding it; for a stack handed out ready, its hand-out). A warm pool resets a stack
+when it is given back, off any trial's path (``forgelib.warm.pool``): a reused stack's ready time is its
+hand-out. ``reused`` (true) marks a trial on a warm stack that an earlier trial used.
 """
 
 from __future__ import annotations

@@ -17,13 +17,14 @@ the inspect sandbox (``inspect/stacks.py``) all get their stacks through a ``Doc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.admission import MIB, Admission, Workload, default_budget, mem_available
+from forgelib.admission import MIB, Admission, Workload, default_budget, mem_available, usable_cores
 from forgelib.custody import reap_dead_owners
 from forgelib.errors import ForgeError
 from forgelib.provision import (
@@ -59,13 +60,15 @@ class StackSource(Protocol):
 @dataclass(frozen=True)
 class FreshSource:
     """Each trial its own stack (from goldens with ``ctx.goldens``), torn down after it; with a memory
-    budget, a stack counts from its ask to its ``down``."""
+    budget, a stack counts from its ask to its ``down``, and at most ``admission.starts`` come up at once."""
 
     ctx: StackContext
     admission: Admission | None = None
 
     def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
-        return _admitted(self.ctx, self.admission, trial, lambda: provision_trial(self.ctx, trial))
+        return _admitted(
+            self.ctx, self.admission, trial, lambda: provision_trial(self.ctx, trial), start=True
+        )
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
         try:
@@ -85,6 +88,7 @@ class SharedSource:
     admission: Admission | None = None
 
     def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+        # not a start: the run's one stack of it comes up once, and every other trial only looks it up
         return _admitted(self.ctx, self.admission, trial, lambda: self.shared.acquire(self.ctx, trial))
 
     def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
@@ -109,18 +113,27 @@ class WarmSource:
 
 
 def _admitted(
-    ctx: StackContext, admission: Admission | None, trial: TrialSpec, make: Callable[[], ProvisionedTrial]
+    ctx: StackContext,
+    admission: Admission | None,
+    trial: TrialSpec,
+    make: Callable[[], ProvisionedTrial],
+    *,
+    start: bool = False,
 ) -> ProvisionedTrial:
-    """``make()`` inside the memory budget: it waits for room first; its wait and the budget's figures go
-    on the handle's record (``timings.memory_wait``, ``stack.pool``)."""
+    """``make()`` inside the memory budget: it waits for room first, and with ``start`` for one of the
+    run's start places (``Admission.starting``). What it waited for goes on the handle's record: the budget's
+    figures (``stack.pool``), ``timings.memory_wait`` and ``start_wait``, and their sum as ``stack_wait``
+    (the trial's queueing, as a warm pool records it: ``run.ready``)."""
     if admission is None:
         return make()
-    waited = 0.0
+    memory = queued = 0.0
     handle: ProvisionedTrial | None = None
     while handle is None:
-        waited += admission.enter()
+        memory += admission.enter()
         try:
-            handle = make()
+            with admission.starting() if start else contextlib.nullcontext(0.0) as waited:
+                queued += waited
+                handle = make()
         except BaseException as e:
             admission.leave()
             # Docker's network address pools are full: wait for a stack of this run to come down (at most
@@ -130,10 +143,11 @@ def _admitted(
                 continue
             raise
     admission.measure("fresh", ctx.runner, handle.name, timeout=ctx.timeouts.command)
-    pool = {"decision": "fresh", "memory_wait": round(waited, 3), **admission.figures()}
+    waits = {"memory_wait": round(memory, 3), "start_wait": round(queued, 3)}
+    pool = {"decision": "fresh", **waits, **admission.figures()}
     return dataclasses.replace(
         handle,
-        timings={**handle.timings, "memory_wait": round(waited, 3)},
+        timings={**handle.timings, **waits, "stack_wait": round(memory + queued, 3)},
         stack={**handle.stack, "pool": pool},
     )
 
@@ -244,7 +258,7 @@ def make_backend(
     queue) does not tell the warm pool how many trials come."""
     stopping = (lambda: stop.requested) if stop is not None else (lambda: False)
     budget = memory_budget_mb * MIB if memory_budget_mb else default_budget(mem_available())
-    admission = Admission(budget, stopping=stopping)
+    admission = Admission(budget, starts=usable_cores(), stopping=stopping)
     ctx = StackContext(
         project, plan.timeouts, runner, log_tail_lines=plan.log_tail_lines, profiles=tuple(profiles),
         goldens=snapshots,

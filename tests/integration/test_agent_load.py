@@ -8,6 +8,8 @@
   it was handed it, none on a trial's path.
 * Fresh, a memory budget below one stack: the trials queue for memory (each stack counts until its
   teardown is over), one stack at a time, and every trial is still graded.
+* Fresh, one start place: the stacks come up one at a time, the other trials queue for the place
+  (``start_wait``, their time to ready's ``queue``).
 
 Nothing labelled with either run is left afterwards.
 """
@@ -115,5 +117,30 @@ def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
         assert summary["ready"]["waited_on"]["memory"] > 0
         waits = sorted(e["memory_wait"] for e in _events(run_dir, "stack_acquired"))
         assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
+    finally:
+        _no_leftovers(runner, run_dir)
+
+
+def test_fresh_stacks_come_up_one_per_place_and_the_others_queue(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib.stacks import backends
+
+    monkeypatch.setattr(backends, "usable_cores", lambda: 1)  # one start place, whatever this box has
+    config = agent_pack.make(
+        "postgres", tmp_path / "pack", latency="1", calls=1, repeats=3, workers=3, stacks="fresh",
+    )  # fmt: skip
+    rc, run_dir = _run(config, tmp_path / "runs", runner)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert rc == 0 and summary["totals"]["passed"] == 3, summary["totals"]
+        pool = summary["pool"]
+        # Three trials asked at once with room for all three in memory: one stack came up at a time, and the
+        # other two queued for the place, the last one for two bring-ups.
+        assert pool["decisions"] == {"fresh": 3} and pool["memory_waits"] == 0, pool
+        assert pool["start_waits"] == 2 and pool["queued"] == 2, pool
+        waits = sorted(e["start_wait"] for e in _events(run_dir, "stack_acquired"))
+        assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
+        assert summary["ready"]["waited_on"]["queue"] >= waits[1] + waits[2] - 0.01
     finally:
         _no_leftovers(runner, run_dir)

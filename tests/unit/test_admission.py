@@ -308,3 +308,70 @@ def test_a_fresh_trial_out_of_network_pools_waits_for_a_stack_of_the_run_and_pro
     assert calls == [2, 1]  # tried beside the other stack, then again once it was down
     assert admission.limit == 1 and handle.stack["pool"]["network_limit"] == 1
     assert handle.timings["memory_wait"] > 0 and not (tmp_path / FAILURE_FILE).exists()
+
+
+def test_at_most_starts_stacks_come_up_at_once_and_a_stop_ends_the_wait() -> None:
+    adm = Admission(None, starts=2)
+    inside: list[int] = []
+    most = 0
+    gate = threading.Event()
+    lock = threading.Lock()
+
+    def start() -> None:
+        nonlocal most
+        with adm.starting():
+            with lock:
+                inside.append(1)
+                most = max(most, len(inside))
+            gate.wait(60)
+            with lock:
+                inside.pop()
+
+    threads = [threading.Thread(target=start) for _ in range(5)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + 60
+    while len(inside) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the other three would have got in by now, were the bound not kept
+    assert most == 2
+    gate.set()
+    for th in threads:
+        th.join(60)
+    assert most == 2 and not inside
+    with adm.starting() as waited:  # every place given back: no wait
+        assert waited < 0.5
+    stopping = Admission(None, starts=1, stopping=lambda: True)
+    with stopping.starting(), pytest.raises(Interrupted), stopping.starting():
+        pass
+    with Admission(None).starting() as waited:  # no bound
+        assert waited >= 0
+
+
+def test_a_fresh_trial_queued_for_a_start_place_is_on_record_as_queueing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forgelib.provision import StackContext
+    from forgelib.spec.models import Timeouts
+    from forgelib.stacks import backends
+
+    admission = Admission(None, starts=1)
+    ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner())  # type: ignore[arg-type]
+    backend = backends.DockerBackend(ctx, admission=admission)
+    admission.measure = lambda *a, **k: None  # type: ignore[method-assign]
+    monkeypatch.setattr(
+        backends,
+        "provision_trial",
+        lambda *a, **k: ProvisionedTrial("p", None, None, {"up": 0.5}, {}, tmp_path),  # type: ignore[arg-type]
+    )
+    held = admission.starting()
+    held.__enter__()  # another trial's stack is coming up
+    threading.Timer(0.3, held.__exit__, (None, None, None)).start()
+    handle = backend.provision(task(), run_id="r", trial_index=0, trial_dir=tmp_path)
+    waited = handle.timings["start_wait"]
+    assert waited >= 0.2 and handle.timings["stack_wait"] == waited and handle.timings["memory_wait"] == 0
+    assert handle.stack["pool"]["start_wait"] == waited
+    ready = ready_breakdown(handle.timings, waited + 0.5)
+    assert ready["queue"] == waited and ready["memory"] == 0 and ready["provisioning"] == 0.5
+    summary = ev.pool_summary([{**handle.stack["pool"], "ready": ready}])
+    assert summary["start_waits"] == 1 and summary["start_wait_seconds"] == waited and summary["queued"] == 1

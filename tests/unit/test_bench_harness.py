@@ -97,3 +97,22 @@ def test_statistics_and_the_table() -> None:
     assert bs.table([{"a": 1.5, "bb": "x"}, {"a": 200.0}]).splitlines() == [
         "a      bb", "-----  --", "1.500  x", "200",
     ]  # fmt: skip
+
+
+def test_a_strategy_copy_of_a_pack_resets_its_sql_dump_services_that_way_and_loads(tmp_path: Path) -> None:
+    import yaml
+
+    from forgelib.spec.loader import load_project_config, load_run_config
+
+    pack = bs.REPO / "examples/multi_service_postgres_reset"
+    config = pack / "run_configs/dev.yaml"
+    assert bs.with_strategy(config, "exact", tmp_path) == config  # the default: the pack as it is
+    copy = bs.with_strategy(config, "template", tmp_path)
+    assert copy == tmp_path / f"{pack.name}-template" / "run_configs/dev.yaml"
+    doc = yaml.safe_load((copy.parents[1] / "project.yaml").read_text())
+    services = doc["default_environment"]["services"].values()
+    resets = [s["reset"] for s in services if isinstance((s or {}).get("reset"), dict)]
+    assert resets and all(r.get("strategy") == "template" for r in resets)
+    loaded = load_run_config(copy)
+    assert loaded.project == copy.parents[1]
+    assert load_project_config(loaded.project / "project.yaml")  # the copy is a valid project
