@@ -177,6 +177,9 @@ class WarmPool:
         self._prepare_s: dict[str, list[float]] = {}  # environment key -> each new stack's warm preparation
         self._replaced: dict[str, list[str]] = {}  # environment key -> stacks torn down after a failed reset
         self._asking = 0  # trials in ``_take`` now
+        # environment key -> the trials in ``_take`` for it, in the order they asked: a clean stack of the
+        # environment goes to the first of them, so a trial never waits behind one that asked later
+        self._queue: dict[str, list[object]] = {}
         # What a spare of an environment is provisioned for: the last trial's (task, run id, run directory).
         self._spare_for: dict[str, tuple[Task, str, Path]] = {}
         self._spares: list[threading.Thread] = []  # spare provisions under way
@@ -279,22 +282,35 @@ class WarmPool:
         spare, first, grow or ahead) and how long the memory budget held the trial back (``memory_wait``).
 
         Idle stacks are clean (reset when given back); while a stack of the environment is still being
-        reset and no other trial waits for that one, a trial waits for it (``reset_wait``) instead."""
+        reset and no other trial waits for that one, a trial waits for it (``reset_wait``) instead. The
+        trials waiting for an environment take its clean stacks in the order they asked."""
         note = {} if note is None else note
+        ticket = object()
         with self._cond:
             self._asking += 1
+            self._queue.setdefault(key, []).append(ticket)
             try:
-                return self._take_locked(key, note)
+                return self._take_locked(key, note, ticket)
             finally:
                 self._asking -= 1
+                self._queue[key].remove(ticket)
+                self._cond.notify_all()  # the next in line may take a clean stack now
                 if note.get("claimed"):
                     note.pop("claimed")
                     self._claims[key] -= 1
 
-    def _take_locked(self, key: str, note: dict[str, Any]) -> tuple[_Stack | None, _Stack | None]:
+    def _take_locked(
+        self, key: str, note: dict[str, Any], ticket: object
+    ) -> tuple[_Stack | None, _Stack | None]:
         memory_since: float | None = None
         reset_since: float | None = None  # since when this trial waits for a reset under way
         while True:
+            ready = any(s.key == key for s in [*self._idle, *self._dirty])
+            if ready and self._queue[key][0] is not ticket:  # an earlier trial takes it: wait behind it
+                if self.stopping():
+                    raise Interrupted("stopping: no warm stack handed out")
+                self._cond.wait(timeout=0.5)
+                continue
             stack = next((s for s in self._idle if s.key == key), None)
             if stack is not None:
                 self._idle.remove(stack)

@@ -230,7 +230,7 @@ class PoolHarness:
                 thread.join(timeout=30)
                 assert not thread.is_alive(), f"{thread.name} did not end"
 
-    def ask_in_background(self) -> tuple[threading.Thread, list[ProvisionedTrial]]:
+    def ask_in_background(self, *, looks: int = 20) -> tuple[threading.Thread, list[ProvisionedTrial]]:
         """An acquire on its own thread that found no clean stack and is waiting when this returns (it has
         looked at ``stopping`` once); its result in the list once the thread is joined."""
         out: list[ProvisionedTrial] = []
@@ -239,7 +239,7 @@ class PoolHarness:
         def ask() -> None:
             self._asking[threading.get_ident()] = looked
             try:
-                out.append(self.acquire())
+                out.append(self.acquire(looks=looks))
             finally:
                 del self._asking[threading.get_ident()]
 

@@ -297,6 +297,22 @@ def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_rese
     assert h.provisioned == [first.name]  # nothing provisioned for it
 
 
+def test_trials_waiting_for_a_clean_stack_get_one_in_the_order_they_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, workers=1, provision=3600.0)  # no room to grow: every trial waits its turn
+    held = h.acquire()
+    waiting = [h.ask_in_background(looks=200) for _ in range(3)]  # asked in this order, each waiting
+    for asking, got in waiting:
+        h.hold(held, 1.0)  # given back: reset in the background, then handed to the first still waiting
+        asking.join(10)
+        assert not asking.is_alive(), "the trial that asked first did not get the stack"
+        assert all(t.is_alive() for t, _ in waiting[waiting.index((asking, got)) + 1 :])
+        (held,) = got
+        assert decision(held) == "reuse"
+    assert h.provisioned == [held.name]
+
+
 def test_a_trial_that_waited_for_a_reset_that_failed_gets_a_new_stack_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
