@@ -37,7 +37,7 @@ from forgelib.errors import (
 )
 from forgelib.images import ImageFacts
 from forgelib.readiness import NotReady
-from forgelib.resolved import ServiceConfig
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
 from forgelib.seeds.base import PreparedSeed, SeedMount
@@ -283,7 +283,7 @@ class _Provisioning:
                 if i == len(sources) - 1:
                     compose, services, declared, loopback = self._override(compose, config, bindings, images)
         self._compose = compose
-        absent = {n: str(v.get("image")) for n, v in services.items() if v.get("image") not in declared}
+        absent = {n: im for n, v in services.items() if (im := ServiceConfig.of(v).image) not in declared}
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
         normal = [b for b in bindings if self.steps.needs_recipe(b.service)]
@@ -314,7 +314,7 @@ class _Provisioning:
             )
 
         self.steps.started(bindings, context, self._phase)
-        publishes = any(loopback.values()) or any(s.get("ports") for s in services.values())
+        publishes = any(loopback.values()) or any(ServiceConfig.of(s).ports for s in services.values())
         ports = compose.published_ports() if publishes else {}
         return ProvisionedTrial(
             name=self.spec.name,
@@ -562,7 +562,8 @@ FAILURE_FILE = "provision-error.txt"
 def _imaged(config: Mapping[str, Any], built: Mapping[str, str]) -> dict[str, Any]:
     """The resolved config's services, each naming the image it runs: ``built``'s (a built or golden
     image) where it has one, else its own."""
-    return {n: {**s, "image": built.get(n, s.get("image"))} for n, s in config["services"].items()}
+    services = ResolvedConfig.of(config).services
+    return {n: {**s.raw, "image": built.get(n, s.image)} for n, s in services.items()}
 
 
 def write_failure_detail(path: Path, error: BaseException) -> None:
@@ -596,10 +597,10 @@ def _seed_mounts(bindings: Sequence[_Binding]) -> dict[str, SeedMount]:
 
 def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[str, list[int]]:
     """service -> the container port its recipe talks to directly (published on 127.0.0.1)."""
-    services = config.get("services") or {}
+    resolved = ResolvedConfig.of(config)
     out: dict[str, list[int]] = {}
     for b in bindings:
-        port = b.recipe.direct_port(services.get(b.service) or {})
+        port = b.recipe.direct_port(resolved.service(b.service).raw)
         if port is not None:
             out[b.service] = [port]
     return out

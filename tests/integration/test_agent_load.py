@@ -16,7 +16,9 @@ Nothing labelled with either run is left afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,27 +100,36 @@ def test_a_waiting_workload_gets_a_warm_stack_per_worker(
         _no_leftovers(runner, run_dir)
 
 
-def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
-    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def _three_fresh_trials(
+    tmp_path: Path, runner: SubprocessRunner, **options: Any
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Three fresh trials asked at once (workers 3, a 1 s agent), all graded: the run's summary and its
+    ``stack_acquired`` events; nothing of the run left afterwards."""
     config = agent_pack.make(
-        "postgres", tmp_path / "pack", latency="1", calls=1, repeats=3, workers=3, stacks="fresh",
-        memory_budget_mb=64,
-    )  # fmt: skip
+        "postgres", tmp_path / "pack", latency="1", calls=1, repeats=3, workers=3, stacks="fresh", **options
+    )
     rc, run_dir = _run(config, tmp_path / "runs", runner)
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert rc == 0 and summary["totals"]["passed"] == 3, summary["totals"]
-        pool = summary["pool"]
-        # Three trials asked at once; the budget admits one stack at a time, counted until it is down:
-        # the other two waited for memory, and never two stacks at once.
-        assert pool["decisions"] == {"fresh": 3} and pool["memory_waits"] == 2, pool
-        assert pool["peak_stacks"] == 1 and pool["budget_mb"] == 64, pool
-        assert summary["ready"]["waited_on"]["memory"] > 0
-        waits = sorted(e["memory_wait"] for e in _events(run_dir, "stack_acquired"))
-        assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
+        assert summary["pool"]["decisions"] == {"fresh": 3}, summary["pool"]
+        yield summary, _events(run_dir, "stack_acquired")
     finally:
         _no_leftovers(runner, run_dir)
+
+
+def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    with _three_fresh_trials(tmp_path, runner, memory_budget_mb=64) as (summary, acquired):
+        pool = summary["pool"]
+        # The budget admits one stack at a time, counted until it is down: the other two waited for memory,
+        # and never two stacks at once.
+        assert pool["memory_waits"] == 2 and pool["peak_stacks"] == 1 and pool["budget_mb"] == 64, pool
+        assert summary["ready"]["waited_on"]["memory"] > 0
+        waits = sorted(e["memory_wait"] for e in acquired)
+        assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
 
 
 def test_fresh_stacks_come_up_one_per_place_and_the_others_queue(
@@ -127,20 +138,11 @@ def test_fresh_stacks_come_up_one_per_place_and_the_others_queue(
     from forgelib.stacks import backends
 
     monkeypatch.setattr(backends, "usable_cores", lambda: 1)  # one start place, whatever this box has
-    config = agent_pack.make(
-        "postgres", tmp_path / "pack", latency="1", calls=1, repeats=3, workers=3, stacks="fresh",
-    )  # fmt: skip
-    rc, run_dir = _run(config, tmp_path / "runs", runner)
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-        assert rc == 0 and summary["totals"]["passed"] == 3, summary["totals"]
+    with _three_fresh_trials(tmp_path, runner) as (summary, acquired):
         pool = summary["pool"]
-        # Three trials asked at once with room for all three in memory: one stack came up at a time, and the
-        # other two queued for the place, the last one for two bring-ups.
-        assert pool["decisions"] == {"fresh": 3} and pool["memory_waits"] == 0, pool
-        assert pool["start_waits"] == 2 and pool["queued"] == 2, pool
-        waits = sorted(e["start_wait"] for e in _events(run_dir, "stack_acquired"))
+        # Room for all three in memory: one stack came up at a time, and the other two queued for the
+        # place, the last one for two bring-ups.
+        assert pool["memory_waits"] == 0 and pool["start_waits"] == 2 and pool["queued"] == 2, pool
+        waits = sorted(e["start_wait"] for e in acquired)
         assert waits[0] == 0 and waits[1] > 0 and waits[2] > waits[1]
         assert summary["ready"]["waited_on"]["queue"] >= waits[1] + waits[2] - 0.01
-    finally:
-        _no_leftovers(runner, run_dir)
