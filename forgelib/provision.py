@@ -563,7 +563,7 @@ def _imaged(config: Mapping[str, Any], built: Mapping[str, str]) -> dict[str, An
     """The resolved config's services, each naming the image it runs: ``built``'s (a built or golden
     image) where it has one, else its own."""
     services = ResolvedConfig.of(config).services
-    return {n: {**s.raw, "image": built.get(n, s.image)} for n, s in services.items()}
+    return {n: {**s.raw, "image": built[n]} if n in built else dict(s.raw) for n, s in services.items()}
 
 
 def write_failure_detail(path: Path, error: BaseException) -> None:
