@@ -58,14 +58,15 @@ class Recording(SubprocessRunner):
 what, path = sys.argv[1], Path(sys.argv[2])
 if what == "psql":  # the real sql_dump recipe into app-db: argv[3] project, [4] compose file, [5] image env
     from forgelib.compose import ComposeProject
+    from forgelib.resolved import ServiceConfig
     from forgelib.seeds import ApplyContext, sql_dump
     from forgelib.spec.models import Seed, Timeouts
     timeouts = Timeouts(recipe=1800)
     env = json.loads(sys.argv[5])
     compose = ComposeProject(sys.argv[3], (Path(sys.argv[4]),), Recording(), timeouts, env)
+    svc = ServiceConfig.of({"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "app"}}, "app-db")
     ctx = ApplyContext("app-db", Seed("bench", path, SeedKind.SQL_DUMP, "sha256:unchecked"), {},
-                       compose=compose, timeouts=timeouts,
-                       service_config={"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "app"}})
+                       compose=compose, timeouts=timeouts, service_config=svc)
 tracemalloc.start()
 t = time.monotonic()  # after the imports: the baseline probe is what every probe pays before this
 if what == "digest":

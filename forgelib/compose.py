@@ -272,10 +272,10 @@ def labels_override(
             services[name].setdefault("volumes", []).append(dict(m))
         if (env := (environment or {}).get(name)) is not None:
             services[name]["environment"] = dict(env)
-        ports = trial_ports(svc.raw, (loopback or {}).get(name, ()))
+        ports = trial_ports(svc, (loopback or {}).get(name, ()))
         if ports is not None:
             services[name]["ports"] = ports
-        if "container_name" in svc.raw:
+        if svc.container_name:
             services[name]["container_name"] = Reset()
         if name in (built or {}):
             services[name].update({"image": (built or {})[name], "build": Reset(), "pull_policy": "never"})
@@ -291,15 +291,15 @@ def labels_override(
     return out
 
 
-def trial_ports(service: Mapping[str, Any], loopback: Sequence[int] = ()) -> Override | None:
+def trial_ports(service: ServiceConfig, loopback: Sequence[int] = ()) -> Override | None:
     """The service's ``ports`` for one trial (None: leave them alone, it publishes nothing).
 
-    ``service`` is as ``docker compose config`` prints it (long syntax). Every port it publishes keeps its
-    container port and protocol but is bound to 127.0.0.1 at a host port the engine picks; each of
-    ``loopback`` not already among them is added the same way. The list replaces the file's (``!override``;
-    compose would otherwise add the fixed ports back)."""
+    ``service``'s ports are as ``docker compose config`` prints them (long syntax). Every port it
+    publishes keeps its container port and protocol but is bound to 127.0.0.1 at a host port the engine
+    picks; each of ``loopback`` not already among them is added the same way. The list replaces the
+    file's (``!override``; compose would otherwise add the fixed ports back)."""
     out = Override()
-    for p in ServiceConfig.of(service).ports:
+    for p in service.ports:
         kept = {k: v for k, v in p.items() if k not in ("published", "host_ip", "mode")}
         out.append({**kept, "host_ip": LOOPBACK})
     have = {(int(p["target"]), p.get("protocol", "tcp")) for p in out if "target" in p}

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.seeds import redis_dump, sql_dump
 from forgelib.seeds.redis_dump import RedisParams
 from forgelib.seeds.sql_dump import PostgresParams
@@ -56,13 +56,13 @@ class Stack(Protocol):
     def environment(self) -> EnvironmentManifest: ...
 
 
-def service_config(config: Mapping[str, Any], service: str) -> Mapping[str, Any]:
+def service_config(config: Mapping[str, Any], service: str) -> ServiceConfig:
     """One service of a resolved compose config; a clear error when the stack has no such service."""
     services = ResolvedConfig.of(config).services
     if service not in services:
         known = ", ".join(sorted(services)) or "(none)"
         raise ForgeError(f"the stack has no service {service!r}; services: {known}")
-    return services[service].raw
+    return services[service]
 
 
 def binding_options(env: EnvironmentManifest, service: str) -> Mapping[str, Any]:

@@ -283,7 +283,7 @@ class _Provisioning:
                 if i == len(sources) - 1:
                     compose, services, declared, loopback = self._override(compose, config, bindings, images)
         self._compose = compose
-        absent = {n: im for n, v in services.items() if (im := ServiceConfig.of(v).image) not in declared}
+        absent = {n: s.image for n, s in services.items() if s.image not in declared}
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
         normal = [b for b in bindings if self.steps.needs_recipe(b.service)]
@@ -294,9 +294,8 @@ class _Provisioning:
         contexts = []
         for b in normal:
             with self._phase(f"recipe:{b.service}", None):
-                ctx = _apply(
-                    b, compose, services.get(b.service) or {}, self.ctx.timeouts, self.ctx.cache.seeds
-                )
+                svc = services.get(b.service) or ServiceConfig(b.service)
+                ctx = _apply(b, compose, svc, self.ctx.timeouts, self.ctx.cache.seeds)
                 contexts.append(ctx)
             self.steps.applied(b, ctx, _restart(compose, b.service), self._phase)
         # Before any dependent starts (warm: the template/pristine copy is the seeded state alone).
@@ -309,12 +308,11 @@ class _Provisioning:
                 self._up(compose, services, rest, absent, create=not first)
 
         def context(b: _Binding) -> ApplyContext:
-            return _context(
-                b, compose, services.get(b.service) or {}, self.ctx.timeouts, self.ctx.cache.seeds
-            )
+            svc = services.get(b.service) or ServiceConfig(b.service)
+            return _context(b, compose, svc, self.ctx.timeouts, self.ctx.cache.seeds)
 
         self.steps.started(bindings, context, self._phase)
-        publishes = any(loopback.values()) or any(ServiceConfig.of(s).ports for s in services.values())
+        publishes = any(loopback.values()) or any(s.ports for s in services.values())
         ports = compose.published_ports() if publishes else {}
         return ProvisionedTrial(
             name=self.spec.name,
@@ -342,7 +340,7 @@ class _Provisioning:
             return []
         timeout = self.ctx.timeouts.compose_up
 
-        def build(services: Mapping[str, Any]) -> Mapping[str, str]:
+        def build(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
             return self.ctx.cache.builds.images(
                 self.ctx.project.name, compose, config, self.spec.labels, self.spec.trial_dir, timeout
             )
@@ -355,11 +353,11 @@ class _Provisioning:
         config: Mapping[str, Any],
         bindings: Sequence[_Binding],
         built: Mapping[str, str],
-    ) -> tuple[ComposeProject, dict[str, Any], dict[str, tuple[str, ...]], dict[str, list[int]]]:
+    ) -> tuple[ComposeProject, dict[str, ServiceConfig], dict[str, tuple[str, ...]], dict[str, list[int]]]:
         """Write this trial's override; the compose project with it, the services (built ones naming the
         run's image), their images' declared VOLUMEs and the ports published for direct connections."""
         services = _imaged(config, built)
-        images = [ServiceConfig.of(s).image for s in services.values()]
+        images = [s.image for s in services.values()]
         declared = self.ctx.cache.images.volumes(self.ctx.runner, images, self.ctx.timeouts.command)
         loopback = _loopback(bindings, config)
         seed_mounts = _seed_mounts(bindings)
@@ -377,7 +375,7 @@ class _Provisioning:
     def _up(
         self,
         compose: ComposeProject,
-        config_services: Mapping[str, Any],
+        config_services: Mapping[str, ServiceConfig],
         services: Sequence[str],
         absent: Mapping[str, str],
         *,
@@ -452,7 +450,7 @@ class _Provisioning:
 PhaseTimer = Callable[[str, "str | None"], AbstractContextManager[None]]  # _Provisioning._phase
 # (phase, stage, step): a step that names images some services run instead of their own, given the
 # services as imaged so far (``_imaged``); timed as ``phase``, its ForgeError a ``ProvisionError(stage)``.
-_ImageStep = tuple[str, str, Callable[[Mapping[str, Any]], Mapping[str, str]]]
+_ImageStep = tuple[str, str, Callable[[Mapping[str, ServiceConfig]], Mapping[str, str]]]
 _Applied = Sequence[tuple["_Binding", ApplyContext]]  # each recipe that ran, with its context
 
 
@@ -516,7 +514,7 @@ class GoldenSteps(FreshSteps):
     plans: dict[str, Plan] = field(default_factory=dict)  # the current attempt's
 
     def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
-        def plan(services: Mapping[str, Any]) -> Mapping[str, str]:
+        def plan(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
             self.plans = self.goldens.plan(bindings, services, locks)
             return self.goldens.images(self.plans)
 
@@ -559,11 +557,11 @@ class GoldenSteps(FreshSteps):
 FAILURE_FILE = "provision-error.txt"
 
 
-def _imaged(config: Mapping[str, Any], built: Mapping[str, str]) -> dict[str, Any]:
+def _imaged(config: Mapping[str, Any], built: Mapping[str, str]) -> dict[str, ServiceConfig]:
     """The resolved config's services, each naming the image it runs: ``built``'s (a built or golden
     image) where it has one, else its own."""
     services = ResolvedConfig.of(config).services
-    return {n: {**s.raw, "image": built[n]} if n in built else dict(s.raw) for n, s in services.items()}
+    return {n: s.with_image(built[n]) if n in built else s for n, s in services.items()}
 
 
 def write_failure_detail(path: Path, error: BaseException) -> None:
@@ -600,7 +598,7 @@ def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[s
     resolved = ResolvedConfig.of(config)
     out: dict[str, list[int]] = {}
     for b in bindings:
-        port = b.recipe.direct_port(resolved.service(b.service).raw)
+        port = b.recipe.direct_port(resolved.service(b.service))
         if port is not None:
             out[b.service] = [port]
     return out
@@ -617,7 +615,7 @@ def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: s
 
 
 def _context(
-    b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
+    b: _Binding, compose: ComposeProject, service_config: ServiceConfig, t: Timeouts, memo: Memo
 ) -> ApplyContext:
     # The recipe's execs (psql reading the dump, the tree's copy) go straight to the container with
     # `docker exec`: its container is up by now, and `compose exec` adds ~0.1 s of CLI start to each.
@@ -628,7 +626,7 @@ def _context(
 
 
 def _apply(
-    b: _Binding, compose: ComposeProject, service_config: Mapping[str, Any], t: Timeouts, memo: Memo
+    b: _Binding, compose: ComposeProject, service_config: ServiceConfig, t: Timeouts, memo: Memo
 ) -> ApplyContext:
     ctx = _context(b, compose, service_config, t, memo)
     try:
@@ -674,7 +672,7 @@ def _verify_digest(target: SeedTarget) -> None:
         )
 
 
-def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
+def _closure(roots: Sequence[str], services: Mapping[str, ServiceConfig]) -> list[str]:
     """``roots`` and everything they transitively depend on, in the compose file's order."""
     seen: set[str] = set()
     todo = [r for r in roots if r in services]
@@ -683,13 +681,13 @@ def _closure(roots: Sequence[str], services: Mapping[str, Any]) -> list[str]:
         if s in seen:
             continue
         seen.add(s)
-        todo.extend(d for d in ServiceConfig.of(services[s]).depends_on if d in services)
+        todo.extend(d for d in services[s].depends_on if d in services)
     return [s for s in services if s in seen]
 
 
 def _up(
     compose: ComposeProject,
-    config_services: Mapping[str, Any],
+    config_services: Mapping[str, ServiceConfig],
     services: Sequence[str],
     absent: Mapping[str, str],
     *,

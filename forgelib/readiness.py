@@ -114,7 +114,7 @@ def of_inspect(
 
 def start(
     compose: ComposeProject,
-    config_services: Mapping[str, Any],
+    config_services: Mapping[str, ServiceConfig],
     services: Sequence[str],
     *,
     timeout: float | None = None,
@@ -125,7 +125,7 @@ def start(
     the failed ``docker start``'s ``CommandError`` (the container could not start at all)."""
     wanted = list(dict.fromkeys(services))
     found = containers(compose, wanted)
-    deps = {s: _deps(config_services.get(s) or {}, wanted) for s in wanted}
+    deps = {s: _deps(config_services.get(s) or ServiceConfig(s), wanted) for s in wanted}
     # What a service must reach before it counts as done: exited 0 when a dependent waits for that.
     complete = {d for s in wanted for d, cond in deps[s].items() if cond == COMPLETED}
     _Waves(compose, found, deps, complete, _limit(compose, timeout)).run(wanted)
@@ -152,18 +152,16 @@ def _limit(compose: ComposeProject, timeout: float | None) -> float:
     return compose.timeouts.compose_up if timeout is None else timeout
 
 
-def _deps(svc: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, str]:
+def _deps(svc: ServiceConfig, wanted: Sequence[str]) -> dict[str, str]:
     """dependency -> condition, for the dependencies among ``wanted`` (the others are up already)."""
     out: dict[str, str] = {}
     # What compose orders by implicitly: another service's network namespace, its volumes, a link.
-    implicit = [str(svc.get("network_mode") or "")]
-    implicit += [str(v) for v in svc.get("volumes_from") or []]
-    implicit += [str(link).split(":")[0] for link in svc.get("links") or []]
+    implicit = [svc.network_mode, *svc.volumes_from, *(link.split(":")[0] for link in svc.links)]
     for ref in implicit:
         dep = ref.removeprefix("service:").split(":")[0]
         if dep in wanted:
             out[dep] = STARTED
-    for dep, spec in ServiceConfig.of(svc).depends_on.items():
+    for dep, spec in svc.depends_on.items():
         if dep in wanted:
             out[dep] = str(spec.get("condition") or STARTED)
     return out

@@ -27,6 +27,15 @@ def _environment(raw: Any) -> dict[str, str]:
     return out
 
 
+def _replicas(raw: Mapping[str, Any]) -> int:
+    deploy = raw.get("deploy")
+    n = (deploy if isinstance(deploy, Mapping) else {}).get("replicas", raw.get("scale", 1))
+    try:
+        return int(n if n is not None else 1)
+    except (TypeError, ValueError):
+        return 1
+
+
 def _mappings(raw: Any) -> tuple[Mapping[str, Any], ...]:
     return tuple(m for m in raw or [] if isinstance(m, Mapping))
 
@@ -46,6 +55,11 @@ class ServiceConfig:
     depends_on: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # service -> {condition}
     networks: tuple[str, ...] = ()
     healthcheck: Mapping[str, Any] = field(default_factory=dict)  # test, interval, retries, disable, ...
+    network_mode: str = ""  # "service:NAME" shares another service's network namespace
+    volumes_from: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    container_name: str = ""  # a fixed name (a trial's override resets it: two stacks would clash)
+    replicas: int = 1  # containers compose runs: ``deploy.replicas``, or the legacy ``scale``
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None, name: str = "") -> ServiceConfig:
@@ -67,7 +81,16 @@ class ServiceConfig:
             else {},
             networks=tuple(str(n) for n in raw.get("networks") or ()),
             healthcheck=dict(health) if isinstance(health := raw.get("healthcheck"), Mapping) else {},
+            network_mode=str(raw.get("network_mode") or ""),
+            volumes_from=tuple(str(v) for v in raw.get("volumes_from") or ()),
+            links=tuple(str(v) for v in raw.get("links") or ()),
+            container_name=str(raw.get("container_name") or ""),
+            replicas=_replicas(raw),
         )
+
+    def with_image(self, image: str) -> ServiceConfig:
+        """This service running ``image`` instead of its own (a built or golden image), ``raw`` included."""
+        return ServiceConfig.of({**self.raw, "image": image}, self.name)
 
     @property
     def server_kind(self) -> str | None:

@@ -29,7 +29,7 @@ from forgelib.connect import RedisParams
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
 from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
 from forgelib.resolved import ResolvedConfig, ServiceConfig
-from forgelib.run.checks import Stack, service_environment
+from forgelib.run.checks import Stack
 from forgelib.runner import Result
 from forgelib.seeds import redis_dump, sql_dump
 
@@ -255,7 +255,7 @@ class Toolbox:
         self, compose: Stack, config: Mapping[str, Any], services: Collection[str] | None = None
     ) -> None:
         self._compose = compose
-        all_services = {n: s.raw for n, s in ResolvedConfig.of(config).services.items()}
+        all_services = ResolvedConfig.of(config).services
         names = sorted(all_services) if services is None else sorted(services)
         unknown = [s for s in names if s not in all_services]
         if unknown:
@@ -264,7 +264,7 @@ class Toolbox:
                 f"services: {', '.join(sorted(all_services))}"
             )
         self._config = config
-        self._services: dict[str, Mapping[str, Any]] = {n: all_services[n] for n in names}
+        self._services: dict[str, ServiceConfig] = {n: all_services[n] for n in names}
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._pg: dict[tuple[str, str], _Pg] = {}
@@ -304,15 +304,15 @@ class Toolbox:
 
     # ------------------------------------------------------------------------------------ helpers
 
-    def _service(self, args: Mapping[str, Any], kind: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    def _service(self, args: Mapping[str, Any], kind: str | None = None) -> tuple[str, ServiceConfig]:
         name = str(args["service"])
         svc = self._services.get(name)
         if svc is None:
             raise ToolFailure(
                 f"no service {name!r} in this trial's stack; services: {', '.join(self._services)}"
             )
-        if kind is not None and ServiceConfig.of(svc).server_kind != kind:
-            have = [n for n, s in self._services.items() if ServiceConfig.of(s).server_kind == kind]
+        if kind is not None and svc.server_kind != kind:
+            have = [n for n, s in self._services.items() if s.server_kind == kind]
             raise ToolFailure(
                 f"service {name!r} is not a {kind} service; {kind} services: {', '.join(have) or '(none)'}"
             )
@@ -435,9 +435,7 @@ class Toolbox:
 
     def _sql_query(self, args: dict[str, Any]) -> str:
         service, svc = self._service(args, "postgres")
-        user, database = sql_dump.postgres_credentials(
-            {"database": args.get("database")}, service_environment(self._config, service)
-        )
+        user, database = sql_dump.postgres_credentials({"database": args.get("database")}, svc.environment)
         timeout = float(args.get("timeout", DEFAULT_TIMEOUT))
         where = self._published(service, sql_dump.direct_port(svc))
         if where is None:  # not published on loopback (no reset recipe binds it): psql in the container
@@ -445,7 +443,7 @@ class Toolbox:
         with self._lock:
             pg = self._pg.get((service, database))
             if pg is None:
-                password = service_environment(self._config, service).get("POSTGRES_PASSWORD") or None
+                password = svc.environment.get("POSTGRES_PASSWORD") or None
                 pg = self._pg[(service, database)] = _Pg(where, user, password, database)
         return pg.query(args["query"], timeout, service)
 
@@ -585,16 +583,11 @@ def _plain(reply: Any) -> Any:
     return reply
 
 
-def _targets(svc: Mapping[str, Any]) -> list[int]:
-    out = []
-    for p in svc.get("ports") or []:
-        target = p.get("target") if isinstance(p, Mapping) else str(p).rsplit(":", 1)[-1].split("/", 1)[0]
-        if target is not None and str(target).isdigit():
-            out.append(int(target))
-    return out
+def _targets(svc: ServiceConfig) -> list[int]:
+    return [int(t) for p in svc.ports if (t := str(p.get("target", ""))).isdigit()]
 
 
-def _only_port(service: str, svc: Mapping[str, Any]) -> int:
+def _only_port(service: str, svc: ServiceConfig) -> int:
     targets = _targets(svc)
     if len(targets) == 1:
         return targets[0]

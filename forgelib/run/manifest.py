@@ -16,7 +16,7 @@ from typing import Any
 
 from forgelib import connect
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig, ServiceConfig
+from forgelib.resolved import ResolvedConfig
 from forgelib.spec.models import HOST, EnvironmentManifest
 
 MANIFEST_VERSION = 1
@@ -63,8 +63,7 @@ def build(
     config; ``files``: what forge wrote for the agent (name -> path as the agent sees it)."""
     inside = where != HOST
     services: dict[str, Any] = {}
-    for name in sorted(ResolvedConfig.of(config).services):
-        svc = connect.service_config(config, name)
+    for name, svc in sorted(ResolvedConfig.of(config).services.items()):
         entry: dict[str, Any] = {"host": name if inside else "127.0.0.1", "ports": {}, "urls": {}}
         for spelled in ports.get(name, []):
             m = _PUBLISHED.match(spelled)
@@ -75,7 +74,7 @@ def build(
             entry["ports"][f"{cport}/{m['proto']}"] = port
             if m["proto"] == "tcp" and cport not in _HTTP_PORTS_NOT:
                 entry["urls"][str(cport)] = f"http://{entry['host']}:{port}"
-        kind = ServiceConfig.of(svc).server_kind
+        kind = svc.server_kind
         if kind is not None:
             entry["kind"] = kind
             entry.update(_connection(kind, name, config, environment, compose, inside))

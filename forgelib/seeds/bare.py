@@ -10,10 +10,9 @@ oracle's exec when the oracle runs in that service: this kind's ``seed_mount`` (
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
 
 OPTIONS: frozenset[str] = frozenset()
@@ -42,7 +41,7 @@ def apply(ctx: ApplyContext) -> None:
     """Nothing to do in the container: the override mounted the seed before the service started."""
 
 
-def direct_port(service_config: Mapping[str, Any]) -> int | None:
+def direct_port(service_config: ServiceConfig) -> int | None:
     return None
 
 

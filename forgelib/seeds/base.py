@@ -98,8 +98,8 @@ class ApplyContext(SeedTarget):
     """``SeedTarget`` plus the live stack: every container call goes through ``compose``."""
 
     compose: ComposeProject
-    # The service's resolved compose config (`docker compose config`): environment is a dict, etc.
-    service_config: Mapping[str, Any] = field(default_factory=dict)
+    # The service as compose resolved it (`docker compose config`), typed: its environment, command, ...
+    service_config: ServiceConfig = field(default_factory=lambda: ServiceConfig(""))
     timeouts: Timeouts = field(default_factory=Timeouts)
     memo: Memo = field(default_factory=Memo)  # shared by the trials of one backend (see ``Memo``)
 
@@ -108,7 +108,7 @@ class ApplyContext(SeedTarget):
     addresses: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict, compare=False)
 
     def environment(self) -> Mapping[str, str]:
-        return ServiceConfig.of(self.service_config).environment
+        return self.service_config.environment
 
     def address(self, container_port: int) -> tuple[str, int]:
         """Where the host reaches this service's ``container_port`` (published on 127.0.0.1)."""
@@ -192,7 +192,7 @@ class Recipe(Protocol):
         Equal right after the seeding and after each reset, or the stack is dirty. Raise ``RecipeError``."""
         ...
 
-    def direct_port(self, service_config: Mapping[str, Any]) -> int | None:
+    def direct_port(self, service_config: ServiceConfig) -> int | None:
         """The container port forge talks to directly (published on 127.0.0.1 by the override), or None
         when the recipe works through ``compose exec``/``cp`` only."""
 

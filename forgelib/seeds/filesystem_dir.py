@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import posixpath
 import stat
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from forgelib.errors import CommandError
+from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import (
     ApplyContext,
     Fingerprint,
@@ -134,7 +133,7 @@ def compare(expected: Listing, actual: Listing) -> str:
     return "; ".join(parts)
 
 
-def direct_port(service_config: Mapping[str, Any]) -> int | None:
+def direct_port(service_config: ServiceConfig) -> int | None:
     return None  # the tree is reached through compose exec/cp
 
 

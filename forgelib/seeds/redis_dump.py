@@ -204,15 +204,15 @@ def _log_tail(ctx: ApplyContext) -> str:
     return "\n".join(f"  {ln}" for ln in text.splitlines()) or "  (empty)"
 
 
-def direct_port(service_config: Mapping[str, Any]) -> int:
+def direct_port(service_config: ServiceConfig) -> int:
     """The server's port: ``--port N`` on its command line, else 6379."""
     value = command_option(service_config, "port")
     return int(value) if value and value.isdigit() else DEFAULT_PORT
 
 
-def command_option(service_config: Mapping[str, Any], name: str) -> str | None:
+def command_option(service_config: ServiceConfig, name: str) -> str | None:
     """The value of ``--NAME VALUE`` on the service's (resolved) command line, or None."""
-    argv = ServiceConfig.of(service_config).command
+    argv = service_config.command
     for i, arg in enumerate(argv[:-1]):
         if arg == f"--{name}":
             return argv[i + 1]
@@ -250,7 +250,7 @@ class RedisParams:
 
 
 def connection_params(
-    service_config: Mapping[str, Any], address: Callable[[int], tuple[str, int]], db: int = 0
+    service_config: ServiceConfig, address: Callable[[int], tuple[str, int]], db: int = 0
 ) -> RedisParams:
     """A redis service's direct connection: its *resolved* compose config (``--port``, ``--requirepass``)
     and ``address`` (container port -> published host and port)."""

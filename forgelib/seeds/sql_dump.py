@@ -196,7 +196,7 @@ def service_versions(ctx: ApplyContext, user: str, database: str) -> ServiceVers
         # "psql (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)" -> 15.14; the server: "15.14 (Debian ...)"
         return ServiceVersions(_version_in(lines[2]), _version_in(lines[0]), _version_in(lines[1]))
 
-    return ctx.memo.get(("pg_versions", ctx.service, ServiceConfig.of(ctx.service_config).image), ask)
+    return ctx.memo.get(("pg_versions", ctx.service, ctx.service_config.image), ask)
 
 
 def _version_in(line: str) -> str:
@@ -247,9 +247,9 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
         raise ctx.fail("preflight", f"seed {ctx.seed.name!r} ({ctx.seed.path}): {why}")
 
 
-def direct_port(service_config: Mapping[str, Any]) -> int:
+def direct_port(service_config: ServiceConfig) -> int:
     """Where the server listens in the container: ``PGPORT`` (the official image honours it), else 5432."""
-    port = ServiceConfig.of(service_config).environment.get("PGPORT") or ""
+    port = service_config.environment.get("PGPORT") or ""
     return int(port) if port.isdigit() else DEFAULT_PORT
 
 
@@ -290,7 +290,7 @@ class PostgresParams:
 
 
 def connection_params(
-    service_config: Mapping[str, Any],
+    service_config: ServiceConfig,
     options: Mapping[str, Any],
     address: Callable[[int], tuple[str, int]],
     *,
@@ -298,7 +298,7 @@ def connection_params(
 ) -> PostgresParams:
     """A postgres service's direct connection: its *resolved* compose config, the seed binding's
     ``options`` (user/database), and ``address`` (container port -> published host and port)."""
-    env = ServiceConfig.of(service_config).environment
+    env = service_config.environment
     user, db = postgres_credentials(options, env)
     host, port = address(direct_port(service_config))
     password = env.get("POSTGRES_PASSWORD")

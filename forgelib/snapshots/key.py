@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import ForgeError
+from forgelib.resolved import ServiceConfig
 from forgelib.spec.digest import dir_sha256, file_sha256
 
 # Bump whenever what a golden holds or how it is restored changes (its layout, its labels' meaning):
@@ -50,16 +51,14 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def state_config(service_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The state-relevant part of a resolved compose service: ``STATE_FIELDS`` as written, and each mount
-    as (type, target, read-only, content digest of a bind mount's source)."""
-    out: dict[str, Any] = {
-        f: service_config.get(f) for f in STATE_FIELDS if service_config.get(f) is not None
-    }
+def state_config(service_config: ServiceConfig) -> dict[str, Any]:
+    """The state-relevant part of a resolved compose service: ``STATE_FIELDS`` as written (its ``raw``
+    values, so a key never changes with how the typed view normalises them), and each mount as (type,
+    target, read-only, content digest of a bind mount's source)."""
+    raw = service_config.raw
+    out: dict[str, Any] = {f: raw.get(f) for f in STATE_FIELDS if raw.get(f) is not None}
     mounts = []
-    for m in service_config.get("volumes") or []:
-        if not isinstance(m, Mapping):
-            continue
+    for m in service_config.volumes:
         entry = {"type": m.get("type"), "target": m.get("target"), "read_only": bool(m.get("read_only"))}
         if m.get("type") == "bind":
             entry["content"] = content_digest(Path(str(m.get("source"))))
@@ -87,7 +86,7 @@ def make_key(
     image_id: str,
     seed_digest: str,
     options: Mapping[str, Any],
-    service_config: Mapping[str, Any],
+    service_config: ServiceConfig,
 ) -> GoldenKey:
     return GoldenKey(
         format=FORMAT_VERSION,

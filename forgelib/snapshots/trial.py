@@ -79,7 +79,10 @@ class TrialGoldens:
     # ------------------------------------------------------------------------------------------ plan
 
     def plan(
-        self, bindings: Sequence[Binding], services: Mapping[str, Any], locks: contextlib.ExitStack
+        self,
+        bindings: Sequence[Binding],
+        services: Mapping[str, ServiceConfig],
+        locks: contextlib.ExitStack,
     ) -> dict[str, Plan]:
         """A plan per reset service of a kind with goldens: restore when a complete golden of its key
         exists, claiming it (``store.key_claim``, held in ``locks``: until the trial's containers exist,
@@ -87,13 +90,13 @@ class TrialGoldens:
         it), look again, and capture after seeding if it is still missing."""
         plans: dict[str, Plan] = {}
         wanted = [b for b in bindings if b.recipe.SUPPORTS_GOLDEN and b.service not in self.disabled]
-        images = self._image_ids([ServiceConfig.of(services.get(b.service)).image for b in wanted])
+        images = self._image_ids([services[b.service].image for b in wanted if b.service in services])
         capturing: set[str] = set()
         for b in sorted(wanted, key=lambda b: b.service):
-            cfg = services.get(b.service) or {}
-            image = images.get(ServiceConfig.of(cfg).image)
+            cfg = services.get(b.service) or ServiceConfig(b.service)
+            image = images.get(cfg.image)
             if not image:
-                self._note(b.service, "none", reason=f"image {cfg.get('image')!r} is not on the engine yet")
+                self._note(b.service, "none", reason=f"image {cfg.image!r} is not on the engine yet")
                 continue
             key = make_key(
                 kind=b.seed.kind.value,
@@ -308,13 +311,13 @@ def tar_entries(path: Path) -> int:
         return sum(1 for _ in tf)
 
 
-def unrestorable(service_config: Mapping[str, Any], path: str | None) -> str | None:
+def unrestorable(service_config: ServiceConfig, path: str | None) -> str | None:
     """Why a golden of ``path`` could not be restored into this service, or None. A golden is the image's
     content at ``path``: Docker copies it into a fresh *volume* mounted there (or the container's own file
     system holds it), but a bind mount hides it and ``nocopy`` skips the copy."""
     if not path or not path.startswith("/"):
         return f"the service reported no usable data directory ({path!r})"
-    for m in ServiceConfig.of(service_config).volumes:
+    for m in service_config.volumes:
         target = str(m.get("target") or "").rstrip("/")
         covers = path == target or path.startswith(target + "/")
         if covers and m.get("type") == "bind":

@@ -404,18 +404,9 @@ def _ephemeral_plan(
         for v, who in sorted(users.items())
         if who <= set(eph) and not (declared.get(v) or {}).get("external")
     ]
-    several = {s: _replicas(services[s].raw) for s in eph if _replicas(services[s].raw) > 1}
+    several = {s: services[s].replicas for s in eph if services[s].replicas > 1}
     fallback = None
     if several:
         listed = ", ".join(f"{s} ({n} replicas)" for s, n in sorted(several.items()))
         fallback = f"ephemeral {listed}: recreated by compose every trial (spares stand for one container)"
     return waves, renew, fallback
-
-
-def _replicas(service: Mapping[str, Any]) -> int:
-    """How many containers compose runs for ``service`` (``deploy.replicas``, or the legacy ``scale``)."""
-    n = (service.get("deploy") or {}).get("replicas", service.get("scale", 1))
-    try:
-        return int(n if n is not None else 1)
-    except (TypeError, ValueError):
-        return 1

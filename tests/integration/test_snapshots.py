@@ -24,6 +24,7 @@ from support.stacks import PG, make_project, provision
 from forgelib import custody
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, teardown_trial
+from forgelib.resolved import ServiceConfig
 from forgelib.runner import SubprocessRunner
 from forgelib.seeds import sql_dump
 from forgelib.snapshots import key, store
@@ -152,7 +153,7 @@ def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unv
     try:
         base_id = json.loads(runner.run(["docker", "image", "inspect", base_tag]).stdout)[0]["Id"]
         k = key.make_key(kind="sql_dump", recipe_version=1, image_id=base_id, seed_digest=name, options={},
-                         service_config={})  # fmt: skip
+                         service_config=ServiceConfig.of({}))  # fmt: skip
 
         def capture(who: str, r: Any) -> store.Golden:
             d = tmp_path / who
@@ -205,7 +206,7 @@ def test_prune_never_removes_the_image_of_a_capture_still_running_in_another_pro
     try:
         base_id = json.loads(runner.run(["docker", "image", "inspect", base_tag]).stdout)[0]["Id"]
         k = key.make_key(kind="sql_dump", recipe_version=1, image_id=base_id, seed_digest=name, options={},
-                         service_config={})  # fmt: skip
+                         service_config=ServiceConfig.of({}))  # fmt: skip
         (tmp_path / "src" / Path(path).name).mkdir(parents=True)
         (tmp_path / "src" / Path(path).name / "who").write_text("me")
         tar = ["tar", "-cf", str(tmp_path / "data.tar"), "-C", str(tmp_path / "src"), Path(path).name]

@@ -709,7 +709,7 @@ def test_a_trial_restoring_a_golden_writes_its_override_once_on_the_golden(
     s.expect_readiness()
     trial = s.provision(snapshots=True)
     assert writes == [s.trial_dir / "compose.forge.yaml"]
-    assert planned[0]["app-db"]["image"] == "forgelib/postgres:15"  # planned on the config's image
+    assert planned[0]["app-db"].image == "forgelib/postgres:15"  # planned on the config's image
     override = load_override(writes[0].read_text())
     assert override["services"]["app-db"]["image"] == "sha256:golden"
     assert "volumes" not in override["services"]["app-db"]

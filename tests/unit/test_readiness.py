@@ -5,6 +5,7 @@ brings real stacks up: tests/integration/test_provision.py and every provisionin
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from forgelib.compose import ComposeProject
 from forgelib.readiness import NotReady, health_argv, start
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import Timeouts
 from forgelib.testing import ANY, FakeRunner
 
@@ -62,6 +64,11 @@ def _order(fake: FakeRunner) -> list[str]:
     return out
 
 
+def _services(raw: dict[str, Any]) -> Mapping[str, ServiceConfig]:
+    """The resolved config's services, typed, as ``start`` takes them."""
+    return ResolvedConfig.of({"services": raw}).services
+
+
 def test_a_dependent_starts_once_the_dependency_is_healthy_by_its_own_check() -> None:
     fake = FakeRunner()
     compose = _stack(fake, {"db": HC, "api": None})
@@ -71,7 +78,7 @@ def test_a_dependent_starts_once_the_dependency_is_healthy_by_its_own_check() ->
     fake.expect("docker", "exec", "id-db", "check", rc=0)  # ...ready
     fake.expect("docker", "start")
     deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
-    start(compose, deps, ["db", "api"])
+    start(compose, _services(deps), ["db", "api"])
     assert _order(fake) == ["start db", "probe db", "probe db", "probe db", "start api"]
     assert {c.tag for c in fake.calls if c.argv[1] in ("start", "exec")} == {"start", "exec"}
 
@@ -90,13 +97,27 @@ def test_service_started_does_not_wait_for_health_and_completed_waits_for_exit_0
         "side": {"depends_on": {"db": {"condition": "service_started"}}},
         "api": {"depends_on": {"migrate": {"condition": "service_completed_successfully"}}},
     }
-    start(compose, deps, ["db", "migrate", "api", "side"])
+    start(compose, _services(deps), ["db", "migrate", "api", "side"])
     order = _order(fake)
     assert order.index("start side") > order.index("start db")
     # api only after migrate was seen exited (its second state read), never while it still ran
     reads = [i for i, c in enumerate(fake.calls) if c.argv[2] == "--format" and c.argv[-1] == "id-migrate"]
     api_start = next(i for i, c in enumerate(fake.calls) if c.argv[:3] == ("docker", "start", "id-api"))
     assert len(reads) == 2 and reads[1] < api_start
+
+
+@pytest.mark.parametrize(
+    "implicit",
+    [{"network_mode": "service:db"}, {"volumes_from": ["db:ro"]}, {"links": ["db:database"]}],
+)
+def test_what_compose_orders_by_implicitly_starts_first(implicit: dict[str, Any]) -> None:
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": None, "api": None})
+    _state(fake, "id-db", Status="running")
+    _state(fake, "id-api", Status="running")
+    fake.expect("docker", "start")
+    start(compose, _services({"api": implicit}), ["api", "db"])
+    assert _order(fake) == ["start db", "start api"]
 
 
 @pytest.mark.parametrize(
@@ -118,7 +139,11 @@ def test_a_failing_dependency_fails_fast_and_its_dependents_never_start(
     fake.expect("docker", "exec", "id-db", "check", rc=1)
     fake.expect("docker", "start")
     with pytest.raises(NotReady) as err:
-        start(compose, {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}, ["db", "api"])
+        start(
+            compose,
+            _services({"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}),
+            ["db", "api"],
+        )
     assert err.value.service == "db"
     assert str(err.value).startswith(said)
     assert "start api" not in _order(fake)

@@ -21,6 +21,11 @@ def test_a_service_reads_normalised() -> None:
         "volumes": [{"type": "bind", "source": "/s", "target": "/t"}],
         "depends_on": {"db": {"condition": "service_healthy"}, "cache": None},
         "networks": {"back": None},
+        "network_mode": "service:vpn",
+        "volumes_from": ["data:ro"],
+        "links": ["db:database"],
+        "container_name": "shop-app",
+        "deploy": {"replicas": 3},
     }
     svc = ServiceConfig.of(raw, "app")
     assert (svc.name, svc.image, svc.build) == ("app", "postgres:16", True)
@@ -30,6 +35,17 @@ def test_a_service_reads_normalised() -> None:
     assert svc.volumes == ({"type": "bind", "source": "/s", "target": "/t"},)
     assert svc.depends_on == {"db": {"condition": "service_healthy"}, "cache": {}}
     assert svc.networks == ("back",)
+    assert (svc.network_mode, svc.volumes_from, svc.links) == ("service:vpn", ("data:ro",), ("db:database",))
+    assert (svc.container_name, svc.replicas) == ("shop-app", 3)
+    assert ServiceConfig.of({"scale": 2}).replicas == 2 and ServiceConfig.of({}).replicas == 1
+    built = svc.with_image("forge-built:1")
+    assert (built.image, built.raw["image"], built.name, built.command) == (
+        "forge-built:1",
+        "forge-built:1",
+        "app",
+        svc.command,
+    )
+    assert svc.image == "postgres:16"  # a copy: the service's own view is unchanged
     assert ServiceConfig.of({"environment": {"P": None, "Q": 5}}).environment == {"P": "", "Q": "5"}
 
 
@@ -47,8 +63,17 @@ def test_the_whole_config_and_an_absent_service() -> None:
     assert ResolvedConfig.of(None).services == {}
 
 
-def test_only_resolved_py_reads_a_service_environment() -> None:
-    """``.get("environment")`` on a config dict is forgelib.resolved's alone (file:line otherwise)."""
+# The fields ServiceConfig reads (``volumes``, ``image``: override documents have them too; ``command``: so
+# does an agent record).
+FIELDS = (
+    "environment", "depends_on", "ports", "healthcheck", "network_mode", "volumes_from", "links",
+    "container_name", "deploy", "scale",
+)  # fmt: skip
+
+
+def test_only_resolved_py_reads_a_service_s_fields() -> None:
+    """``.get(FIELD)`` on a config dict is forgelib.resolved's alone, and ``.raw`` (the dict behind the
+    typed view) is read only by it and the golden key's digest (file:line otherwise)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "resolved.py" or "spec" in path.relative_to(PACKAGE).parts:
@@ -60,7 +85,9 @@ def test_only_resolved_py_reads_a_service_environment() -> None:
                 and node.func.attr == "get"
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
-                and node.args[0].value in ("environment", "depends_on")
+                and node.args[0].value in FIELDS
             ):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+            if isinstance(node, ast.Attribute) and node.attr == "raw" and path.name != "key.py":
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} (.raw)")
     assert not found, "resolved config read outside forgelib/resolved.py:\n  " + "\n  ".join(found)

@@ -11,6 +11,7 @@ import pytest
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, RecipeError
+from forgelib.resolved import ServiceConfig
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, SeedTarget, filesystem_dir, redis_dump, sql_dump
 from forgelib.spec.models import Seed, SeedKind, Timeouts
 from forgelib.testing import FakeRunner
@@ -34,7 +35,7 @@ def ctx(
         seed,
         dict(options or {}),
         compose=compose,
-        service_config={"environment": dict(environment or {})},
+        service_config=ServiceConfig.of({"environment": dict(environment or {})}, service),
         timeouts=T,
     )
 
@@ -524,12 +525,13 @@ def test_a_seed_tree_is_listed_once_per_verified_digest(
 
 
 def test_direct_ports_follow_the_service_config() -> None:
-    assert sql_dump.direct_port({}) == 5432
-    assert sql_dump.direct_port({"environment": {"PGPORT": "6543"}}) == 6543
-    assert redis_dump.direct_port({"command": ["redis-server", "--save", ""]}) == 6379
-    assert redis_dump.direct_port({"command": ["redis-server", "--port", "7000"]}) == 7000
-    assert redis_dump.command_option({"command": "redis-server --requirepass pw"}, "requirepass") == "pw"
-    assert filesystem_dir.direct_port({}) is None and REGISTRY[SeedKind.BARE].direct_port({}) is None
+    of = ServiceConfig.of
+    assert sql_dump.direct_port(of({})) == 5432
+    assert sql_dump.direct_port(of({"environment": {"PGPORT": "6543"}})) == 6543
+    assert redis_dump.direct_port(of({"command": ["redis-server", "--save", ""]})) == 6379
+    assert redis_dump.direct_port(of({"command": ["redis-server", "--port", "7000"]})) == 7000
+    assert redis_dump.command_option(of({"command": "redis-server --requirepass pw"}), "requirepass") == "pw"
+    assert filesystem_dir.direct_port(of({})) is None and REGISTRY[SeedKind.BARE].direct_port(of({})) is None
 
 
 def test_connection_params_log_in_as_the_seed_did() -> None:
@@ -541,7 +543,8 @@ def test_connection_params_log_in_as_the_seed_did() -> None:
         return published[port]
 
     env = {"POSTGRES_USER": "app", "POSTGRES_DB": "shop", "POSTGRES_PASSWORD": "s3cret", "PGPORT": "6543"}
-    pg = sql_dump.connection_params({"environment": env}, {}, address)
+    of = ServiceConfig.of
+    pg = sql_dump.connection_params(of({"environment": env}), {}, address)
     assert (pg.host, pg.port, pg.user, pg.password, pg.dbname) == (
         "127.0.0.1",
         49002,
@@ -551,14 +554,14 @@ def test_connection_params_log_in_as_the_seed_did() -> None:
     )
     # The binding's user/database win over the environment, as in the seed's psql; `database=` over both.
     pg = sql_dump.connection_params(
-        {"environment": env}, {"user": "u", "database": "d"}, address, database="x"
+        of({"environment": env}), {"user": "u", "database": "d"}, address, database="x"
     )
     assert (pg.user, pg.password, pg.dbname) == ("u", "s3cret", "x")
-    pg = sql_dump.connection_params({}, {}, address)  # the official image's defaults
+    pg = sql_dump.connection_params(of({}), {}, address)  # the official image's defaults
     assert (pg.port, pg.user, pg.password, pg.dbname) == (49001, "postgres", None, "postgres")
     assert pg.url() == "postgresql://postgres@127.0.0.1:49001/postgres"
 
-    rd = redis_dump.connection_params({"command": ["redis-server", "--requirepass", "pw"]}, address, 2)
+    rd = redis_dump.connection_params(of({"command": ["redis-server", "--requirepass", "pw"]}), address, 2)
     assert (rd.host, rd.port, rd.password, rd.db) == ("127.0.0.1", 49003, "pw", 2)
     assert rd.url() == "redis://:pw@127.0.0.1:49003/2" and rd.url(db=0).endswith("/0")
     assert asked == [6543, 6543, 5432, 6379]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from forgelib.errors import Interrupted
+from forgelib.resolved import ServiceConfig
 from forgelib.snapshots import cli, key, store
 from forgelib.snapshots.key import FORMAT_VERSION
 from forgelib.snapshots.trial import unrestorable
@@ -33,27 +34,31 @@ def _svc(init: Path) -> dict[str, Any]:
     }
 
 
+def _key(svc: dict[str, Any], **base: Any) -> key.GoldenKey:
+    return key.make_key(**{**BASE, **base}, service_config=ServiceConfig.of(svc))
+
+
 def test_every_part_that_determines_the_bytes_changes_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     init = tmp_path / "init.sql"
     init.write_text("create table t (a int);\n")
     svc = _svc(init)
-    k0 = key.make_key(**BASE, service_config=svc).digest
-    assert key.make_key(**BASE, service_config=_svc(init)).digest == k0  # deterministic
+    k0 = _key(svc).digest
+    assert _key(_svc(init)).digest == k0  # deterministic
     changed = [
-        key.make_key(**{**BASE, "image_id": "sha256:other"}, service_config=svc),
-        key.make_key(**{**BASE, "seed_digest": "sha256:other"}, service_config=svc),
-        key.make_key(**{**BASE, "recipe_version": 2}, service_config=svc),
-        key.make_key(**{**BASE, "options": {"database": "x"}}, service_config=svc),
-        key.make_key(**BASE, service_config={**svc, "environment": {"POSTGRES_USER": "other"}}),
-        key.make_key(**BASE, service_config={**svc, "command": ["postgres", "-c", "fsync=off"]}),
+        _key(svc, image_id="sha256:other"),
+        _key(svc, seed_digest="sha256:other"),
+        _key(svc, recipe_version=2),
+        _key(svc, options={"database": "x"}),
+        _key({**svc, "environment": {"POSTGRES_USER": "other"}}),
+        _key({**svc, "command": ["postgres", "-c", "fsync=off"]}),
     ]
     init.write_text("create table t (a int, b int);\n")  # an init file's content, not its path
-    changed.append(key.make_key(**BASE, service_config=svc))
+    changed.append(_key(svc))
     init.write_text("create table t (a int);\n")
     monkeypatch.setattr(key, "FORMAT_VERSION", key.FORMAT_VERSION + 1)
-    changed.append(key.make_key(**BASE, service_config=svc))
+    changed.append(_key(svc))
     digests = [k.digest for k in changed]
     assert k0 not in digests and len(set(digests)) == len(digests)
 
@@ -62,9 +67,9 @@ def test_what_does_not_touch_state_leaves_the_key_alone(tmp_path: Path) -> None:
     init = tmp_path / "init.sql"
     init.write_text("x")
     svc = _svc(init)
-    k0 = key.make_key(**BASE, service_config=svc).digest
+    k0 = _key(svc).digest
     quiet = {**svc, "healthcheck": {"interval": "5s"}, "ports": ["5432"], "labels": {"a": "b"}}
-    assert key.make_key(**BASE, service_config=quiet).digest == k0
+    assert _key(quiet).digest == k0
 
 
 @pytest.mark.parametrize(
@@ -83,7 +88,7 @@ def test_what_does_not_touch_state_leaves_the_key_alone(tmp_path: Path) -> None:
 def test_a_golden_restores_only_where_docker_fills_the_path_from_the_image(
     volumes: list[dict[str, Any]], why: str | None
 ) -> None:
-    got = unrestorable({"volumes": volumes}, "/var/lib/postgresql/data")
+    got = unrestorable(ServiceConfig.of({"volumes": volumes}), "/var/lib/postgresql/data")
     assert (got is None) if why is None else (got is not None and why in got)
 
 
@@ -252,7 +257,7 @@ def test_a_restore_is_trusted_only_when_its_fingerprint_equals_the_captured_one(
     from forgelib.spec.models import Timeouts
     from forgelib.testing import FakeRunner
 
-    k = key.make_key(**BASE, service_config={})
+    k = _key({})
     captured = {"roles": "r1", "seeded_rows": "s1"}
     labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps(captured)}
     golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
@@ -281,7 +286,7 @@ def test_a_capture_names_its_built_image_by_id_and_only_the_unvolumed_one_or_the
     from forgelib.errors import CommandError
     from forgelib.testing import ANY, FakeRunner
 
-    k = key.make_key(**BASE, service_config={})
+    k = _key({})
     tag = store.tag_of(k.digest)
     built = "sha256:" + "b" * 64
     labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest}
@@ -350,13 +355,13 @@ def test_ctrl_c_during_a_capture_propagates_records_no_failure_and_restarts_noth
 
     restarted: list[str] = []
     compose = SimpleNamespace(stop=lambda svcs, timeout: None, run=cp)
-    ctx: Any = SimpleNamespace(service="db", compose=compose, service_config={})
+    ctx: Any = SimpleNamespace(service="db", compose=compose, service_config=ServiceConfig.of({}))
     recipe: Any = SimpleNamespace(
         golden_fingerprint=lambda ctx: {"rows": "x"}, golden_path=lambda ctx: "/data"
     )
     seed = Seed(name="s", path=tmp_path / "s.sql", kind=SeedKind.SQL_DUMP, digest="sha256:" + "c" * 64)
     released: list[bool] = []
-    plan = Plan("db", key.make_key(**BASE, service_config={}), capture=True)
+    plan = Plan("db", _key({}), capture=True)
     plan.lock.callback(lambda: released.append(True))
     goldens = TrialGoldens(runner, Timeouts(), "run", "proj", stopping=lambda: state.requested)
     with pytest.raises(Interrupted):
@@ -378,7 +383,7 @@ def test_ctrl_c_while_a_restore_is_verified_is_no_fault_of_the_golden() -> None:
     from forgelib.spec.models import Timeouts
     from forgelib.testing import FakeRunner
 
-    k = key.make_key(**BASE, service_config={})
+    k = _key({})
     labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps({"a": "1"})}
     golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
 
@@ -448,7 +453,7 @@ def _restored_db() -> tuple[Any, Any]:
 
     from forgelib.snapshots.trial import Plan
 
-    k = key.make_key(**BASE, service_config={})
+    k = _key({})
     labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps({"a": "1"})}
     golden = store.Golden("sha256:g", (store.tag_of(k.digest),), labels, datetime.now(UTC), 1)
     return k, {"db": Plan("db", k, golden)}
