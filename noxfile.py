@@ -19,9 +19,10 @@ def _install(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """Unit tests: no Docker needed (commands go through the fake runner)."""
+    """Unit tests: no Docker needed (commands go through the fake runner). One worker per core (xdist):
+    the suite is CPU-bound, and its tests share nothing."""
     _install(session)
-    session.run(*PYTEST, "tests/unit", *session.posargs)
+    session.run(*PYTEST, "-n", "auto", "tests/unit", *session.posargs)
 
 
 @nox.session(python="3.11")
