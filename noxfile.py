@@ -48,10 +48,11 @@ def integration(session: nox.Session) -> None:
     if paths:
         session.run(*PYTEST, "-m", "integration", *session.posargs)
         return
-    # The tests mostly wait on the engine, so two files run at a time (a file stays on one worker: its
-    # module-scoped stacks are shared). Files marked engine_alone follow, alone (README "Development").
+    # The tests mostly wait on the engine, so three files run at a time (a file stays on one worker: its
+    # module-scoped stacks are shared); on CI's 2 cores that keeps them busy (benchmarks/README.md, "CI").
+    # Files marked engine_alone follow, alone (README "Development").
     folder = "tests/integration"
-    parallel = ["-n", "2", "--dist", "loadfile"]
+    parallel = ["-n", "3", "--dist", "loadfile"]
     session.run(*PYTEST, *parallel, "-m", "integration and not engine_alone", folder, *session.posargs)
     session.run(*PYTEST, "-m", "integration and engine_alone", folder, *session.posargs)
 
