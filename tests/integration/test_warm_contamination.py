@@ -18,6 +18,11 @@ show, the hunt changes them, and the next trial runs on a replaced stack. Nothin
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +33,7 @@ from forgelib import labels as lab
 from forgelib.run.cli import main_run
 from forgelib.runner import SubprocessRunner
 
-# engine_alone: this file counts the engine's dangling volumes, which any other stack's teardown makes for
-# a moment (noxfile runs it after the parallel files).
-pytestmark = [pytest.mark.integration, pytest.mark.engine_alone]
+pytestmark = pytest.mark.integration
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "contamination" / "run_configs"
 CONFIG = CONFIGS / "warm.yaml"
@@ -44,9 +47,9 @@ def _trial(run_dir: Path, task: str, index: int) -> tuple[dict[str, Any], dict[s
 def test_every_warm_trial_observes_what_the_first_fresh_one_did(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    dangling = _dangling_volumes(runner)
-    rc = main_run(str(CONFIG), output=str(tmp_path), as_json=True)
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    with _engine_events(runner, tmp_path / "engine-events.jsonl") as engine_events:
+        rc = main_run(str(CONFIG), output=str(tmp_path / "runs"), as_json=True)
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     try:
         assert rc == 0, (run_dir / "summary.json").read_text()
         first_trial, first = _trial(run_dir, "within_reach", 0)
@@ -91,12 +94,52 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         assert lab.is_empty(left), f"leaked: {left}"
     # Nor an unlabelled volume (the labels above cannot see one): the exact reset's helper once kept its
     # pristine copy on an anonymous volume that `down --remove-orphans` left behind, one per warm stack.
-    assert _dangling_volumes(runner) <= dangling
+    # Every volume the run's own containers mounted (the engine's events say which) must be gone.
+    mounted = _volumes_mounted_by_run(engine_events, run_dir.name)
+    assert len(mounted) >= 4, mounted  # each of the 4 stacks' postgres data, at least: the stream saw them
+    left = [v for v in sorted(mounted) if runner.run(["docker", "volume", "inspect", v], check=False).rc == 0]
+    assert not left, f"volumes of the run's containers left behind: {left}"
 
 
-def _dangling_volumes(runner: SubprocessRunner) -> set[str]:
-    out = runner.run(["docker", "volume", "ls", "-q", "--filter", "dangling=true"], timeout=60).stdout
-    return set(out.split())
+@contextmanager
+def _engine_events(runner: SubprocessRunner, path: Path) -> Iterator[Path]:
+    """The engine's container-create and volume events while the block runs, streamed to ``path`` (the
+    daemon keeps only its last 256 events, and other tests share the engine). On leaving, a sentinel
+    volume's own event proves the stream caught up before it is stopped."""
+    sentinel = f"forgetest-events-{os.getpid()}-{path.parent.name}"
+    argv = ["docker", "events", "--format", "{{json .}}"]
+    argv += ["--filter", "type=container", "--filter", "type=volume", "--filter", "event=create"]
+    argv += ["--filter", "event=mount"]
+    with path.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        try:
+            yield path
+            runner.run(["docker", "volume", "create", sentinel], timeout=60)
+            runner.run(["docker", "volume", "rm", sentinel], timeout=60)
+            deadline = time.monotonic() + 120
+            with path.open() as seen:  # follows the file as docker writes it, line by line
+                while sentinel not in (line := seen.readline()):
+                    assert proc.poll() is None, "docker events ended before the sentinel came"
+                    assert time.monotonic() < deadline, "the sentinel's event never came"
+                    if not line:
+                        time.sleep(0.05)  # at the end of what docker wrote so far
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _volumes_mounted_by_run(events: Path, run: str) -> set[str]:
+    """The volumes that containers labelled with ``run`` mounted, from an ``_engine_events`` file."""
+    ours: set[str] = set()
+    mounted: dict[str, set[str]] = {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        attrs = e.get("Actor", {}).get("Attributes", {})
+        if e.get("Type") == "container" and e.get("Action") == "create" and attrs.get(lab.RUN) == run:
+            ours.add(e["Actor"]["ID"])
+        if e.get("Type") == "volume" and e.get("Action") == "mount":
+            mounted.setdefault(attrs.get("container", ""), set()).add(e["Actor"]["ID"])
+    return {v for c in ours for v in mounted.get(c, ())}
 
 
 def test_the_template_strategy_shows_its_databases_and_a_changed_copy_replaces_the_stack(
