@@ -263,7 +263,6 @@ class Toolbox:
                 f"the stack has no service {', '.join(map(repr, unknown))}; "
                 f"services: {', '.join(sorted(all_services))}"
             )
-        self._config = config
         self._services: dict[str, ServiceConfig] = {n: all_services[n] for n in names}
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, int], tuple[str, int] | None] = {}
