@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
+from forgelib.kinds.postgres.seed import postgres_credentials
 from forgelib.resolved import ResolvedConfig
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.run.tracecheck import NO_TRACE, Trace, decide
 from forgelib.runner import Result
-from forgelib.seeds.sql_dump import postgres_credentials
 from forgelib.spec.models import MATCHERS, Check
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response

@@ -20,6 +20,7 @@ from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from forgelib.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds.base import SeedMount
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run import manifest, tools
@@ -58,7 +59,6 @@ from forgelib.run.results import (
 )
 from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
-from forgelib.seeds.base import SeedMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 

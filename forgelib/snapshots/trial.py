@@ -19,9 +19,9 @@ from typing import Any, Protocol
 from forgelib import dockerargv as dk
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.resolved import ServiceConfig
 from forgelib.runner import Runner
-from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
 from forgelib.snapshots.key import GoldenKey, canonical, make_key
 from forgelib.spec.models import Seed, Timeouts

@@ -3,7 +3,7 @@ resets it in place between trials, instead of a fresh ``up``/``down`` per trial.
 
 Isolation on a warm stack, per service label:
 
-* ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/seeds/<kind>``:
+* ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/kinds/<kind>/``:
   a data directory restored whole or a template-database clone, a redis keyspace RESTORE, the tree copied
   from the host seed), then **verified**: the
   recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
@@ -52,6 +52,7 @@ from forgelib import labels as lab
 from forgelib.admission import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.compose import ComposeProject, project_name
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds.base import fingerprint_diff
 from forgelib.provision import (
     FAILURE_FILE,
     PhaseCallback,
@@ -63,7 +64,6 @@ from forgelib.provision import (
     provision_stack,
 )
 from forgelib.resolved import ResolvedConfig
-from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
 from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from forgelib.errors import UsageError
+from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.provision import ProvisionedTrial
 from forgelib.run.cli import main_run
-from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
 from tests.support.warmpool import PoolHarness, decision, task

@@ -12,8 +12,7 @@ import stat
 from pathlib import Path
 
 from forgelib.errors import CommandError
-from forgelib.resolved import ServiceConfig
-from forgelib.seeds.base import (
+from forgelib.kinds.base import (
     ApplyContext,
     Fingerprint,
     Memo,
@@ -22,6 +21,7 @@ from forgelib.seeds.base import (
     no_golden,
     no_mount,
 )
+from forgelib.resolved import ServiceConfig
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})

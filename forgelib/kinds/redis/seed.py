@@ -21,8 +21,7 @@ from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted
-from forgelib.resolved import ServiceConfig
-from forgelib.seeds.base import (
+from forgelib.kinds.base import (
     CONNECT_TIMEOUT,
     ApplyContext,
     Fingerprint,
@@ -30,6 +29,7 @@ from forgelib.seeds.base import (
     fingerprint_part,
     no_mount,
 )
+from forgelib.resolved import ServiceConfig
 
 if TYPE_CHECKING:
     import redis as redis_lib
