@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.seeds import redis_dump, sql_dump
-from forgelib.seeds.redis_dump import RedisParams
-from forgelib.seeds.sql_dump import PostgresParams
+from forgelib.kinds.postgres import seed as sql_dump
+from forgelib.kinds.postgres.seed import PostgresParams
+from forgelib.kinds.redis import seed as redis_dump
+from forgelib.kinds.redis.seed import RedisParams
 from forgelib.spec.models import EnvironmentManifest
 
 if TYPE_CHECKING:

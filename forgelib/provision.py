@@ -38,9 +38,9 @@ from forgelib.errors import (
     ProvisionError,
     RecipeError,
 )
+from forgelib.kinds.base import ApplyContext, Memo, PreparedSeed, Recipe, SeedMount, SeedTarget
+from forgelib.kinds.registry import REGISTRY
 from forgelib.runner import Runner
-from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
-from forgelib.seeds.base import PreparedSeed, SeedMount
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest

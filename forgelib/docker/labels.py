@@ -37,7 +37,7 @@ COMPOSE_SERVICE = "com.docker.compose.service"  # also compose's: which service 
 COMPOSE_ONEOFF = "com.docker.compose.oneoff"  # compose's: "True" on `compose run` containers
 # compose counts a container as its project's (and removes an orphan on `down`) only with this label.
 COMPOSE_CONFIG_HASH = "com.docker.compose.config-hash"
-# A container forge adds to a stack for its own use (forgelib.seeds.datadir's pristine copy): never one
+# A container forge adds to a stack for its own use (forgelib.kinds.datadir's pristine copy): never one
 # of the trial's services (left out of `served`, the ports and logs a trial records).
 HELPER = "io.forgelib.helper"
 

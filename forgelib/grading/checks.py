@@ -20,8 +20,8 @@ from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
 from forgelib.grading.score import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.grading.traces import NO_TRACE, Trace, decide
+from forgelib.kinds.postgres.seed import postgres_credentials
 from forgelib.runner import Result
-from forgelib.seeds.sql_dump import postgres_credentials
 from forgelib.spec.models import MATCHERS, Check
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response

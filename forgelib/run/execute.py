@@ -33,6 +33,7 @@ from forgelib.grading.score import (
     threshold_of,
 )
 from forgelib.grading.traces import TRACE_FILE, read_trace
+from forgelib.kinds.base import SeedMount
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run import manifest, tools
@@ -58,7 +59,6 @@ from forgelib.run.results import (
     write_trial,
 )
 from forgelib.runner import Result, secret_values
-from forgelib.seeds.base import SeedMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 

@@ -20,8 +20,8 @@ from forgelib.docker import argv as dk
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.runner import Runner
-from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
 from forgelib.snapshots.key import GoldenKey, canonical, make_key
 from forgelib.spec.models import Seed, Timeouts

@@ -3,7 +3,7 @@ resets it in place between trials, instead of a fresh ``up``/``down`` per trial.
 
 Isolation on a warm stack, per service label:
 
-* ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/seeds/<kind>``:
+* ``reset`` — restored to its seed before every trial by its recipe's ``reset`` (``forgelib/kinds/<kind>/``:
   a data directory restored whole or a template-database clone, a redis keyspace RESTORE, the tree copied
   from the host seed), then **verified**: the
   recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
@@ -53,6 +53,7 @@ from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds.base import fingerprint_diff
 from forgelib.provision import (
     FAILURE_FILE,
     PhaseCallback,
@@ -63,7 +64,6 @@ from forgelib.provision import (
     out_of_networks,
     provision_stack,
 )
-from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
 from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan

@@ -200,7 +200,7 @@ def _archive(version: tuple[int, int, int], by: str = "17.6", source: str = "17.
 
 
 def test_the_dump_header_says_what_made_it(tmp_path: Path) -> None:
-    from forgelib.seeds.sql_dump import DumpHeader, read_header
+    from forgelib.kinds.postgres.seed import DumpHeader, read_header
 
     plain = tmp_path / "plain.sql"
     plain.write_text("create table t (a int);\n")
@@ -240,7 +240,7 @@ def test_the_dump_header_says_what_made_it(tmp_path: Path) -> None:
 def test_an_incompatible_dump_is_refused_naming_both_versions_and_the_fix(
     header: dict[str, Any], server: str, client: str, problem: str | None
 ) -> None:
-    from forgelib.seeds.sql_dump import DumpHeader, compatibility
+    from forgelib.kinds.postgres.seed import DumpHeader, compatibility
 
     why = compatibility(DumpHeader(**header), server, client)
     if problem is None:

@@ -13,8 +13,8 @@ import pytest
 
 from forgelib.cli.run import main_run
 from forgelib.errors import UsageError
+from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.provision import ProvisionedTrial
-from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
 from tests.support.warmpool import PoolHarness, decision, task

@@ -362,7 +362,8 @@ def test_the_cluster_driver_loads_a_project_without_the_client_libraries() -> No
     code = (
         "import sys, forgelib.cli.program, forgelib.cli.tasks, forgelib.cli.run, forgelib.run.execute, "
         "forgelib.cluster.driver, forgelib.cluster.connect, forgelib.connect\n"
-        "from forgelib.seeds import redis_dump, sql_dump\n"
+        "from forgelib.kinds.postgres import seed as sql_dump\n"
+        "from forgelib.kinds.redis import seed as redis_dump\n"
         "from forgelib.spec.loader import load_project_config\n"
         f"project = load_project_config({str(PACK)!r})\n"
         "assert project.seeds, 'the pack has seeds'\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError
-from forgelib.seeds.base import (
+from forgelib.kinds.base import (
     ApplyContext,
     Fingerprint,
     Memo,

@@ -31,7 +31,7 @@ from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker import readiness
 from forgelib.errors import CommandError, ForgeError, Interrupted
-from forgelib.seeds.base import ApplyContext
+from forgelib.kinds.base import ApplyContext
 
 # First start (no copy yet): keep one; every later start: empty the data directory and copy it back. The
 # copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from.

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, ForgeError, Interrupted
-from forgelib.seeds.base import (
+from forgelib.kinds.base import (
     CONNECT_TIMEOUT,
     ApplyContext,
     Fingerprint,

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
-from forgelib.seeds.base import (
+from forgelib.kinds.base import (
     CONNECT_TIMEOUT,
     ApplyContext,
     Fingerprint,
@@ -26,7 +26,7 @@ from forgelib.seeds.base import (
     fingerprint_part,
     no_mount,
 )
-from forgelib.seeds.datadir import PristineDir
+from forgelib.kinds.datadir import PristineDir
 from forgelib.spec.models import ResetStrategy
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ def connection_params(
 
 # ---------------------------------------------------------------------------------------------- warm
 #
-# Two strategies (``strategy``). ``exact`` (the default): ``forgelib.seeds.datadir`` keeps the seeded data
+# Two strategies (``strategy``). ``exact`` (the default): ``forgelib.kinds.datadir`` keeps the seeded data
 # directory in a helper container's volume, outside the server and its container; every reset stops the
 # server, puts that copy back and starts it again: the server a trial sees is, byte for byte, the one the
 # first seeding left (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps

@@ -10,8 +10,11 @@ provisioning wraps it as ``ProvisionError(stage="reset_recipe")``.
 
 from __future__ import annotations
 
-from forgelib.seeds import bare, filesystem_dir, redis_dump, sql_dump
-from forgelib.seeds.base import ApplyContext, Memo, Recipe, SeedTarget
+from forgelib.kinds.bare import seed as bare
+from forgelib.kinds.base import ApplyContext, Memo, Recipe, SeedTarget
+from forgelib.kinds.postgres import seed as sql_dump
+from forgelib.kinds.redis import seed as redis_dump
+from forgelib.kinds.tree import seed as filesystem_dir
 from forgelib.spec.models import SeedKind
 
 REGISTRY: dict[SeedKind, Recipe] = {

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
-from forgelib.seeds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
+from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
 
 OPTIONS: frozenset[str] = frozenset()
 MOUNT_ROOT = "/run/forge/seeds"
