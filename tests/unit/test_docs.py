@@ -22,7 +22,7 @@ TEST_COMMAND = "nox -s lint tests integration e2e"
 
 
 def _markdown_files() -> list[Path]:
-    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+    return [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").glob("*.md"))]
 
 
 def _prose(text: str) -> list[tuple[int, str]]:
