@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.readme import first_project_commands
 
-from forgelib.labels import OWNER_PID, RUN, is_empty, resources_with_labels
+from forgelib.docker.labels import OWNER_PID, RUN, is_empty, resources_with_labels
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.e2e
