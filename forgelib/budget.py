@@ -12,8 +12,8 @@ measured figures (unit-tested with made-up ones) and two small stateful holders:
 * **Starts** (``Admission.starting``): at most ``starts`` of a run's stacks come up at once (default: the
   cores this process may use, ``usable_cores``), the rest queue. Bringing a stack up is CPU (Docker's
   namespaces and networks, a database's ``initdb``, readiness probes); more at once only slow each other
-  down, and on a 2-core box 32-64 at once sent the load to 83-108, where healthy services' probes ran past
-  their timeouts and the stacks failed (benchmarks/README.md, agent-shaped load). The warm pool keeps the
+  down, until healthy services' probes run past their timeouts and the stacks fail (benchmarks/README.md,
+  "Agent-shaped load"). The warm pool keeps the
   same bound on its own provisions (``WarmPool._ahead``, ``_maybe_spare``).
 * **Workload** (``Workload``, ``stacks_wanted``): host CPU (this process and the commands it waited for)
   per second a stack is held by a trial. A trial that spends its stack's time waiting on a model uses a
@@ -42,8 +42,8 @@ MIB = 1024 * 1024
 DEFAULT_SHARE = 0.8  # of MemAvailable at the run's start: the rest stays for the host and forge itself
 ASSUMED_STACK = 512 * MIB  # one stack's footprint until the first one is measured (reference packs: < 200)
 # Host CPU seconds (forge and the commands it waited for) per second a trial holds a stack, above which a
-# workload counts as working rather than waiting. Measured on the busy 2-core box: oracle-only warm trials
-# 0.16, the simulated agent (two 6 s model calls) 0.027-0.044 while other stacks were being provisioned.
+# workload counts as working rather than waiting: between what oracle-only trials and an agent waiting on a
+# model cost per held second (benchmarks/README.md, "Figures behind the code's choices").
 WAITING_CPU = 0.1
 MIN_OBSERVED = 1.0  # held seconds before the CPU figure means anything
 

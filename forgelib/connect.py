@@ -9,7 +9,8 @@ owner (``sql_dump.connection_params``: the binding's ``user``/``database``, else
 ``POSTGRES_USER``/``POSTGRES_DB``, the password from ``POSTGRES_PASSWORD``, the port from ``PGPORT``;
 ``redis_dump.connection_params``: ``--port``, ``--requirepass``).
 
-A ``compose exec psql`` round trip costs ~0.1 s; a direct query a millisecond. The warm-stack resets, the
+A ``compose exec psql`` round trip starts two CLIs and a process; a direct query is one round trip on an
+open connection (benchmarks/README.md, "Figures behind the code's choices"). The warm-stack resets, the
 pytest plugin and golden snapshots connect through here::
 
     trial = provision_trial(...)

@@ -335,7 +335,7 @@ class _Provisioning:
         )
 
     def _builds(self, compose: ComposeProject, config: Mapping[str, Any]) -> list[_ImageStep]:
-        """The run's images of ``build:`` services (the run's first trial builds; the others wait, ~0 s)."""
+        """The run's images of ``build:`` services (the run's first trial builds; the others wait for it)."""
         if not build_services(config):
             return []
         timeout = self.ctx.timeouts.compose_up
@@ -618,7 +618,7 @@ def _context(
     b: _Binding, compose: ComposeProject, service_config: ServiceConfig, t: Timeouts, memo: Memo
 ) -> ApplyContext:
     # The recipe's execs (psql reading the dump, the tree's copy) go straight to the container with
-    # `docker exec`: its container is up by now, and `compose exec` adds ~0.1 s of CLI start to each.
+    # `docker exec`: its container is up by now, and `compose exec` would add its CLI start to each.
     direct = dataclasses.replace(compose, direct=True)
     return ApplyContext(
         b.service, b.seed, b.options, compose=direct, service_config=service_config, timeouts=t, memo=memo
@@ -736,8 +736,8 @@ def _up_stage(e: ForgeError) -> str:
 
 def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail_lines: int) -> None:
     """Every service's log: one ``docker ps`` + ``docker inspect`` finds the containers, then one ``docker
-    logs`` each, all at once (five ``compose logs`` calls cost the cache pack ~0.4 s a trial, mostly CLI
-    start). On a warm stack a service's log is the container it serves now: its retired and spare
+    logs`` each, all at once (a ``compose logs`` call per service would pay the compose CLI's start each
+    time). On a warm stack a service's log is the container it serves now: its retired and spare
     containers are not this trial's."""
     dest.mkdir(parents=True, exist_ok=True)
     services = list(env.services)

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from forgelib.run import events as ev
 
-# Executor's per-trial progress lines ("task[3] oracle   4.1s"): the block shows that instead.
+# Executor's per-trial progress lines ("task[3] oracle   <seconds>"): the block shows that instead.
 _TRIAL_LINE = re.compile(r"^\S+\[\d+\] ")
 _REFRESH = 1.0  # seconds between redraws when no event arrives (the clocks move)
 

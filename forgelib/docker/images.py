@@ -39,8 +39,8 @@ OFFICIAL_BASE = "debian:bookworm-slim"
 BUILT_BASE = "forgelib/debian:bookworm"
 INSPECT_TIMEOUT = 30.0
 PULL_TIMEOUT = 300.0  # offline it fails at once ("no such host"); online, a slim image is ~30 MB
-BASE_BUILD_TIMEOUT = 900.0  # debootstrap minbase takes ~30 s on a good mirror
-BUILD_TIMEOUT = 900.0  # apt-get install postgresql-15 takes ~20 s on a good mirror
+BASE_BUILD_TIMEOUT = 900.0  # debootstrap minbase downloads a base system: room for a slow mirror
+BUILD_TIMEOUT = 900.0  # apt-get install postgresql-15 and friends: room for a slow mirror
 RM_TIMEOUT = 60.0
 # Test sessions, CI and people share one engine: concurrent `ensure_images` calls take turns, so the second
 # one finds fresh labels and reuses instead of building the same images again.

@@ -2,8 +2,8 @@
 ``docker exec`` every ``PROBE_INTERVAL``, instead of compose's ``up --wait``.
 
 Why: compose (and ``depends_on: service_healthy``) sees health only through Docker's healthcheck, which runs
-once per ``interval`` (1 s in the packs) and, on Docker 20.10, first only after one whole interval. A
-postgres that answers 0.3 s after start is "healthy" to compose at 1 s, its API at the next tick after that:
+once per ``interval`` and, on Docker 20.10, first only after one whole interval. A postgres that
+answers soon after start is "healthy" to compose only at the next tick, its API at the tick after that:
 whatever a golden or a warm stack saves is spent waiting on ticks. Running the same command ourselves is the
 same criterion, seen as soon as it holds.
 
@@ -84,7 +84,7 @@ def containers(
     compose: ComposeProject, services: Sequence[str], refs: Sequence[str] = (), *, required: bool = True
 ) -> dict[str, list[Container]]:
     """service -> its containers (replicas included) in ``compose``'s project, from labels: one ``docker
-    ps`` and one ``docker inspect``, not a compose call (~0.3 s of CLI start each). ``refs``: inspect
+    ps`` and one ``docker inspect``, not a compose call (each pays the compose CLI's start). ``refs``: inspect
     exactly these containers (names or ids) instead of every one of the project. ``required``: a service
     without a container is an error (else it is simply absent from the answer)."""
     return of_inspect(compose, services, compose.inspect(refs), required=required)
@@ -234,8 +234,8 @@ class _Waves:
         """Until ``c`` is ready: healthy by its own healthcheck (or running, without one), or exited 0 when
         it is a one-shot (``complete``: a dependent waits for exactly that)."""
         said = ""
-        # With a healthcheck, its first run comes before Docker's state (one `docker inspect`, ~0.03 s,
-        # less on the path of every ready container); an exited one fails that run, then the state says so.
+        # With a healthcheck, its first run comes before Docker's state (one `docker inspect` less on the
+        # path of every ready container); an exited one fails that run, then the state says so.
         last_state = time.monotonic()
         while True:
             if self.failed.is_set():

@@ -58,8 +58,8 @@ def read_argv(path: str) -> list[str]:
 class ReadOnce:
     """A grading pass's view of the stack in which each file is read once, however many checks (and the
     judge's ``input``) look at it, and each published port is looked up once. A ``docker exec cat`` costs
-    ~0.1 s of the engine's time, and execs into one container do not overlap (six at once take as long as
-    six in a row); the cache pack's grading read one note six times. Only for a pass without a mutating
+    the engine real time, and execs into one container do not overlap (six at once take as long as six in
+    a row); a rubric may well read one note from several checks. Only for a pass without a mutating
     check: its reads then all observe the same state, so one answer serves them all."""
 
     def __init__(self, stack: Stack) -> None:

@@ -104,7 +104,7 @@ class ApplyContext(SeedTarget):
     memo: Memo = field(default_factory=Memo)  # shared by the trials of one backend (see ``Memo``)
 
     # (service, container port) -> (host, port) of the loopback publication: looked up once per stack
-    # (``docker compose port`` costs ~0.1 s; the mapping lives as long as the container).
+    # (``docker compose port`` pays the compose CLI's start; the mapping lives as long as the container).
     addresses: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict, compare=False)
 
     def environment(self) -> Mapping[str, str]:

@@ -262,7 +262,8 @@ class Executor:
         pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
         futures: list[Future[TrialResult]] = []
         deferred = self._signal_stop.deferred if self._signal_stop is not None else contextlib.nullcontext
-        # A fresh stack's graceful `down` (~1 s) runs beside the worker's next trial, not before it.
+        # A fresh stack's graceful `down` runs beside the worker's next trial, not before it: it is off the
+        # critical path once the trial is on record.
         downs = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-down")
         self._teardowns = downs
         try:
@@ -270,7 +271,7 @@ class Executor:
             pending: set[Future[TrialResult]] = set(futures)
             while pending:
                 # A signal must not raise inside `wait` (see StopState.defer): it is recorded there and
-                # raised here, at the next wake-up (every 0.25 s at most).
+                # raised here, at the next wake-up (the wait below is bounded, so that comes soon).
                 with deferred():
                     done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 results.extend(f.result() for f in done)

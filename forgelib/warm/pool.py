@@ -272,9 +272,9 @@ class WarmPool:
 
         When every stack of the environment is busy, a trial waits for a release rather than provision a
         new stack, unless ``_grow`` finds the run ends sooner with one more: short trials queue on the
-        stacks there are (a reused trial takes ~1 s, a new stack ~7 s, and several provisions at once on a
-        small machine take longer still); long ones, or many left, grow the pool towards ``workers``
-        stacks, one provisioning at a time per environment.
+        stacks there are (reusing a stack is much quicker than provisioning one, and several provisions
+        at once on a small machine take longer still); long ones, or many left, grow the pool towards
+        ``workers`` stacks, one provisioning at a time per environment.
 
         A workload shown to wait (``_ahead``: trials hold stacks longer than one takes to come up, at little
         CPU) grows towards ``workers`` at once, several provisions at a time. Either way a new stack needs

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PG = ROOT / "examples" / "multi_service_postgres_reset"
 PG_EXAMPLE = ROOT / "examples" / "inspect_postgres_reset"
 
-# Checks of inspect's suite this sandbox cannot pass, with why (none today; README "inspect_ai").
+# Checks of inspect's suite this sandbox cannot pass, with why (none today; docs/inspect.md).
 XFAIL: dict[str, str] = {}
 
 

@@ -318,8 +318,8 @@ def connection_params(
 # ready copy of it.
 # reset: close the seeded database to new sessions, end the ones it has, rename it away and rename the
 # ready copy into its place — four catalog updates, a few milliseconds — then drop the old one and make the
-# next copy in the background, while the trial runs (``CREATE DATABASE … TEMPLATE`` takes 0.1-0.6 s and
-# ``DROP DATABASE`` 0.05-0.4 s on a busy 2-core machine: too slow for the reset's own critical path).
+# next copy in the background, while the trial runs (``CREATE DATABASE … TEMPLATE`` copies files and
+# ``DROP DATABASE`` removes them: too slow for the reset's own critical path).
 # All on a direct connection (``forgelib.connect``) to the maintenance database. Both databases are in
 # ``pg_database`` for a trial to see, and a superuser can open and change them (the reset then fails and
 # the stack is replaced): the strategy is an opt-in.

@@ -184,7 +184,7 @@ def _wait_for_ping(ctx: ApplyContext) -> None:
 
 def _state(ctx: ApplyContext) -> str:
     """The service's container state (``running``, ``exited``, ...) through ``docker ps`` + ``inspect`` by
-    label (~0.05 s a poll, against ~0.2 s for ``compose ps``); ``exited`` when it has no container, ``""``
+    label (cheaper per poll than ``compose ps``); ``exited`` when it has no container, ``""``
     when the engine did not answer (unknown: the caller keeps polling until its deadline). Of several
     containers, a running one wins: dead only when none runs."""
     try:
@@ -264,8 +264,8 @@ def connection_params(
 # ``DUMP`` and absolute expiry of every key of every database index — plus ``CONFIG GET *`` and the
 # function libraries. reset: restore any configuration a trial changed, ``FLUSHALL``, ``SCRIPT FLUSH``,
 # restore the functions, then pipelined ``RESTORE … ABSTTL`` per database: the server is never restarted.
-# Measured against SWAPDB with a pre-filled spare index (which holds a second copy in memory and cannot
-# cover a seed that uses several indexes), RESTORE of the packs' seeds takes ~2 ms. A keyspace over
+# Chosen over SWAPDB with a pre-filled spare index, which holds a second copy in memory and cannot cover
+# a seed that uses several indexes; RESTORE of a pack-sized seed is quick. A keyspace over
 # MAX_DUMP_BYTES is not held on the host: its reset falls back to the fresh stop → copy → start path.
 
 MAX_DUMP_BYTES = 256 * 1024 * 1024
