@@ -5,13 +5,17 @@ and a share of the score that nothing decided is null, never 0."""
 from __future__ import annotations
 
 import json
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.runlog import T0, ev_started, trial_events, write_log
 
 from forgelib.report.data import build
+from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.cli import render_table
 from forgelib.run.execute import RunPlan, run_project
@@ -146,3 +150,109 @@ def test_a_log_from_before_checks_were_logged_folds_with_none(tmp_path: Path) ->
     state = ev.fold(log)
     assert ev.summarize(state)["trials"][0]["checks"] == [] and build(state)["trials"][0]["checks"] == []
     assert "undecided" not in render_table(ev.summarize(state))
+
+
+# ------------------------------------------------------------------ report.html read as HTML, no script run
+
+
+class StaticPage(HTMLParser):
+    """What a reader without JavaScript sees of the report: the results table's rows (by ``data-trial``),
+    each with its cells' text and its checks (name, result, reason), and every tag that appears."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[dict[str, Any]] = []
+        self.tags: list[str] = []
+        self._in_rows = False
+        self._cell: list[str] | None = None
+        self._check: dict[str, Any] | None = None
+        self._why: list[str] | None = None
+        self._script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        self._script = tag == "script"
+        if tag == "tbody" and a.get("id") == "rows":
+            self._in_rows = True
+        elif self._in_rows and tag == "tr":
+            self.rows.append(
+                {"trial": a.get("data-trial"), "status": a.get("data-status"), "cells": [], "checks": []}
+            )
+        elif self._in_rows and tag == "td":
+            self._cell = []
+            self.rows[-1]["cells"].append(self._cell)
+        elif self._in_rows and tag == "li" and a.get("class") == "check":
+            self._check = {"name": a.get("data-check"), "result": a.get("data-result"), "reason": None}
+            self.rows[-1]["checks"].append(self._check)
+        elif self._check is not None and tag == "div" and a.get("class") == "why":
+            self._why = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody":
+            self._in_rows = False
+        elif tag == "li":
+            self._check = None
+        elif tag == "div" and self._why is not None and self._check is not None:
+            self._check["reason"] = "".join(self._why)
+            self._why = None
+        elif tag == "script":
+            self._script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._script:
+            return
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._why is not None:
+            self._why.append(data)
+
+    @classmethod
+    def of(cls, html: str) -> StaticPage:
+        page = cls()
+        page.feed(html)
+        page.close()
+        return page
+
+
+def cell_text(row: dict[str, Any], i: int) -> str:
+    return "".join(row["cells"][i]).strip()
+
+
+def test_report_html_without_javascript_shows_every_trial_and_check(run_without_trace: Path) -> None:
+    summary = json.loads((run_without_trace / "summary.json").read_text())
+    page = StaticPage.of(write_report(run_without_trace).read_text())
+    assert [(cell_text(r, 0), cell_text(r, 1), r["status"]) for r in page.rows] == [
+        (f"{t['task']}[{t['index']}]", t["status"], t["status"]) for t in summary["trials"]
+    ]
+    for row, trial in zip(page.rows, summary["trials"], strict=True):
+        assert row["checks"] == [{k: c[k] for k in ("name", "result", "reason")} for c in trial["checks"]]
+        assert cell_text(row, 2) == "1.00"
+        assert "1 passed · 3 undecided" in cell_text(row, 9)
+        assert "failed" not in cell_text(row, 9)  # undecided is never shown as failed
+
+
+def test_hostile_names_and_reasons_are_text_in_the_static_table(tmp_path: Path) -> None:
+    evil = "<img src=x onerror=alert(1)></script><script>alert(2)</script>&amp; <!--FORGE:rows-->"
+    log = [ev_started([("t", 0)]), *trial_events("t", 0, T0 + 1, "0", outcome="failed")]
+    (finished,) = [e for e in log if e["kind"] == ev.TRIAL_FINISHED]
+    finished["reasons"] = [f"check {evil!r} failed"]
+    finished["checks"] = [
+        {"name": evil, "kind": "gate", "type": "sql", "weight": 1.0, "result": "failed", "reason": evil},
+        {"name": "t2", "kind": "check", "type": "trace", "weight": 1.0, "result": "undecided",
+         "reason": f"cannot be decided: {evil}"},
+    ]  # fmt: skip
+    run_dir = tmp_path / "r"
+    write_log(run_dir, log)
+    html = write_report(run_dir).read_text()
+    page = StaticPage.of(html)
+    assert html.count("</script>") == 2  # nothing closes the data block or opens a script
+    markup = re.sub(r'<script id="data" type="application/json">.*?</script>', "", html, flags=re.S)
+    assert "<img" not in markup and "<!--FORGE:" not in markup and "&lt;img src=x" in markup
+    assert "img" not in page.tags and page.tags.count("script") == 2  # the data block and the page's own
+    (row,) = page.rows
+    assert row["checks"] == [
+        {"name": evil, "result": "failed", "reason": evil},
+        {"name": "t2", "result": "undecided", "reason": f"cannot be decided: {evil}"},
+    ]
+    assert evil in cell_text(row, 8)  # the reason, as text
