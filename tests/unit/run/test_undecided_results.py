@@ -14,13 +14,13 @@ import pytest
 import yaml
 from support.runlog import T0, ev_started, trial_events, write_log
 
+from forgelib.cli.run import render_table
+from forgelib.grading.regrade import Recorded
+from forgelib.grading.score import CheckOutcome, checks_component, combine, grade
 from forgelib.report.data import build
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
-from forgelib.run.cli import render_table
 from forgelib.run.execute import RunPlan, run_project
-from forgelib.run.grading import CheckOutcome, checks_component, combine, grade
-from forgelib.run.regrade import Recorded
 from forgelib.run.results import check_of, grade_doc
 
 from .fakes import FakeBackend, good_answer
