@@ -10,7 +10,7 @@ import contextlib
 import json
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,13 +240,20 @@ def progress(line: str) -> None:
 
 
 def render_table(summary: Mapping[str, Any]) -> str:
+    """One row per trial, then each undecided check with the trials it was undecided in and why, then
+    the run's totals. A trial's reason says how many of its checks were undecided: it passed or failed
+    on the others alone."""
     rows = [("TASK", "IDX", "STATUS", "SCORE", "TERMINATION", "REASON")]
     for t in summary["trials"]:
         score = "-" if t["score"] is None else f"{t['score']:.2f}"
         reason = (t["reasons"] or [""])[0]
+        undecided = sum(c.get("result") == "undecided" for c in t.get("checks") or ())
+        if undecided:
+            reason = f"{undecided} undecided" + (f"; {reason}" if reason else "")
         reason = reason if len(reason) <= 80 else reason[:77] + "..."
         rows.append((t["task"], str(t["index"]), t["status"], score, t["termination_reason"] or "-", reason))
     lines = align(rows, ragged_last=True)
+    lines += undecided_lines(summary["trials"])
     tot = summary["totals"]
     errors = ", ".join(f"{k}: {v}" for k, v in tot["errors_by_stage"].items()) or "none"
     lines.append(
@@ -255,6 +262,23 @@ def render_table(summary: Mapping[str, Any]) -> str:
         + (f", {tot['not_finished']} not finished" if tot["not_finished"] else "")
     )
     return "\n".join(line.rstrip() for line in lines)
+
+
+def undecided_lines(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each check that could not be decided, once per task, check and reason, with its trials' indexes."""
+    seen: dict[tuple[str, str, str, str], list[int]] = {}
+    for t in trials:
+        for c in t.get("checks") or ():
+            if c.get("result") == "undecided":
+                key = (str(t["task"]), str(c.get("kind")), str(c.get("name")), str(c.get("reason") or ""))
+                seen.setdefault(key, []).append(int(t["index"]))
+    if not seen:
+        return []
+    out = ["undecided (neither passed nor failed; left out of the score):"]
+    for (task, kind, name, reason), indexes in seen.items():
+        which = ",".join(map(str, indexes)) if len(indexes) <= 6 else f"{len(indexes)} trials"
+        out.append(f"  {task}[{which}] {kind} {name!r}: {reason}")
+    return out
 
 
 __all__ = ["build_plan", "main_run", "progress", "render_table"]

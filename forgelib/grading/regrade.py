@@ -42,7 +42,7 @@ from forgelib.grading.score import (
 )
 from forgelib.grading.traces import TRACE_FILE, Trace, decide, read_trace
 from forgelib.run import events as ev
-from forgelib.run.results import grade_doc, write_yaml
+from forgelib.run.results import check_of, grade_doc, write_yaml
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Check, Component, Grading, Project
 from forgelib.table import align
@@ -59,10 +59,7 @@ class Recorded:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Recorded:
-        known = set(CheckOutcome.__dataclass_fields__)
-        checks = tuple(
-            CheckOutcome(**{k: v for k, v in c.items() if k in known}) for c in doc.get("checks") or []
-        )
+        checks = tuple(check_of(c) for c in doc.get("checks") or [])
         return cls(checks, dict(doc.get("details") or {}))
 
 

@@ -13,7 +13,8 @@ Either way a failed gate fails the trial whatever the score.
 A check that *cannot be decided* (``decided`` false: a trace check on a trial without a trace) is neither
 passed nor failed: it is left out of the score (out of the numerator and the denominator alike), a
 component or route with no decided check is left out of its parent the same way, and an undecided gate
-fails nothing. The grade lists each one under ``undecided``. A grade with nothing decided at all is red.
+fails nothing. The grade lists each one under ``undecided``; its ``result`` is ``undecided`` (never
+``failed``) and its share in ``components`` is None (never 0). A grade with nothing decided at all is red.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 from forgelib.spec.models import MATCHERS, Check, Component, Grading
 
 _EPS = 1e-9  # 0.1 + 0.2 weights must still reach a 0.3 threshold
+# A check's result: the word every result file, table and page shows for it.
+PASSED, FAILED, UNDECIDED = "passed", "failed", "undecided"
 
 
 @dataclass(frozen=True)
@@ -99,13 +102,28 @@ class CheckOutcome:
     # re-decides the check from ``observed`` only when the new rubric asks for the same observation.
     observes: str | None = None
 
+    @property
+    def result(self) -> str:
+        """``passed``, ``failed`` or ``undecided`` (neither: left out of the score)."""
+        if not self.decided:
+            return UNDECIDED
+        return PASSED if self.passed else FAILED
+
+    def why(self) -> str | None:
+        """Why it did not pass, without its name: None when it passed."""
+        if not self.decided:
+            return self.error or "cannot be decided"
+        if self.passed:
+            return None
+        if self.error is not None:
+            return self.error
+        return f"expected {self.expected}, observed {_short(self.observed)}"
+
     def reason(self) -> str:
         kind = "gate" if self.gate else "check"
         if not self.decided:
-            return f"{kind} {self.name!r} {self.error or 'cannot be decided'}"
-        if self.error is not None:
-            return f"{kind} {self.name!r} failed: {self.error}"
-        return f"{kind} {self.name!r} failed: expected {self.expected}, observed {_short(self.observed)}"
+            return f"{kind} {self.name!r} {self.why()}"
+        return f"{kind} {self.name!r} failed: {self.why()}"
 
 
 @dataclass(frozen=True)
@@ -113,7 +131,8 @@ class Grade:
     binary_pass: bool
     score: float
     threshold: float
-    components: Mapping[str, float] = field(default_factory=dict)
+    # Each check's (flat) or component's (weighted) share of the score; None: nothing in it was decided.
+    components: Mapping[str, float | None] = field(default_factory=dict)
     checks: tuple[CheckOutcome, ...] = ()
     reasons: tuple[str, ...] = ()
     # Weighted components only: name -> {kind, weight, score, and routes + winner | reason}
@@ -148,6 +167,13 @@ class ComponentResult:
         if self.reason is not None:
             out["reason"] = self.reason
         return out
+
+
+def _share(o: CheckOutcome, total: float) -> float | None:
+    """A flat check's share of the score: its weight if it passed, 0 if it failed, None if undecided."""
+    if not o.decided:
+        return None
+    return o.weight / total if o.passed else 0.0
 
 
 def _round(score: float | None) -> float | None:
@@ -206,8 +232,8 @@ def combine(gates: Sequence[CheckOutcome], components: Sequence[ComponentResult]
     if total <= 0:
         reasons = ["no component could be decided", *undecided]
         return failed_grade(reasons, threshold, checks, undecided=undecided)
-    shares = {c.name: c.weight * c.score / total if c.score is not None else 0.0 for c in components}
-    score = sum(shares.values())
+    shares = {c.name: c.weight * c.score / total if c.score is not None else None for c in components}
+    score = sum(v for v in shares.values() if v is not None)
     reasons = [o.reason() for o in gates if o.decided and not o.passed]
     for c in components:
         if c.score is None:
@@ -224,7 +250,7 @@ def combine(gates: Sequence[CheckOutcome], components: Sequence[ComponentResult]
         binary_pass=above and all(o.passed for o in gates if o.decided),
         score=round(score, 6),
         threshold=threshold,
-        components={k: round(v, 6) for k, v in shares.items()},
+        components={k: _round(v) for k, v in shares.items()},
         checks=checks,
         reasons=tuple(reasons),
         details={c.name: c.detail() for c in components},
@@ -245,8 +271,8 @@ def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
     total = sum(o.weight for o in decided)
     if total <= 0:
         return failed_grade(["the state checks' weights sum to 0"], threshold, outcomes)
-    components = {o.name: (o.weight / total if o.passed and o.decided else 0.0) for o in outcomes}
-    score = sum(components.values())
+    components = {o.name: _share(o, total) for o in outcomes}
+    score = sum(v for v in components.values() if v is not None)
     reasons = [o.reason() for o in decided if not o.passed]
     gates_ok = all(o.passed for o in decided if o.gate)
     above = score + _EPS >= threshold
@@ -256,7 +282,7 @@ def grade(outcomes: Sequence[CheckOutcome], threshold: float) -> Grade:
         binary_pass=above and gates_ok,
         score=round(score, 6),
         threshold=threshold,
-        components={k: round(v, 6) for k, v in components.items()},
+        components={k: _round(v) for k, v in components.items()},
         checks=tuple(outcomes),
         reasons=tuple(reasons),
         undecided=undecided,
@@ -329,7 +355,7 @@ def failed_grade(
         binary_pass=False,
         score=0.0,
         threshold=threshold,
-        components={o.name: 0.0 for o in outcomes},
+        components={o.name: 0.0 if o.decided else None for o in outcomes},
         checks=tuple(outcomes),
         reasons=tuple(reasons),
         undecided=undecided,

@@ -97,3 +97,14 @@ def test_explanation_carries_every_checks_reason() -> None:
     assert "check db: passed (observed 'baseline')" in text
     assert "gate 'file' failed: expected equals 'y', observed 'x'" in text
     assert text.startswith("forge grade: fail, score 0.500")
+
+
+def test_explanation_says_undecided_never_failed() -> None:
+    from forgelib.inspect.grade import explain
+
+    ok = CheckOutcome("db", "sql", 1.0, False, True, "baseline", "equals 'baseline'")
+    why = "cannot be decided: an inspect sample's tool calls are not a forge trace"
+    trace = CheckOutcome("called", "trace", 1.0, True, False, None, "a call", why, decided=False)
+    text = explain(grade([ok, trace], 1.0))
+    assert f"- gate called: undecided: {why}" in text.splitlines()
+    assert "failed" not in text and text.startswith("forge grade: pass, score 1.000")
