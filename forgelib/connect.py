@@ -26,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.postgres import client as sql_dump
 from forgelib.kinds.postgres.client import PostgresParams
 from forgelib.kinds.redis import client as redis_dump
 from forgelib.kinds.redis.client import RedisParams
-from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import EnvironmentManifest
 
 if TYPE_CHECKING:

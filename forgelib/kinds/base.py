@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, RecipeError, tail
-from forgelib.resolved import ServiceConfig
 from forgelib.runner import Result
 from forgelib.spec.models import Seed, Timeouts
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from forgelib.resolved import ServiceConfig
+from forgelib.docker.resolved import ServiceConfig
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import CHECK_TYPES, KINDS, SEED_KINDS, Kind
 from forgelib.kinds.base import Recipe
 from forgelib.kinds.kind import ToolSpec
-from forgelib.resolved import ServiceConfig
 from forgelib.spec.models import SeedKind
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}

@@ -22,14 +22,14 @@ from typing import Any
 
 import jsonschema
 
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+from forgelib.grading.checks import Stack
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ToolBackend, ToolFailure, as_json, tool_failed
 from forgelib.kinds.kind import ToolSpec
 from forgelib.kinds.toolschema import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from forgelib.mcp.names import ALL_TOOLS, BODY_LIMIT, FILE_LIMIT, OUTPUT_LIMIT, SPECS
-from forgelib.resolved import ResolvedConfig, ServiceConfig
-from forgelib.run.checks import Stack
 from forgelib.runner import Result
 
 LIST_LIMIT = 10_000  # entries list_dir returns

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from forgelib import connect
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds import Kind
 from forgelib.kinds import registry as kinds
-from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import HOST, EnvironmentManifest
 
 MANIFEST_VERSION = 1

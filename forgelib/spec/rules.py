@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import SpecIssue
 from forgelib.kinds import CHECK_TYPES as KIND_CHECK_TYPES
 from forgelib.kinds import DIRECTORY_SEEDS, SHORTHAND
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.registry import REGISTRY
 from forgelib.mcp.names import TOOL_ARGUMENTS
-from forgelib.resolved import ServiceConfig
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import MATCHERS, Isolation, SeedKind

@@ -17,7 +17,8 @@ import pytest
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import connect
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import PreparedSeed, fingerprint_diff
@@ -30,7 +31,6 @@ from forgelib.provision import (
     provision_stack,
     teardown_trial,
 )
-from forgelib.resolved import ResolvedConfig
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import SeedKind
 

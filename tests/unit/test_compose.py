@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import compose as c
+from forgelib.docker import compose as c
 from forgelib.errors import ForgeError
 from forgelib.kinds.bare import seed as bare
 from forgelib.spec.models import Timeouts

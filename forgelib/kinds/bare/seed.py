@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
-from forgelib.resolved import ServiceConfig
 
 OPTIONS: frozenset[str] = frozenset()
 MOUNT_ROOT = "/run/forge/seeds"

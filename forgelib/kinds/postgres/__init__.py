@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import toolschema as ts
 from forgelib.kinds.kind import Kind, StandIn, ToolSpec
-from forgelib.resolved import ServiceConfig
 
 SEED = "sql_dump"
 ROW_LIMIT = 1000  # rows sql_query returns; more are counted, not sent

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds.base import ExecStack, observe_exec
 from forgelib.kinds.postgres.client import postgres_credentials
-from forgelib.resolved import ServiceConfig
 
 
 def observe(stack: ExecStack, spec: Mapping[str, Any], svc: ServiceConfig, timeout: float) -> str:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from forgelib.clients import deferred
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.base import CONNECT_TIMEOUT
-from forgelib.resolved import ServiceConfig
 
 if TYPE_CHECKING:
     import psycopg

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import toolschema as ts
 from forgelib.kinds.base import ToolContext, ToolFailure, as_json, tool_failed
 from forgelib.kinds.postgres import ROW_LIMIT
 from forgelib.kinds.postgres.client import direct_port, postgres_credentials
-from forgelib.resolved import ServiceConfig
 
 if TYPE_CHECKING:
     import psycopg

@@ -3,9 +3,9 @@ checks and the ``redis_command`` tool, reached with redis-py."""
 
 from __future__ import annotations
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import toolschema as ts
 from forgelib.kinds.kind import Kind, StandIn, ToolSpec
-from forgelib.resolved import ServiceConfig
 
 SEED = "redis_dump"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds.base import ExecStack, ObservationError, observe_exec
-from forgelib.resolved import ServiceConfig
 
 # redis-cli exits 0 on a server error reply: one of these as the whole answer is a failure.
 ERROR_REPLIES = ("ERR ", "WRONGTYPE ", "NOAUTH ")

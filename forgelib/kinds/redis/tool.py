@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import toolschema as ts
 from forgelib.kinds.base import ToolContext, ToolFailure, as_json, tool_failed
 from forgelib.kinds.redis.check import ERROR_REPLIES
 from forgelib.kinds.redis.client import RedisParams, command_option, direct_port
-from forgelib.resolved import ServiceConfig
 
 if TYPE_CHECKING:
     import redis as redis_lib

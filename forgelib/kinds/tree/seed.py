@@ -11,6 +11,7 @@ import posixpath
 import stat
 from pathlib import Path
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError
 from forgelib.kinds.base import (
     ApplyContext,
@@ -21,7 +22,6 @@ from forgelib.kinds.base import (
     no_golden,
     no_mount,
 )
-from forgelib.resolved import ServiceConfig
 from forgelib.spec.digest import file_sha256, walk_tree
 
 OPTIONS = frozenset({"target"})

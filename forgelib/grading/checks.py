@@ -16,12 +16,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted
+from forgelib.grading.score import CheckOutcome, Matcher, matcher_of, matches, render
+from forgelib.grading.traces import NO_TRACE, Trace, decide
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ObservationError, exec_failure, observe_exec
-from forgelib.resolved import ResolvedConfig
-from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
-from forgelib.run.tracecheck import NO_TRACE, Trace, decide
 from forgelib.runner import Result
 
 __all__ = ["ObservationError", "exec_failure"]  # the kinds' (forgelib.kinds.base), named here for grading
