@@ -17,6 +17,7 @@ import pytest
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.grading.checks import ExecOptions
+from forgelib.kinds.registry import server_kind
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
 from forgelib.mcp.tools import (
@@ -113,7 +114,7 @@ def test_bad_arguments_are_a_tool_failure_naming_the_field(tool: str, args: Any,
 
 
 def _kind(raw: dict[str, Any]) -> str | None:
-    return ServiceConfig.of(raw).server_kind
+    return server_kind(ServiceConfig.of(raw))
 
 
 def test_service_kinds_come_from_the_image_then_the_environment_then_the_command() -> None:

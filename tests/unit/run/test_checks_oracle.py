@@ -12,7 +12,7 @@ import pytest
 from forgelib.docker.compose import ComposeProject
 from forgelib.errors import CommandError, CommandTimeout
 from forgelib.grading.checks import ReadOnce, evaluate, read_argv, service_environment
-from forgelib.kinds.postgres.seed import postgres_credentials
+from forgelib.kinds.postgres.client import postgres_credentials
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import FILE_TAIL, Result
 from forgelib.spec.models import Check, Oracle
