@@ -17,6 +17,7 @@ from forgelib.guard import Number, guarded
 from forgelib.report.page import main_report
 from forgelib.run.cli import main_run
 from forgelib.run.regrade import main_grade
+from forgelib.scaffold.init import DEFAULT_DIR, main_init
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
@@ -34,6 +35,12 @@ def command(**kwargs: Any) -> Callable[[Callable[..., None]], Command]:
     """``@task`` making a ``cliargs.Command``: short flags from ``cliargs.SHORT_FLAGS`` only."""
     made: Callable[[Callable[..., None]], Command] = task(klass=Command, **kwargs)
     return made
+
+
+@command(main="directory", help={"directory": "where to write it: a new or empty directory"})
+def init(c: Context, directory: str = DEFAULT_DIR) -> None:
+    """Write a new, runnable project: postgres (seeded) and redis, one task with its oracle and grading."""
+    guarded(main_init, directory=directory)
 
 
 @command(
@@ -237,4 +244,6 @@ def snapshots(
     )
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots)
+ns = Collection(
+    init, validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots
+)
