@@ -157,6 +157,9 @@ def parse(argv: Sequence[str], ns: Collection) -> CommandLine:
             line.list = True
         else:
             raise UsageError(_unknown_program_option(flag, ns))
+    if words[:1] == ["help"] and "help" not in ns.tasks:  # `forge help [COMMAND]`, as git and pip take it
+        line.help = True
+        words.pop(0)
     if not words:
         return line
     line.command = _command(words.pop(0), ns)

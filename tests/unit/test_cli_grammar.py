@@ -116,6 +116,7 @@ def test_a_commands_help_renders_each_option_once_with_its_own_flag(tmp_path: Pa
     assert re.search(r"^      --no-snapshots +seed every", text, re.M)
     assert re.search(r"^  -r, --repeats INT +trials per task", text, re.M)
     assert forge("--help", "run", tmp_path=tmp_path).stdout == text
+    assert forge("help", "run", tmp_path=tmp_path).stdout == text
 
 
 def test_numbers_show_as_int_or_number_never_string(program: Any) -> None:
