@@ -16,7 +16,7 @@ from invoke.executor import Executor
 from forgelib import __version__
 from forgelib.cliargs import parse
 from forgelib.clihelp import command_help, command_list, program_help
-from forgelib.errors import EXIT_PIPE, EXIT_USAGE, UsageError
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, UsageError
 from forgelib.guard import leave_cluster, silence_stdout, stdout_reader_gone
 
 
@@ -79,6 +79,9 @@ def main() -> None:
 
     try:
         code = run(sys.argv[1:], ns)
+    except KeyboardInterrupt:  # before or after a command (inside one, guarded says it)
+        print("forge: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
         if not stdout_reader_gone():
             raise
