@@ -118,9 +118,9 @@ def exit_codes() -> list[tuple[int, str]]:
 
 
 def commands_doc() -> str:
-    from forgelib.cliargs import options
-    from forgelib.clihelp import usage
-    from forgelib.tasks import ns
+    from forgelib.cli.args import options
+    from forgelib.cli.help import usage
+    from forgelib.cli.tasks import ns
 
     lines = [
         HEADER,

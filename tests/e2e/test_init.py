@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forgelib.labels import RUN, is_empty, resources_with_labels
+from forgelib.docker.labels import RUN, is_empty, resources_with_labels
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.e2e

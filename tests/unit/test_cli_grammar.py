@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from invoke.program import Program
 
-from forgelib import cli
-from forgelib.cliargs import SHORT_FLAGS, options, parse
+from forgelib.cli import program as cli
+from forgelib.cli.args import SHORT_FLAGS, options, parse
+from forgelib.cli.tasks import ns
 from forgelib.errors import EXIT_USAGE, UsageError
-from forgelib.tasks import ns
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "examples" / "multi_service_postgres_reset"

@@ -13,7 +13,7 @@ import pytest
 from invoke.exceptions import Exit
 from support.runlog import ev_started, trial_events, write_log
 
-from forgelib import guard
+from forgelib.cli import exits as guard
 from forgelib.errors import EXIT_PIPE, EXIT_UNEXPECTED
 from forgelib.report.page import REPORT_FILE, write_report
 

@@ -12,7 +12,7 @@ from typing import Any
 from invoke.collection import Collection
 from invoke.tasks import Task
 
-from forgelib.cliargs import LIST_FLAG, Option, options
+from forgelib.cli.args import LIST_FLAG, Option, options
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER
 
 PROGRAM_OPTIONS = (

@@ -14,10 +14,10 @@ from invoke.exceptions import Exit
 from invoke.executor import Executor
 
 from forgelib import __version__
-from forgelib.cliargs import parse
-from forgelib.clihelp import command_help, command_list, program_help
+from forgelib.cli.args import parse
+from forgelib.cli.exits import leave_cluster, silence_stdout, stdout_reader_gone
+from forgelib.cli.help import command_help, command_list, program_help
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, UsageError
-from forgelib.guard import leave_cluster, silence_stdout, stdout_reader_gone
 
 
 def cluster_argument(argv: list[str]) -> str | None:
@@ -75,7 +75,7 @@ def run(argv: Sequence[str], ns: Collection) -> int:
 
 def main() -> None:
     _join_early(sys.argv[1:])
-    from forgelib.tasks import ns
+    from forgelib.cli.tasks import ns
 
     try:
         code = run(sys.argv[1:], ns)

@@ -1,5 +1,5 @@
 """forge's command line over the Invoke namespace: what each command takes (``Command``, the Invoke task
-class ``forgelib/tasks.py`` declares them with), and the parse of ``forge …`` into a command and its
+class ``forgelib/cli/tasks.py`` declares them with), and the parse of ``forge …`` into a command and its
 arguments, with every complaint in forge's words (exit 2) and a "did you mean" where one is close.
 
 Invoke stays the engine: the tasks, their ``Argument`` lists and their execution are Invoke's, and
@@ -20,8 +20,8 @@ from invoke.collection import Collection
 from invoke.parser.argument import Argument
 from invoke.tasks import Task
 
+from forgelib.cli.exits import Number
 from forgelib.errors import UsageError
-from forgelib.guard import Number
 
 # Every short flag forge has, and the one option it stands for in every command that has that option.
 # An option not listed has no short form: rarer or destructive ones (`--all`, `--cluster`) are typed out.
