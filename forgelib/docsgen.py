@@ -118,6 +118,8 @@ def exit_codes() -> list[tuple[int, str]]:
 
 
 def commands_doc() -> str:
+    from forgelib.cli.args import options
+    from forgelib.cli.help import usage
     from forgelib.cli.tasks import ns
 
     lines = [
@@ -125,23 +127,25 @@ def commands_doc() -> str:
         "# Command reference",
         "",
         "`forge X` (installed) and `invoke X` (in a checkout) run the same tasks;",
-        "`forge --help X` prints one.",
+        "`forge X --help` prints one. An ARGUMENT is given positionally (`forge validate PROJECT`) or",
+        "with its option (`--project PROJECT`); under `invoke`, only `report`, `grade` and `snapshots`",
+        "take theirs positionally. A short flag means the same option in every command.",
         "",
     ]
     for name in ns.tasks:
         task = ns.tasks[name]
         doc = inspect.cleandoc(task.__doc__ or "")
-        lines += [f"## `forge {name}`", "", doc, ""]
-        args = task.get_arguments()
-        if args:
-            lines += ["| option | value | default | what it does |", "|---|---|---|---|"]
-            for a in args:
-                flag = a.name if a.positional else f"--{a.name.replace('_', '-')}"
-                value = "" if a.kind is bool else "TEXT" if a.kind is str else a.kind.__name__.upper()
-                default = "" if a.default in ("", None, False) else f"`{a.default}`"
-                if a.positional:
+        opts = options(task)
+        lines += [f"## `forge {name}`", "", f"`{usage(name, opts)}`", "", doc, ""]
+        if opts:
+            lines += ["| argument / option | value | default | what it does |", "|---|---|---|---|"]
+            for o in opts:
+                flags = ", ".join(f"`{f}`" for f in (o.metavar if o.main else None, o.short, o.long) if f)
+                value = "" if o.kind == "flag" else o.kind + (" (repeatable)" if o.repeatable else "")
+                default = "" if o.default in ("", None, False, []) else f"`{o.default}`"
+                if o.required:
                     default = "(required)"
-                lines.append(f"| `{flag}` | {value} | {default} | {a.help or ''} |")
+                lines.append(f"| {flags} | {value} | {default} | {o.help} |")
             lines.append("")
     lines += ["## Exit codes", "", "| code | meaning |", "|---|---|"]
     lines += [f"| {code} | {meaning} |" for code, meaning in exit_codes()]

@@ -15,6 +15,9 @@ EXIT_USER = 1  # the user's input is wrong: spec error, failed check, failed tri
 EXIT_USAGE = 2  # the command line itself is wrong
 EXIT_UNEXPECTED = 3  # a bug in forgelib: the traceback is in the log file named on stderr
 EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM
+# What a shell reports for `cat`, `yes`, grep… whose reader left (128 + SIGPIPE), so `set -o pipefail`
+# treats forge like them; not 0, since the output was cut short, nor 1, which says the input was wrong.
+EXIT_PIPE = 141  # stdout was closed by its reader (`forge validate --json | head -1`): forge stops quietly
 
 TAIL_LINES = 20  # lines of stdout/stderr an error carries; full output belongs in logs, not messages
 

@@ -1,21 +1,23 @@
-"""The one place a command's errors become exit codes (0 ok, 1 user error, 2 usage, 130 interrupted, 3
-unexpected — with the log's path), and the debug log every command appends to. ``tasks.py`` wraps each
+"""The one place a command's errors become exit codes (0 ok, 1 user error, 2 usage, 130 interrupted, 141
+stdout closed by its reader, 3 unexpected — with the log's path), and the debug log every command appends
+to. ``tasks.py`` wraps each
 command body in ``guarded``; ``cli.py`` (the program) only parses and dispatches to those tasks."""
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from invoke.exceptions import Exit
 
-from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, ForgeError, UsageError
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_UNEXPECTED, ForgeError, UsageError
 
 log = logging.getLogger("forgelib")
 LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"  # benchmarks/harness.py reads it
@@ -90,6 +92,7 @@ def _guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
     try:
         args = {k: v.value() if isinstance(v, Number) else v for k, v in kwargs.items()}
         rc = command(**args)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not in the interpreter's exit
     except ForgeError as e:
         log.debug("user error (exit %d): %s", e.exit_code, e)
         print(f"forge: error: {e}", file=sys.stderr)
@@ -100,16 +103,58 @@ def _guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
         raise Exit(code=EXIT_INTERRUPTED) from None
     except Exit:
         raise
+    except BrokenPipeError as e:
+        if not stdout_reader_gone():  # another pipe (a child's stdin...): not the user's doing
+            _unexpected(e, path)
+        log.debug("stdout closed by its reader (exit %d)", EXIT_PIPE)
+        silence_stdout()
+        raise Exit(code=EXIT_PIPE) from None
     except Exception as e:  # noqa: BLE001 - any other exception is a bug: log it, exit 3
-        log.error("unexpected error\n%s", traceback.format_exc())
-        print(
-            f"forge: unexpected error (a bug in forgelib): {type(e).__name__}: {e}\n"
-            f"forge: the full traceback is in {path}",
-            file=sys.stderr,
-        )
-        raise Exit(code=EXIT_UNEXPECTED) from None
+        _unexpected(e, path)
     if rc:
         raise Exit(code=rc)
 
 
-__all__ = ["LOG_FORMAT", "Number", "guarded", "leave_cluster", "log_path"]
+def _unexpected(e: BaseException, path: Path) -> NoReturn:
+    log.error("unexpected error\n%s", traceback.format_exc())
+    print(
+        f"forge: unexpected error (a bug in forgelib): {type(e).__name__}: {e}\n"
+        f"forge: the full traceback is in {path}",
+        file=sys.stderr,
+    )
+    raise Exit(code=EXIT_UNEXPECTED) from None
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) its reader has closed: ``head -1`` read its line and left.
+    poll() says so (POLLERR on a pipe without readers) without writing anything."""
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else -1
+    except (OSError, ValueError):
+        return False
+    if fd < 0:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null: the interpreter's last flush of what is still buffered
+    would otherwise raise BrokenPipeError again ("Exception ignored…") and exit 120."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    finally:
+        os.close(devnull)
+
+
+__all__ = [
+    "LOG_FORMAT",
+    "Number",
+    "guarded",
+    "leave_cluster",
+    "log_path",
+    "silence_stdout",
+    "stdout_reader_gone",
+]

@@ -1,48 +1,28 @@
-"""The ``forge`` program: the same Invoke namespace as ``tasks.py`` (whose tasks map errors to exit codes
-through ``guard.guarded``), with usage errors (exit 2) for command lines invoke cannot parse."""
+"""The ``forge`` program: forge's own command line (``cliargs``: parse; ``clihelp``: help) over the same
+Invoke namespace as ``tasks.py``, executed by Invoke's ``Executor``; its tasks map errors to exit codes
+through ``guard.guarded``. A command line forge cannot take is a usage error (exit 2), in forge's words.
+None of invoke's own program options exist here: forge reads no invoke configuration."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
 
-from invoke.exceptions import Exit, ParseError
-from invoke.program import Program
+from invoke.collection import Collection
+from invoke.config import Config
+from invoke.exceptions import Exit
+from invoke.executor import Executor
 
 from forgelib import __version__
-from forgelib.cli.exits import leave_cluster
-from forgelib.errors import EXIT_USAGE, EXIT_USER
-
-
-@contextmanager
-def _usage_errors() -> Iterator[None]:
-    """A command line invoke cannot parse is a usage error: exit 2 with the reason, never 1 or 0."""
-    try:
-        yield
-    except (ParseError, ValueError) as e:  # ValueError: invoke's cast of e.g. `--repeats x` to int
-        print(f"forge: usage error: {e} (see `forge --help` and `forge --help TASK`)", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-
-
-def _help_first(argv: Any) -> Any:
-    """``forge TASK --help`` as ``forge --help TASK``: a task's positional argument (``forge report
-    RUN_DIR``) would otherwise take ``--help`` as its value."""
-    if (
-        isinstance(argv, list)
-        and len(argv) >= 3
-        and argv[2] in ("-h", "--help")
-        and not argv[1].startswith("-")
-    ):
-        return [argv[0], argv[2], argv[1], *argv[3:]]
-    return argv
+from forgelib.cli.args import parse
+from forgelib.cli.exits import leave_cluster, silence_stdout, stdout_reader_gone
+from forgelib.cli.help import command_help, command_list, program_help
+from forgelib.errors import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, UsageError
 
 
 def cluster_argument(argv: list[str]) -> str | None:
     """The ADDRESS of a ``forge run … --cluster ADDRESS`` command line (``--cluster=ADDRESS`` too), read
-    before invoke parses it; None for any other command line (invoke's parse stays the authority)."""
+    before forge parses it; None for any other command line (``cliargs.parse`` stays the authority)."""
     words = [a for a in argv if not a.startswith("-")]
     if not words or words[0] != "run":
         return None
@@ -56,7 +36,7 @@ def cluster_argument(argv: list[str]) -> str | None:
 
 def _join_early(argv: list[str]) -> None:
     """``forge run --cluster ADDRESS``: Ray's import and the join start on their thread now, before forge
-    imports its commands (CPU-bound) and loads the project, so ray.init's waits on the cluster (its
+    imports its commands (seconds of CPU on a small box) and loads the project, so ray.init's waits on the cluster (its
     round trips to the GCS and the raylet) overlap that work instead of following it. ``main_run`` takes
     the join over (``connect.Joining.started``); a command line it reads otherwise starts its own."""
     address = cluster_argument(argv)
@@ -66,33 +46,31 @@ def _join_early(argv: list[str]) -> None:
         Joining(address)
 
 
-class ForgeProgram(Program):
-    """Invoke's Program with forge's exit codes: every parse stage maps its errors to a usage error (2),
-    and a command's ``Exit`` keeps its code."""
-
-    def parse_core(self, argv: Any) -> None:
-        with _usage_errors():
-            super().parse_core(argv)
-
-    def normalize_argv(self, argv: Any) -> None:
-        super().normalize_argv(argv)
-        self.argv = _help_first(self.argv)
-
-    def parse_tasks(self) -> None:
-        with _usage_errors():
-            super().parse_tasks()
-
-    def parse_cleanup(self) -> None:  # `forge --help NOSUCHTASK` fails here
-        with _usage_errors():
-            super().parse_cleanup()
-
-    def execute(self) -> None:
+def run(argv: Sequence[str], ns: Collection) -> int:
+    """``forge ARGV`` (without the program name): the exit code."""
+    try:
+        line = parse(argv, ns)
+    except UsageError as e:
+        print(f"forge: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if line.version:
+        print(f"forge {__version__}")
+    elif line.list:
+        print(command_list(ns), end="")
+    elif line.help and line.command:
+        print(command_help(line.command, ns.tasks[line.command]), end="")
+    elif line.help or line.command is None:
+        print(program_help(ns), end="")
+    else:
         try:
-            super().execute()
+            # lazy: no invoke.yaml, no INVOKE_* file is forge's configuration
+            Executor(ns, Config(lazy=True)).execute((line.command, line.kwargs))
         except Exit as e:
             if e.message:
                 print(e.message, file=sys.stderr)
-            sys.exit(e.code)
+            return int(e.code)
+    sys.stdout.flush()  # a closed pipe shows here, inside main's handler, not in the interpreter's exit
+    return 0
 
 
 def main() -> None:
@@ -100,12 +78,16 @@ def main() -> None:
     from forgelib.cli.tasks import ns
 
     try:
-        ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()
-    except SystemExit as e:  # a usage error after an early join: that process leaves like a joined one
-        leave_cluster(e.code if isinstance(e.code, int) else EXIT_USER if e.code else 0)
-        raise
+        code = run(sys.argv[1:], ns)
+    except KeyboardInterrupt:  # before or after a command (inside one, guarded says it)
+        print("forge: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader went away (`forge --help | head`): not worth a traceback. Point stdout at devnull so
-        # the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_USER)
+        if not stdout_reader_gone():
+            raise
+        # The reader went away (`forge --help | head -1`): not worth a traceback.
+        silence_stdout()
+        code = EXIT_PIPE
+    # A process that joined a cluster early leaves like a joined one, whatever the command line was.
+    leave_cluster(code)
+    sys.exit(code)

@@ -4,51 +4,77 @@ through the top-level tasks.py) are the same tasks. Each task is a thin line ove
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.tasks import task
 
+from forgelib.cli.args import Command
 from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.cli.exits import Number, guarded
 from forgelib.cli.run import main_run
 from forgelib.grading.regrade import main_grade
 from forgelib.report.page import main_report
+from forgelib.scaffold.init import DEFAULT_DIR, main_init
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 
 # Numeric options are taken as text and converted by ``guard.Number`` inside the guard: invoke's own int()
 # cast raises a traceback on `--repeats x`, and "" tells an option left out from an explicit `--repeats 0`
-# (which still reaches the command's own check, a usage error).
+# (which still reaches the command's own check, a usage error). ``numbers=`` tells forge's program to
+# check them while parsing and show them as INT / NUMBER.
 # Required options still get a default: invoke makes a parameter without one positional, and a positional
-# swallows `--help` as its value (`forge run --help` would try to load a config named "--help").
+# swallows `--help` as its value (`invoke run --help` would try to load a config named "--help"). forge's
+# program takes ``main=`` positionally (`forge run CONFIG`) and its --flag as well.
 
 
-@task(help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"})
+def command(**kwargs: Any) -> Callable[[Callable[..., None]], Command]:
+    """``@task`` making a ``cliargs.Command``: short flags from ``cliargs.SHORT_FLAGS`` only."""
+    made: Callable[[Callable[..., None]], Command] = task(klass=Command, **kwargs)
+    return made
+
+
+@command(main="directory", help={"directory": "where to write it: a new or empty directory"})
+def init(c: Context, directory: str = DEFAULT_DIR) -> None:
+    """Write a new, runnable project: postgres (seeded) and redis, one task with its oracle and grading."""
+    guarded(main_init, directory=directory)
+
+
+@command(
+    main="project",
+    help={"project": "project directory or its project.yaml", "json": "print a machine-readable report"},
+)
 def validate(c: Context, project: str = ".", json: bool = False) -> None:
     """Validate a project's spec files: schemas, references, paths, digests."""
     guarded(main_validate, project=project, as_json=json)
 
 
-@task(help={"project": "project directory or its project.yaml", "check": "write nothing; exit 1 if stale"})
+@command(
+    main="project",
+    help={"project": "project directory or its project.yaml", "check": "write nothing; exit 1 if stale"},
+)
 def stamp(c: Context, project: str = ".", check: bool = False) -> None:
     """Compute seed digests and write them into project.yaml (comments and layout kept)."""
     guarded(main_stamp, project=project, check=check)
 
 
-@task
+@command()
 def engine(c: Context) -> None:
     """Install and start a Docker engine and compose v2 if they do not answer (idempotent)."""
     guarded(main_engine)
 
 
-@task(help={"force": "rebuild even when the content hash is unchanged"})
+@command(help={"force": "rebuild even when the content hash is unchanged"})
 def images(c: Context, force: bool = False) -> None:
     """Build the offline stand-in images (postgres, redis, python) from Debian packages."""
     guarded(main_images, force=force)
 
 
-@task(
+@command(
+    main="project",
     help={
         "project": "project directory or its project.yaml",
         "task": "provision this task's environment (default: the project's)",
@@ -78,13 +104,15 @@ def provision(
     )
 
 
-@task(help={"name": "the compose project name `forge provision --keep` printed"})
+@command(main="name", help={"name": "the compose project name `forge provision --keep` printed"})
 def teardown(c: Context, name: str = "") -> None:
     """Tear down a stack left up by `forge provision --keep`."""
     guarded(main_teardown, name=name)
 
 
-@task(
+@command(
+    main="config",
+    numbers={"repeats": int, "workers": int, "retries": int, "memory_budget_mb": int},
     help={
         "config": "a run config, e.g. PACK/run_configs/dev.yaml",
         "repeats": "trials per task (overrides the config)",
@@ -101,7 +129,7 @@ def teardown(c: Context, name: str = "") -> None:
         "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
         "memory_budget_mb": "MiB the run's stacks may use together (overrides the config; default: 80% free)",
         "agent": "what solves every trial: `oracle` (each task's) or an agent file (overrides the config)",
-    }
+    },
 )
 def run(
     c: Context,
@@ -142,11 +170,12 @@ def run(
     )
 
 
-@task(
+@command(
+    main="run_dir",
     positional=["run_dir"],
     help={
         "run_dir": "a run's directory (the one `forge run` printed: OUTPUT/<run_id>)",
-        "output": "write the page here (default: RUN_DIR/report.html)",
+        "output": "write the page here; a directory gets report.html inside it (default: RUN_DIR)",
         "open": "open the page in a web browser",
     },
 )
@@ -155,7 +184,8 @@ def report(c: Context, run_dir: str | None = None, output: str = "", open: bool 
     guarded(main_report, run_dir=run_dir or "", output=output or None, open_browser=open)
 
 
-@task(
+@command(
+    main="run_dir",
     positional=["run_dir"],
     help={
         "run_dir": "a finished run's directory (the one `forge run` printed: OUTPUT/<run_id>)",
@@ -168,7 +198,7 @@ def grade(c: Context, run_dir: str | None = None, project: str = "", json: bool 
     guarded(main_grade, run_dir=run_dir or "", project=project or None, as_json=json)
 
 
-@task(
+@command(
     help={
         "dry_run": "only report what would be removed",
         "run": "only this run id",
@@ -180,8 +210,10 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
     guarded(main_reap, dry_run=dry_run, run_id=run or None, as_json=json)
 
 
-@task(
+@command(
+    main="action",
     positional=["action"],
+    numbers={"older_than": float},
     help={
         "action": "ls | prune | verify",
         "all": "prune: every golden",
@@ -212,4 +244,6 @@ def snapshots(
     )
 
 
-ns = Collection(validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots)
+ns = Collection(
+    init, validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots
+)

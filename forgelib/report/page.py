@@ -251,9 +251,10 @@ def _files(t: Mapping[str, Any]) -> str:
 
 
 def write_report(run_dir: Path, state: RunState | None = None, output: Path | None = None) -> Path:
-    """Write the report of the run in ``run_dir`` (default: ``run_dir/report.html``); returns its path."""
+    """Write the report of the run in ``run_dir`` (default: ``run_dir/report.html``; an ``output`` that is
+    a directory gets a ``report.html`` inside it); returns its path."""
     state = state if state is not None else load(run_dir)
-    out = output if output is not None else run_dir / REPORT_FILE
+    out = destination(run_dir, output)
     base = os.path.relpath(run_dir.resolve(), out.resolve().parent)
 
     def files(task: str, index: int) -> tuple[str, list[str]]:
@@ -276,10 +277,22 @@ def write_report(run_dir: Path, state: RunState | None = None, output: Path | No
 
     html = render(build(state, files, details))
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Beside the page (the same file system, so the rename is atomic) and gone whatever happens.
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
+
+
+def destination(run_dir: Path, output: Path | None) -> Path:
+    """Where the page goes: ``run_dir/report.html``, ``output`` itself, or ``report.html`` inside
+    ``output`` when that is a directory."""
+    if output is None:
+        return run_dir / REPORT_FILE
+    return output / REPORT_FILE if output.is_dir() else output
 
 
 def solver_details(d: Path) -> dict[str, Any]:
@@ -332,7 +345,9 @@ def load(run_dir: Path) -> RunState:
 def main_report(run_dir: str, output: str | None = None, open_browser: bool = False) -> int:
     if not run_dir:
         raise UsageError("give the run directory: forge report RUN_DIR (e.g. PACK/runs/<run_id>)")
-    out = write_report(Path(run_dir), output=Path(output) if output else None)
+    # Path() drops a trailing slash, which says "a directory" even before it exists.
+    target = None if not output else Path(output) / REPORT_FILE if output.endswith(os.sep) else Path(output)
+    out = write_report(Path(run_dir), output=target)
     print(out)
     if open_browser:
         webbrowser.open(out.resolve().as_uri())

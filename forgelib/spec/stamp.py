@@ -240,3 +240,16 @@ def main_stamp(project: str, check: bool) -> int:
         print(f"stamped {st.name}: {st.actual} ({was})")
     print(f"{shown}: {len(needed)} of {len(stamps)} seed digests written")
     return 0
+
+
+def stamp_in_place(pfile: Path) -> list[SeedStamp]:
+    """Write every missing or stale seed digest into ``pfile``, as ``forge stamp`` does but printing
+    nothing (``forge init``); returns the stamps it wrote."""
+    doc, seeds = load_project_seeds(pfile)
+    stamps = compute(doc, seeds)
+    needed = [s for s in stamps if s.needed]
+    if needed:
+        new_text = stamp_text(pfile.read_bytes().decode("utf-8"), stamps)
+        _verify(pfile, doc, new_text, stamps)
+        _write(pfile, new_text)
+    return needed

@@ -37,4 +37,4 @@ def test_every_command_and_exit_code_is_in_the_reference() -> None:
 
     text = docsgen.commands_doc()
     assert all(f"## `forge {name}`" in text for name in ns.tasks)
-    assert [code for code, _ in docsgen.exit_codes()] == [0, 1, 2, 3, 130]
+    assert [code for code, _ in docsgen.exit_codes()] == [0, 1, 2, 3, 130, 141]

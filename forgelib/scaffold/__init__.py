@@ -1,0 +1,1 @@
+"""``forge init``: a new project from the template shipped in this package."""
