@@ -40,6 +40,7 @@ from forgelib.spec.models import (
 )
 from forgelib.spec.ports import ServicePorts, check_http_ports, reset_kinds, service_ports
 from forgelib.spec.rules import RawEnvironment, SeedSpec
+from forgelib.spec.taskfiles import empty_run_issue, stray_issue, stray_task_files
 from forgelib.spec.trialsafety import check_trial_safety
 from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
@@ -239,7 +240,11 @@ class _ProjectLoader:
             return []
         if pattern and not found:
             self.issues.append(
-                doc.issue((key, "glob"), f"{pattern!r} matches no files under {display_path(self.root)}")
+                doc.issue(
+                    (key, "glob"),
+                    f"{pattern!r} matches no files under {display_path(self.root)}; fix the pattern "
+                    f"(relative to the project directory, e.g. {default}) or remove it to use that default",
+                )
             )
         return found
 
@@ -309,6 +314,11 @@ class _ProjectLoader:
     ) -> list[Task | None]:
         files = self._glob(doc, "tasks", DEFAULT_TASKS_GLOB)
         self.result.task_files = files
+        written = doc.get(("tasks", "glob"))
+        pattern = written if isinstance(written, str) else DEFAULT_TASKS_GLOB
+        self.issues.extend(
+            stray_issue(p, pattern, pattern is written) for p in stray_task_files(self.root, pattern, files)
+        )
         tasks: list[Task | None] = []
         names: dict[str, Path] = {}
         for path in files:
@@ -508,6 +518,8 @@ def collect_run_config(
                 f"(no {PROJECT_FILE} in {display_path(proj_dir)}); paths are relative to the run config",
             )
         )
+    if project is not None and not project.tasks and not data.get("tasks"):
+        issues.append(empty_run_issue(doc, project.name))
     if project is not None:
         known = [t.name for t in project.tasks]
         for i, name in enumerate(data.get("tasks", [])):
