@@ -1,6 +1,6 @@
 """The client libraries forge talks to services with (psycopg, redis), loaded at their first use.
 
-Importing them costs ≈ 0.85 s of CPU on the 2-core test box (redis ≈ 0.55 s, psycopg ≈ 0.3 s), and the
+Importing them costs a noticeable share of a short command's CPU (benchmarks/README.md), and the
 spec loader reaches the recipe modules that use them (each recipe owns its options). A process that loads
 a project but never talks to a service — the ``forge run --cluster`` driver, whose trials run on the
 nodes, or ``forge validate`` — should not pay for them. So ``connect`` and the recipes name them through

@@ -9,7 +9,8 @@ owner (``sql_dump.connection_params``: the binding's ``user``/``database``, else
 ``POSTGRES_USER``/``POSTGRES_DB``, the password from ``POSTGRES_PASSWORD``, the port from ``PGPORT``;
 ``redis_dump.connection_params``: ``--port``, ``--requirepass``).
 
-A ``compose exec psql`` round trip costs ~0.1 s; a direct query a millisecond. The warm-stack resets, the
+A ``compose exec psql`` round trip starts two CLIs and a process; a direct query is one round trip on an
+open connection (benchmarks/README.md, "Figures behind the code's choices"). The warm-stack resets, the
 pytest plugin and golden snapshots connect through here::
 
     trial = provision_trial(...)
@@ -26,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig, ServiceConfig
-from forgelib.seeds import redis_dump, sql_dump
-from forgelib.seeds.redis_dump import RedisParams
-from forgelib.seeds.sql_dump import PostgresParams
+from forgelib.kinds.postgres import seed as sql_dump
+from forgelib.kinds.postgres.seed import PostgresParams
+from forgelib.kinds.redis import seed as redis_dump
+from forgelib.kinds.redis.seed import RedisParams
 from forgelib.spec.models import EnvironmentManifest
 
 if TYPE_CHECKING:

@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgelib import labels as lab
-from forgelib import readiness
-from forgelib.builds import Builds, build_services
-from forgelib.compose import ComposeProject, labels_override, project_name, write_override
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.docker.builds import Builds, build_services
+from forgelib.docker.compose import ComposeProject, labels_override, project_name, write_override
+from forgelib.docker.images import ImageFacts
+from forgelib.docker.readiness import NotReady
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import (
     CommandError,
     CommandTimeout,
@@ -35,12 +38,9 @@ from forgelib.errors import (
     ProvisionError,
     RecipeError,
 )
-from forgelib.images import ImageFacts
-from forgelib.readiness import NotReady
-from forgelib.resolved import ResolvedConfig, ServiceConfig
+from forgelib.kinds.base import ApplyContext, Memo, PreparedSeed, Recipe, SeedMount, SeedTarget
+from forgelib.kinds.registry import REGISTRY
 from forgelib.runner import Runner
-from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
-from forgelib.seeds.base import PreparedSeed, SeedMount
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
@@ -335,7 +335,7 @@ class _Provisioning:
         )
 
     def _builds(self, compose: ComposeProject, config: Mapping[str, Any]) -> list[_ImageStep]:
-        """The run's images of ``build:`` services (the run's first trial builds; the others wait, ~0 s)."""
+        """The run's images of ``build:`` services (the run's first trial builds; the others wait for it)."""
         if not build_services(config):
             return []
         timeout = self.ctx.timeouts.compose_up
@@ -618,7 +618,7 @@ def _context(
     b: _Binding, compose: ComposeProject, service_config: ServiceConfig, t: Timeouts, memo: Memo
 ) -> ApplyContext:
     # The recipe's execs (psql reading the dump, the tree's copy) go straight to the container with
-    # `docker exec`: its container is up by now, and `compose exec` adds ~0.1 s of CLI start to each.
+    # `docker exec`: its container is up by now, and `compose exec` would add its CLI start to each.
     direct = dataclasses.replace(compose, direct=True)
     return ApplyContext(
         b.service, b.seed, b.options, compose=direct, service_config=service_config, timeouts=t, memo=memo
@@ -693,7 +693,7 @@ def _up(
     *,
     create: bool,
 ) -> None:
-    """Start ``services`` and wait until they are ready (``forgelib.readiness``): their dependencies
+    """Start ``services`` and wait until they are ready (``forgelib.docker.readiness``): their dependencies
     outside ``services`` are up already. ``create``: first create every service's container (``up
     --no-start``; the later phase then only starts its own). ``config_services``: the resolved config's.
 
@@ -736,8 +736,8 @@ def _up_stage(e: ForgeError) -> str:
 
 def _capture(compose: ComposeProject, env: EnvironmentManifest, dest: Path, tail_lines: int) -> None:
     """Every service's log: one ``docker ps`` + ``docker inspect`` finds the containers, then one ``docker
-    logs`` each, all at once (five ``compose logs`` calls cost the cache pack ~0.4 s a trial, mostly CLI
-    start). On a warm stack a service's log is the container it serves now: its retired and spare
+    logs`` each, all at once (a ``compose logs`` call per service would pay the compose CLI's start each
+    time). On a warm stack a service's log is the container it serves now: its retired and spare
     containers are not this trial's."""
     dest.mkdir(parents=True, exist_ok=True)
     services = list(env.services)

@@ -76,8 +76,8 @@ def _ray_messages_to_stderr() -> None:
 def _no_serializer_addons() -> None:
     # A Ray hook (DeveloperAPI), patched in the driver because its cost is the driver's start-up: building
     # its serializer, Ray registers serializers for pydantic, starlette and Arrow types when those packages
-    # are installed, importing them (pydantic, which Ray's dashboard pulls in: 0.5-1.1 s of CPU here, a
-    # fifth of an 8-trial run's overhead). The driver ships only forge's own dataclasses, strings and bytes,
+    # are installed, importing them (pydantic, which Ray's dashboard pulls in, is a large share of a short
+    # run's start-up). The driver ships only forge's own dataclasses, strings and bytes,
     # none of those types; the nodes (other processes) keep Ray's serializers as they are.
     import ray.util.serialization_addons as addons
 
@@ -177,8 +177,9 @@ def _no_sigterm_notice(record: logging.LogRecord) -> bool:
 
 class Joining:
     """``connect(address)`` on a thread, started as early as ``forge run --cluster`` knows the address:
-    importing Ray (1-3 s of CPU on the 2-core test box) and joining overlap the config and project loading
-    and the digests. ``result()`` waits for it and raises what ``connect`` raised, as if called here."""
+    importing Ray (heavy: it dominates a short run's start-up) and joining overlap the config and project
+    loading and the digests. ``result()`` waits for it and raises what ``connect`` raised, as if called
+    here."""
 
     def __init__(self, address: str) -> None:
         global _joining
@@ -217,12 +218,12 @@ _joined = False  # ray.init succeeded in this process
 def leave(code: int) -> None:
     """End a process that joined a cluster now, with exit status ``code``, without Ray's shutdown.
 
-    Ray's atexit hook (``ray.shutdown``) costs ≈ 1 s at the end of every ``forge run --cluster`` (a fixed
-    0.5 s sleep "so log messages finish printing" — forge has them go to stderr as they come — then the
+    Ray's atexit hook (``ray.shutdown``) adds a fixed wait at the end of every ``forge run --cluster`` (a
+    sleep "so log messages finish printing" — forge has them go to stderr as they come — then the
     driver's disconnect), and an interpreter that exits with Ray connected but not shut down segfaults now
-    and then while finalizing (Ray's core worker threads; seen here, exit 139). ``os._exit`` does neither:
+    and then while finalizing (Ray's core worker threads; exit 139). ``os._exit`` does neither:
     the process is gone at once and the cluster cleans up after it — the driver's raylet sees its
-    connection close and the GCS marks the job finished (checked here: ``job_table()`` shows it dead at
+    connection close and the GCS marks the job finished (``job_table()`` shows it dead at
     once), which frees what the driver owned (the shipped project's object). Nothing else needs the exit
     hooks: by the time forge leaves, every event is fsync'd and closed, summary.json and the trial files are
     written, no trial is in flight (a Ctrl-C waits for every node to tear its stacks down first), the slots
@@ -248,9 +249,9 @@ def forge_nodes(nodes: list[dict[str, Any]]) -> list[NodeInfo]:
     ]
 
 
-# Ray gives a starting node's raylet a fixed 30 s to register (a literal in ray._private.node.Node's
+# Ray gives a starting node's raylet a fixed time to register (a literal in ray._private.node.Node's
 # start-up, no setting or environment variable changes it), and the raylet registers only once the node's
-# Python agents have imported; on a loaded 2-core box that can take longer. So the private
+# Python agents have imported; on a loaded machine that can take longer. So the private
 # services.get_node it polls is wrapped to keep polling; only the test/laptop loopback start-up uses it.
 REGISTER_SECONDS = 240.0
 

@@ -37,9 +37,9 @@ from forgelib.cluster.connect import NodeInfo, import_ray
 from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
 from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_digest, retirement
 from forgelib.errors import ForgeError
+from forgelib.grading.score import failed_grade
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, TrialHandle, record_attempt
-from forgelib.run.grading import failed_grade
 from forgelib.run.lifecycle import Phase, Termination, retries_after_node_loss
 from forgelib.run.results import TrialResult, shelve_attempt, trial_dir
 from forgelib.spec.models import Project, Task
@@ -55,9 +55,8 @@ SLOT_CONCURRENCY = 4  # a slot serves drain/stop calls (and queues other drivers
 # local trial runs them at the user's niceness, 0, and a pack's timeouts are set on local runs; at 15 a
 # node's trial loses the CPU to every other process of that host at 0. So a slot asks for 0, as Ray's own job
 # supervisor actor does for itself (no privilege needed: a worker starts at the raylet's niceness and only
-# lowers its priority when asked). Parity, not speed: on the 2-core test box, saturated by forge's own
-# stacks, trial times were the same either way (32-trial runs in ABBA order: 14.5 s at 0, 14.1 s at 15,
-# with 12.4-15.8 s between runs of the same setting).
+# lowers its priority when asked). Parity, not speed: a node's trial should run as a local one does, with
+# the same timeouts meaning the same thing (benchmarks/README.md, "Figures behind the code's choices").
 SLOT_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 

@@ -1,8 +1,8 @@
 """One forge slot of a cluster node: a long-lived process that runs the slot's trials one at a time.
 
 Why long-lived: a Ray task runs in a worker process that Ray starts for each driver (each ``forge run``),
-and starting one (Python, Ray, forgelib's imports) took ≈ 11 s per slot on the loaded 2-core test box —
-nearly all of the cluster's overhead per trial (benchmarks/README.md "Cluster"). A slot is a named,
+and starting one (Python, Ray, forgelib's imports) is the bulk of what a cluster would otherwise add
+per trial (benchmarks/README.md "Cluster"). A slot is a named,
 detached Ray actor holding one ``forge_docker`` unit of its node (so Ray still runs at most SLOTS stacks on
 a node): the first run on a cluster starts it, later runs (and concurrent drivers) reuse it. Its name
 carries the digest of the forgelib code that runs it, so a driver never hands trials to other code; a
@@ -43,9 +43,9 @@ from forgelib.cluster.node import (
     node_identity,
     run_trial,
 )
-from forgelib.custody import NODE_DIR, reap_owned_dirs
+from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError
-from forgelib.labels import owned_temp_dir
+from forgelib.reaper import NODE_DIR, reap_owned_dirs
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project
 
@@ -173,7 +173,7 @@ class Slot:
 
     def reap(self, run_id: str) -> str:
         """``forge reap --run RUN_ID`` on this node's engine (resuming a killed cluster run)."""
-        from forgelib.custody import reap_dead_owners
+        from forgelib.reaper import reap_dead_owners
         from forgelib.runner import SubprocessRunner
 
         os.environ["DOCKER_HOST"] = node_engine()

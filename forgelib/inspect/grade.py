@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forgelib.errors import ForgeError
+from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.judge import run_judge
+from forgelib.grading.score import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
 from forgelib.inspect.stacks import SampleStack
-from forgelib.run.checks import ReadOnce, Stack, evaluate
-from forgelib.run.grading import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
-from forgelib.run.judge import run_judge
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import Check, Component
 
@@ -60,15 +60,19 @@ def grade_stack(stack: SampleStack, runner: Runner, *, env: Mapping[str, str]) -
 
 
 def explain(g: Grade) -> str:
-    """Every check's verdict with its reason, one per line (the Score's explanation)."""
+    """Every check's result (passed, failed or undecided) with its reason, one per line (the Score's
+    explanation)."""
     lines = [
         f"forge grade: {'pass' if g.binary_pass else 'fail'}, score {g.score:.3f} (threshold {g.threshold:g})"
     ]
     for o in g.checks:
         kind = "gate" if o.gate else "check"
-        lines.append(
-            f"- {kind} {o.name}: passed (observed {o.observed!r})" if o.passed else f"- {o.reason()}"
-        )
+        if not o.decided:  # neither passed nor failed: left out of the score
+            lines.append(f"- {kind} {o.name}: undecided: {o.why()}")
+        elif o.passed:
+            lines.append(f"- {kind} {o.name}: passed (observed {o.observed!r})")
+        else:
+            lines.append(f"- {o.reason()}")
     for name, d in g.details.items():
         if d.get("reason"):
             lines.append(f"- {d['kind']} {name}: {d['score']:.2f}: {d['reason']}")

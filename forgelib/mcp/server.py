@@ -36,11 +36,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from forgelib.errors import ForgeError
+from forgelib.grading.checks import Stack
 from forgelib.mcp.names import ALL_TOOLS, DEFAULT_TOOLS
 from forgelib.mcp.network import TrialNetwork, allowed_peer
 from forgelib.mcp.tools import BODY_LIMIT, SPECS, Toolbox, ToolFailure
 from forgelib.mcp.trace import TraceWriter
-from forgelib.run.checks import Stack
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class ToolServer:
     def _listen(self, host: str) -> tuple[str, int]:
         # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and an
         # accepted socket inherits the listener's (socket.create_server leaves it 0). Without it uvicorn's
-        # response body waits for the client's delayed ACK of the headers: +40 ms on every call.
+        # response body waits for the client's delayed ACK of the headers, on every call.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.bind((host, 0))
@@ -263,8 +263,8 @@ class ToolServer:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn's server, stopped at once: its own loop polls ``should_exit`` every 0.1 s and its shutdown
-    sleeps 0.1 s more, ~0.2 s at the end of every trial. Here ``stop()`` wakes the loop, and shutdown
+    """uvicorn's server, stopped at once: its own loop polls ``should_exit`` and its shutdown sleeps
+    once more, a wait at the end of every trial. Here ``stop()`` wakes the loop, and shutdown
     waits only while a response is still being sent (at most ``timeout_graceful_shutdown``)."""
 
     _loop: asyncio.AbstractEventLoop | None = None

@@ -26,12 +26,13 @@ import jsonschema
 
 from forgelib.clients import deferred
 from forgelib.connect import RedisParams
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
+from forgelib.grading.checks import Stack
+from forgelib.kinds.postgres import seed as sql_dump
+from forgelib.kinds.redis import seed as redis_dump
 from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
-from forgelib.resolved import ResolvedConfig, ServiceConfig
-from forgelib.run.checks import Stack
 from forgelib.runner import Result
-from forgelib.seeds import redis_dump, sql_dump
 
 if TYPE_CHECKING:
     import psycopg

@@ -97,6 +97,9 @@ def _trial(
         "stage": stage(r),
         "score": r.score,
         "reasons": list(r.reasons),
+        # Every check of the verdict: name, kind (check | gate), type, weight, result (passed | failed |
+        # undecided) and reason (none: the trial was not graded, or its log is older than checks in it).
+        "checks": [dict(c) for c in r.checks],
         "attempts": r.attempts,
         "earlier": r.earlier,  # the retried attempts, as summary.json lists them
         "worker": r.worker,

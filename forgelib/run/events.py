@@ -41,7 +41,8 @@ RUN_RESUMED = "run_resumed"  # pending: [{task, index}], origin
 # task, index, phase, seconds (time spent in the phase just left), worker, attempt
 TRIAL_STATE = "trial_state"
 # The verdict, written before the stack is torn down: task, index, attempt, termination_reason, retryable,
-# binary_pass, score, error_stage, reasons, timings.
+# binary_pass, score, error_stage, reasons, checks (each check's name, kind, type, weight, result,
+# reason), timings.
 TRIAL_FINISHED = "trial_finished"
 # An attempt that ended retryably and is run again on a fresh stack: the same fields as trial_finished.
 # Whatever runs attempts (the thread pool, a cluster that lost a node) records a retried one this way.
@@ -216,6 +217,9 @@ class TrialRecord:
     score: float | None = None
     error_stage: str | None = None
     reasons: tuple[str, ...] = ()
+    # Each check of the verdict: name, kind (check | gate), type, weight, result, reason
+    # (results.check_line); empty in a log from before checks were logged.
+    checks: tuple[Mapping[str, Any], ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     ready: dict[str, float] = field(default_factory=dict)  # time to ready and what it waited on
     attempts: int = 0  # how many times it was started (a retried or resumed trial: 2 or more)
@@ -336,7 +340,7 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             ts = _ts(e)
             if phase == Phase.PROVISIONING:
                 t.attempts += 1
-                t.termination, t.binary_pass, t.score, t.reasons = None, None, None, ()
+                t.termination, t.binary_pass, t.score, t.reasons, t.checks = None, None, None, (), ()
                 worker = e.get("worker")
                 t.worker = None if worker is None else str(worker)
                 number = e.get("attempt")
@@ -378,6 +382,7 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             t.score = e.get("score")
             t.error_stage = _stage(e, t.termination)
             t.reasons = tuple(e.get("reasons") or ())
+            t.checks = tuple(dict(c) for c in e.get("checks") or ())
             t.timings = _timings(e)
             t.ready = {str(k): float(v) for k, v in (e.get("ready") or {}).items()}
             if t.history and t.history[-1].ended is None:
@@ -469,6 +474,7 @@ def summarize(s: RunState) -> dict[str, Any]:
                 "score": r.score,
                 "attempts": r.attempts,
                 "reasons": list(r.reasons),
+                "checks": [dict(c) for c in r.checks],
                 "earlier_attempts": list(r.earlier),
             }
             for r in recs

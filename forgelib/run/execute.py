@@ -18,8 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
-from forgelib.engine import unreachable
+from forgelib.docker.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.judge import JudgeError, run_judge
+from forgelib.grading.score import (
+    CheckOutcome,
+    ComponentResult,
+    Grade,
+    failed_grade,
+    grade_by,
+    judge_component,
+    mutates,
+    threshold_of,
+)
+from forgelib.grading.traces import TRACE_FILE, read_trace
+from forgelib.kinds.base import SeedMount
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run import manifest, tools
@@ -32,19 +46,7 @@ from forgelib.run.agent import (
     run_agent,
     write_inputs,
 )
-from forgelib.run.checks import ReadOnce, Stack, evaluate
-from forgelib.run.grading import (
-    CheckOutcome,
-    ComponentResult,
-    Grade,
-    failed_grade,
-    grade_by,
-    judge_component,
-    mutates,
-    threshold_of,
-)
 from forgelib.run.ids import new_run_id
-from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import OracleResult, effective_timeout, run_oracle
 from forgelib.run.ready import ready_breakdown
@@ -56,9 +58,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
-from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
-from forgelib.seeds.base import SeedMount
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 
@@ -262,7 +262,8 @@ class Executor:
         pool = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-trial")
         futures: list[Future[TrialResult]] = []
         deferred = self._signal_stop.deferred if self._signal_stop is not None else contextlib.nullcontext
-        # A fresh stack's graceful `down` (~1 s) runs beside the worker's next trial, not before it.
+        # A fresh stack's graceful `down` runs beside the worker's next trial, not before it: it is off the
+        # critical path once the trial is on record.
         downs = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-down")
         self._teardowns = downs
         try:
@@ -270,7 +271,7 @@ class Executor:
             pending: set[Future[TrialResult]] = set(futures)
             while pending:
                 # A signal must not raise inside `wait` (see StopState.defer): it is recorded there and
-                # raised here, at the next wake-up (every 0.25 s at most).
+                # raised here, at the next wake-up (the wait below is bounded, so that comes soon).
                 with deferred():
                     done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 results.extend(f.result() for f in done)

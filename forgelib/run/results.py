@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.run.events import RunState, TrialRecord
-from forgelib.run.grading import CheckOutcome, Grade
 from forgelib.run.lifecycle import Termination, error_stage, is_retryable, status_of
 
 
@@ -86,6 +86,7 @@ class TrialResult:
             "score": self.grade.score,
             "error_stage": self.error_stage,
             "reasons": list(self.grade.reasons),
+            "checks": [check_line(c) for c in self.grade.checks],
             "timings": {**self.timings, "total": self.wall_seconds},
             "attempt": self.attempt,
             **({"node": self.node["id"]} if self.node else {}),
@@ -165,7 +166,7 @@ def grade_doc(g: Grade) -> dict[str, Any]:
         "score": g.score,
         "threshold": g.threshold,
         "components": dict(g.components),
-        "checks": [asdict(c) for c in g.checks],
+        "checks": [check_doc(c) for c in g.checks],
         "reasons": list(g.reasons),
     }
     if g.details:  # weighted components: every route's score and the winner, each judge's reason
@@ -173,6 +174,40 @@ def grade_doc(g: Grade) -> dict[str, Any]:
     if g.undecided:  # checks left out of the score: neither passed nor failed, with why
         doc["undecided"] = list(g.undecided)
     return doc
+
+
+def check_doc(c: CheckOutcome) -> dict[str, Any]:
+    """A check in grade.yaml: every field of its outcome, ``result`` (passed | failed | undecided) and
+    ``reason`` (why it did not pass; null when it did). An undecided check has ``passed: null``: it
+    neither passed nor failed (``decided: false`` says the same, for readers of older files)."""
+    doc = asdict(c)
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        out[k] = None if k == "passed" and not c.decided else v
+        if k == "passed":
+            out["result"], out["reason"] = c.result, c.why()
+    return out
+
+
+def check_of(doc: Mapping[str, Any]) -> CheckOutcome:
+    """A check as ``check_doc`` wrote it (or as a forge before ``result`` did) back into its outcome."""
+    known = {k: v for k, v in doc.items() if k in CheckOutcome.__dataclass_fields__}
+    known["passed"] = bool(known.get("passed"))  # null: undecided, which scores as not passed
+    return CheckOutcome(**known)
+
+
+def check_line(c: CheckOutcome) -> dict[str, Any]:
+    """A check in the ``trial_finished`` event (so in summary.json and the report): what it was, how it
+    ended, and why."""
+    kind = "gate" if c.gate else "check"
+    return {
+        "name": c.name,
+        "kind": kind,
+        "type": c.type,
+        "weight": c.weight,
+        "result": c.result,
+        "reason": c.why(),
+    }
 
 
 def metrics_doc(r: TrialResult) -> dict[str, Any]:
@@ -237,7 +272,7 @@ def read_trial(d: Path) -> RecordedTrial:
         compose_project=t["compose_project"],
         stack=dict(t["stack"]),
         snapshots=dict(t.get("snapshots") or {}),  # written only when a golden did something
-        checks=tuple(CheckOutcome(**c) for c in g["checks"]),
+        checks=tuple(check_of(c) for c in g["checks"]),
     )
 
 

@@ -6,7 +6,7 @@ directory**. Restoring is choosing that image for the trial's service: the data 
 the container's own file system (overlayfs: nothing is copied at create; a file is copied up only when the
 service first writes it), there **before the service starts**, so neither the init scripts nor the seed
 run again, and no helper container is needed per trial. With the ``VOLUME`` kept, Docker would copy the
-whole directory into a fresh volume at every create (~0.6 s for the postgres pack's 48 MB). A Dockerfile
+whole directory into a fresh volume at every create, a cost that grows with the data. A Dockerfile
 cannot drop a ``VOLUME``, so the built image's config is loaded again without it (``docker load`` of a
 config-only archive: its layers are on the engine already, nothing else is read); on an engine that
 refuses that, the built image is the golden as it is (restored through the volume copy: slower, as correct).
@@ -51,8 +51,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.runner import Runner
 from forgelib.snapshots.key import FORMAT_VERSION, GoldenKey

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from forgelib import dockerargv as dk
-from forgelib.compose import ComposeProject
+from forgelib.docker import argv as dk
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.resolved import ServiceConfig
+from forgelib.kinds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.runner import Runner
-from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store
 from forgelib.snapshots.key import GoldenKey, canonical, make_key
 from forgelib.spec.models import Seed, Timeouts

@@ -17,7 +17,7 @@ from forgelib.mcp.names import DEFAULT_TOOLS
 
 
 class SeedKind(StrEnum):
-    """Kinds of seed. The registry in ``forgelib.seeds`` and ``schemas/`` must list exactly these."""
+    """Kinds of seed. The registry in ``forgelib.kinds.registry`` and ``schemas/`` must list exactly these."""
 
     SQL_DUMP = "sql_dump"
     FILESYSTEM_DIR = "filesystem_dir"
@@ -44,7 +44,7 @@ class Seed:
 
 
 class ResetStrategy(StrEnum):
-    """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; forgelib.seeds.sql_dump)."""
+    """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; kinds/postgres/seed.py)."""
 
     EXACT = "exact"  # the data directory restored from a pristine copy outside the service (default)
     TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
@@ -238,7 +238,7 @@ class RunConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
     snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)
-    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.admission)
+    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.budget)
     agent: Agent | None = None  # what solves the trials; None: each task's oracle
 
 

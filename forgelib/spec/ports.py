@@ -15,9 +15,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import SpecIssue
-from forgelib.resolved import ServiceConfig
-from forgelib.seeds import REGISTRY
+from forgelib.kinds.registry import REGISTRY
 from forgelib.spec.composefiles import ComposeSet, ServiceDef
 from forgelib.spec.models import SeedKind, Service
 from forgelib.spec.rules import SeedSpec

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.kinds.registry import REGISTRY
 from forgelib.mcp.names import TOOL_ARGUMENTS
-from forgelib.seeds import REGISTRY
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import MATCHERS, Isolation, SeedKind

@@ -4,8 +4,8 @@
 Parallel trials each start their own copy of the stack, so anything a compose file pins to one place on
 the host breaks the second copy or lets trials see each other. forge's override fixes what it can
 (``compose.labels_override``: published ports, ``container_name``; ``build:`` is built once per run); the
-rest is refused where it defeats a reset, or warned about where it is only risky. The README's table
-"Bring your own compose file" lists the same rules.
+rest is refused where it defeats a reset, or warned about where it is only risky. The table in
+docs/compose.md ("Bring your own compose file") lists the same rules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where every front end gets its stacks (issue 29's stack layer).
+"""Where every front end gets its stacks: the stack layer.
 
 * ``backends`` — ``DockerBackend``: the one decision which stack a trial gets (``_source``: the run's
   shared stack, a warm one, a fresh one) over ``FreshSource`` / ``SharedSource`` / ``WarmSource``;

@@ -31,13 +31,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib import readiness
-from forgelib.compose import ComposeProject, labels_override, published_of_inspect
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
 from forgelib.provision import ProvisionedTrial
-from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
 
@@ -203,7 +203,7 @@ class Ephemerals:
             self.runner.run(dk.rm(self.renew, kind="volume"), timeout=self.timeouts.command)
 
     def _freeze(self) -> None:
-        """Nothing of the ephemeral services runs on: paused at once (~20 ms; removed in the background).
+        """Nothing of the ephemeral services runs on: paused at once (quick; removed in the background).
         One that cannot be paused (it exited, or is gone) is removed here instead; compose tries last
         (which removes the spares too: the next trial then recreates the usual way)."""
         names = [self.current[svc] for svc in self.services]
@@ -260,8 +260,9 @@ class Ephemerals:
         return {str(lab.of_inspect(i).get(lab.COMPOSE_SERVICE)): i for i in json.loads(res.stdout or "[]")}
 
     def _disconnect(self) -> bool:
-        """Take the current ephemeral containers off their networks (~0.08 s each against ~0.15 s for a
-        removal); False when one could not be (or its networks are not known): remove them instead."""
+        """Take the current ephemeral containers off their networks (quicker than removing them, which
+        happens later, off the trial's path); False when one could not be (or its networks are not
+        known): remove them instead."""
         for svc in self.services:
             nets = self.networks.get(svc)
             if not nets:
@@ -313,9 +314,9 @@ class Ephemerals:
                 self.used.add(cid)
 
     def _ready(self, services: Sequence[str], inspected: Sequence[Mapping[str, Any]]) -> None:
-        """Wait until each recreated container is ready (``forgelib.readiness``: its own healthcheck command
-        through ``docker exec``, not compose's 1 s ticks): the ones just started (``inspected`` before),
-        never their successors."""
+        """Wait until each recreated container is ready (``forgelib.docker.readiness``: its own healthcheck
+        command through ``docker exec``, not compose's healthcheck ticks): the ones just started
+        (``inspected`` before), never their successors."""
         refs = [] if self.fallback else [self.current[s] for s in services]  # []: every replica
         readiness.wait_ready(
             self.compose, services, timeout=self.timeouts.compose_up, refs=refs, inspected=inspected

@@ -164,3 +164,30 @@ def test_the_runs_report_in_a_real_browser(
         browser.screenshot(artifacts / "report-failed-only.png")
         timing = browser.run("return window.forgeReport")
     (artifacts / "render.json").write_text(json.dumps(timing))  # for a person to read; not asserted
+
+    # With JavaScript off (a mail client, a CI artifact viewer): every trial and every check, its result
+    # and reason, in the page's own HTML. WebDriver's scripts still run; the page's do not.
+    with chromium(tmp_path / "chromium-nojs", javascript=False) as browser:
+        browser.open(report.as_uri(), ready="return document.readyState === 'complete'")
+        assert browser.run("return [document.body.dataset.ready, typeof window.forgeReport]") == [
+            None,
+            "undefined",
+        ]
+        assert browser.run("return document.getElementById('timeline').childElementCount") == 0
+        rows = browser.run(
+            "return [...document.querySelectorAll('#rows tr')].map(r =>"
+            " [r.cells[0].innerText, r.cells[1].innerText, [...r.querySelectorAll('li.check')].map(li =>"
+            " [li.dataset.check, li.dataset.result, li.querySelector('.badge').innerText,"
+            " (li.querySelector('.why') || {innerText: null}).innerText,"
+            " li.getBoundingClientRect().height > 0])])"
+        )
+        assert {key: status for key, status, _ in rows} == expected
+        for key, _, checks in rows:
+            (trial,) = [t for t in run.summary["trials"] if f"{t['task']}[{t['index']}]" == key]
+            assert [c[:4] for c in checks] == [
+                [c["name"], c["result"], c["result"], c["reason"]] for c in trial["checks"]
+            ], key
+            assert all(shown for *_, shown in checks)
+        results = {c[1] for _, _, checks in rows for c in checks}
+        assert results == {"passed", "failed", "undecided"}, rows  # the oracle leaves no trace to decide
+        browser.screenshot(artifacts / "report-nojs.png")

@@ -29,7 +29,7 @@ pytest.importorskip("inspect_ai")
 
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - inspect's checks, collected here
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.inspect.environment import ForgeSandboxEnvironment
 from forgelib.inspect.stacks import SampleStack, Settings, TaskStacks
 from forgelib.runner import SubprocessRunner
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PG = ROOT / "examples" / "multi_service_postgres_reset"
 PG_EXAMPLE = ROOT / "examples" / "inspect_postgres_reset"
 
-# Checks of inspect's suite this sandbox cannot pass, with why (none today; README "inspect_ai").
+# Checks of inspect's suite this sandbox cannot pass, with why (none today; docs/inspect.md).
 XFAIL: dict[str, str] = {}
 
 

@@ -16,8 +16,10 @@ import pytest
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import connect
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.errors import RecipeError
+from forgelib.kinds.base import PreparedSeed, fingerprint_diff
+from forgelib.kinds.postgres import seed as sql_dump
 from forgelib.provision import (
     ProvisionedTrial,
     StackContext,
@@ -27,8 +29,6 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.runner import SubprocessRunner
-from forgelib.seeds import sql_dump
-from forgelib.seeds.base import PreparedSeed, fingerprint_diff
 from forgelib.spec.models import SeedKind
 
 pytestmark = pytest.mark.integration

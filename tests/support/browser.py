@@ -52,9 +52,12 @@ class Browser:
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         return _request(method, f"{self.base}/session/{self.session}{path}", body)
 
-    def open(self, url: str) -> None:
+    def open(
+        self, url: str, *, ready: str = "return document.body && document.body.dataset.ready === '1'"
+    ) -> None:
+        """Go to ``url`` and wait until ``ready`` holds (by default: the report says it is drawn)."""
         self._call("POST", "/url", {"url": url})
-        self.wait_for("return document.body && document.body.dataset.ready === '1'")
+        self.wait_for(ready)
 
     def run(self, script: str, *args: Any) -> Any:
         return self._call("POST", "/execute/sync", {"script": script, "args": list(args)})
@@ -103,8 +106,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def chromium(profile: Path, width: int = 1400, height: int = 1000) -> Iterator[Browser]:
-    """A headless Chromium session with a fresh profile directory; everything is stopped afterwards."""
+def chromium(
+    profile: Path, width: int = 1400, height: int = 1000, *, javascript: bool = True
+) -> Iterator[Browser]:
+    """A headless Chromium session with a fresh profile directory; everything is stopped afterwards.
+    ``javascript=False``: the pages' own scripts do not run (as in a mail client); WebDriver's still do,
+    so a test can read the page."""
     binary, driver = install()
     port = _free_port()
     log = profile.parent / "chromedriver.log"
@@ -124,7 +131,10 @@ def chromium(profile: Path, width: int = 1400, height: int = 1000) -> Iterator[B
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"chromedriver did not start (rc={proc.poll()}); see {log}")
             time.sleep(0.05)
-        options = {"binary": binary, "args": [*CHROMIUM_ARGS, f"--user-data-dir={profile}"]}
+        args = [*CHROMIUM_ARGS, f"--user-data-dir={profile}"]
+        if not javascript:
+            args.append("--blink-settings=scriptEnabled=false")
+        options = {"binary": binary, "args": args}
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}}
         session = _request("POST", f"{base}/session", caps)["sessionId"]
         browser = Browser(base, session)

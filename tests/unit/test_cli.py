@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from invoke.exceptions import Exit
 
+from forgelib.cli.exits import guarded
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
-from forgelib.guard import guarded
 
 
 def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -130,7 +130,7 @@ def test_forge_and_invoke_say_the_same_about_a_bad_option(
 
 
 def test_a_command_line_invoke_cannot_parse_exits_1_under_invoke_and_2_under_forge(tmp_path: Path) -> None:
-    # invoke's own parser exits 1 before any forge code runs (README, "Exit codes"); forge maps it to 2.
+    # invoke's own parser exits 1 before any forge code runs (docs/ci.md, "Exit codes"); forge maps it to 2.
     assert forge("run", "--no-such-option", tmp_path=tmp_path).returncode == EXIT_USAGE
     done = invoke("run", "--no-such-option", tmp_path=tmp_path)
     assert done.returncode == 1 and "No idea what '--no-such-option' is" in done.stderr

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import compose as c
+from forgelib.docker import compose as c
 from forgelib.errors import ForgeError
-from forgelib.seeds import bare
+from forgelib.kinds.bare import seed as bare
 from forgelib.spec.models import Timeouts
 from forgelib.testing import FakeRunner
 from tests.support.override import load_override

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from forgelib.grading.score import CheckOutcome, grade
 from forgelib.inspect.stacks import SandboxConfigError, default_concurrency, default_service
-from forgelib.run.grading import CheckOutcome, grade
 from forgelib.spec import models as m
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_import_forgelib_and_the_cli_never_load_inspect() -> None:
-    loaded = _modules_after("import forgelib, forgelib.cli, forgelib.run.cli, forgelib.pytest_plugin")
+    loaded = _modules_after("import forgelib, forgelib.cli.program, forgelib.cli.run, forgelib.pytest_plugin")
     assert not {n for n in loaded if n.split(".")[0] == "inspect_ai"}
     assert "forgelib.inspect" not in loaded
     help_run = subprocess.run(
@@ -97,3 +97,14 @@ def test_explanation_carries_every_checks_reason() -> None:
     assert "check db: passed (observed 'baseline')" in text
     assert "gate 'file' failed: expected equals 'y', observed 'x'" in text
     assert text.startswith("forge grade: fail, score 0.500")
+
+
+def test_explanation_says_undecided_never_failed() -> None:
+    from forgelib.inspect.grade import explain
+
+    ok = CheckOutcome("db", "sql", 1.0, False, True, "baseline", "equals 'baseline'")
+    why = "cannot be decided: an inspect sample's tool calls are not a forge trace"
+    trace = CheckOutcome("called", "trace", 1.0, True, False, None, "a call", why, decided=False)
+    text = explain(grade([ok, trace], 1.0))
+    assert f"- gate called: undecided: {why}" in text.splitlines()
+    assert "failed" not in text and text.startswith("forge grade: pass, score 1.000")

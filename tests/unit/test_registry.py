@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from forgelib.seeds import REGISTRY
-from forgelib.seeds.base import SeedTarget
+from forgelib.kinds.base import SeedTarget
+from forgelib.kinds.registry import REGISTRY
 from forgelib.spec.models import Seed, SeedKind
 from forgelib.spec.rules import SHORTHAND_KINDS
 from forgelib.spec.schema import schema

@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, RecipeError
-from forgelib.resolved import ServiceConfig
-from forgelib.seeds import REGISTRY, ApplyContext, Memo, SeedTarget, filesystem_dir, redis_dump, sql_dump
+from forgelib.kinds.base import ApplyContext, Memo, SeedTarget
+from forgelib.kinds.postgres import seed as sql_dump
+from forgelib.kinds.redis import seed as redis_dump
+from forgelib.kinds.registry import REGISTRY
+from forgelib.kinds.tree import seed as filesystem_dir
 from forgelib.spec.models import Seed, SeedKind, Timeouts
 from forgelib.testing import FakeRunner
 
@@ -295,7 +299,7 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def _cache_info(status: str, health: str | None = None, service: str = "cache") -> dict[str, Any]:
-    from forgelib.labels import COMPOSE_SERVICE
+    from forgelib.docker.labels import COMPOSE_SERVICE
 
     state: dict[str, Any] = {"Status": status}
     if health is not None:
@@ -577,8 +581,8 @@ def test_pristine_dir_keeps_its_copy_in_a_labelled_helper_outside_the_service(
     forge labels and compose's (so ``down --remove-orphans`` removes it), marked a helper (left out of the
     trial's ports and logs); each cycle stops the service, runs the helper attached (its exit status is
     the copy's), starts the service, forgets its cached host ports and waits until it is ready."""
-    from forgelib import labels as lab
-    from forgelib.seeds import datadir
+    from forgelib.docker import labels as lab
+    from forgelib.kinds import datadir
 
     fake = FakeRunner()
     c = ctx(fake, tmp_path, SeedKind.SQL_DUMP, "db")

@@ -1,11 +1,11 @@
-"""A complete forge agent: solves read_widget through the trial's MCP tools (README: "Evaluate your agent").
+"""A complete forge agent: solves read_widget through the trial's MCP tools (docs/agents.md).
 
 forge runs it once per trial with FORGE_MCP_URL / FORGE_MCP_TOKEN (the trial's tool server) set and the
 task's instruction on stdin. A real agent hands the instruction and the listed tools to a model and
 carries out the tool calls it asks for; this one follows a fixed plan.
 """
 
-import asyncio, json, os, sys  # noqa: E401 - the README shows this file as it is
+import asyncio, json, os, sys  # noqa: E401 - docs/agents.md shows this file as it is
 
 import httpx2
 from mcp import ClientSession

@@ -72,6 +72,7 @@ def test_passing_run_writes_every_file(tmp_path: Path, fake_backend: Any) -> Non
     }
     assert grade["checks"][0] == {
         "name": "out_file", "type": "file", "weight": 1.0, "gate": False, "passed": True,
+        "result": "passed", "reason": None,
         "observed": "baseline", "expected": "equals 'baseline'", "error": None,
         "decided": True, "observes": 'file {"path": "/work/out.txt", "service": "runner"}',
     }  # fmt: skip

@@ -82,7 +82,7 @@ def test_a_forbidden_call_in_the_trace_fails_the_gate(tmp_path: Path) -> None:
 def test_without_a_trace_the_trace_checks_are_undecided_and_the_state_check_grades(tmp_path: Path) -> None:
     got = run_with(tmp_path, None)
     g, m = got["grade"], got["metrics"]
-    assert g["binary_pass"] is True and g["score"] == 1.0 and g["components"]["read_it"] == 0.0
+    assert g["binary_pass"] is True and g["score"] == 1.0 and g["components"]["read_it"] is None
     assert len(g["undecided"]) == 3
     assert all("cannot be decided: the trial has no trace.jsonl" in u for u in g["undecided"])
     assert m["checks_undecided"] == 3 and m["gates_failed"] == 0

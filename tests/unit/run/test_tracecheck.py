@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.run.grading import (
+from forgelib.grading.score import (
     CheckOutcome,
     Verdict,
     alternatives_component,
@@ -18,8 +18,7 @@ from forgelib.run.grading import (
     grade,
     judge_component,
 )
-from forgelib.run.results import grade_doc
-from forgelib.run.tracecheck import (
+from forgelib.grading.traces import (
     NO_TRACE,
     Call,
     Trace,
@@ -29,6 +28,7 @@ from forgelib.run.tracecheck import (
     parse_trace,
     read_trace,
 )
+from forgelib.run.results import grade_doc
 from forgelib.spec.loader import deep_freeze
 from forgelib.spec.models import Check
 
@@ -261,7 +261,7 @@ def test_an_undecided_route_takes_no_part_and_an_undecided_component_is_left_out
     nothing = checks_component("trace_only", 3.0, [out("t", False, decided=False)])
     assert nothing.score is None
     g = combine([], [nothing, comp, judge_component("judge", 1.0, Verdict(0.5, "meh"))], 0.7)
-    assert g.score == 0.75 and g.binary_pass and g.components["trace_only"] == 0.0
+    assert g.score == 0.75 and g.binary_pass and g.components["trace_only"] is None
     assert g.details["trace_only"]["score"] is None and len(g.undecided) == 3
 
 

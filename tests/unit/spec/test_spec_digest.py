@@ -131,7 +131,7 @@ def test_unreadable_seed_is_a_digest_error(tmp_path: Path) -> None:
 
 
 def test_documented_shell_recipe_reproduces_the_digest(tree: Path) -> None:
-    """The docstring (copied into the README) must describe what the code does."""
+    """The docstring (copied into docs/seeds.md) must describe what the code does."""
     doc = digest.__doc__ or ""
     recipe = doc.split("Reproduce in a shell (no newlines in names assumed)::")[1].split("\n\n")[1]
     script = "\n".join(line[4:] for line in recipe.splitlines())

@@ -1,5 +1,5 @@
 """Bring-your-own compose files at validate: what forge refuses (exit 1, file:line and the fix), warns about
-(risky, allowed) and notes (what its override changes), per the README table."""
+(risky, allowed) and notes (what its override changes), per the table in docs/compose.md."""
 
 from __future__ import annotations
 

@@ -1,0 +1,299 @@
+"""When a stack's containers are ready, decided by us: each container's own healthcheck command, run through
+``docker exec`` every ``PROBE_INTERVAL``, instead of compose's ``up --wait``.
+
+Why: compose (and ``depends_on: service_healthy``) sees health only through Docker's healthcheck, which runs
+once per ``interval`` and, on Docker 20.10, first only after one whole interval. A postgres that
+answers soon after start is "healthy" to compose only at the next tick, its API at the tick after that:
+whatever a golden or a warm stack saves is spent waiting on ticks. Running the same command ourselves is the
+same criterion, seen as soon as it holds.
+
+``start`` starts created containers (``compose up --no-start``) in ``depends_on`` order: each service as soon
+as every dependency's condition holds (``service_started``: its container started; ``service_healthy``: its
+healthcheck passed; ``service_completed_successfully``: it exited 0), and returns once every service is
+ready as ``up --wait`` means it (healthy, or running when it has no healthcheck, or exited 0 as a one-shot).
+``wait_ready`` is the second half alone, for containers something else started (warm stacks' recreated
+services). Docker's own view is read every ``STATE_EVERY`` seconds too: a container that exited, or that
+Docker found unhealthy (its healthcheck's ``retries`` used up), fails at once, as ``up --wait`` would.
+
+Every command goes through the runner, tagged (``start``/``exec``) so a stop refuses or kills it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+
+PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
+STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
+# `FORGE_READINESS=compose`: fresh stacks come up by compose's own `up --wait` instead (the benchmarks'
+# same-run baseline for what this module saves; not a user setting).
+READINESS_ENV = "FORGE_READINESS"
+STARTED, HEALTHY, COMPLETED = "service_started", "service_healthy", "service_completed_successfully"
+
+
+class NotReady(ForgeError):
+    """A service did not get ready: it exited, Docker found it unhealthy, or the time ran out. Its text
+    says which in compose's words (``unhealthy``, ``exited (N)``, ``timed out``): the ``readiness`` stage."""
+
+    def __init__(self, service: str, text: str) -> None:
+        super().__init__(text)
+        self.service = service
+
+
+@dataclass(frozen=True)
+class Container:
+    service: str
+    id: str
+    name: str
+    health: list[str] | None  # the healthcheck as an argv for `docker exec` (None: it has none)
+    probe_timeout: float  # the healthcheck's own timeout
+
+
+def compose_wait() -> bool:
+    """Whether fresh stacks should use compose's ``up --wait`` (``FORGE_READINESS=compose``: benchmarks)."""
+    return os.environ.get(READINESS_ENV, "") == "compose"
+
+
+def health_argv(info: Mapping[str, Any]) -> tuple[list[str] | None, float]:
+    """The container's healthcheck as an argv for ``docker exec`` (None: it has none), and its timeout."""
+    hc = (info.get("Config") or {}).get("Healthcheck") or {}
+    test = hc.get("Test") or []
+    per_probe = (hc.get("Timeout") or 30_000_000_000) / 1e9
+    if not test or test[0] == "NONE":
+        return None, per_probe
+    if test[0] == "CMD":
+        return [str(a) for a in test[1:]], per_probe
+    if test[0] == "CMD-SHELL":
+        return ["/bin/sh", "-c", str(test[1])], per_probe
+    return None, per_probe
+
+
+def containers(
+    compose: ComposeProject, services: Sequence[str], refs: Sequence[str] = (), *, required: bool = True
+) -> dict[str, list[Container]]:
+    """service -> its containers (replicas included) in ``compose``'s project, from labels: one ``docker
+    ps`` and one ``docker inspect``, not a compose call (each pays the compose CLI's start). ``refs``: inspect
+    exactly these containers (names or ids) instead of every one of the project. ``required``: a service
+    without a container is an error (else it is simply absent from the answer)."""
+    return of_inspect(compose, services, compose.inspect(refs), required=required)
+
+
+def of_inspect(
+    compose: ComposeProject,
+    services: Sequence[str],
+    found: Sequence[Mapping[str, Any]],
+    *,
+    required: bool = True,
+) -> dict[str, list[Container]]:
+    """service -> its containers among ``found`` (``docker inspect`` records, e.g. from a caller that just
+    inspected them: no second call)."""
+    out: dict[str, list[Container]] = {}
+    for info in found:
+        svc = str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE, ""))
+        if svc in services:
+            argv, per_probe = health_argv(info)
+            name = str(info.get("Name", "")).lstrip("/")
+            out.setdefault(svc, []).append(Container(svc, str(info.get("Id")), name, argv, per_probe))
+    missing = [s for s in services if s not in out]
+    if missing and required:
+        raise ForgeError(f"service(s) {', '.join(missing)} have no container in project {compose.name}")
+    return out
+
+
+def start(
+    compose: ComposeProject,
+    config_services: Mapping[str, ServiceConfig],
+    services: Sequence[str],
+    *,
+    timeout: float | None = None,
+) -> None:
+    """Start the created containers of ``services`` in ``depends_on`` order and wait until every one is
+    ready (see the module doc). ``config_services``: the resolved compose config's services (their
+    ``depends_on``); a dependency outside ``services`` is up already. Raises ``NotReady`` (readiness) or
+    the failed ``docker start``'s ``CommandError`` (the container could not start at all)."""
+    wanted = list(dict.fromkeys(services))
+    found = containers(compose, wanted)
+    deps = {s: _deps(config_services.get(s) or ServiceConfig(s), wanted) for s in wanted}
+    # What a service must reach before it counts as done: exited 0 when a dependent waits for that.
+    complete = {d for s in wanted for d, cond in deps[s].items() if cond == COMPLETED}
+    _Waves(compose, found, deps, complete, _limit(compose, timeout)).run(wanted)
+
+
+def wait_ready(
+    compose: ComposeProject,
+    services: Sequence[str],
+    *,
+    timeout: float | None = None,
+    refs: Sequence[str] = (),
+    inspected: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """Wait until the (started) containers of ``services`` are ready, all in parallel. ``refs``: exactly
+    these containers (names or ids; else every container of those services in the project);
+    ``inspected``: exactly these, as ``docker inspect`` described them (their healthchecks) already."""
+    wanted = list(dict.fromkeys(services))
+    found = of_inspect(compose, wanted, inspected) if inspected else containers(compose, wanted, refs)
+    waves = _Waves(compose, found, {s: {} for s in wanted}, set(), _limit(compose, timeout))
+    waves.run(wanted, start=False)
+
+
+def _limit(compose: ComposeProject, timeout: float | None) -> float:
+    return compose.timeouts.compose_up if timeout is None else timeout
+
+
+def _deps(svc: ServiceConfig, wanted: Sequence[str]) -> dict[str, str]:
+    """dependency -> condition, for the dependencies among ``wanted`` (the others are up already)."""
+    out: dict[str, str] = {}
+    # What compose orders by implicitly: another service's network namespace, its volumes, a link.
+    implicit = [svc.network_mode, *svc.volumes_from, *(link.split(":")[0] for link in svc.links)]
+    for ref in implicit:
+        dep = ref.removeprefix("service:").split(":")[0]
+        if dep in wanted:
+            out[dep] = STARTED
+    for dep, spec in svc.depends_on.items():
+        if dep in wanted:
+            out[dep] = str(spec.get("condition") or STARTED)
+    return out
+
+
+class _Waves:
+    """One thread per service: wait for its dependencies' conditions, start it, probe it."""
+
+    def __init__(
+        self,
+        compose: ComposeProject,
+        found: Mapping[str, list[Container]],
+        deps: Mapping[str, Mapping[str, str]],
+        complete: set[str],
+        limit: float,
+    ) -> None:
+        self.compose = compose
+        self.runner = compose.runner
+        self.found = found
+        self.deps = deps
+        self.complete = complete
+        self.limit = limit
+        self.deadline = time.monotonic() + limit
+        self.started = {s: threading.Event() for s in deps}
+        self.ready = {s: threading.Event() for s in deps}
+        self.failed = threading.Event()
+
+    def run(self, services: Sequence[str], *, start: bool = True) -> None:
+        if not services:
+            return
+        with ThreadPoolExecutor(max_workers=len(services), thread_name_prefix="readiness") as pool:
+            futures = [pool.submit(self._one, s, start) for s in services]
+            errors: list[BaseException] = []
+            for f in futures:
+                try:
+                    f.result()
+                except BaseException as e:  # noqa: BLE001 - the first one is raised below, after all ended
+                    errors.append(e)
+        if errors:  # Ctrl-C first, then a service's own failure, then a dependent's "its dependency failed"
+            own = next((e for e in errors if not isinstance(e, _DependencyFailed)), errors[0])
+            raise next((e for e in errors if isinstance(e, Interrupted | KeyboardInterrupt)), own)
+
+    def _one(self, service: str, start: bool) -> None:
+        try:
+            for dep, cond in self.deps[service].items():
+                self._await(service, dep, self.started[dep] if cond == STARTED else self.ready[dep])
+            if start:
+                ids = [c.id for c in self.found[service]]
+                self.runner.run(dk.start(ids), timeout=self.compose.timeouts.command, tag="start")
+            self.started[service].set()
+            for c in self.found[service]:
+                self._probe(c, complete=service in self.complete)
+            self.ready[service].set()
+        except BaseException:
+            self.failed.set()
+            raise
+
+    def _await(self, service: str, dep: str, event: threading.Event) -> None:
+        while not event.wait(PROBE_INTERVAL):
+            if self.failed.is_set():
+                raise _DependencyFailed(
+                    service, f"service {service!r} not started: dependency {dep!r} failed"
+                )
+            if time.monotonic() >= self.deadline:
+                raise NotReady(
+                    service, f"service {service!r} timed out after {self.limit:g}s waiting for {dep!r}"
+                )
+
+    def _probe(self, c: Container, *, complete: bool) -> None:
+        """Until ``c`` is ready: healthy by its own healthcheck (or running, without one), or exited 0 when
+        it is a one-shot (``complete``: a dependent waits for exactly that)."""
+        said = ""
+        # With a healthcheck, its first run comes before Docker's state (one `docker inspect` less on the
+        # path of every ready container); an exited one fails that run, then the state says so.
+        last_state = time.monotonic()
+        while True:
+            if self.failed.is_set():
+                raise _DependencyFailed(c.service, f"service {c.service!r}: another service failed")
+            now = time.monotonic()
+            if complete or c.health is None or now - last_state >= STATE_EVERY:
+                last_state = now
+                state = self._state(c)
+                status, code = state.get("Status"), state.get("ExitCode")
+                health = (state.get("Health") or {}).get("Status")
+                if status == "exited" or status == "dead":
+                    if code == 0 and (complete or c.health is None):
+                        return  # a one-shot that finished: what `up --wait` accepts too
+                    raise NotReady(c.service, f"service {c.service!r} container {c.name} exited ({code})")
+                if health == "healthy" and not complete:
+                    return  # Docker's own check got there first
+                if health == "unhealthy":
+                    raise NotReady(
+                        c.service, f"service {c.service!r} container {c.name} is unhealthy{_said(said)}"
+                    )
+                if not complete and c.health is None and status == "running":
+                    return  # no healthcheck: running is ready, as for `up --wait`
+            if c.health is not None and not complete:
+                try:
+                    r = self.runner.run(
+                        dk.exec(c.id, c.health), timeout=c.probe_timeout, check=False, tag="exec"
+                    )
+                except CommandTimeout:
+                    said = f"its healthcheck did not answer within {c.probe_timeout:g}s"
+                else:
+                    if r.rc == 0:
+                        return
+                    said = (r.stdout + r.stderr).strip()[-300:] or f"exit {r.rc}"
+            if time.monotonic() >= self.deadline:
+                what = "did not complete" if complete else "not healthy"
+                raise NotReady(
+                    c.service,
+                    f"service {c.service!r} {what} within {self.limit:g}s (timed out){_said(said)}",
+                )
+            time.sleep(PROBE_INTERVAL)
+
+    def _state(self, c: Container) -> dict[str, Any]:
+        out = self.runner.run(
+            dk.inspect([c.id], format="{{json .State}}"),
+            timeout=self.compose.timeouts.command,
+            check=False,
+        )
+        try:
+            state = json.loads(out.stdout or "{}")
+        except json.JSONDecodeError:
+            return {}
+        return state if isinstance(state, dict) else {}
+
+
+class _DependencyFailed(NotReady):
+    """A service not started (or not waited for) because another one failed: never the error reported
+    when the other one's own error is there."""
+
+
+def _said(said: str) -> str:
+    return f"; its healthcheck said: {said}" if said else ""

@@ -1,0 +1,1 @@
+"""What forge knows about each sort of service state: one subpackage per kind, listed in ``registry``."""

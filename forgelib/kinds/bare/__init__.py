@@ -1,0 +1,1 @@
+"""The bare kind."""

@@ -1,0 +1,228 @@
+"""The types every seed recipe shares: what a recipe sees (``SeedTarget``, ``ApplyContext``) and what it
+provides (``Recipe``). Kept apart from the registry in ``__init__`` so recipe modules import them plainly.
+
+A recipe has two lives. On a **fresh** stack ``apply`` seeds a new service. On a **warm** stack (``forge run
+--stacks warm``), right after that first ``apply`` and before any dependent starts, ``prepare`` builds what
+makes an in-place reset fast (a pristine data directory outside the service, or a template database; the
+redis keyspace as dumps; the tree's own mode) and ``fingerprint`` records the state a trial could change
+beyond the reset's reach; before every later trial ``reset`` restores the seed in place and
+``fingerprint`` must match again, or the stack is replaced (``forgelib.warm``). Whatever ``prepare``
+keeps must be out of a trial's sight and reach, or verified before each reuse (contents, not only
+existence).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
+from forgelib.errors import RecipeError
+from forgelib.spec.models import Seed, Timeouts
+
+T = TypeVar("T")
+
+# Seconds a direct connection (a recipe's, ``forgelib.connect``'s) waits for a published port: one that does
+# not answer is a dead stack, not a slow one.
+CONNECT_TIMEOUT = 10
+
+
+class Memo:
+    """Values derived from a seed version, computed once per owner (a run's backend) and shared by its trials.
+
+    Key by what the value is derived from (e.g. the seed's path *and* digest): provisioning re-verifies a
+    seed's digest right before every apply, so a value made for that digest still describes the seed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # trials of a run apply the same seed concurrently under --workers
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = make()
+            value: T = self._values[key]
+            return value
+
+
+@dataclass(frozen=True)
+class SeedTarget:
+    """What a recipe's host-side ``check`` sees: the seed and how the service binds it."""
+
+    service: str
+    seed: Seed
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def fail(self, step: str, detail: str) -> RecipeError:
+        """The error a recipe raises: which step on which service, and the diagnostics."""
+        return RecipeError(f"{step} step on service '{self.service}': {detail}")
+
+
+@dataclass(frozen=True)
+class SeedMount:
+    """A seed kind's extra mount (``Recipe.seed_mount``): the seed's host path bind-mounted read-only in its
+    service by the trial's override, and the variable that names where (in the service's environment and in
+    the oracle's exec when the oracle runs in that service)."""
+
+    service: str
+    seed: str
+    host_path: Path  # absolute, verified against the seed's digest at load
+    path: str  # inside the service
+    env_var: str
+
+    def volume(self) -> dict[str, Any]:
+        """The override's long-syntax bind mount (read-only: the seed must stay what its digest says)."""
+        return {"type": "bind", "source": str(self.host_path), "target": self.path, "read_only": True}
+
+    def env(self) -> dict[str, str]:
+        """The variable naming where the seed is mounted: ``{env_var: path}``."""
+        return {self.env_var: self.path}
+
+    def record(self) -> dict[str, str]:
+        """As trial.yaml (``bare_seeds``) and ``forge provision --json`` show it."""
+        return {"seed": self.seed, "host_path": str(self.host_path), "path": self.path, "env": self.env_var}
+
+
+def no_mount(target: SeedTarget) -> SeedMount | None:
+    """``seed_mount`` of a kind that works in the running container and mounts nothing."""
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyContext(SeedTarget):
+    """``SeedTarget`` plus the live stack: every container call goes through ``compose``."""
+
+    compose: ComposeProject
+    # The service as compose resolved it (`docker compose config`), typed: its environment, command, ...
+    service_config: ServiceConfig = field(default_factory=lambda: ServiceConfig(""))
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    memo: Memo = field(default_factory=Memo)  # shared by the trials of one backend (see ``Memo``)
+
+    # (service, container port) -> (host, port) of the loopback publication: looked up once per stack
+    # (``docker compose port`` pays the compose CLI's start; the mapping lives as long as the container).
+    addresses: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict, compare=False)
+
+    def environment(self) -> Mapping[str, str]:
+        return self.service_config.environment
+
+    def address(self, container_port: int) -> tuple[str, int]:
+        """Where the host reaches this service's ``container_port`` (published on 127.0.0.1)."""
+        key = (self.service, container_port)
+        if key not in self.addresses:
+            self.addresses[key] = self.compose.port(self.service, container_port)
+        return self.addresses[key]
+
+
+# part name -> sha256 hex of that part's canonical text (``fingerprint_part``). Named parts, so a mismatch
+# says what differs ("roles", "config") rather than only that something does.
+Fingerprint = dict[str, str]
+
+
+def fingerprint_part(lines: Any) -> str:
+    """The sha256 of ``lines`` (any iterable of rows) rendered one ``repr`` per line: a stable, cheap digest
+    of a query's rows or a listing."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(repr(line).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def fingerprint_diff(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
+    """The parts whose digests differ (or that one side lacks), sorted; empty when equal."""
+    return sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+
+
+@dataclass
+class PreparedSeed:
+    """One reset service of a warm stack: its context, what ``prepare`` built and the baseline
+    ``fingerprint`` taken right after it (both on the first, fresh seeding)."""
+
+    recipe: Recipe
+    ctx: ApplyContext
+    prepared: object
+    baseline: Fingerprint
+
+    def reset(self) -> None:
+        self.recipe.reset(self.ctx, self.prepared)
+
+    def fingerprint(self) -> Fingerprint:
+        return self.recipe.fingerprint(self.ctx)
+
+    @property
+    def restarts(self) -> bool:
+        """Whether ``reset`` restarts the service's container (new host ports: the pool reads them again).
+        A recipe's prepared object says so with a true ``restarts_container`` attribute."""
+        return bool(getattr(self.prepared, "restarts_container", False))
+
+
+class Recipe(Protocol):
+    """What every module in this package provides (modules satisfy it structurally)."""
+
+    @property
+    def OPTIONS(self) -> frozenset[str]:
+        """The ``reset:`` binding options the recipe understands (anything else is a spec error)."""
+        ...
+
+    def check(self, target: SeedTarget) -> None:
+        """Host-side guards (the seed has the right shape); never touches a container."""
+        ...
+
+    def apply(self, ctx: ApplyContext) -> None:
+        """Apply the seed to the running service; raise ``RecipeError`` on any failure."""
+        ...
+
+    def prepare(self, ctx: ApplyContext) -> object:
+        """Warm preparation, right after ``apply`` on a fresh stack (dependents not started yet): build what
+        ``reset`` restores from and return it (opaque to everyone else). Raise ``RecipeError``."""
+        ...
+
+    def reset(self, ctx: ApplyContext, prepared: object) -> None:
+        """Restore the seed in place, from what ``prepare`` returned; raise ``RecipeError`` when it cannot
+        (the stack is then replaced, never trusted)."""
+        ...
+
+    def fingerprint(self, ctx: ApplyContext) -> Fingerprint:
+        """A cheap digest of the state a trial could change that ``reset`` does not restore (named parts).
+        Equal right after the seeding and after each reset, or the stack is dirty. Raise ``RecipeError``."""
+        ...
+
+    def direct_port(self, service_config: ServiceConfig) -> int | None:
+        """The container port forge talks to directly (published on 127.0.0.1 by the override), or None
+        when the recipe works through ``compose exec``/``cp`` only."""
+
+    def seed_mount(self, target: SeedTarget) -> SeedMount | None:
+        """What the trial's override mounts in the service for this seed before it starts (a ``SeedMount``:
+        read-only bind, and its variable), or None (``no_mount``): the kind's one say in the override."""
+        ...
+
+    @property
+    def RECIPE_VERSION(self) -> int:
+        """Part of every golden's key: bump it when ``apply`` would write different bytes."""
+        ...
+
+    @property
+    def SUPPORTS_GOLDEN(self) -> bool:
+        """Whether a fresh stack may start this kind's service from a golden (``forgelib.snapshots``)."""
+        ...
+
+    def golden_path(self, ctx: ApplyContext) -> str | None:
+        """The container directory holding the seeded state, asked of the live service (a golden captures
+        it); None when the kind has no golden (its ``apply`` is the copy a golden would be)."""
+        ...
+
+    def golden_fingerprint(self, ctx: ApplyContext) -> Fingerprint:
+        """``fingerprint`` plus whatever of the seeded state it leaves out (it may: a warm reset rewrites
+        that part anyway). Taken when a golden is captured and compared after each restore, so a golden
+        that restores wrong or empty state is caught. Raise ``RecipeError``."""
+        ...
+
+
+def no_golden(ctx: ApplyContext) -> str | None:
+    """``golden_path`` of a kind with ``SUPPORTS_GOLDEN = False``: it has no data directory to snapshot."""
+    return None

@@ -1,0 +1,141 @@
+"""A service's data directory restored whole from a pristine copy that no trial can see or reach.
+
+Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset):
+right after the first seeding the service's container is stopped (its server shuts down cleanly), a helper
+container copies the data directory into its own writable layer, and the service starts again. A reset
+stops the service, has the helper empty the data directory and copy the pristine one back (contents,
+owners, modes; whatever a trial added is gone), and starts the service again.
+
+The helper is created from the service's own image (it has ``sh``, ``find`` and ``cp``), with the service's
+volumes (``--volumes-from``), no network, and never started by anyone else: nothing of it is inside the
+service's container or on a network a trial is on. The copy lives in the helper's own container layer,
+never on a volume of its own: ``down --remove-orphans`` removes an orphan container without its volumes,
+so an anonymous volume at ``/forge-pristine`` outlived every warm stack. It carries the service
+container's ``io.forgelib`` labels (the reaper finds it after a crash) and compose's project labels with a
+service name the project does not have, so ``down --remove-orphans`` removes it like any orphan (compose
+counts a container as the project's only with a config-hash label).
+
+The service's server must be its container's main process (a postgres image's entrypoint ``exec``s it):
+stopping the container is how the server stops. Its published host ports change on every start, so a
+reset drops the context's cached addresses, and what holds a ``PristineDir`` says ``restarts_container``
+(``PreparedSeed.restarts``): the pool reads the service's published ports again for the trial's record.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.errors import CommandError, ForgeError, Interrupted
+from forgelib.kinds.base import ApplyContext
+
+# First start (no copy yet): keep one; every later start: empty the data directory and copy it back. The
+# copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from.
+_SCRIPT = (
+    'set -e; d="$1"; p=/forge-pristine; '
+    'if [ ! -e "$p/.done" ]; then rm -rf "$p/data"; mkdir -p "$p/data"; cp -a "$d/." "$p/data/"; '
+    'touch "$p/.done"; '
+    'else find "$d" -mindepth 1 -delete; cp -a "$p/data/." "$d/"; fi; '
+    '[ -s "$d/$2" ] || { echo "no $2 in $d after the copy" >&2; exit 3; }'
+)
+
+
+@dataclass
+class PristineDir:
+    """The helper container holding ``path``'s pristine copy for ``service`` of ``ctx``'s stack."""
+
+    ctx: ApplyContext
+    path: str  # the data directory in the service's container
+    container: str  # the service's container (name)
+    helper: str  # the helper container (name)
+
+    @classmethod
+    def capture(cls, ctx: ApplyContext, path: str, *, marker: str = "PG_VERSION") -> PristineDir:
+        """Stop the service, keep a copy of ``path`` in a new helper container, start the service again.
+        ``marker``: a file every valid data directory holds (checked after each copy)."""
+        if not path.startswith("/") or posixpath.normpath(path) in ("/", ""):
+            raise ctx.fail("prepare", f"data directory {path!r} must be an absolute path other than '/'")
+        compose = ctx.compose
+        container = compose.container(ctx.service)
+        helper = f"{compose.name}-forge-pristine-{ctx.service}"
+        info = _inspect(ctx, container)
+        labels = {k: v for k, v in lab.of_inspect(info).items() if k.startswith("io.forgelib.")}
+        labels.update(
+            {
+                lab.COMPOSE_PROJECT: compose.name,
+                lab.COMPOSE_SERVICE: f"{ctx.service}-forge-pristine",
+                lab.COMPOSE_ONEOFF: "False",
+                lab.COMPOSE_CONFIG_HASH: "forge-pristine",
+                lab.HELPER: "pristine-data",
+            }
+        )
+        argv = dk.create(
+            str(info.get("Image")),
+            ["-c", _SCRIPT, "forge-pristine", path, marker],
+            name=helper,
+            network="none",
+            user="0",
+            volumes_from=container,
+            entrypoint="sh",
+            label=[f"{k}={v}" for k, v in sorted(labels.items())],
+        )
+        p = cls(ctx, path, container, helper)
+        try:
+            p._docker(argv)
+        except CommandError as e:
+            raise ctx.fail("prepare", f"could not create the pristine-copy helper for {path}: {e}") from e
+        p._cycle("prepare")
+        return p
+
+    def restore(self) -> None:
+        """Stop the service, put the pristine copy back in place of its data directory, start it again."""
+        self._cycle("reset")
+
+    def _cycle(self, step: str) -> None:
+        t = self.ctx.timeouts
+        try:
+            self._docker(dk.stop([self.container]), timeout=t.teardown)
+        except CommandError as e:
+            raise self.ctx.fail(step, f"could not stop {self.container}: {e}") from e
+        try:
+            self._docker(dk.start([self.helper], attach=True), timeout=t.recipe)
+        except CommandError as e:
+            hint = ""
+            if step == "prepare":  # the helper sees the service's volumes only
+                hint = (
+                    f" ({self.path} must be on a volume of the service, as the image's VOLUME is;"
+                    " or reset this service with `strategy: template`)"
+                )
+            raise self.ctx.fail(step, f"copying {self.path} (helper {self.helper}) failed{hint}: {e}") from e
+        try:
+            self._docker(dk.start([self.container]), timeout=t.compose_up)
+        except CommandError as e:
+            raise self.ctx.fail(step, f"could not start {self.container} again: {e}") from e
+        # A new host port for every published container port (``docker start`` allocates them anew).
+        for key in [k for k in self.ctx.addresses if k[0] == self.ctx.service]:
+            del self.ctx.addresses[key]
+        try:  # ready as a fresh stack's service is: its own healthcheck passes
+            refs = [self.container]
+            readiness.wait_ready(self.ctx.compose, [self.ctx.service], refs=refs, timeout=t.compose_up)
+        except Interrupted:
+            raise
+        except ForgeError as e:
+            raise self.ctx.fail(step, f"{self.container} did not become ready again: {e}") from e
+
+    def _docker(self, argv: list[str], *, timeout: float | None = None) -> None:
+        compose = self.ctx.compose
+        compose.runner.run(
+            argv, timeout=compose.timeouts.command if timeout is None else timeout, tag=argv[1]
+        )
+
+
+def _inspect(ctx: ApplyContext, container: str) -> dict[str, Any]:
+    found = ctx.compose.inspect([container])
+    info = dict(found[0]) if found else {}
+    if not info.get("Image"):
+        raise ctx.fail("prepare", f"container {container} of service {ctx.service!r} not found")
+    return info

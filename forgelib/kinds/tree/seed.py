@@ -1,0 +1,200 @@
+"""``filesystem_dir``: make a directory in the service hold exactly the seed tree.
+
+Steps: wipe the target (``find T -mindepth 1 -delete``: dotfiles included, argv only, and a failure to
+delete anything is loud), ``docker compose cp SEED/. svc:T`` (the ``/.`` copies the contents, not the
+directory itself), then verify: the container's listing and file hashes must equal the seed's.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+from pathlib import Path
+
+from forgelib.docker.resolved import ServiceConfig
+from forgelib.errors import CommandError
+from forgelib.kinds.base import (
+    ApplyContext,
+    Fingerprint,
+    Memo,
+    SeedTarget,
+    fingerprint_part,
+    no_golden,
+    no_mount,
+)
+from forgelib.spec.digest import file_sha256, walk_tree
+
+OPTIONS = frozenset({"target"})
+DEFAULT_TARGET = "/workspace"
+_SHOWN = 10  # differences listed in an error (the rest are counted)
+
+# path -> sha256 hex for regular files, None for directories and symlinks (present, not hashed)
+Listing = dict[str, str | None]
+
+
+def target_dir(target: SeedTarget) -> str:
+    return str(target.options.get("target") or DEFAULT_TARGET)
+
+
+def check(target: SeedTarget) -> None:
+    seed = target.seed
+    if not seed.path.is_dir():
+        raise target.fail("guard", f"seed {seed.name!r} is not a directory: {seed.path}")
+    t = target_dir(target)
+    # A wipe of "/" (or of a path that normalises to it) would destroy the container's file system.
+    if not t.startswith("/") or posixpath.normpath(t) != t.rstrip("/") or posixpath.normpath(t) == "/":
+        raise target.fail("guard", f"target {t!r} must be an absolute, normalised path other than '/'")
+
+
+def wipe_argv(target: str) -> list[str]:
+    return ["find", target, "-mindepth", "1", "-delete"]
+
+
+def listing_argv(target: str) -> list[str]:
+    # Regular files print "sha256  path"; every other entry (directories, symlinks) prints its path.
+    files = ["(", "-type", "f", "-exec", "sha256sum", "{}", "+", ")"]
+    return ["find", target, "-mindepth", "1", *files, "-o", "-print"]
+
+
+def apply(ctx: ApplyContext) -> None:
+    target = target_dir(ctx).rstrip("/")
+    t = ctx.timeouts.recipe
+    svc = ctx.service
+    try:
+        ctx.compose.exec(svc, ["mkdir", "-p", target], timeout=t)
+        ctx.compose.exec(svc, wipe_argv(target), timeout=t)
+    except CommandError as e:
+        raise ctx.fail("wipe", f"could not empty {target}: {e}") from e
+    _copy_and_verify(ctx, target)
+
+
+def _copy_and_verify(ctx: ApplyContext, target: str) -> None:
+    t = ctx.timeouts.recipe
+    svc = ctx.service
+    try:
+        ctx.compose.cp(f"{ctx.seed.path}/.", f"{svc}:{target}", timeout=t)
+    except CommandError as e:
+        raise ctx.fail("copy", str(e)) from e
+    try:
+        out = ctx.compose.exec(svc, listing_argv(target), timeout=t).stdout
+    except CommandError as e:
+        raise ctx.fail("verify", f"could not list {target}: {e}") from e
+    problems = compare(seed_listing(ctx.seed.path, ctx.seed.digest, ctx.memo), parse_listing(out, target))
+    if problems:
+        raise ctx.fail("verify", f"{target} does not match seed {ctx.seed.name!r}: {problems}")
+
+
+def seed_listing(root: Path, digest: str, memo: Memo) -> Listing:
+    """``host_listing`` once per seed version and ``memo`` owner (a run): hashing every file again on each
+    trial would double the per-trial cost of a large seed."""
+    return memo.get(("filesystem_dir.listing", root, digest), lambda: host_listing(root))
+
+
+def host_listing(root: Path) -> Listing:
+    """The seed tree as the container listing reports it (symlinks are not followed)."""
+    out: Listing = {}
+    for path in walk_tree(root):
+        rel = path.relative_to(root).as_posix()
+        mode = path.lstat().st_mode
+        out[rel] = file_sha256(path) if stat.S_ISREG(mode) else None
+    return out
+
+
+def parse_listing(out: str, target: str) -> Listing:
+    """Parse ``listing_argv``'s output into paths relative to ``target``."""
+    prefix = target.rstrip("/") + "/"
+    found: Listing = {}
+    for line in out.splitlines():
+        if not line:
+            continue
+        if line.startswith(prefix):  # a non-file entry, printed by -print
+            found[line[len(prefix) :]] = None
+            continue
+        escaped = line.startswith("\\")  # sha256sum escapes names holding '\\' or a newline
+        digest, _, name = line.removeprefix("\\").partition(" ")
+        name = name[1:] if name[:1] in (" ", "*") else name  # "  name" (text) or " *name" (binary)
+        if escaped:
+            name = name.replace("\\n", "\n").replace("\\\\", "\\")
+        found[name.removeprefix(prefix)] = digest
+    return found
+
+
+def compare(expected: Listing, actual: Listing) -> str:
+    """'' when equal, else a short account of what differs."""
+    missing = sorted(set(expected) - set(actual))
+    extra = sorted(set(actual) - set(expected))
+    differ = sorted(p for p in set(expected) & set(actual) if expected[p] != actual[p])
+    parts = []
+    for label, paths in (("missing", missing), ("unexpected", extra), ("content differs", differ)):
+        if paths:
+            shown = ", ".join(paths[:_SHOWN])
+            more = f" (+{len(paths) - _SHOWN} more)" if len(paths) > _SHOWN else ""
+            parts.append(f"{label}: {shown}{more}")
+    return "; ".join(parts)
+
+
+def direct_port(service_config: ServiceConfig) -> int | None:
+    return None  # the tree is reached through compose exec/cp
+
+
+# ---------------------------------------------------------------------------------------------- warm
+#
+# prepare keeps nothing in the service: the pristine tree is the seed itself, on the host, and prepare
+# only notes the target directory's own mode and owner (on the host too). reset is ``apply`` again from
+# there (one exec puts the target's mode and owner back and empties it, dotfiles, new directories and all;
+# the seed is copied in; every file's sha256 verified against the seed's): what a fresh trial gets, by the
+# same code. An earlier version kept a ``cp -a`` copy in the service's own /tmp, which a trial in that
+# container could list and change (only its listing, not its contents, was checked before reuse). The
+# container is never recreated.
+
+# mode, owner, group, size, type, link target and path of every entry, the target itself included
+# (NUL-free: a name holding a newline would only shift lines, which still changes the digest).
+_LISTING_FORMAT = "%m %U %G %s %y %l\\t%P\\n"
+
+
+_RESET_SH = 'mkdir -p "$1" && chown "$3" "$1" && chmod "$2" "$1" && find "$1" -mindepth 1 -delete'
+
+
+def prepare(ctx: ApplyContext) -> tuple[str, str]:
+    """The target directory's own mode and owner (``chmod``/``chown`` arguments), as the seeding left it."""
+    target = target_dir(ctx).rstrip("/")
+    try:
+        out = ctx.compose.exec(ctx.service, ["stat", "-c", "%a %u:%g", target], timeout=ctx.timeouts.recipe)
+    except CommandError as e:
+        raise ctx.fail("prepare", f"could not read the mode of {target}: {e}") from e
+    mode, _, owner = out.stdout.strip().partition(" ")
+    if not mode.isdigit() or ":" not in owner:
+        raise ctx.fail("prepare", f"unexpected stat output for {target}: {out.stdout.strip()!r}")
+    return mode, owner
+
+
+def reset(ctx: ApplyContext, prepared: object) -> None:
+    assert isinstance(prepared, tuple)
+    mode, owner = prepared
+    target = target_dir(ctx).rstrip("/")
+    argv = ["sh", "-c", _RESET_SH, "forge-reset", target, mode, owner]
+    try:
+        ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
+    except CommandError as e:
+        raise ctx.fail("wipe", f"could not empty {target}: {e}") from e
+    _copy_and_verify(ctx, target)
+
+
+def fingerprint(ctx: ApplyContext) -> Fingerprint:
+    """The target's listing digest (every entry's path, type, mode, owner, size, link target; the target
+    directory itself included): what ``apply``'s verify does not check (it hashes the files' contents and
+    names). One ``docker exec``."""
+    target = target_dir(ctx).rstrip("/")
+    argv = ["find", target, "-printf", _LISTING_FORMAT]
+    r = ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe, check=False)
+    if r.rc != 0:
+        raise ctx.fail("fingerprint", f"could not list {target}: {r.stderr.strip() or r.rc}")
+    return {"tree": fingerprint_part(sorted(r.stdout.splitlines()))}
+
+
+RECIPE_VERSION = 1
+SUPPORTS_GOLDEN = False
+
+golden_path = no_golden  # applying this kind is already the copy a golden restore would be
+golden_fingerprint = fingerprint
+seed_mount = no_mount  # it works in the running container: no extra mount
