@@ -166,7 +166,9 @@ def _type(node: Mapping[str, Any]) -> str:
         name = ref.rsplit("/", 1)[-1]
         return f"[{name}](#{name.replace('_', '-')})" if "#/$defs/" in ref else f"`{ref}`"
     if "enum" in node:
-        return " \\| ".join(f"`{v}`" for v in node["enum"])
+        return " \\| ".join(f"`{_json(v)}`" for v in node["enum"])
+    if "const" in node:
+        return f"`{_json(node['const'])}`"
     if "oneOf" in node or "anyOf" in node:
         return " or ".join(_type(n) for n in node.get("oneOf") or node.get("anyOf") or [])
     t = node.get("type", "any")
@@ -177,11 +179,36 @@ def _type(node: Mapping[str, Any]) -> str:
     return " or ".join(t) if isinstance(t, list) else str(t)
 
 
+def _json(value: Any) -> str:
+    """A schema value as a spec file writes it: ``true``, ``null``, ``"x"`` bare (YAML needs no quotes)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# (keyword, how the docs say it): every constraint a schema puts on a value, so none is dropped from the docs.
+_LIMITS = (
+    ("minimum", "≥"),
+    ("exclusiveMinimum", ">"),
+    ("maximum", "≤"),
+    ("exclusiveMaximum", "<"),
+    ("minLength", "length ≥"),
+    ("maxLength", "length ≤"),
+    ("pattern", "matches"),
+    ("minItems", "items ≥"),
+    ("maxItems", "items ≤"),
+    ("minProperties", "keys ≥"),
+)
+
+
 def _limits(node: Mapping[str, Any]) -> str:
-    parts = []
-    for key, word in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"), ("pattern", "matches")):
-        if key in node:
-            parts.append(f"{word} `{node[key]}`")
+    parts = [f"{word} `{node[key]}`" for key, word in _LIMITS if key in node]
+    if node.get("uniqueItems"):
+        parts.append("no duplicates")
+    items = node.get("items")
+    if isinstance(items, Mapping) and (each := _limits(items)):
+        parts.append(f"each: {each}")
+    names = node.get("propertyNames")
+    if isinstance(names, Mapping) and (keys := _limits(names) or ("$ref" in names and _type(names))):
+        parts.append(f"keys: {keys}")
     return ", ".join(parts)
 
 
@@ -201,7 +228,9 @@ def _fields(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Ma
 def _table(node: Mapping[str, Any]) -> list[str]:
     rows = list(_fields(node))
     if not rows:
-        return [f"Type: {_type(node)}. {node.get('description', '')}".rstrip(), ""]
+        limits = _limits(node)
+        what = f"Type: {_type(node)}" + (f" ({limits})" if limits else "")
+        return [f"{what}. {node.get('description', '')}".rstrip(), ""]
     out = ["| field | type | required | limits | description |", "|---|---|---|---|---|"]
     for path, sub, req in rows:
         desc = str(sub.get("description", "")).replace("|", "\\|").replace("\n", " ")

@@ -36,7 +36,7 @@ def cluster_argument(argv: list[str]) -> str | None:
 
 def _join_early(argv: list[str]) -> None:
     """``forge run --cluster ADDRESS``: Ray's import and the join start on their thread now, before forge
-    imports its commands (seconds of CPU on a small box) and loads the project, so ray.init's waits on the cluster (its
+    imports its commands (CPU-bound) and loads the project, so ray.init's waits on the cluster (its
     round trips to the GCS and the raylet) overlap that work instead of following it. ``main_run`` takes
     the join over (``connect.Joining.started``); a command line it reads otherwise starts its own."""
     address = cluster_argument(argv)

@@ -38,7 +38,9 @@ from forgelib.spec.models import (
     Timeouts,
     frozen_map,
 )
+from forgelib.spec.ports import ServicePorts, check_http_ports, reset_kinds, service_ports
 from forgelib.spec.rules import RawEnvironment, SeedSpec
+from forgelib.spec.taskfiles import empty_run_issue, stray_issue, stray_task_files
 from forgelib.spec.trialsafety import check_trial_safety
 from forgelib.spec.yamlpos import YamlDoc, clip, display_path, load_yaml
 
@@ -238,7 +240,11 @@ class _ProjectLoader:
             return []
         if pattern and not found:
             self.issues.append(
-                doc.issue((key, "glob"), f"{pattern!r} matches no files under {display_path(self.root)}")
+                doc.issue(
+                    (key, "glob"),
+                    f"{pattern!r} matches no files under {display_path(self.root)}; fix the pattern "
+                    f"(relative to the project directory, e.g. {default}) or remove it to use that default",
+                )
             )
         return found
 
@@ -308,6 +314,11 @@ class _ProjectLoader:
     ) -> list[Task | None]:
         files = self._glob(doc, "tasks", DEFAULT_TASKS_GLOB)
         self.result.task_files = files
+        written = doc.get(("tasks", "glob"))
+        pattern = written if isinstance(written, str) else DEFAULT_TASKS_GLOB
+        self.issues.extend(
+            stray_issue(p, pattern, pattern is written) for p in stray_task_files(self.root, pattern, files)
+        )
         tasks: list[Task | None] = []
         names: dict[str, Path] = {}
         for path in files:
@@ -346,7 +357,7 @@ class _ProjectLoader:
         before = len(self.issues)
         script, issues = rules.check_oracle(doc, services, self.root)
         self.issues.extend(issues)
-        grading = self._grading_for(doc, services)
+        grading = self._grading_for(doc, services, self._ports(environment))
         if environment is None or len(self.issues) > before:
             return None
         return Task(
@@ -361,7 +372,19 @@ class _ProjectLoader:
             tools_declared="tools" in data,
         )
 
-    def _grading_for(self, doc: YamlDoc, services: Mapping[str, Any] | None) -> Grading | None:
+    def _ports(self, environment: EnvironmentManifest | None) -> dict[str, ServicePorts] | None:
+        """What the host reaches of each service of ``environment`` (for http checks), None without one."""
+        cset = self._compose.get(environment.compose_files) if environment is not None else None
+        if environment is None or cset is None:
+            return None
+        return service_ports(cset, dict(reset_kinds(environment.services, self.result.seeds)))
+
+    def _grading_for(
+        self,
+        doc: YamlDoc,
+        services: Mapping[str, Any] | None,
+        ports: Mapping[str, ServicePorts] | None = None,
+    ) -> Grading | None:
         declared = doc.get(("grading",))
         if declared is None:
             path = doc.file.parent / "grading.yaml"
@@ -375,7 +398,7 @@ class _ProjectLoader:
                 self.issues.append(doc.issue(("grading",), problem or "bad grading path"))
                 return None
             path = resolved
-        grading, issues = collect_grading(path, services)
+        grading, issues = collect_grading(path, services, ports)
         self.issues.extend(issues)
         return grading
 
@@ -405,12 +428,15 @@ def _oracle(data: Mapping[str, Any] | None, script: Path | None) -> Oracle | Non
 
 
 def collect_grading(
-    path: Path, services: Mapping[str, Any] | None = None
+    path: Path, services: Mapping[str, Any] | None = None, ports: Mapping[str, ServicePorts] | None = None
 ) -> tuple[Grading | None, list[SpecIssue]]:
-    """A grading file as a model, or its issues. ``services``: the compose services checks may name."""
+    """A grading file as a model, or its issues. ``services``: the compose services checks may name;
+    ``ports``: what the host reaches of each (``spec.ports``), to check every http check's port."""
     doc, issues = parse(path, "grading")
     if not issues:
         issues = rules.check_grading(doc, services)
+        if ports is not None:
+            issues += check_http_ports(doc, rules.grading_checks(doc.data), ports)
     if issues:
         return None, issues
     data = doc.data
@@ -492,6 +518,8 @@ def collect_run_config(
                 f"(no {PROJECT_FILE} in {display_path(proj_dir)}); paths are relative to the run config",
             )
         )
+    if project is not None and not project.tasks and not data.get("tasks"):
+        issues.append(empty_run_issue(doc, project.name))
     if project is not None:
         known = [t.name for t in project.tasks]
         for i, name in enumerate(data.get("tasks", [])):

@@ -116,10 +116,34 @@ def validate(doc: YamlDoc, name: str, schemas: SchemaSet = FORGELIB_SCHEMAS) -> 
     for at, value in walk(doc.data):
         if isinstance(value, float) and not math.isfinite(value):
             issues[doc.issue(at, f"{value} is not a usable number; write a finite one")] = None
+    lookup = _Defs(schemas, name)
     for error in errors:
-        for issue in _issues(doc, error):
+        for issue in _issues(doc, error, lookup):
             issues[issue] = None
+    for better in _solver_path(doc, name):  # replaces the schema's own words for the same spot
+        issues = {(better if i.json_path == better.json_path else i): None for i in issues}
     return sorted(issues, key=lambda i: (i.line or 0, i.col or 0, i.json_path))
+
+
+class _Defs:
+    """Resolves a property's ``$ref`` to its schema, to see which keys it takes (``#/$defs/X`` of the schema
+    being validated, or ``other.schema.json#/$defs/X``); None when it cannot."""
+
+    def __init__(self, schemas: SchemaSet, name: str) -> None:
+        self._schemas = schemas
+        self._name = name
+
+    def keys_of(self, node: Any) -> Sequence[str]:
+        if not isinstance(node, dict):
+            return ()
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            file, _, pointer = ref.partition("#")
+            target: Any = self._schemas.schema(file.removesuffix(".schema.json") if file else self._name)
+            for part in (p for p in pointer.split("/") if p):
+                target = target.get(part) if isinstance(target, dict) else None
+            node = target if isinstance(target, dict) else {}
+        return list(node.get("properties") or ())
 
 
 _JSON_TYPES = {
@@ -150,16 +174,16 @@ def _describe(value: Any) -> str:
     return f"{what} ({shown[:40] + '...' if len(shown) > 40 else shown})"
 
 
-def _issues(doc: YamlDoc, error: ValidationError) -> list[SpecIssue]:
+def _issues(doc: YamlDoc, error: ValidationError, lookup: _Defs) -> list[SpecIssue]:
     path: JsonPath = tuple(error.absolute_path)
     v = error.validator
     # The stubs widen these to include "unset"; on a raised error they are the schema's own values.
     value: Any = error.validator_value
     sch: Any = error.schema
     if v in ("oneOf", "anyOf") and error.context:
-        return _issues(doc, best_match(error.context))
+        return _issues(doc, best_match(error.context), lookup)
     if v == "additionalProperties" and isinstance(error.instance, dict):
-        return _unknown_keys(doc, path, error.instance, sch)
+        return _unknown_keys(doc, path, error.instance, sch, lookup)
     if v == "required" and isinstance(error.instance, dict):
         missing = [k for k in value if k not in error.instance]
         return [doc.issue(path, f"missing required key {k!r}") for k in missing]
@@ -190,7 +214,7 @@ def _issues(doc: YamlDoc, error: ValidationError) -> list[SpecIssue]:
 
 
 def _unknown_keys(
-    doc: YamlDoc, path: JsonPath, instance: dict[str, Any], sch: dict[str, Any]
+    doc: YamlDoc, path: JsonPath, instance: dict[str, Any], sch: dict[str, Any], lookup: _Defs
 ) -> list[SpecIssue]:
     allowed: Sequence[str] = list(sch.get("properties", {}))
     patterns = [re.compile(p) for p in sch.get("patternProperties", {})]
@@ -198,7 +222,46 @@ def _unknown_keys(
     for key in instance:
         if key in allowed or any(p.search(key) for p in patterns):
             continue
+        owner = _owner(key, instance, sch, lookup)
+        if owner is not None:
+            out.append(
+                doc.issue(
+                    (*path, key),
+                    f"{clip(key)} belongs inside {owner}, not beside it; move it in: "
+                    f"{owner}: {{..., {key}: {clip(instance[key], 40)}}}",
+                    key=True,
+                )
+            )
+            continue
         hint = did_you_mean(key, allowed)
         known = f" (allowed here: {', '.join(allowed)})" if allowed else ""
         out.append(doc.issue((*path, key), f"unknown key {clip(key)}{hint or known}", key=True))
     return out
+
+
+def _owner(key: str, instance: dict[str, Any], sch: dict[str, Any], lookup: _Defs) -> str | None:
+    """The mapping written beside ``key`` whose own schema takes ``key`` (``equals:`` written beside ``sql:``
+    instead of inside it: ``sql``), or None."""
+    for sibling, sub in (sch.get("properties") or {}).items():
+        if isinstance(instance.get(sibling), dict) and key in lookup.keys_of(sub):
+            return str(sibling)
+    return None
+
+
+def _solver_path(doc: YamlDoc, name: str) -> list[SpecIssue]:
+    """A run config's ``agent:`` given a path: the schema can only say it is not ``oracle``; say how an agent
+    file is used instead."""
+    value = doc.get(("agent",)) if name == "run_config" and isinstance(doc.data, dict) else None
+    if not isinstance(value, str) or value == "oracle" or did_you_mean(value, ["oracle"]):
+        return []  # a typo of oracle keeps the schema's "did you mean"
+    exists = (doc.file.parent / value).is_file()
+    what = "the agent file" if exists else "an agent file"
+    return [
+        doc.issue(
+            ("agent",),
+            f"{clip(value)} is not an agent: a run config's agent: is `oracle` or the agent itself, written "
+            f"here (agent: {{command: [...], where: host}}); to use {what} {clip(value)}, give it to "
+            "`forge run` with --agent PATH (PATH as seen from where forge runs), or copy its keys under "
+            "agent:",
+        )
+    ]

@@ -18,6 +18,7 @@ from forgelib.kinds import DIRECTORY_SEEDS
 from forgelib.spec.composefiles import ComposeSet, ServiceDef, Written
 from forgelib.spec.models import Isolation
 
+LOOPBACK = "127.0.0.1"
 NOTE = "note"
 WARNING = "warning"
 ERROR = "error"
@@ -40,7 +41,7 @@ _HOST_NAMESPACES = {
 def check_trial_safety(cset: ComposeSet, isolation: Mapping[str, Isolation]) -> list[SpecIssue]:
     """Every note, warning and error for the stack ``cset`` with the services' ``isolation`` (unlabelled
     services are ephemeral)."""
-    out: list[SpecIssue] = []
+    out: list[SpecIssue] = list(_port_notes(cset))
     for name, sdef in cset.services.items():
         iso = isolation.get(name, Isolation.EPHEMERAL)
         out.extend(_changes(sdef))
@@ -71,19 +72,44 @@ _NOTES = {
 
 def _changes(sdef: ServiceDef) -> Iterator[SpecIssue]:
     """What forge's override changes (notes): the user should know, nothing is wrong."""
-    ports = list(sdef.items("ports"))
-    if ports:
-        shown = ", ".join(
-            f"{_port_text(w.value)} -> 127.0.0.1:<random>:{_container_port(w.value)}" for w in ports
-        )
-        yield ports[0].issue(
-            f"service {sdef.name!r}: forge publishes its ports on 127.0.0.1 at a random host port per trial "
-            f"({shown}); the mapping is in trial.yaml (ports) and in `forge provision`'s output",
-            severity=NOTE,
-        )
     for key, note in _NOTES.items():
         if (w := sdef.last(key)) is not None:
             yield w.issue(f"service {sdef.name!r}: " + note.format(value=w.value), severity=NOTE)
+
+
+def _port_notes(cset: ComposeSet) -> Iterator[SpecIssue]:
+    """One note per compose file listing the ports it pins to a host port or address, which forge moves to
+    127.0.0.1 at a random host port per trial. A bare container port (``ports: ["8000"]``, the form the
+    examples use) already asks for that, so it is not mentioned."""
+    moved: dict[str, list[tuple[str, Written]]] = {}
+    for name, sdef in cset.services.items():
+        for w in sdef.items("ports"):
+            if _pins_host_side(w.value):
+                moved.setdefault(w.doc.display, []).append((name, w))
+    for entries in moved.values():
+        shown = ", ".join(
+            f"{name} {_port_text(w.value)} -> 127.0.0.1:<random>:{_container_port(w.value)}"
+            for name, w in entries
+        )
+        first = entries[0][1]
+        yield first.issue(
+            "forge publishes each port on 127.0.0.1 at a random host port per trial, not at the fixed "
+            f"host port or address written here: {shown}; trial.yaml (ports) and `forge provision` show "
+            'where each lands; write a bare container port (ports: ["8000"]) to drop this note',
+            severity=NOTE,
+        )
+
+
+def _pins_host_side(item: Any) -> bool:
+    """Whether a ``ports`` entry names a host port or a host address other than 127.0.0.1."""
+    if isinstance(item, dict):
+        return bool(item.get("published")) or item.get("host_ip") not in (None, "", LOOPBACK)
+    parts = str(item).split("/")[0].rsplit(":", 2)
+    if len(parts) == 1:
+        return False  # a bare container port
+    host_port = parts[-2]
+    host_ip = parts[0] if len(parts) == 3 else ""
+    return bool(host_port) or host_ip.strip("[]") not in ("", LOOPBACK)
 
 
 def _host_namespaces(sdef: ServiceDef, iso: Isolation) -> Iterator[SpecIssue]:

@@ -38,3 +38,12 @@ def test_every_command_and_exit_code_is_in_the_reference() -> None:
     text = docsgen.commands_doc()
     assert all(f"## `forge {name}`" in text for name in ns.tasks)
     assert [code for code, _ in docsgen.exit_codes()] == [0, 1, 2, 3, 130, 141]
+
+
+def test_the_spec_reference_shows_every_constraint_as_yaml_writes_it() -> None:
+    text = docsgen.spec_doc()
+    assert "Type: string (length ≤ `100`, matches `^[A-Za-z0-9][A-Za-z0-9_.-]*$`)." in text  # name
+    assert "| `ok` | `true` \\| `false` \\| `any` |" in text
+    assert "`True`" not in text and "`False`" not in text
+    assert "keys: [name](#name)" in text  # a map's keys follow the name pattern
+    assert "each: matches `^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`" in text  # run config profiles

@@ -112,15 +112,41 @@ def test_what_forge_changes_is_noted_once_and_validate_still_passes(tmp_path: Pa
     report = validate_project(str(root))
     assert report.ok, [str(i) for i in report.errors]
     notes = [str(i) for i in report.notices]
-    assert all(i.severity == "note" for i in report.notices) and len(notes) == 4, notes
+    assert all(i.severity == "note" for i in report.notices) and len(notes) == 3, notes
     assert any(
         ":5:" in n
-        and "5432:5432 -> 127.0.0.1:<random>:5432, 127.0.0.1:9187:9187 -> 127.0.0.1:<random>:9187" in n
+        and "db 5432:5432 -> 127.0.0.1:<random>:5432, db 127.0.0.1:9187:9187 -> 127.0.0.1:<random>:9187" in n
         for n in notes
     )
     assert any(":4:" in n and "container_name 'shop-db' is dropped" in n for n in notes)
     assert any(":7:" in n and "built once per run" in n for n in notes)
-    assert any(":8:" in n and "8000 -> 127.0.0.1:<random>:8000" in n for n in notes)
+    # a bare container port is what forge does anyway: nothing to note
+    assert not any("app 8000" in n for n in notes), notes
+
+
+def test_fixed_ports_are_one_note_per_compose_file(tmp_path: Path) -> None:
+    compose = (
+        "include: [more.yaml]\n" + HEAD + "    ports: ['5432:5432']\n"
+        "  app:\n    image: forgelib/python:3.11\n"
+        "    ports: ['8000', '0.0.0.0::8001', {target: 8002, published: 9002}]\n"
+    )
+    root = _project(tmp_path / "p", compose)
+    (root / "more.yaml").write_text(
+        "services:\n  side:\n    image: forgelib/redis:7.0\n    ports: ['6379:6379', '6380:6380']\n"
+    )
+    report = validate_project(str(root))
+    assert report.ok, [str(i) for i in report.errors]
+    notes = [i for i in report.notices if "random host port" in i.message]
+    assert sorted((i.file.rsplit("/", 1)[-1], i.line) for i in notes) == [
+        ("compose.yaml", 5),
+        ("more.yaml", 4),
+    ]
+    (main,) = (i.message for i in notes if i.file.endswith("compose.yaml"))
+    assert "db 5432:5432 -> 127.0.0.1:<random>:5432, app 0.0.0.0::8001 -> 127.0.0.1:<random>:8001, " in main
+    assert "app 9002:8002 -> 127.0.0.1:<random>:8002" in main and "'8000'" not in main
+    assert 'write a bare container port (ports: ["8000"])' in main
+    (more,) = (i.message for i in notes if i.file.endswith("more.yaml"))
+    assert "side 6379:6379 -> 127.0.0.1:<random>:6379, side 6380:6380 -> 127.0.0.1:<random>:6380" in more
 
 
 def test_the_program_exits_1_listing_every_refusal_with_file_line(tmp_path: Path) -> None:
