@@ -27,14 +27,14 @@ import yaml
 
 from benchmarks import agent_pack
 from forgelib import labels as lab
-from forgelib.run.cli import main_run
+from forgelib.run.cli import RunOptions, main_run
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration
 
 
 def _run(config: Path, out: Path, runner: SubprocessRunner) -> tuple[int, Path]:
-    rc = main_run(str(config), output=str(out), as_json=True)
+    rc = main_run(RunOptions(str(config), output=str(out), as_json=True))
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return rc, run_dir
 

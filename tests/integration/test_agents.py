@@ -24,7 +24,7 @@ from forgelib import labels as lab
 from forgelib.errors import ForgeError
 from forgelib.mcp import read_trace
 from forgelib.run import events as ev
-from forgelib.run.cli import main_run
+from forgelib.run.cli import RunOptions, main_run
 from forgelib.runner import SubprocessRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
@@ -48,7 +48,7 @@ def host_agent(tmp: Path, script: Path, **spec: Any) -> Path:
 
 
 def forge(agent: Path, output: Path, **kw: Any) -> tuple[int, Path]:
-    rc = main_run(str(DEV), output=str(output), agent=str(agent), **{"repeats": 1, **kw})
+    rc = main_run(RunOptions(str(DEV), output=str(output), agent=str(agent), **{"repeats": 1, **kw}))
     (run_dir,) = [p for p in output.iterdir() if p.is_dir()]
     return rc, run_dir
 
@@ -133,7 +133,7 @@ def test_an_agent_that_is_not_found_fails_the_run_before_any_stack(tmp_path: Pat
     with pytest.raises(
         ForgeError, match=r"missing.yaml: the agent's program '.*no-such-agent' was not found"
     ):
-        main_run(str(DEV), output=str(tmp_path / "runs"), agent=str(agent))
+        main_run(RunOptions(str(DEV), output=str(tmp_path / "runs"), agent=str(agent)))
     assert not (tmp_path / "runs").exists()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from forgelib.errors import UsageError
 from forgelib.provision import ProvisionedTrial
-from forgelib.run.cli import main_run
+from forgelib.run.cli import RunOptions, main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
@@ -91,7 +91,7 @@ def test_fingerprint_diff_names_the_parts_that_differ() -> None:
 
 def test_unknown_stack_mode_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--stacks must be one of fresh, warm"):
-        main_run("whatever.yaml", stacks="tepid")
+        main_run(RunOptions("whatever.yaml", stacks="tepid"))
 
 
 def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:
