@@ -204,8 +204,14 @@ def open(
     timeouts = timeouts or Timeouts()
     base = runner or SubprocessRunner(default_timeout=timeouts.command)
     live = LiveStacks()
-    where = engine_dir()
-    ledger = MemoryLedger(where)
+    try:
+        where = engine_dir()
+        ledger = MemoryLedger(where)
+    except OSError as e:
+        raise ForgeError(
+            f"cannot use forge's state directory for this engine ({e}); make $XDG_STATE_HOME (default "
+            "~/.local/state) writable, or point XDG_STATE_HOME at a writable directory"
+        ) from None
     try:
         with interruptible(live) if signals else _hosted(live) as stop:
             if memory_budget_mb:
