@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.admission import Admission
-from forgelib.custody import reap_dead_owners
+from forgelib.budget import Admission
 from forgelib.errors import ForgeError
 from forgelib.provision import (
     FAILURE_FILE,
@@ -36,6 +35,7 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
+from forgelib.reaper import reap_dead_owners
 from forgelib.run.execute import TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import EnvironmentManifest, Task

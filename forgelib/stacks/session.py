@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
-from forgelib.admission import (
+from forgelib.budget import (
     DEFAULT_SHARE,
     MIB,
     Admission,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from forgelib.admission import MIB, Admission
+from forgelib.budget import MIB, Admission
 from forgelib.errors import Interrupted
 from forgelib.stacks.slots import MemoryLedger, StartSlots, _try_lock
 
@@ -24,7 +24,7 @@ SLOTS = 2
 CHILD = """
 import os, sys, threading, time
 from pathlib import Path
-from forgelib.admission import Admission
+from forgelib.budget import Admission
 from forgelib.stacks.slots import StartSlots
 
 state, events, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[6]

@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 from forgelib.errors import Interrupted
 from forgelib.runner import Runner
 
