@@ -10,11 +10,14 @@ measured figures (unit-tested with made-up ones) and two small stateful holders:
   always admitted, so a budget below one stack slows a run to one stack at a time, never to a halt.
   The default budget is ``DEFAULT_SHARE`` of the machine's ``MemAvailable`` when the run starts.
 * **Starts** (``Admission.starting``): at most ``starts`` of a run's stacks come up at once (default: the
-  cores this process may use, ``usable_cores``), the rest queue. Bringing a stack up is CPU (Docker's
+  cores this process may use, ``usable_cores``), the rest queue; with ``slots`` (``stacks.slots``), at most
+  that many of every forge process on the engine between them. Bringing a stack up is CPU (Docker's
   namespaces and networks, a database's ``initdb``, readiness probes); more at once only slow each other
   down, until healthy services' probes run past their timeouts and the stacks fail (benchmarks/README.md,
-  "Agent-shaped load"). The warm pool keeps the
-  same bound on its own provisions (``WarmPool._ahead``, ``_maybe_spare``).
+  "Agent-shaped load"). The warm pool keeps the same bound on its own provisions (``WarmPool._ahead``,
+  ``_maybe_spare``) and holds a start place for each. With a ``ledger`` (``stacks.slots.MemoryLedger``) the
+  budget is the engine's: what the stacks of other live forge processes hold counts against it, and this
+  process's holding is published for them.
 * **Workload** (``Workload``, ``stacks_wanted``): host CPU (this process and the commands it waited for)
   per second a stack is held by a trial. A trial that spends its stack's time waiting on a model uses a
   few hundredths of a core; an oracle-only trial, a sixth of one or more (the rest of its CPU is the
@@ -31,8 +34,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Protocol
 
 from forgelib.docker import argv as dk
 from forgelib.errors import Interrupted
@@ -129,13 +133,27 @@ def stack_memory(runner: Runner, project: str, *, timeout: float) -> dict[str, i
     return parse_stats(res.stdout)
 
 
+class EngineSlots(Protocol):
+    """Start places shared by the forge processes on one engine (``stacks.slots.StartSlots``)."""
+
+    def hold(self, stopping: Callable[[], bool] = ...) -> AbstractContextManager[int]: ...
+
+
+class EngineLedger(Protocol):
+    """What the other forge processes' stacks on the engine hold (``stacks.slots.MemoryLedger``)."""
+
+    def publish(self, held: int) -> None: ...
+    def others(self) -> int: ...
+
+
 class Admission:
     """The memory budget of one run, shared by whatever brings its stacks up (the warm pool, fresh trials).
 
     ``enter`` waits until one more stack fits and counts it; ``leave`` uncounts it once its teardown is over.
     The warm pool counts its own stacks and asks ``fits``. ``measure`` takes one stack's footprint once
     (per ``key``), on a thread of its own, so no trial waits for ``docker stats``. ``starting`` holds one of
-    ``starts`` places while a fresh stack comes up (None: no bound)."""
+    ``starts`` places while a fresh stack comes up (None: no bound), and one of the engine's ``slots``.
+    With a ``ledger``, what other forge processes' stacks hold counts against the budget."""
 
     def __init__(
         self,
@@ -144,9 +162,14 @@ class Admission:
         starts: int | None = None,
         stopping: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
+        slots: EngineSlots | None = None,
+        ledger: EngineLedger | None = None,
     ) -> None:
         self.budget = budget
         self.starts = starts
+        self.slots = slots
+        self.ledger = ledger
+        self._pool_held = 0  # the warm pool's stacks, as it last asked ``fits``
         self._starting = 0
         self.stopping = stopping
         self.clock = clock
@@ -160,9 +183,26 @@ class Admission:
         self._cond = threading.Condition()
 
     def fits(self, holding: int) -> bool:
+        """Whether one more stack fits beside the warm pool's ``holding`` (the pool counts its own stacks:
+        what it holds goes on the ledger as it asks)."""
+        if self.ledger is not None and holding != self._pool_held:
+            self._pool_held = holding
+            self._publish()
+        return self._fits(holding)
+
+    def _fits(self, holding: int) -> bool:
+        """Whether one more stack fits beside ``holding`` of this process's and, with a ledger, beside what
+        the other processes' stacks hold (a process's first stack is always admitted, so each one moves)."""
         if self.limit is not None and holding >= self.limit:
             return False
-        return admits(holding, self.per_stack, self.budget)
+        budget = self.budget
+        if budget is not None and self.ledger is not None:
+            budget -= self.ledger.others()
+        return admits(holding, self.per_stack, budget)
+
+    def _publish(self) -> None:
+        if self.ledger is not None:
+            self.ledger.publish(max(self._held, self._pool_held) * (self.per_stack or ASSUMED_STACK))
 
     def limited(self, holding: int) -> bool:
         """The engine could not make a stack's network beside ``holding`` others of the run: at most that
@@ -179,22 +219,25 @@ class Admission:
         when the run stops meanwhile."""
         t0 = self.clock()
         with self._cond:
-            while not self.fits(self._held):
+            while not self._fits(self._held):
                 if self.stopping():
                     raise Interrupted("stopping: no stack admitted")
                 self._cond.wait(timeout=0.5)
             self._held += 1
+            self._publish()
         return self.clock() - t0
 
     def leave(self) -> None:
         with self._cond:
             self._held = max(0, self._held - 1)
+            self._publish()
             self._cond.notify_all()
 
     @contextmanager
     def starting(self) -> Iterator[float]:
-        """Hold one of ``starts`` places while a stack comes up, first waiting for one; yields the seconds
-        waited. Raises ``Interrupted`` when the run stops meanwhile."""
+        """Hold one of ``starts`` places while a stack comes up, first waiting for one (then for one of the
+        engine's ``slots``); yields the seconds waited. Raises ``Interrupted`` when the run stops
+        meanwhile."""
         t0 = self.clock()
         with self._cond:
             while self.starts is not None and self._starting >= self.starts:
@@ -203,7 +246,8 @@ class Admission:
                 self._cond.wait(timeout=0.5)
             self._starting += 1
         try:
-            yield self.clock() - t0
+            with self.slots.hold(self.stopping) if self.slots is not None else nullcontext(0):
+                yield self.clock() - t0
         finally:
             with self._cond:
                 self._starting -= 1
@@ -221,6 +265,7 @@ class Admission:
             self.footprints[key] = dict(usage)
             if total > 0:
                 self.per_stack = max(self.per_stack or 0, total)
+            self._publish()
             self._cond.notify_all()
 
     def measure(self, key: str, runner: Runner, project: str, *, timeout: float) -> None:

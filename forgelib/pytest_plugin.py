@@ -319,15 +319,16 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[Any]:
     reports the interruption (``signals.interruptible``, as in ``forge run``). Before them, the reaper."""
     if not _uses_stacks(session):
         return (yield)
-    if _controller_heals(session.config) is None:
-        _heal(session.config)
     from forgelib.errors import Interrupted
-    from forgelib.signals import interruptible
 
-    pool = _pool(session.config)
+    config = session.config
+    heal = None
+    if _controller_heals(config) is None and not config.stash.get(_HEALED, False):
+        config.stash[_HEALED] = True
+        heal = _notes(config).append
+    pool = _pool(config)
     try:
-        with interruptible(pool.stacks) as stop:
-            pool.stop = stop
+        with pool.opened(heal=heal):  # stacks.open: the reaper first, then signals tear stacks down
             return (yield)
     except Interrupted as e:  # pytest's own way to end on Ctrl-C (exit 2), with forge's summary
         raise KeyboardInterrupt(str(e)) from None

@@ -4,11 +4,12 @@ Kept apart from ``pytest_plugin`` (the pytest glue) so it imports no pytest and 
 cheap to import: nothing here is loaded until a test asks for ``forge_stack``.
 
 * ``StackPool`` — one per pytest process (each xdist worker has its own): a run id naming the worker, a
-  temp dir for the trials' override files and logs, the ``LiveStacks`` registry the signal handler tears
-  down, and the projects loaded so far. A thin front end over ``stacks.DockerBackend``, ``forge run``'s
-  own: a fresh backend for a function-scoped test, a scope's backend with a warm pool for module/session
-  scope; every backend shares the process's shared stacks and cache, so an all-``shared`` environment is
-  one stack for the session whichever scope asks. Every stack goes back through the backend it came from.
+  temp dir for the trials' override files and logs, the process's stacks (``stacks.open``, as ``forge
+  run`` opens its own: the registry the signal handler tears down, the budget and the start bound) and
+  the projects loaded so far. A thin front end over its backends: a fresh one for a function-scoped
+  test, a scope's backend with a warm pool for module/session scope; every backend shares the process's
+  shared stacks and cache, so an all-``shared`` environment is one stack for the session whichever scope
+  asks. Every stack goes back through the backend it came from.
 * ``ForgeStack`` — what a test gets: ``exec`` (through the runner seam), ``url``/``port`` (published ports),
   ``postgres``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed test.
 """
@@ -20,6 +21,7 @@ import itertools
 import logging
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,12 +30,13 @@ from forgelib.docker.labels import owned_temp_dir
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds import KINDS
-from forgelib.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
+from forgelib.provision import DEFAULT_TASK, ProvisionedTrial
 from forgelib.reaper import PYTEST_DIR
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
-from forgelib.stacks import DockerBackend, SharedStacks
+from forgelib.stacks import DockerBackend, Stacks
+from forgelib.stacks import open as open_stacks
 
 if TYPE_CHECKING:
     import psycopg
@@ -203,25 +206,52 @@ class StackPool:
     timeouts: Timeouts = field(default_factory=Timeouts)
     log_tail_lines: int = DEFAULT_LOG_TAIL
     runner: Runner = field(default_factory=lambda: SubprocessRunner(default_timeout=Timeouts().command))
-    stacks: LiveStacks = field(default_factory=LiveStacks)
-    stop: StopState | None = None  # set while the test loop runs inside signals.interruptible
     notes: list[str] = field(default_factory=list)  # for the terminal summary
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every stack (ini `forge_profiles`)
     _root: Path | None = None
     _projects: dict[Path, Project] = field(default_factory=dict)
     _index: Iterator[int] = field(default_factory=itertools.count)
-    # As ``forge run``'s backend owns them, shared by every backend of the process: the shared stacks
-    # (environments whose services are all ``shared``: one stack for every test that names them) and what
-    # provisioning learns once.
-    _shared: SharedStacks = field(default_factory=SharedStacks)
-    _cache: ProvisionCache = field(default_factory=ProvisionCache)
+    # The process's stacks (``stacks.open``, as ``forge run`` opens its own): the registry the signal
+    # handler tears down, the budget and start bound, and, shared by every backend of the process, the
+    # shared stacks (environments whose services are all ``shared``: one stack for every test that names
+    # them) and what provisioning learns once. Opened around the test loop (``opened``), or at the first
+    # stack when the pool is used on its own; closed by ``close``.
+    _session: Stacks | None = None
+    _closing: contextlib.ExitStack[bool | None] = field(default_factory=contextlib.ExitStack)
+    _left: list[str] = field(default_factory=list)  # what closed sessions could not tear down
     _covered: bool = False  # the shared stacks are registered for Ctrl-C's sweep (and close())
 
     # ------------------------------------------------------------------------------------- lifecycle
 
-    def _guarded(self) -> Runner:
-        # After Ctrl-C/SIGTERM nothing new is launched; teardown and log capture still pass.
-        return self.stop.guard(self.runner) if self.stop is not None else self.runner
+    @contextlib.contextmanager
+    def opened(self, *, heal: Callable[[str], None] | None = None) -> Iterator[StopState]:
+        """The test loop's stacks: Ctrl-C and SIGTERM tear them down (``signals.interruptible``); ``heal``:
+        the reaper runs first. Everything still up goes when the block ends."""
+        with self._open(signals=True, heal=heal) as session:
+            self._session = session
+            try:
+                yield session.stop
+            finally:
+                self._session, self._covered = None, False
+        self._left += session.left
+
+    def _open(
+        self, *, signals: bool, heal: Callable[[str], None] | None = None
+    ) -> AbstractContextManager[Stacks]:
+        return open_stacks(
+            None, runner=self.runner, timeouts=self.timeouts, log_tail_lines=self.log_tail_lines,
+            profiles=self.profiles, signals=signals, heal=heal,
+        )  # fmt: skip
+
+    def session(self) -> Stacks:
+        """The process's stacks: the test loop's, else opened now (no signal handlers) until ``close``."""
+        if self._session is None:
+            self._session = self._closing.enter_context(self._open(signals=False))
+        return self._session
+
+    @property
+    def stacks(self) -> LiveStacks:
+        return self.session().live
 
     def root(self) -> Path:
         if self._root is None:
@@ -239,22 +269,10 @@ class StackPool:
         return self._projects[key]
 
     def backend(self, project: Project, *, warm: bool = False) -> DockerBackend:
-        """A backend of ``project`` over this process's shared stacks and cache; ``warm``: with a warm pool
-        of its own (one scope's: a stack per environment, evicting none), as ``forge run --stacks warm``."""
-        ctx = StackContext(
-            project, self.timeouts, self._guarded(), self._cache, self.log_tail_lines, self.profiles
-        )
-        pool = None
-        if warm:
-            from forgelib.warm import WarmPool
-
-            pool = WarmPool(
-                ctx,
-                workers=1_000,  # one test at a time here: keep a stack per environment, evict none
-                stacks=self.stacks,
-                stopping=lambda: self.stop is not None and self.stop.requested,
-            )
-        return DockerBackend(ctx, shared=self._shared, pool=pool)
+        """A backend of ``project`` over this process's stacks; ``warm``: with a warm pool of its own (one
+        scope's: a stack per environment while the memory budget holds them), as ``forge run --stacks
+        warm``."""
+        return self.session().backend_of(project, mode="warm" if warm else "fresh")
 
     def provision(self, project_dir: Path, task_name: str | None) -> ForgeStack:
         """A stack of ``task_name`` (None: the project's default environment) for one test, seeds applied:
@@ -271,8 +289,10 @@ class StackPool:
         index = next(self._index)
         trial_dir = self.root() / f"{index}"
         if not self._covered:  # the session's shared stacks go at close() (or with a Ctrl-C)
+            shared = self.session().shared
+            assert shared is not None  # opened with scope "run"
             self.stacks.add(
-                f"{self.run_id}-shared", lambda graceful: self._shared.teardown_run(self.run_id), started=True
+                f"{self.run_id}-shared", lambda graceful: shared.teardown_run(self.run_id), started=True
             )
             self._covered = True
         as_task = task or Task(DEFAULT_TASK, project.path, "", project.environment)
@@ -334,12 +354,10 @@ class StackPool:
     def close(self) -> list[str]:
         """End of the session: remove whatever is still registered, the images built for ``build:``
         services (as ``forge run`` does at its end) and the temp dir; the failures."""
-        report = self.stacks.teardown_all()
-        failed = [f"{name}: {why}" for name, why in sorted(report.failed.items())]
-        try:
-            self._cache.builds.finish(self.runner, self.timeouts.command)
-        except ForgeError as e:
-            failed.append(str(e))
+        session, self._session = self._session, None
+        self._closing.close()
+        failed = [*self._left, *(session.left if session is not None else [])]
+        self._left = []
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from forgelib import stacks
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker.builds import built_images
@@ -21,15 +22,13 @@ from forgelib.docker.compose import ComposeProject, is_valid_name
 from forgelib.docker.engine import ensure_engine
 from forgelib.docker.images import STAND_INS, ensure_images
 from forgelib.errors import ForgeError, ProvisionError, UsageError
-from forgelib.provision import DEFAULT_TASK, SERVICES_DIR, ProvisionCache, StackContext
+from forgelib.provision import DEFAULT_TASK, SERVICES_DIR
 from forgelib.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
-from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Task, Timeouts
 from forgelib.spec.validate import print_notices
-from forgelib.stacks import DockerBackend
 from forgelib.table import align
 
 
@@ -46,32 +45,25 @@ def main_provision(
     print_notices(proj.notices, prefix="forge: ")
     chosen = proj.task(task) if task else Task(DEFAULT_TASK, proj.path, "", proj.environment)
     timeouts = Timeouts()
-    runner = SubprocessRunner(default_timeout=timeouts.command)
     run_id = "prov-" + new_run_id().lower()  # as before: prov-<date>t<time>z-<hex>
     # Named after this process and on the stack's labels: `forge teardown` removes it with a kept stack,
     # `forge reap` once this process is gone (SIGKILL; a failure's logs, kept for the user to read).
     trial_dir = lab.owned_temp_dir(PROVISION_DIR)
     keep_dir = keep
-    stacks = LiveStacks()
-    cache = ProvisionCache()
     try:
         # Ctrl-C/SIGTERM while provisioning: provisioning's own failure path tears the stack down; the
-        # registry covers everything after it returned, until the stack is down (or kept, as asked).
-        with interruptible(stacks) as stop:
-            ctx = StackContext(
-                proj,
-                timeouts,
-                stop.guard(runner),
-                cache,
-                profiles=tuple(profiles),
-                kept=keep,
-                work_dir=trial_dir,
-            )
-            backend = DockerBackend(ctx, shared=None)  # no run to share a stack with: this one is its own
+        # registry covers everything after it returned, until the stack is down (or kept, as asked: a kept
+        # stack is never registered, and keeps the image it runs).
+        # scope "stack": an environment whose services are all `shared` gets a stack of its own here
+        # (there is no run to share it with).
+        with stacks.open(
+            proj, scope="stack", timeouts=timeouts, profiles=profiles, kept=keep, work_dir=trial_dir
+        ) as opened:
+            backend = opened.backend
             try:
                 trial = backend.provision(chosen, run_id=run_id, trial_index=0, trial_dir=trial_dir)
             except ProvisionError:
-                if not stop.requested:  # a failure, not Ctrl-C: its logs are what the user reads next
+                if not opened.stop.requested:  # a failure, not Ctrl-C: its logs are what the user reads next
                     keep_dir = True
                     print(
                         f"forge: service logs: {trial_dir / SERVICES_DIR} (kept until `forge reap`)",
@@ -79,7 +71,7 @@ def main_provision(
                     )
                 raise
             if not keep:
-                stacks.add(trial.name, lambda graceful: backend.teardown(trial, graceful=graceful))
+                opened.live.add(trial.name, lambda graceful: backend.teardown(trial, graceful=graceful))
             report: dict[str, Any] = {
                 "name": trial.name,
                 "run_id": run_id,
@@ -93,16 +85,16 @@ def main_provision(
                 report["teardown_command"] = f"forge teardown --name {trial.name}"
             else:
                 t0 = time.monotonic()
-                failed = stacks.teardown(trial.name)
+                failed = opened.live.teardown(trial.name)
                 if failed is not None:
                     raise ForgeError(f"tearing down {trial.name} failed: {failed}; `forge reap` removes it")
                 report["timings"]["teardown"] = round(time.monotonic() - t0, 3)
                 del report["trial_dir"]  # removed below
+        if opened.left:
+            raise ForgeError("forge provision left:\n" + "\n".join(opened.left))
     finally:
         if not keep_dir:
             shutil.rmtree(trial_dir, ignore_errors=True)
-        if not keep:  # a kept stack keeps the image it runs; removing the stack is the user's call
-            cache.builds.finish(runner, timeouts.command)
     print(json.dumps(report, indent=2) if as_json else render_report(report))
     return 0
 

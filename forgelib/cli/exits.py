@@ -66,6 +66,12 @@ class Number:
             what = "a whole number" if self.kind is int else "a number"
             raise UsageError(f"{self.option} takes {what}, not {self.text!r}") from None
 
+    def whole(self) -> int | None:
+        """``value`` of a whole-number option (``kind`` int); call it inside ``guarded``, e.g. in a lambda
+        that builds the command's options, so a bad number is a usage error."""
+        value = self.value()
+        return None if value is None else int(value)
+
 
 def guarded(command: Callable[..., int | None], **kwargs: Any) -> None:
     """Call a command body and map what it returns or raises to an exit code (``Number`` options are

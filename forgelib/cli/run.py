@@ -14,113 +14,78 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forgelib import clients
+from forgelib import clients, stacks
 from forgelib.cli import live
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.run import tools
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, run_project
+from forgelib.run.options import RunOptions
 from forgelib.runner import SubprocessRunner, merged_env
 from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_agent, load_project_config, load_run_config
 from forgelib.spec.models import Agent, Project, RunConfig, Task
 from forgelib.spec.validate import print_notices
-from forgelib.stacks import STACK_MODES, heal_leftovers, make_backend
 from forgelib.table import align
 
 if TYPE_CHECKING:
     from forgelib.cluster.connect import Joining
 
-MAX_RETRIES = 100  # as the run config schema's bound
 
-
-def main_run(
-    config: str,
-    repeats: int | None = None,
-    workers: int | None = None,
-    output: str | None = None,
-    resume: str | None = None,
-    as_json: bool = False,
-    junit: str | None = None,
-    report: bool = False,
-    retries: int | None = None,
-    snapshots: bool = False,
-    no_snapshots: bool = False,
-    stacks: str | None = None,
-    cluster: str | None = None,
-    memory_budget_mb: int | None = None,
-    agent: str | None = None,
-) -> int:
-    if snapshots and no_snapshots:
-        raise UsageError("--snapshots and --no-snapshots contradict each other; give one")
-    if not config:
-        raise UsageError("--config is required: a run config, e.g. PACK/run_configs/dev.yaml")
-    if repeats is not None and repeats < 1:
-        raise UsageError("--repeats must be at least 1")
-    if workers is not None and workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if retries is not None and not 0 <= retries <= MAX_RETRIES:
-        raise UsageError(f"--retries must be between 0 and {MAX_RETRIES}")
-    if stacks is not None and stacks not in STACK_MODES:
-        raise UsageError(f"--stacks must be one of {', '.join(STACK_MODES)}, not {stacks!r}")
-    if memory_budget_mb is not None and memory_budget_mb < 64:
-        raise UsageError("--memory-budget-mb must be at least 64 (MiB)")
-    if resume and repeats is not None:
-        raise UsageError("--repeats cannot change a resumed run's plan; drop it or start a new run")
-    joining = _start_joining(cluster)  # --cluster: Ray's import and the join start now, on a thread
-    cfg = load_run_config(Path(config))
-    address = cluster or cfg.cluster
+def main_run(options: RunOptions) -> int:
+    """``forge run``: the run ``options`` describe (with the run config they name)."""
+    options.check()
+    joining = _start_joining(options.cluster)  # --cluster: Ray's import and the join start now, on a thread
+    cfg = load_run_config(Path(options.config))
+    address = options.cluster or cfg.cluster
     if address and joining is None:  # the run config's `cluster:`
         joining = _start_joining(address)
     project = load_project_config(cfg.project)
-    solver = choose_agent(agent, cfg, project)
+    solver = choose_agent(options.agent, cfg, project)
     if solver is not None or any(tools.declares_tools(t) for t in project.tasks):
         tools.preload()  # every trial serves tools: load the server now, not in the first trial
-    plan = build_plan(
-        cfg,
-        project,
-        repeats=repeats,
-        workers=workers,
-        output=output,
-        resume=resume,
-        junit=junit,
-        report=report,
-        retries=retries,
-        stacks=stacks,
-        agent=solver,
-    )
-    use_snapshots = (cfg.snapshots or snapshots) and not no_snapshots
+    plan = build_plan(cfg, project, options, agent=solver)
+    use_snapshots = options.use_snapshots(cfg.snapshots)
     if joining is not None:
         state = _run_on_cluster(joining, plan, project, cfg.profiles, use_snapshots)
     else:
         if plan.stacks == "warm" or use_snapshots:
             # Resets, fingerprints and golden checks talk to the services over psycopg/redis: load them
-            # now, not inside the first trial's steps. A fresh run without goldens never uses them (≈ 0.85
-            # s of CPU saved; a plugin or a check that does use them loads them then).
+            # now, not inside the first trial's steps. A fresh run without goldens never uses them (a
+            # plugin or a check that does use them loads them then).
             clients.load()
-        runner = SubprocessRunner(default_timeout=cfg.timeouts.command)
-        live_stacks = LiveStacks()
-        # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
         # What forge changes in the compose stacks (and what stays risky), once per run, before any trial.
         print_notices(project.notices, prefix="forge: ")
-        with interruptible(live_stacks) as stop:
-            heal_leftovers(runner, progress)
-            backend = make_backend(
-                plan, project, cfg.profiles, stop.guard(runner), live_stacks, stop,
-                snapshots=use_snapshots, memory_budget_mb=memory_budget_mb or cfg.memory_budget_mb,
-            )  # fmt: skip
-            if live.wanted(as_json):
+        # SIGINT/SIGTERM: stop launching, tear down live stacks, record it, exit 130 (signals.Interrupted).
+        with stacks.open(
+            project,
+            mode="warm" if plan.stacks == "warm" else "fresh",
+            runner=SubprocessRunner(default_timeout=cfg.timeouts.command),
+            timeouts=plan.timeouts,
+            log_tail_lines=plan.log_tail_lines,
+            profiles=cfg.profiles,
+            goldens=use_snapshots,
+            workers=plan.workers,
+            # A plan without its count (a resume) does not tell the warm pool how many trials come.
+            trials=None if plan.resume or not plan.tasks else len(plan.tasks) * plan.repeats,
+            memory_budget_mb=options.memory_budget_mb or cfg.memory_budget_mb,
+            heal=progress,
+            say=progress,
+        ) as opened:
+            backend = opened.backend
+            if live.wanted(options.as_json):
                 with live.LiveProgress(sys.stderr, workers=plan.workers) as display:
                     _, state = run_project(
-                        plan, backend, display.say, stacks=live_stacks, stop=stop, observer=display.observe
-                    )
+                        plan, backend, display.say, stacks=opened.live, stop=opened.stop,
+                        observer=display.observe,
+                    )  # fmt: skip
             else:
-                _, state = run_project(plan, backend, progress, stacks=live_stacks, stop=stop)
+                _, state = run_project(plan, backend, progress, stacks=opened.live, stop=opened.stop)
     summary = summarize(state)
     if state.unknown_kinds or state.unreadable_lines:
         skipped = sum(state.unknown_kinds.values()) + state.unreadable_lines
         progress(f"note: skipped {skipped} event(s) this version cannot read (see summary.json)")
-    if as_json:
+    if options.as_json:
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -171,41 +136,32 @@ def _cluster_run(
 
 
 def build_plan(
-    cfg: RunConfig,
-    project: Project,
-    *,
-    repeats: int | None = None,
-    workers: int | None = None,
-    output: str | None = None,
-    resume: str | None = None,
-    junit: str | None = None,
-    report: bool = False,
-    retries: int | None = None,
-    stacks: str | None = None,
-    agent: Agent | None = None,
+    cfg: RunConfig, project: Project, options: RunOptions | None = None, *, agent: Agent | None = None
 ) -> RunPlan:
-    """The run config with the command line's options on top."""
+    """The run config with the command line's ``options`` on top; ``agent``: the run's solver
+    (``choose_agent``)."""
+    options = options or RunOptions()
     tasks: tuple[Task, ...] = (
         tuple(project.task(n) for n in cfg.tasks) if cfg.tasks else project.tasks
     )  # project.task() names the known tasks when one is misspelt
-    if not tasks and not resume:
+    if not tasks and not options.resume:
         raise UsageError(f"{project.path}: the project has no tasks to run")
-    out = Path(output).resolve() if output else (cfg.output or project.root / "runs")
+    out = Path(options.output).resolve() if options.output else (cfg.output or project.root / "runs")
     return RunPlan(
-        tasks=project.tasks if resume else tasks,
-        repeats=repeats or cfg.repeats,
+        tasks=project.tasks if options.resume else tasks,
+        repeats=options.repeats or cfg.repeats,
         output=out,
-        workers=workers or cfg.workers,
-        resume=resume,
+        workers=options.workers or cfg.workers,
+        resume=options.resume,
         timeouts=cfg.timeouts,
         capture_logs_on_success=cfg.capture_logs_on_success,
         log_tail_lines=cfg.log_tail_lines,
-        retries=cfg.retries if retries is None else retries,
+        retries=cfg.retries if options.retries is None else options.retries,
         project=str(project.root),
         config=str(cfg.path),
-        junit=Path(junit).resolve() if junit else None,
-        report=report,
-        stacks=stacks or cfg.stacks,
+        junit=Path(options.junit).resolve() if options.junit else None,
+        report=options.report,
+        stacks=options.stacks or cfg.stacks,
         agent=agent,
     )
 
@@ -281,4 +237,4 @@ def undecided_lines(trials: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-__all__ = ["build_plan", "main_run", "progress", "render_table"]
+__all__ = ["RunOptions", "build_plan", "main_run", "progress", "render_table"]

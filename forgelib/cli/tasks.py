@@ -17,6 +17,7 @@ from forgelib.cli.exits import Number, guarded
 from forgelib.cli.run import main_run
 from forgelib.grading.regrade import main_grade
 from forgelib.report.page import main_report
+from forgelib.run.options import RunOptions
 from forgelib.scaffold.init import DEFAULT_DIR, main_init
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
@@ -151,22 +152,25 @@ def run(
 ) -> None:
     """Run trials: provision, solve (each task's oracle or --agent), state checks, results on disk."""
     guarded(
-        main_run,
-        config=config,
-        repeats=Number("--repeats", repeats),
-        workers=Number("--workers", workers),
-        stacks=stacks or None,
-        output=output or None,
-        resume=resume or None,
-        as_json=json,
-        junit=junit or None,
-        report=report,
-        retries=Number("--retries", retries),
-        snapshots=snapshots,
-        no_snapshots=no_snapshots,
-        cluster=cluster or None,
-        memory_budget_mb=Number("--memory-budget-mb", memory_budget_mb),
-        agent=agent or None,
+        lambda: main_run(
+            RunOptions(
+                config=config,
+                repeats=Number("--repeats", repeats).whole(),
+                workers=Number("--workers", workers).whole(),
+                stacks=stacks or None,
+                output=output or None,
+                resume=resume or None,
+                as_json=json,
+                junit=junit or None,
+                report=report,
+                retries=Number("--retries", retries).whole(),
+                snapshots=snapshots,
+                no_snapshots=no_snapshots,
+                cluster=cluster or None,
+                memory_budget_mb=Number("--memory-budget-mb", memory_budget_mb).whole(),
+                agent=agent or None,
+            )
+        )
     )
 
 

@@ -1,7 +1,7 @@
 """What runs on a cluster node: one trial, through exactly the local code path.
 
-The trial goes through ``Executor.run_trial`` with its run's backend on this slot (``NodeRun``: made by
-``stacks.make_backend`` as for a local run with one worker — fresh, from goldens, or warm) — provision,
+The trial goes through ``Executor.run_trial`` with its run's backend on this slot (``NodeRun``: opened by
+``stacks.open`` as for a local run with one worker — fresh, from goldens, or warm) — provision,
 oracle, checks, logs, teardown, ownership labels — against the engine the node declares
 (``FORGE_DOCKER_HOST``), in the run's directory on this slot (``slot``), which holds the trials' files
 (a warm stack's compose files among them) until the run ends there. Events and progress go to
@@ -12,6 +12,7 @@ torn down (a second stop: without graceful waits).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -26,12 +27,13 @@ from typing import Any
 
 from forgelib.cluster import ENGINE_ENV
 from forgelib.errors import ForgeError
-from forgelib.run.execute import Executor, RunPlan, Settings
+from forgelib.run.execute import Executor, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Timeouts
-from forgelib.stacks import DockerBackend, make_backend
+from forgelib.stacks import DockerBackend, Stacks
+from forgelib.stacks import open as open_stacks
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)
@@ -126,26 +128,46 @@ class StopWatcher:
 
 @dataclass
 class NodeRun:
-    """One driver's run on one slot: its backend (``make_backend``, as a local run with one worker: a warm
-    stack stays up between the run's trials here, goldens are found on this node's engine), the stop that
-    the driver's stop level sets, and the directory of its trials' files. ``end`` tears it all down."""
+    """One driver's run on one slot: its stacks (``stacks.open``, as a local run with one worker: a warm
+    stack stays up between the run's trials here, goldens are found on this node's engine; the start bound
+    and the memory budget shared with every other slot and forge process on the engine), the stop that the
+    driver's stop level sets, and the directory of its trials' files. ``end`` tears it all down."""
 
     workdir: Path
-    stop: StopState
-    stacks: LiveStacks
-    backend: DockerBackend
+    opened: Stacks
+    closing: contextlib.ExitStack
 
     @classmethod
     def start(cls, project: Project, order: TrialOrder, workdir: Path) -> NodeRun:
-        stop, stacks = StopState(), LiveStacks()
-        runner = stop.guard(SubprocessRunner(default_timeout=order.timeouts.command))
-        # No tasks: the driver keeps the queue, so the backend does not know how many trials come here.
-        plan = RunPlan(
-            tasks=(), repeats=1, output=workdir, workers=1, timeouts=order.timeouts,
-            log_tail_lines=order.log_tail_lines, stacks=order.stacks,
-        )  # fmt: skip
-        backend = make_backend(plan, project, order.profiles, runner, stacks, stop, snapshots=order.snapshots)
-        return cls(workdir, stop, stacks, backend)
+        closing = contextlib.ExitStack()
+        # No signal handlers (a Ray worker's are Ray's): the driver's stop level stops it (``StopWatcher``).
+        # No trial count: the driver keeps the queue, so the warm pool does not know how many come here.
+        opened = closing.enter_context(
+            open_stacks(
+                project,
+                mode="warm" if order.stacks == "warm" else "fresh",
+                runner=SubprocessRunner(default_timeout=order.timeouts.command),
+                timeouts=order.timeouts,
+                log_tail_lines=order.log_tail_lines,
+                profiles=order.profiles,
+                goldens=order.snapshots,
+                workers=1,
+                signals=False,
+            )
+        )
+        return cls(workdir, opened, closing)
+
+    @property
+    def stop(self) -> StopState:
+        return self.opened.stop
+
+    @property
+    def stacks(self) -> LiveStacks:
+        return self.opened.live
+
+    @property
+    def backend(self) -> DockerBackend:
+        return self.opened.backend
 
     def no_more(self) -> None:
         """The driver has handed out its whole queue: only a rerun will come here (``WarmPool.no_more``)."""
@@ -155,7 +177,12 @@ class NodeRun:
         """The run is over here (however it ended): its warm and shared stacks go, then its files."""
         try:
             self.stacks.closed = True
-            self.backend.finish_run(run_id)
+            try:
+                self.backend.finish_run(run_id)
+            finally:
+                self.closing.close()
+            if self.opened.left:
+                raise ForgeError("the run's stacks on this node left:\n" + "\n".join(self.opened.left))
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -3,14 +3,16 @@ place that decides what a sample's stack is).
 
 One ``TaskStacks`` per sandbox config of an ``inspect eval`` process (inspect calls ``task_init`` once per
 config): the project loaded and verified, a run id naming the process's stacks on their labels, an owned
-temp dir for the trials' override files and logs, the ``LiveStacks`` registry, and ``forge run``'s own
-backend (``stacks.DockerBackend``, fresh or with a warm pool: the same provisioning, reset, fingerprint
-and golden code, not a copy). ``acquire`` gives a sample its seeded stack; ``release`` hands it back to the
-warm pool or tears it down; ``close`` leaves nothing of the task.
+temp dir for the trials' override files and logs, and its stacks opened as ``forge run`` opens its own
+(``stacks.open``: the live-stack registry, the memory budget and start bound, a backend fresh or with a
+warm pool: the same provisioning, reset, fingerprint and golden code, not a copy). ``acquire`` gives a
+sample its seeded stack; ``release`` hands it back to the warm pool or tears it down; ``close`` leaves
+nothing of the task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import secrets
@@ -26,16 +28,14 @@ from forgelib.budget import mem_available, usable_cores
 from forgelib.docker.labels import owned_temp_dir
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
+from forgelib.provision import DEFAULT_TASK, ProvisionedTrial
 from forgelib.reaper import INSPECT_DIR
 from forgelib.runner import Runner, SubprocessRunner
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
 
-# forge run's own stack backends (forgelib.stacks): the same stack code as forge run, not a copy.
-from forgelib.stacks.backends import DockerBackend, heal_leftovers
-from forgelib.warm import WarmPool
+# forge run's own way to open stacks (forgelib.stacks): the same stack code as forge run, not a copy.
+from forgelib.stacks import open as open_stacks
 
 log = logging.getLogger("forgelib.inspect")
 
@@ -125,14 +125,8 @@ class TaskStacks:
         self, settings: Settings, *, runner: Runner | None = None, workers: int | None = None
     ) -> None:
         self.settings = settings
-        # Guarded as forge run's runner is: once the task is being cleaned up (an eval's Ctrl-C included),
-        # nothing new is launched and what is in flight (an `up`, an agent's long `exec`) is killed, so a
-        # cancelled sample's abandoned thread ends at once instead of holding the eval's exit.
-        self.stop = StopState()
-        self.runner = self.stop.guard(runner or SubprocessRunner(default_timeout=settings.timeouts.command))
         self.project = load_project(settings.project)
         self.run_id = f"{RUN_PREFIX}-{secrets.token_hex(4)}"
-        self.live = LiveStacks()
         self._stopping = False
         self._lock = threading.Lock()
         self._busy = threading.Condition()  # guards _inflight: acquires running now (close waits for them)
@@ -141,16 +135,26 @@ class TaskStacks:
         self._root: Path | None = None
         base = self.resolve_task(None)  # the config's task (or the project's environment) must be usable
         self.base_default = default_service(base.environment, settings.default, self.where)
-        ctx = StackContext(self.project, settings.timeouts, self.runner, goldens=settings.goldens)
-        pool = None
-        if settings.stacks == "warm":
-            pool = WarmPool(
-                ctx,
+        # forge run's own way to open stacks, without signal handlers (inspect owns them: an eval's Ctrl-C
+        # reaches us as the task's cleanup). Its runner is guarded as forge run's is: once the task is being
+        # cleaned up, nothing new is launched and what is in flight (an `up`, an agent's long `exec`) is
+        # killed, so a cancelled sample's abandoned thread ends at once instead of holding the eval's exit.
+        self._closing = contextlib.ExitStack()
+        self.opened = self._closing.enter_context(
+            open_stacks(
+                self.project,
+                mode=settings.stacks,
+                runner=runner or SubprocessRunner(default_timeout=settings.timeouts.command),
+                timeouts=settings.timeouts,
+                goldens=settings.goldens,
                 workers=workers or default_concurrency(),
-                stacks=self.live,
-                stopping=lambda: self._stopping,
+                signals=False,
             )
-        self.backend = DockerBackend(ctx, pool=pool)
+        )
+        self.stop = self.opened.stop
+        self.runner = self.opened.runner
+        self.live = self.opened.live
+        self.backend = self.opened.backend
 
     @property
     def where(self) -> str:
@@ -159,7 +163,7 @@ class TaskStacks:
     def start(self) -> None:
         """``task_init``: heal leftovers of dead owners, load the clients resets talk through, and with
         goldens capture them now (one stack of the config's environment, provisioned and torn down)."""
-        heal_leftovers(self.runner, lambda line: log.warning("forge: %s", line))
+        self.opened.heal(lambda line: log.warning("forge: %s", line))
         if self.settings.stacks == "warm" or self.settings.goldens:
             clients.load()
         if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool resets in place instead
@@ -244,8 +248,8 @@ class TaskStacks:
             self.backend.finish_run(self.run_id)
         except ForgeError as e:
             errors.append(str(e))
-        report = self.live.teardown_all()
-        errors += [f"{n}: {why}" for n, why in sorted(report.failed.items())]
+        self._closing.close()  # every stack still registered, the warm pool, the built images
+        errors += self.opened.left
         with self._lock:
             root, self._root = self._root, None
         if root is not None:

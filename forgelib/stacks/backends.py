@@ -9,10 +9,9 @@ A backend has up to three sources, each with ``acquire`` (a trial's stack) and `
   (``stacks.shared.SharedStacks``), torn down when the run ends;
 * ``WarmSource`` — ``--stacks warm``: a ``forgelib.warm.WarmPool`` stack, reset in place between trials.
 
-``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back;
-``make_backend`` builds a run's backend from its plan. ``forge run`` (``run/cli.py``), a cluster node
-(``cluster/node.py``), ``forge provision`` (``commands.py``), the pytest plugin (``pytest_stacks.py``) and
-the inspect sandbox (``inspect/stacks.py``) all get their stacks through a ``DockerBackend``.
+``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back.
+Every front end gets its backend from ``stacks.open`` (``stacks.session``), which builds it with the
+memory budget, the start bound and the live-stack registry.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.budget import MIB, Admission, Workload, default_budget, mem_available, usable_cores
+from forgelib.budget import Admission
 from forgelib.errors import ForgeError
 from forgelib.provision import (
     FAILURE_FILE,
@@ -37,10 +36,9 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.reaper import reap_dead_owners
-from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
+from forgelib.run.execute import TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
-from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import EnvironmentManifest, Project, Task
+from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.stacks.shared import SharedStacks
 from forgelib.warm import WarmPool
 
@@ -242,36 +240,6 @@ class DockerBackend:
 STACK_MODES = ("fresh", "warm")
 
 
-def make_backend(
-    plan: RunPlan,
-    project: Project,
-    profiles: Sequence[str],
-    runner: Runner,
-    stacks: LiveStacks | None,
-    stop: StopState | None,
-    *,
-    snapshots: bool = False,
-    memory_budget_mb: int | None = None,
-) -> DockerBackend:
-    """The backend for ``plan.stacks`` (``profiles``: the run config's compose profiles); ``memory_budget_mb``
-    None: the default budget (admission). A plan without tasks (a cluster slot's: the driver keeps the
-    queue) does not tell the warm pool how many trials come."""
-    stopping = (lambda: stop.requested) if stop is not None else (lambda: False)
-    budget = memory_budget_mb * MIB if memory_budget_mb else default_budget(mem_available())
-    admission = Admission(budget, starts=usable_cores(), stopping=stopping)
-    ctx = StackContext(
-        project, plan.timeouts, runner, log_tail_lines=plan.log_tail_lines, profiles=tuple(profiles),
-        goldens=snapshots,
-    )  # fmt: skip
-    if plan.stacks != "warm":
-        return DockerBackend(ctx, admission=admission)
-    pool = WarmPool(
-        ctx, workers=plan.workers, stacks=stacks, stopping=stopping, admission=admission, workload=Workload(),
-        trials=None if plan.resume or not plan.tasks else len(plan.tasks) * plan.repeats,
-    )  # fmt: skip
-    return DockerBackend(ctx, admission=admission, pool=pool)
-
-
 def heal_leftovers(runner: Runner, say: Callable[[str], None]) -> None:
     """A crashed earlier run heals itself: remove stacks whose owner is provably gone (``forge reap``'s
     rules; live owners, other hosts and unproven owners are kept), and ``say``
@@ -294,5 +262,4 @@ __all__ = [
     "StackSource",
     "WarmSource",
     "heal_leftovers",
-    "make_backend",
 ]

@@ -349,10 +349,13 @@ class WarmPool:
             if grow or ahead:
                 evict = None
                 total = len(self._all) + sum(self._provisioning.values())
-                if total >= self.workers:
+                fits = self.admission is None or self.admission.fits(total)
+                # No worker or no memory left for one more: an idle stack of another environment makes
+                # room (nobody may give one back while this trial waits: pytest asks one test at a time).
+                if total >= self.workers or not fits:
                     spent = self._idle or self._dirty
                     evict = spent.pop(0) if spent else None  # another environment's
-                room = total < self.workers and (self.admission is None or self.admission.fits(total))
+                room = total < self.workers and fits
                 if evict is not None or room:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
                     note["decision"] = "ahead" if ahead else ("grow" if stacks else "first")
@@ -467,7 +470,9 @@ class WarmPool:
         # clean-up, and from here on by this registration.
         labels = lab.run_labels(run_id, lab.trial_label(tag, n))
         spec = StackSpec(env, name, labels, trial_dir)
-        trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
+        # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
+        with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
+            trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
         images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from benchmarks import agent_pack
-from forgelib.cli.run import main_run
+from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 
 
 def _run(config: Path, out: Path, runner: SubprocessRunner) -> tuple[int, Path]:
-    rc = main_run(str(config), output=str(out), as_json=True)
+    rc = main_run(RunOptions(str(config), output=str(out), as_json=True))
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return rc, run_dir
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from support.cluster import wait_for
 
-from forgelib.cli.run import main_run
+from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import labels as lab
 from forgelib.errors import ForgeError
 from forgelib.mcp import read_trace
@@ -48,7 +48,7 @@ def host_agent(tmp: Path, script: Path, **spec: Any) -> Path:
 
 
 def forge(agent: Path, output: Path, **kw: Any) -> tuple[int, Path]:
-    rc = main_run(str(DEV), output=str(output), agent=str(agent), **{"repeats": 1, **kw})
+    rc = main_run(RunOptions(str(DEV), output=str(output), agent=str(agent), **{"repeats": 1, **kw}))
     (run_dir,) = [p for p in output.iterdir() if p.is_dir()]
     return rc, run_dir
 
@@ -133,7 +133,7 @@ def test_an_agent_that_is_not_found_fails_the_run_before_any_stack(tmp_path: Pat
     with pytest.raises(
         ForgeError, match=r"missing.yaml: the agent's program '.*no-such-agent' was not found"
     ):
-        main_run(str(DEV), output=str(tmp_path / "runs"), agent=str(agent))
+        main_run(RunOptions(str(DEV), output=str(tmp_path / "runs"), agent=str(agent)))
     assert not (tmp_path / "runs").exists()
 
 

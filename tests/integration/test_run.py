@@ -25,7 +25,7 @@ import pytest
 import yaml
 from support.cluster import wait_for
 
-from forgelib.cli.run import main_run
+from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import labels as lab
 from forgelib.grading.regrade import main_grade
 from forgelib.run import events as ev
@@ -45,7 +45,7 @@ def forge_run(config: Path, output: Path, **kw: Any) -> tuple[int, Path]:
     args: dict[str, Any] = {
         "repeats": None, "workers": None, "resume": None, "as_json": False, "junit": None, **kw,
     }  # fmt: skip
-    rc = main_run(str(config), output=str(output), **args)
+    rc = main_run(RunOptions(str(config), output=str(output), **args))
     runs = sorted(p for p in output.iterdir() if p.is_dir())
     run_dir = output / kw["resume"] if kw.get("resume") else runs[-1]
     return rc, run_dir

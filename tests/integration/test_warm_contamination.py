@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib.cli.run import main_run
+from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 
@@ -48,7 +48,7 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
     with _engine_events(runner, tmp_path / "engine-events.jsonl") as engine_events:
-        rc = main_run(str(CONFIG), output=str(tmp_path / "runs"), as_json=True)
+        rc = main_run(RunOptions(str(CONFIG), output=str(tmp_path / "runs"), as_json=True))
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     try:
         assert rc == 0, (run_dir / "summary.json").read_text()
@@ -145,7 +145,7 @@ def _volumes_mounted_by_run(events: Path, run: str) -> set[str]:
 def test_the_template_strategy_shows_its_databases_and_a_changed_copy_replaces_the_stack(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    rc = main_run(str(CONFIGS / "template.yaml"), output=str(tmp_path), as_json=True)
+    rc = main_run(RunOptions(str(CONFIGS / "template.yaml"), output=str(tmp_path), as_json=True))
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     try:
         assert rc == 0, (run_dir / "summary.json").read_text()

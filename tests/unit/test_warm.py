@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.cli.run import main_run
+from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.provision import ProvisionedTrial
@@ -91,7 +91,7 @@ def test_fingerprint_diff_names_the_parts_that_differ() -> None:
 
 def test_unknown_stack_mode_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--stacks must be one of fresh, warm"):
-        main_run("whatever.yaml", stacks="tepid")
+        main_run(RunOptions("whatever.yaml", stacks="tepid"))
 
 
 def test_the_summary_says_the_stack_mode_and_counts_replaced_stacks() -> None:

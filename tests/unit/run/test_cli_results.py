@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.cli.run import build_plan, main_run, render_table
+from forgelib.cli.run import RunOptions, build_plan, main_run, render_table
 from forgelib.errors import ForgeError, UsageError
 from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.run import events as ev
@@ -36,11 +36,14 @@ def test_options_override_the_config(tmp_path: Path) -> None:
     p = build_plan(cfg, project(tmp_path))
     assert ([t.name for t in p.tasks], p.repeats, p.workers, p.output) == (["b"], 2, 1, tmp_path / "out")
     assert p.timeouts.oracle == 9
-    p = build_plan(cfg, project(tmp_path), repeats=5, workers=3, output=str(tmp_path / "o2"), junit="j.xml")
+    p = build_plan(
+        cfg, project(tmp_path), RunOptions(repeats=5, workers=3, output=str(tmp_path / "o2"), junit="j.xml")
+    )
     assert (p.repeats, p.workers, p.output) == (5, 3, tmp_path / "o2")
     assert p.junit is not None and p.junit.name == "j.xml" and p.junit.is_absolute()
     assert (p.retries, build_plan(config(tmp_path, retries=2), project(tmp_path)).retries) == (0, 2)
-    assert build_plan(config(tmp_path, retries=2), project(tmp_path), retries=0).retries == 0  # 0 overrides
+    zero = RunOptions(retries=0)  # 0 overrides
+    assert build_plan(config(tmp_path, retries=2), project(tmp_path), zero).retries == 0
     everything = build_plan(config(tmp_path), project(tmp_path))
     assert [t.name for t in everything.tasks] == ["a", "b"]
     assert everything.output == tmp_path / "runs"  # no output anywhere: <project>/runs
@@ -62,7 +65,7 @@ def test_unknown_task_names_the_known_ones(tmp_path: Path) -> None:
 )
 def test_usage_errors_before_anything_is_loaded(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        main_run("/nonexistent/dev.yaml", **kw)
+        main_run(RunOptions("/nonexistent/dev.yaml", **kw))
 
 
 def _state() -> ev.RunState:
@@ -146,12 +149,12 @@ def test_only_a_run_that_connects_to_services_loads_the_client_libraries(
     # Fresh stacks are seeded with the services' own tools; psycopg/redis (≈ 0.85 s of CPU to import) are
     # for warm resets and golden checks only, loaded before the first trial when the run will use them.
     import forgelib.cli.run as run_cli
+    from forgelib.stacks import backends
 
     loaded: list[bool] = []
     monkeypatch.setattr(run_cli.clients, "load", lambda: loaded.append(True))
-    monkeypatch.setattr(run_cli, "heal_leftovers", lambda runner, say: None)
-    monkeypatch.setattr(run_cli, "make_backend", lambda *a, **kw: object())
+    monkeypatch.setattr(backends, "heal_leftovers", lambda runner, say: None)
     monkeypatch.setattr(run_cli, "run_project", lambda plan, *a, **kw: (tmp_path, ev.RunState()))
     pack = Path(__file__).parents[3] / "examples/multi_service_postgres_reset/run_configs/dev.yaml"
-    main_run(str(pack), output=str(tmp_path), as_json=True, **options)
+    main_run(RunOptions(str(pack), output=str(tmp_path), as_json=True, **options))
     assert bool(loaded) is loads
