@@ -151,13 +151,21 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
         return EnvironmentCapabilities(docker_compose=True)
 
     def _validate_definition(self) -> None:
-        """The task's forge spec, loaded and verified now (a bad one fails before any trial starts)."""
-        self._task = hs.load_task(self.environment_dir)
-        self._spec = hs.spec_file(self.environment_dir)
+        """The task's forge spec, loaded and verified now. A bad one (no spec, a spec error with file:line
+        and the fix) is raised by ``start``: harbor records it as the trial's exception, without a
+        traceback on the console, and the job goes on with its other tasks."""
+        self._problem: ForgeError | None = None
+        try:
+            self._task = hs.load_task(self.environment_dir)
+            self._spec = hs.spec_file(self.environment_dir)
+        except ForgeError as e:
+            self._problem = e
 
     # ----------------------------------------------------------------------------------- lifecycle
 
     async def start(self, force_build: bool) -> None:
+        if self._problem is not None:
+            raise self._problem
         _close_with_loop()
         mode, spec, task = self._mode, self._spec, self._task
 
