@@ -1,5 +1,5 @@
 """`invoke --list` in a checkout shows the same commands as the installed `forge` program."""
 
-from forgelib.tasks import ns
+from forgelib.cli.tasks import ns
 
 __all__ = ["ns"]

@@ -43,8 +43,8 @@ import yaml
 
 from benchmarks import agent_pack
 from benchmarks import harness as bs
-from forgelib.admission import MIB, mem_available
-from forgelib.labels import RUN
+from forgelib.budget import MIB, mem_available
+from forgelib.docker.labels import RUN
 from forgelib.runner import SubprocessRunner
 from forgelib.snapshots import store
 

@@ -59,7 +59,7 @@ class Baseline:
 
 def image_env() -> dict[str, str]:
     """The FORGE_IMAGE_* overlay forge merges into every compose call (the same function forge uses)."""
-    from forgelib.images import ImageFacts
+    from forgelib.docker.images import ImageFacts
     from forgelib.runner import SubprocessRunner
 
     env = ImageFacts().env(SubprocessRunner(default_timeout=60))

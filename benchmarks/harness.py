@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from forgelib.labels import RUN, proc_stat, resources_with_labels
+from forgelib.docker.labels import RUN, proc_stat, resources_with_labels
 from forgelib.run.events import EVENTS_FILE, RunState
 from forgelib.run.execute import load_state
 from forgelib.run.results import RecordedTrial, read_trials

@@ -5,9 +5,9 @@ a model's) per arm, one sample at a time.
 Per arm: each sample's sandbox time (``sample_init`` + ``sample_cleanup``, timed around the provider's own
 classmethods), its median and p95, and the whole eval's wall; ratios against the ``docker`` arm. inspect's
 docker sandbox brings the compose file up as written (no seed: it has none to apply), with ``x-default`` on
-``runner`` and the offline stand-in images (``FORGE_IMAGE_*`` from ``forgelib.images``, as forge sets them);
-forge's arms seed app-db with the pack's ``postgres_baseline`` every sample. The goldens arm captures its
-golden in ``task_init`` (outside the per-sample figure); the benchmark removes it at the end. Needs
+``runner`` and the offline stand-in images (``FORGE_IMAGE_*`` from ``forgelib.docker.images``, as forge sets
+them); forge's arms seed app-db with the pack's ``postgres_baseline`` every sample. The goldens arm captures
+its golden in ``task_init`` (outside the per-sample figure); the benchmark removes it at the end. Needs
 ``.[inspect]``.
 
     python -m benchmarks inspect [--samples 8] [--arms docker,fresh,goldens,warm]
@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from benchmarks.harness import median, percentile, ratio, report, start_meta, verdict
-from forgelib.images import ImageFacts
+from forgelib.docker.images import ImageFacts
 from forgelib.runner import SubprocessRunner
 
 REPO = Path(__file__).resolve().parents[1]

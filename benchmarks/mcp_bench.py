@@ -37,7 +37,7 @@ from support.mcp_raw import raw_post
 
 from benchmarks import harness as bs
 from forgelib import connect
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.mcp import ALL_TOOLS, ToolServer
 from forgelib.mcp.network import TrialNetwork, stack_network_name
 from forgelib.mcp.tools import FILE_LIMIT

@@ -57,8 +57,8 @@ class Recording(SubprocessRunner):
 
 what, path = sys.argv[1], Path(sys.argv[2])
 if what == "psql":  # the real sql_dump recipe into app-db: argv[3] project, [4] compose file, [5] image env
-    from forgelib.compose import ComposeProject
-    from forgelib.resolved import ServiceConfig
+    from forgelib.docker.compose import ComposeProject
+    from forgelib.docker.resolved import ServiceConfig
     from forgelib.seeds import ApplyContext, sql_dump
     from forgelib.spec.models import Seed, Timeouts
     timeouts = Timeouts(recipe=1800)

@@ -5,8 +5,8 @@ warm-up trial that takes the golden, timed separately as the one-off capture). R
 ≤ 0.6, cache pack ≤ 0.8 — and where each mode's time goes (median of every phase).
 
 A third arm, ``--no-snapshots`` with ``FORGE_READINESS=compose`` (fresh stacks brought up by compose's own
-``up --wait``, as before ``forgelib.readiness``), measures what the readiness change alone saves: fresh per
-trial with forge's readiness ÷ with compose's, in the same run (``--no-compose-arm`` skips it).
+``up --wait``, as before ``forgelib.docker.readiness``), measures what the readiness change alone saves:
+fresh per trial with forge's readiness ÷ with compose's, in the same run (``--no-compose-arm`` skips it).
 
 Size: ``FORGE_BENCH_SNAPSHOTS_TRIALS`` (3) / ``--trials`` per run, ``FORGE_BENCH_SNAPSHOTS_ROUNDS`` (2) /
 ``--rounds`` (each round one run per mode), ``FORGE_BENCH_SNAPSHOTS_PACKS`` (postgres,cache) / ``--packs``.
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness as bs
-from forgelib.labels import RUN
-from forgelib.readiness import READINESS_ENV
+from forgelib.docker.labels import RUN
+from forgelib.docker.readiness import READINESS_ENV
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 from forgelib.snapshots import store

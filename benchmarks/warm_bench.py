@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness as bs
-from forgelib.images import ImageFacts
-from forgelib.readiness import PROBE_INTERVAL
+from forgelib.docker.images import ImageFacts
+from forgelib.docker.readiness import PROBE_INTERVAL
 from forgelib.runner import SubprocessRunner
 
 NAME = "warm"

@@ -1,3 +1,3 @@
-from forgelib.cli import main
+from forgelib.cli.program import main
 
 main()

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.seeds import redis_dump, sql_dump
 from forgelib.seeds.redis_dump import RedisParams
 from forgelib.seeds.sql_dump import PostgresParams

@@ -118,7 +118,7 @@ def exit_codes() -> list[tuple[int, str]]:
 
 
 def commands_doc() -> str:
-    from forgelib.tasks import ns
+    from forgelib.cli.tasks import ns
 
     lines = [
         HEADER,

@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgelib import labels as lab
-from forgelib import readiness
-from forgelib.builds import Builds, build_services
-from forgelib.compose import ComposeProject, labels_override, project_name, write_override
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.docker.builds import Builds, build_services
+from forgelib.docker.compose import ComposeProject, labels_override, project_name, write_override
+from forgelib.docker.images import ImageFacts
+from forgelib.docker.readiness import NotReady
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import (
     CommandError,
     CommandTimeout,
@@ -35,9 +38,6 @@ from forgelib.errors import (
     ProvisionError,
     RecipeError,
 )
-from forgelib.images import ImageFacts
-from forgelib.readiness import NotReady
-from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.runner import Runner
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, Recipe, SeedTarget
 from forgelib.seeds.base import PreparedSeed, SeedMount
@@ -693,7 +693,7 @@ def _up(
     *,
     create: bool,
 ) -> None:
-    """Start ``services`` and wait until they are ready (``forgelib.readiness``): their dependencies
+    """Start ``services`` and wait until they are ready (``forgelib.docker.readiness``): their dependencies
     outside ``services`` are up already. ``create``: first create every service's container (``up
     --no-start``; the later phase then only starts its own). ``config_services``: the resolved config's.
 

@@ -372,8 +372,8 @@ def _worker_run_id(node: Any) -> str | None:
 def _reap(run_ids: list[str], notes: list[str]) -> None:
     """The reaper for these runs (it removes only stacks whose owner, a worker, is provably dead), and the
     temp dirs dead workers could not remove (named after their owner: a live one's stays)."""
-    from forgelib.custody import PYTEST_DIR, reap, reap_owned_dirs
     from forgelib.errors import ForgeError
+    from forgelib.reaper import PYTEST_DIR, reap, reap_owned_dirs
     from forgelib.runner import SubprocessRunner
 
     runner = SubprocessRunner()
@@ -412,8 +412,8 @@ def pytest_configure_node(node: Any) -> None:
         return
     node.config.stash.setdefault(_WORKERS, {})[run_id] = True
     if node.gateway.spec.popen:  # a local worker: this process's reaper sees what it would see
-        from forgelib.custody import PYTEST_DIR
-        from forgelib.labels import current_owner
+        from forgelib.docker.labels import current_owner
+        from forgelib.reaper import PYTEST_DIR
 
         me = current_owner()  # owner-named: if this process is killed, the reaper removes it
         name = f"{PYTEST_DIR}{me.pid}-{me.start_time}-uses-stacks"

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from forgelib.custody import PYTEST_DIR
+from forgelib.docker.labels import owned_temp_dir
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.labels import owned_temp_dir
 from forgelib.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
-from forgelib.resolved import ResolvedConfig
+from forgelib.reaper import PYTEST_DIR
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts

@@ -17,8 +17,8 @@ def runner() -> SubprocessRunner:
 
 @pytest.fixture(scope="session")
 def docker_ready(runner: SubprocessRunner) -> None:
-    from forgelib.engine import ensure_engine
-    from forgelib.images import ensure_images
+    from forgelib.docker.engine import ensure_engine
+    from forgelib.docker.images import ensure_images
 
     ensure_engine(runner)
     ensure_images(runner)

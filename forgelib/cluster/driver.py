@@ -37,9 +37,9 @@ from forgelib.cluster.connect import NodeInfo, import_ray
 from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
 from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_digest, retirement
 from forgelib.errors import ForgeError
+from forgelib.grading.score import failed_grade
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, TrialHandle, record_attempt
-from forgelib.run.grading import failed_grade
 from forgelib.run.lifecycle import Phase, Termination, retries_after_node_loss
 from forgelib.run.results import TrialResult, shelve_attempt, trial_dir
 from forgelib.spec.models import Project, Task

@@ -43,9 +43,9 @@ from forgelib.cluster.node import (
     node_identity,
     run_trial,
 )
-from forgelib.custody import NODE_DIR, reap_owned_dirs
+from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError
-from forgelib.labels import owned_temp_dir
+from forgelib.reaper import NODE_DIR, reap_owned_dirs
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project
 
@@ -173,7 +173,7 @@ class Slot:
 
     def reap(self, run_id: str) -> str:
         """``forge reap --run RUN_ID`` on this node's engine (resuming a killed cluster run)."""
-        from forgelib.custody import reap_dead_owners
+        from forgelib.reaper import reap_dead_owners
         from forgelib.runner import SubprocessRunner
 
         os.environ["DOCKER_HOST"] = node_engine()

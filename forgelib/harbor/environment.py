@@ -40,7 +40,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.options import EnvironmentOptions
 from pydantic import Field
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.harbor import stacks as hs
 from forgelib.provision import ProvisionedTrial, capture_logs

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forgelib import clients
-from forgelib.admission import usable_cores
-from forgelib.custody import HARBOR_DIR
+from forgelib.budget import usable_cores
+from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError, Interrupted
-from forgelib.labels import owned_temp_dir
 from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
+from forgelib.reaper import HARBOR_DIR
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import PROJECT_FILE, load_grading, load_project_config

@@ -44,11 +44,11 @@ from inspect_ai.util import (
 from inspect_ai.util._sandbox.environment import HostMapping, PortMapping, SandboxUnavailableError
 from pydantic import BaseModel
 
-from forgelib import dockerargv as dk
-from forgelib.custody import reap
+from forgelib.docker import argv as dk
 from forgelib.errors import CommandTimeout, ForgeError, ProvisionError
 from forgelib.inspect import config as cfgs
 from forgelib.inspect.stacks import TASK_METADATA, SampleStack, TaskStacks, default_concurrency
+from forgelib.reaper import reap
 from forgelib.runner import SubprocessRunner, file_tail
 
 log = logging.getLogger("forgelib.inspect")

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forgelib.errors import ForgeError
+from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.judge import run_judge
+from forgelib.grading.score import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
 from forgelib.inspect.stacks import SampleStack
-from forgelib.run.checks import ReadOnce, Stack, evaluate
-from forgelib.run.grading import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
-from forgelib.run.judge import run_judge
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import Check, Component
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forgelib import clients
-from forgelib.admission import mem_available, usable_cores
-from forgelib.custody import INSPECT_DIR
+from forgelib.budget import mem_available, usable_cores
+from forgelib.docker.labels import owned_temp_dir
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.labels import owned_temp_dir
 from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
-from forgelib.resolved import ResolvedConfig
+from forgelib.reaper import INSPECT_DIR
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

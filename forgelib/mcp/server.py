@@ -36,11 +36,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from forgelib.errors import ForgeError
+from forgelib.grading.checks import Stack
 from forgelib.mcp.names import ALL_TOOLS, DEFAULT_TOOLS
 from forgelib.mcp.network import TrialNetwork, allowed_peer
 from forgelib.mcp.tools import BODY_LIMIT, SPECS, Toolbox, ToolFailure
 from forgelib.mcp.trace import TraceWriter
-from forgelib.run.checks import Stack
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ import jsonschema
 
 from forgelib.clients import deferred
 from forgelib.connect import RedisParams
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
+from forgelib.grading.checks import Stack
 from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
-from forgelib.resolved import ResolvedConfig, ServiceConfig
-from forgelib.run.checks import Stack
 from forgelib.runner import Result
 from forgelib.seeds import redis_dump, sql_dump
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, ProgramNotFound
 from forgelib.errors import tail as text_tail
-from forgelib.run.checks import Stack
+from forgelib.grading.checks import Stack
 from forgelib.runner import Result, file_tail
 from forgelib.spec.models import Agent
 

@@ -18,8 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
-from forgelib.engine import unreachable
+from forgelib.docker.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.judge import JudgeError, run_judge
+from forgelib.grading.score import (
+    CheckOutcome,
+    ComponentResult,
+    Grade,
+    failed_grade,
+    grade_by,
+    judge_component,
+    mutates,
+    threshold_of,
+)
+from forgelib.grading.traces import TRACE_FILE, read_trace
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run import manifest, tools
@@ -32,19 +45,7 @@ from forgelib.run.agent import (
     run_agent,
     write_inputs,
 )
-from forgelib.run.checks import ReadOnce, Stack, evaluate
-from forgelib.run.grading import (
-    CheckOutcome,
-    ComponentResult,
-    Grade,
-    failed_grade,
-    grade_by,
-    judge_component,
-    mutates,
-    threshold_of,
-)
 from forgelib.run.ids import new_run_id
-from forgelib.run.judge import JudgeError, run_judge
 from forgelib.run.lifecycle import Flow, Outcome, Phase, Progress, Termination, advance, start
 from forgelib.run.oracle import OracleResult, effective_timeout, run_oracle
 from forgelib.run.ready import ready_breakdown
@@ -56,7 +57,6 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
-from forgelib.run.tracecheck import TRACE_FILE, read_trace
 from forgelib.runner import Result, secret_values
 from forgelib.seeds.base import SeedMount
 from forgelib.signals import LiveStacks, StopState

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forgelib import connect
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig
 from forgelib.spec.models import HOST, EnvironmentManifest
 
 MANIFEST_VERSION = 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.run.checks import Stack, exec_failure
+from forgelib.grading.checks import Stack, exec_failure
 from forgelib.runner import file_tail, secret_values
 from forgelib.spec.models import Oracle
 

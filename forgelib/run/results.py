@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.run.events import RunState, TrialRecord
-from forgelib.run.grading import CheckOutcome, Grade
 from forgelib.run.lifecycle import Termination, error_stage, is_retryable, status_of
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgelib.run.tracecheck import TRACE_FILE
+from forgelib.grading.traces import TRACE_FILE
 from forgelib.spec.models import Task
 
 

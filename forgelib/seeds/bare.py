@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from forgelib.resolved import ServiceConfig
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.seeds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
 
 OPTIONS: frozenset[str] = frozenset()

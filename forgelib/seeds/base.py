@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import RecipeError
-from forgelib.resolved import ServiceConfig
 from forgelib.spec.models import Seed, Timeouts
 
 T = TypeVar("T")

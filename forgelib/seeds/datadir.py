@@ -27,9 +27,9 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib import readiness
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.seeds.base import ApplyContext
 

@@ -11,8 +11,8 @@ import posixpath
 import stat
 from pathlib import Path
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError
-from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import (
     ApplyContext,
     Fingerprint,

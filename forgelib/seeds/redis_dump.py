@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from forgelib.clients import deferred
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, ForgeError, Interrupted
-from forgelib.resolved import ServiceConfig
 from forgelib.seeds.base import (
     CONNECT_TIMEOUT,
     ApplyContext,

@@ -8,9 +8,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from forgelib import custody
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
+from forgelib import reaper as custody
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.snapshots import store

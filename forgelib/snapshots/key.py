@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.resolved import ServiceConfig
 from forgelib.spec.digest import dir_sha256, file_sha256
 
 # Bump whenever what a golden holds or how it is restored changes (its layout, its labels' meaning):

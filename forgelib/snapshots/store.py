@@ -51,8 +51,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.runner import Runner
 from forgelib.snapshots.key import FORMAT_VERSION, GoldenKey

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from forgelib import dockerargv as dk
-from forgelib.compose import ComposeProject
+from forgelib.docker import argv as dk
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.resolved import ServiceConfig
 from forgelib.runner import Runner
 from forgelib.seeds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.snapshots import store

@@ -238,7 +238,7 @@ class RunConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
     snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)
-    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.admission)
+    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.budget)
     agent: Agent | None = None  # what solves the trials; None: each task's oracle
 
 

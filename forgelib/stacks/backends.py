@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.admission import MIB, Admission, Workload, default_budget, mem_available, usable_cores
-from forgelib.custody import reap_dead_owners
+from forgelib.budget import MIB, Admission, Workload, default_budget, mem_available, usable_cores
 from forgelib.errors import ForgeError
 from forgelib.provision import (
     FAILURE_FILE,
@@ -37,6 +36,7 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
+from forgelib.reaper import reap_dead_owners
 from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
 from forgelib.signals import LiveStacks, StopState

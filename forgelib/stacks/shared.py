@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from forgelib import labels as lab
-from forgelib.compose import project_name
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import project_name
 from forgelib.errors import ForgeError
 from forgelib.provision import ProvisionedTrial, StackContext, StackSpec, TrialSpec, provision_stack
 from forgelib.spec.models import EnvironmentManifest, Project

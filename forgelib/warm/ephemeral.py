@@ -31,13 +31,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib import readiness
-from forgelib.compose import ComposeProject, labels_override, published_of_inspect
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
 from forgelib.provision import ProvisionedTrial
-from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
 
@@ -313,9 +313,9 @@ class Ephemerals:
                 self.used.add(cid)
 
     def _ready(self, services: Sequence[str], inspected: Sequence[Mapping[str, Any]]) -> None:
-        """Wait until each recreated container is ready (``forgelib.readiness``: its own healthcheck command
-        through ``docker exec``, not compose's 1 s ticks): the ones just started (``inspected`` before),
-        never their successors."""
+        """Wait until each recreated container is ready (``forgelib.docker.readiness``: its own healthcheck
+        command through ``docker exec``, not compose's 1 s ticks): the ones just started (``inspected``
+        before), never their successors."""
         refs = [] if self.fallback else [self.current[s] for s in services]  # []: every replica
         readiness.wait_ready(
             self.compose, services, timeout=self.timeouts.compose_up, refs=refs, inspected=inspected

@@ -19,7 +19,7 @@ A stack is reset when its trial gives it back, in the background (``_reset_ahead
 idle stacks only once reset and verified: a trial is handed a stack that is clean already, and one that
 asks while the only stacks left are still being reset waits for one of those resets (``reset_wait``). A
 stack whose reset or check fails is torn down, never handed out; the next trial of its environment records
-why (``replaced``). A waiting workload (see ``forgelib.admission``) also keeps spare clean stacks beyond one
+why (``replaced``). A waiting workload (see ``forgelib.budget``) also keeps spare clean stacks beyond one
 per worker, provisioned in the background while its trials wait on their model (``admission.spares_wanted``,
 within the memory budget), so that trials giving their stacks back together do not wait for the resets.
 Once every trial of the run has been handed a stack, a stack given back is torn down at once, in the
@@ -48,9 +48,10 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forgelib import labels as lab
-from forgelib.admission import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
-from forgelib.compose import ComposeProject, project_name
+from forgelib.budget import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import ComposeProject, project_name
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.provision import (
     FAILURE_FILE,
@@ -62,7 +63,6 @@ from forgelib.provision import (
     out_of_networks,
     provision_stack,
 )
-from forgelib.resolved import ResolvedConfig
 from forgelib.seeds.base import fingerprint_diff
 from forgelib.signals import LiveStacks
 from forgelib.spec.models import EnvironmentManifest, Task
@@ -166,7 +166,7 @@ class WarmPool:
         self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
         self._announced: set[str] = set()  # the `_Stack.fallback` reasons already handed to a trial
         # The run's memory budget (None: unbounded) and its CPU per held stack-second (None: the older
-        # rule alone, e.g. under pytest): see forgelib.admission.
+        # rule alone, e.g. under pytest): see forgelib.budget.
         self.admission = admission
         self.workload = workload
         self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib.labels import COMPOSE_PROJECT, COMPOSE_SERVICE, RUN, filters, is_empty, resources_with_labels
+from forgelib.docker.labels import (
+    COMPOSE_PROJECT,
+    COMPOSE_SERVICE,
+    RUN,
+    filters,
+    is_empty,
+    resources_with_labels,
+)
 from forgelib.runner import SubprocessRunner
 
 RUN_TIMEOUT = 900  # seconds for one whole `forge run` (a trial is ~10 s; this only bounds a hang)

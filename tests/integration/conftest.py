@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 
 

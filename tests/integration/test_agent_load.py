@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from benchmarks import agent_pack
-from forgelib import labels as lab
-from forgelib.run.cli import main_run
+from forgelib.cli.run import main_run
+from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration

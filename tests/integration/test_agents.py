@@ -20,11 +20,11 @@ import pytest
 import yaml
 from support.cluster import wait_for
 
-from forgelib import labels as lab
+from forgelib.cli.run import main_run
+from forgelib.docker import labels as lab
 from forgelib.errors import ForgeError
 from forgelib.mcp import read_trace
 from forgelib.run import events as ev
-from forgelib.run.cli import main_run
 from forgelib.runner import SubprocessRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]

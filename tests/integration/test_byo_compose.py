@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import labels as lab
-from forgelib.commands import main_provision, main_teardown
+from forgelib.cli.commands import main_provision, main_teardown
+from forgelib.cli.run import build_plan
+from forgelib.docker import labels as lab
 from forgelib.provision import StackContext
 from forgelib.pytest_stacks import StackPool
-from forgelib.run.cli import build_plan
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import Result, SubprocessRunner

@@ -315,7 +315,7 @@ def test_eight_trials_split_across_both_engines_like_a_local_run(
     local_err = (tmp_path / "local.err").read_text()
     assert local_rc == 0, local_err
     imported = {line.rsplit("|", 1)[-1].strip() for line in local_err.splitlines() if "|" in line}
-    assert "forgelib.run.cli" in imported and not {m for m in imported if m.split(".")[0] == "ray"}
+    assert "forgelib.cli.run" in imported and not {m for m in imported if m.split(".")[0] == "ray"}
     assert _files(run_dir) == _files(_run_dir(tmp_path / "l"))
     assert set(json.loads((tmp_path / "local.out").read_text())) == set(summary)
 

@@ -20,10 +20,10 @@ import pytest
 import yaml
 from support.owners import dead_pid
 
-from forgelib import custody
-from forgelib.builds import built_images
-from forgelib.compose import clean_env, labels_override, write_override
-from forgelib.labels import (
+from forgelib import reaper as custody
+from forgelib.docker.builds import built_images
+from forgelib.docker.compose import clean_env, labels_override, write_override
+from forgelib.docker.labels import (
     COMPOSE_SERVICE,
     RUN,
     WORK_DIR,

@@ -28,10 +28,10 @@ import yaml
 from support.interrupt import finished_interrupted, progress_until
 from support.stacks import PG, REDIS, RUNNER
 
-from forgelib import custody
-from forgelib.labels import RUN, is_empty, resources_with_labels
+from forgelib import reaper as custody
+from forgelib.cli.run import build_plan
+from forgelib.docker.labels import RUN, is_empty, resources_with_labels
 from forgelib.provision import StackContext
-from forgelib.run.cli import build_plan
 from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import SubprocessRunner
@@ -297,8 +297,8 @@ def test_sigint(moment: str, docker_ready: None, runner: SubprocessRunner, tmp_p
     )
     proc = _forge_run(cfg)
     run_id, _ = progress_until(proc, "run ")
-    # the slow part has started: readiness probing `slow`'s healthcheck (forgelib.readiness runs it through
-    # `docker exec`) / psql sleeping / the oracle sleeping
+    # the slow part has started: readiness probing `slow`'s healthcheck (forgelib.docker.readiness runs it
+    # through `docker exec`) / psql sleeping / the oracle sleeping
     slow = {
         "compose_up": ("docker exec", " false"),
         "recipe": ("exec", "psql"),

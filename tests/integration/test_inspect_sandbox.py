@@ -29,7 +29,7 @@ pytest.importorskip("inspect_ai")
 
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - inspect's checks, collected here
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.inspect.environment import ForgeSandboxEnvironment
 from forgelib.inspect.stacks import SampleStack, Settings, TaskStacks
 from forgelib.runner import SubprocessRunner

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.errors import EXIT_INTERRUPTED
 from forgelib.run import events as ev
 from forgelib.runner import SubprocessRunner

@@ -20,7 +20,7 @@ import pytest
 from support.mcp_raw import INITIALIZE, raw_post
 from support.stacks import IDLE, REDIS, make_project, provision
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.errors import ForgeError
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, ToolServer, read_trace
 from forgelib.mcp.network import TrialNetwork, stack_network_name, trial_network

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
-from forgelib import custody
-from forgelib import labels as lab
-from forgelib.commands import main_provision, main_teardown
+from forgelib import reaper as custody
+from forgelib.cli.commands import main_provision, main_teardown
+from forgelib.docker import labels as lab
 from forgelib.errors import ProvisionError
 from forgelib.provision import OVERRIDE_FILE, StackContext, TrialSpec, provision_trial
 from forgelib.runner import SubprocessRunner
@@ -257,8 +257,8 @@ def test_a_kept_stack_survives_the_reaper_after_its_owner_exits(
 def test_depends_on_among_the_rest_still_orders_startup(
     docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
-    # forgelib.readiness starts the rest in depends_on order: `late` only once `slow` (also in the rest)
-    # is healthy and the one-shot `migrate` exited 0 — `late` exits at once if it starts before either
+    # forgelib.docker.readiness starts the rest in depends_on order: `late` only once `slow` (also in the
+    # rest) is healthy and the one-shot `migrate` exited 0 — `late` exits at once if it starts before either
     # marker exists — and `probe` (service_started) once `slow` started, without waiting for its health.
     seed = tmp_path / "tree"  # a cheap reset service (no postgres start-up): the first `up` is `db` alone
     seed.mkdir()

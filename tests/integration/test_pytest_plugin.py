@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from support.owners import dead_pid
 
-from forgelib import labels as lab
-from forgelib.custody import PYTEST_DIR
+from forgelib.docker import labels as lab
+from forgelib.reaper import PYTEST_DIR
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import SeedKind

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
-from forgelib import labels as lab
-from forgelib.compose import ComposeProject
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import ComposeProject
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner

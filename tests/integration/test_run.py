@@ -25,10 +25,10 @@ import pytest
 import yaml
 from support.cluster import wait_for
 
-from forgelib import labels as lab
+from forgelib.cli.run import main_run
+from forgelib.docker import labels as lab
+from forgelib.grading.regrade import main_grade
 from forgelib.run import events as ev
-from forgelib.run.cli import main_run
-from forgelib.run.regrade import main_grade
 from forgelib.runner import SubprocessRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]

@@ -21,10 +21,10 @@ import pytest
 import yaml
 from support.stacks import PG, make_project, provision
 
-from forgelib import custody
+from forgelib import reaper as custody
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ProvisionError
 from forgelib.provision import ProvisionedTrial, teardown_trial
-from forgelib.resolved import ServiceConfig
 from forgelib.runner import SubprocessRunner
 from forgelib.seeds import sql_dump
 from forgelib.snapshots import key, store

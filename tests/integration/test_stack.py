@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from forgelib.images import STAND_INS
-from forgelib.labels import COMPOSE_PROJECT, resources_with_labels
+from forgelib.docker.images import STAND_INS
+from forgelib.docker.labels import COMPOSE_PROJECT, resources_with_labels
 from forgelib.runner import Result, SubprocessRunner
 
 pytestmark = pytest.mark.integration

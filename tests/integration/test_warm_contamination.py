@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import labels as lab
-from forgelib.run.cli import main_run
+from forgelib.cli.run import main_run
+from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 
 pytestmark = pytest.mark.integration

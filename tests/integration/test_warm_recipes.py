@@ -16,7 +16,7 @@ import pytest
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import connect
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.errors import RecipeError
 from forgelib.provision import (
     ProvisionedTrial,

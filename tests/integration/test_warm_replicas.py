@@ -15,7 +15,7 @@ import pytest
 import yaml
 from support.stacks import IDLE, TIMEOUTS, make_project
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.provision import StackContext
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.interrupt import finished_interrupted, progress_until
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.run.events import EVENTS_FILE, STACK_ACQUIRED, read_events
 from forgelib.runner import SubprocessRunner
 

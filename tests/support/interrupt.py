@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.run.events import EVENTS_FILE, read_events
 from forgelib.runner import Runner
 

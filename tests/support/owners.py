@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from forgelib.labels import pid_start_time
+from forgelib.docker.labels import pid_start_time
 
 
 def dead_pid() -> tuple[str, str]:

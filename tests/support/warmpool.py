@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from forgelib.admission import Admission, Workload
-from forgelib.compose import ComposeProject
+from forgelib.budget import Admission, Workload
+from forgelib.docker.compose import ComposeProject
 from forgelib.errors import Interrupted
 from forgelib.provision import ProvisionedTrial, StackContext
 from forgelib.spec.models import EnvironmentManifest, Isolation, Service, Task, Timeouts

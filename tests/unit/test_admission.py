@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.admission import (
+from forgelib.budget import (
     ASSUMED_STACK,
     MIB,
     Admission,

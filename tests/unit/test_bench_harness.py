@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import harness as bs
-from forgelib.guard import LOG_FORMAT
+from forgelib.cli.exits import LOG_FORMAT
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 
@@ -18,7 +18,7 @@ FAKE_FORGE = """
 import sys
 from pathlib import Path
 from forgelib.run import events as ev
-from forgelib.run.grading import failed_grade
+from forgelib.grading.score import failed_grade
 from forgelib.run.lifecycle import Termination
 from forgelib.run.results import TrialResult, trial_dir, write_summary, write_trial
 run_dir = Path(sys.argv[sys.argv.index("--output") + 1]) / "run-1"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from invoke.exceptions import Exit
 
+from forgelib.cli.exits import guarded
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
-from forgelib.guard import guarded
 
 
 def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import compose as c
+from forgelib.docker import compose as c
 from forgelib.errors import ForgeError
 from forgelib.seeds import bare
 from forgelib.spec.models import Timeouts

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import builds, commands, custody
-from forgelib import labels as lab
-from forgelib.custody import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
+from forgelib import reaper as custody
+from forgelib.cli import commands
+from forgelib.docker import builds
+from forgelib.docker import labels as lab
+from forgelib.reaper import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
 from forgelib.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
@@ -257,13 +259,13 @@ def test_zombies_and_missing_processes_are_gone(tmp_path: Path) -> None:
 def test_pid_start_time_of_this_process_matches_labels_module() -> None:
     import os
 
-    from forgelib.labels import process_start_time
+    from forgelib.docker.labels import process_start_time
 
     assert custody.pid_start_time(os.getpid()) == process_start_time("self")
 
 
 def test_local_facts_match_the_labels_this_process_writes() -> None:
-    from forgelib.labels import current_owner
+    from forgelib.docker.labels import current_owner
 
     f = custody.local_facts()
     me = current_owner()

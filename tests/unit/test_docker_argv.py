@@ -1,4 +1,4 @@
-"""One owner of docker argv: ``forgelib/dockerargv.py`` spells every ``docker …`` argv, nothing else does.
+"""One owner of docker argv: ``forgelib/docker/argv.py`` spells every ``docker …`` argv, nothing else does.
 
 Read statically (ast), like test_import_cycles.py: a list or tuple literal whose first item is the string
 ``"docker"`` anywhere in forgelib but the builder module fails here, named by file:line.
@@ -10,10 +10,10 @@ import ast
 from pathlib import Path
 
 import forgelib
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 
 PACKAGE = Path(forgelib.__file__).parent
-OWNER = PACKAGE / "dockerargv.py"
+OWNER = PACKAGE / "docker" / "argv.py"
 
 
 def raw_docker_argv(package: Path = PACKAGE) -> list[str]:
@@ -32,7 +32,7 @@ def raw_docker_argv(package: Path = PACKAGE) -> list[str]:
 
 def test_no_docker_argv_outside_the_builders() -> None:
     found = raw_docker_argv()
-    assert not found, "docker argv spelled outside forgelib/dockerargv.py:\n  " + "\n  ".join(found)
+    assert not found, "docker argv spelled outside forgelib/docker/argv.py:\n  " + "\n  ".join(found)
 
 
 def test_the_scan_finds_a_raw_argv(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def test_the_state_chart_comes_from_advance() -> None:
 
 
 def test_every_command_and_exit_code_is_in_the_reference() -> None:
-    from forgelib.tasks import ns
+    from forgelib.cli.tasks import ns
 
     text = docsgen.commands_doc()
     assert all(f"## `forge {name}`" in text for name in ns.tasks)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import engine
-from forgelib.engine import BOOTSTRAP_TIMEOUT, PROBE_TIMEOUT, EngineError, ensure_engine
+from forgelib.docker import engine
+from forgelib.docker.engine import BOOTSTRAP_TIMEOUT, PROBE_TIMEOUT, EngineError, ensure_engine
 from forgelib.errors import ProgramNotFound
 from forgelib.resources import data_dir
 from forgelib.testing import FakeRunner

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import images
-from forgelib.images import (
+from forgelib.docker import images
+from forgelib.docker.images import (
     BUILD_TIMEOUT,
     BUILT_BASE,
     HASH_LABEL,

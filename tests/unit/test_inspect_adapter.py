@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from forgelib.grading.score import CheckOutcome, grade
 from forgelib.inspect.stacks import SandboxConfigError, default_concurrency, default_service
-from forgelib.run.grading import CheckOutcome, grade
 from forgelib.spec import models as m
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_import_forgelib_and_the_cli_never_load_inspect() -> None:
-    loaded = _modules_after("import forgelib, forgelib.cli, forgelib.run.cli, forgelib.pytest_plugin")
+    loaded = _modules_after("import forgelib, forgelib.cli.program, forgelib.cli.run, forgelib.pytest_plugin")
     assert not {n for n in loaded if n.split(".")[0] == "inspect_ai"}
     assert "forgelib.inspect" not in loaded
     help_run = subprocess.run(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import labels as lab
+from forgelib.docker import labels as lab
 from forgelib.testing import FakeRunner
 
 

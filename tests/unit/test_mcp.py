@@ -14,7 +14,9 @@ from typing import Any, Unpack
 
 import pytest
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+from forgelib.grading.checks import ExecOptions
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
 from forgelib.mcp.tools import (
@@ -27,8 +29,6 @@ from forgelib.mcp.tools import (
     validate,
 )
 from forgelib.mcp.trace import TraceWriter, truncate_utf8
-from forgelib.resolved import ServiceConfig
-from forgelib.run.checks import ExecOptions
 from forgelib.runner import Result
 
 # ------------------------------------------------------------------------------------------------ trace

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import commands
-from forgelib import compose as compose_mod
-from forgelib import labels as lab
 from forgelib import provision as prov
+from forgelib.cli import commands
+from forgelib.docker import compose as compose_mod
+from forgelib.docker import labels as lab
 from forgelib.errors import CommandError, CommandTimeout, ProvisionError
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import (
@@ -132,7 +132,7 @@ class Stack:
         ]
 
     def expect_readiness(self) -> None:
-        """What ``forgelib.readiness`` finds, starts and watches: one container per service, no
+        """What ``forgelib.docker.readiness`` finds, starts and watches: one container per service, no
         healthcheck, running once started."""
         self.fake.expect("docker", "ps", "--all", "--quiet", stdout="\n".join(self.ids()))
         self.fake.expect("docker", "inspect", "--format", stdout=json.dumps({"Status": "running"}))
@@ -192,7 +192,8 @@ def pg_stack(tmp_path: Path, seed: bytes = SQL) -> Stack:
 
 
 COMPOSE_SERVICE = "com.docker.compose.service"
-CREATE = ("up", "--detach", "--no-start")  # every container created at once; forgelib.readiness starts them
+# every container created at once; forgelib.docker.readiness starts them
+CREATE = ("up", "--detach", "--no-start")
 # What `docker inspect` says each service publishes (NetworkSettings.Ports).
 PUBLISHED = {"app-db": {"5432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "49153"}], "9/udp": None}}
 # The recipe's psql goes straight to the container (`docker exec`, no compose CLI start).
@@ -623,7 +624,7 @@ def test_ctrl_c_during_a_runs_build_is_not_cached_as_a_broken_build(tmp_path: Pa
     must propagate as Interrupted, not become the run's "building failed, fix the Dockerfile" for all."""
     from types import SimpleNamespace
 
-    from forgelib.builds import Builds
+    from forgelib.docker.builds import Builds
     from forgelib.errors import Interrupted
 
     calls: list[str] = []

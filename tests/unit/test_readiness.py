@@ -1,5 +1,5 @@
-"""forgelib.readiness without an engine: the healthcheck argv, the order containers are started in for each
-``depends_on`` condition, and how a container that exits or that Docker finds unhealthy fails. (That it
+"""forgelib.docker.readiness without an engine: the healthcheck argv, the order containers are started in for
+each ``depends_on`` condition, and how a container that exits or that Docker finds unhealthy fails. (That it
 brings real stacks up: tests/integration/test_provision.py and every provisioning test on the engine.)"""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from forgelib.compose import ComposeProject
-from forgelib.readiness import NotReady, health_argv, start
-from forgelib.resolved import ResolvedConfig, ServiceConfig
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.readiness import NotReady, health_argv, start
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import Timeouts
 from forgelib.testing import ANY, FakeRunner
 

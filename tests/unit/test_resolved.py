@@ -1,4 +1,4 @@
-"""forgelib.resolved: the typed view of `docker compose config`; only it reads the dict's fields."""
+"""forgelib.docker.resolved: the typed view of `docker compose config`; only it reads the dict's fields."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import forgelib
-from forgelib.resolved import ResolvedConfig, ServiceConfig
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 
 PACKAGE = Path(forgelib.__file__).parent
 
@@ -72,7 +72,7 @@ FIELDS = (
 
 
 def test_only_resolved_py_reads_a_service_s_fields() -> None:
-    """``.get(FIELD)`` on a config dict is forgelib.resolved's alone, and ``.raw`` (the dict behind the
+    """``.get(FIELD)`` on a config dict is forgelib.docker.resolved's alone, and ``.raw`` (the dict behind the
     typed view) is read only by it and the golden key's digest (file:line otherwise)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -90,4 +90,4 @@ def test_only_resolved_py_reads_a_service_s_fields() -> None:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
             if isinstance(node, ast.Attribute) and node.attr == "raw" and path.name != "key.py":
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} (.raw)")
-    assert not found, "resolved config read outside forgelib/resolved.py:\n  " + "\n  ".join(found)
+    assert not found, "resolved config read outside forgelib/docker/resolved.py:\n  " + "\n  ".join(found)

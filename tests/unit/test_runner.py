@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from forgelib.docker.labels import proc_stat
 from forgelib.errors import TAIL_LINES, CommandError, CommandTimeout, ProgramNotFound
-from forgelib.labels import proc_stat
 from forgelib.runner import FILE_TAIL, REDACTED, SubprocessRunner, redact, secret_values
 
 PY = sys.executable

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, RecipeError
-from forgelib.resolved import ServiceConfig
 from forgelib.seeds import REGISTRY, ApplyContext, Memo, SeedTarget, filesystem_dir, redis_dump, sql_dump
 from forgelib.spec.models import Seed, SeedKind, Timeouts
 from forgelib.testing import FakeRunner
@@ -295,7 +295,7 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def _cache_info(status: str, health: str | None = None, service: str = "cache") -> dict[str, Any]:
-    from forgelib.labels import COMPOSE_SERVICE
+    from forgelib.docker.labels import COMPOSE_SERVICE
 
     state: dict[str, Any] = {"Status": status}
     if health is not None:
@@ -577,7 +577,7 @@ def test_pristine_dir_keeps_its_copy_in_a_labelled_helper_outside_the_service(
     forge labels and compose's (so ``down --remove-orphans`` removes it), marked a helper (left out of the
     trial's ports and logs); each cycle stops the service, runs the helper attached (its exit status is
     the copy's), starts the service, forgets its cached host ports and waits until it is ready."""
-    from forgelib import labels as lab
+    from forgelib.docker import labels as lab
     from forgelib.seeds import datadir
 
     fake = FakeRunner()

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import Interrupted
-from forgelib.resolved import ServiceConfig
 from forgelib.snapshots import cli, key, store
 from forgelib.snapshots.key import FORMAT_VERSION
 from forgelib.snapshots.trial import unrestorable
@@ -402,8 +402,8 @@ def test_prune_leaves_an_untagged_golden_whose_capturing_process_is_alive() -> N
     prune removes it only once its owner is provably gone, as the reaper does; a dead owner's goes."""
     import json
 
-    from forgelib import custody
-    from forgelib import labels as lab
+    from forgelib import reaper as custody
+    from forgelib.docker import labels as lab
     from forgelib.testing import ANY, FakeRunner
 
     me = lab.current_owner().labels()
@@ -460,7 +460,7 @@ def _restored_db() -> tuple[Any, Any]:
 
 
 def _db_info(status: str, health: str | None = None) -> dict[str, Any]:
-    from forgelib.labels import COMPOSE_SERVICE
+    from forgelib.docker.labels import COMPOSE_SERVICE
 
     state: dict[str, Any] = {"Status": status}
     if health is not None:
@@ -479,7 +479,7 @@ def test_an_engine_hiccup_while_looking_at_restored_services_discards_no_golden(
     counted as not running, so a good golden was discarded on an engine hiccup)."""
     import json
 
-    from forgelib.compose import ComposeProject
+    from forgelib.docker.compose import ComposeProject
     from forgelib.errors import CommandError, ProvisionError
     from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.spec.models import Timeouts
@@ -519,7 +519,7 @@ def test_a_restored_service_still_starting_after_a_failed_up_keeps_its_golden() 
     ``compose.quiet_healthcheck``): no verdict on the golden, which stays."""
     import json
 
-    from forgelib.compose import ComposeProject
+    from forgelib.docker.compose import ComposeProject
     from forgelib.errors import ProvisionError
     from forgelib.snapshots.trial import TrialGoldens
     from forgelib.spec.models import Timeouts
@@ -541,7 +541,7 @@ def test_a_restored_service_not_running_after_a_failed_up_blames_its_golden(info
     """Exited, unhealthy, or without a container (inspect answers ``[]``): its golden."""
     import json
 
-    from forgelib.compose import ComposeProject
+    from forgelib.docker.compose import ComposeProject
     from forgelib.errors import ProvisionError
     from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.spec.models import Timeouts

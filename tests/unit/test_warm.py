@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from forgelib.cli.run import main_run
 from forgelib.errors import UsageError
 from forgelib.provision import ProvisionedTrial
-from forgelib.run.cli import main_run
 from forgelib.seeds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.warm import _ephemeral_plan, environment_key
@@ -218,7 +218,7 @@ def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh
 
 
 def test_a_warm_trial_execs_into_the_container_its_ephemeral_service_runs_in_now() -> None:
-    from forgelib.compose import ComposeProject
+    from forgelib.docker.compose import ComposeProject
     from forgelib.testing import FakeRunner
 
     base = ComposeProject("p1", (), FakeRunner())
@@ -402,7 +402,7 @@ def test_a_kept_stack_whose_late_reset_fails_is_replaced_for_the_rerun_and_it_sa
 def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, prepare: float | None, spares: int
 ) -> None:
-    from forgelib.admission import Workload, spares_wanted
+    from forgelib.budget import Workload, spares_wanted
     from forgelib.warm.pool import DEFAULT_RESET
 
     handed = [0.0, 8.0]  # two stacks handed 8 s apart

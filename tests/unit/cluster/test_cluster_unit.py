@@ -347,7 +347,7 @@ def test_run_config_names_a_cluster(tmp_path: Path) -> None:
 
 def test_the_local_path_never_imports_ray() -> None:
     code = (
-        "import sys, forgelib.cli, forgelib.tasks, forgelib.run.cli, forgelib.run.execute, "
+        "import sys, forgelib.cli.program, forgelib.cli.tasks, forgelib.cli.run, forgelib.run.execute, "
         "forgelib.cluster.driver, forgelib.cluster.node, forgelib.cluster.bundle, forgelib.cluster.slot\n"
         "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
         "assert not bad, bad\n"
@@ -360,7 +360,7 @@ def test_the_cluster_driver_loads_a_project_without_the_client_libraries() -> No
     # The driver runs no trial, so psycopg/redis (≈ 0.85 s of its start-up) stay unloaded; a process that
     # runs trials loads them with clients.load(), and the deferred names resolve to the real modules.
     code = (
-        "import sys, forgelib.cli, forgelib.tasks, forgelib.run.cli, forgelib.run.execute, "
+        "import sys, forgelib.cli.program, forgelib.cli.tasks, forgelib.cli.run, forgelib.run.execute, "
         "forgelib.cluster.driver, forgelib.cluster.connect, forgelib.connect\n"
         "from forgelib.seeds import redis_dump, sql_dump\n"
         "from forgelib.spec.loader import load_project_config\n"
@@ -439,24 +439,24 @@ def test_an_error_while_ray_still_imports_exits_at_once_with_its_code(tmp_path: 
     ],
 )
 def test_the_cluster_address_is_read_off_the_command_line(argv: list[str], address: str | None) -> None:
-    from forgelib.cli import cluster_argument
+    from forgelib.cli.program import cluster_argument
 
     assert cluster_argument(argv) == address
 
 
 def test_forge_run_takes_over_the_join_its_command_line_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    import forgelib.cli
-    import forgelib.run.cli
+    import forgelib.cli.program
+    import forgelib.cli.run
     from forgelib.cluster import connect
 
     calls: list[str] = []
     monkeypatch.setattr(connect, "connect", lambda address: calls.append(address) or [])
     monkeypatch.setattr(connect, "_joining", None)
-    forgelib.cli._join_early(["run", "--config", "c.yaml", "--cluster", "10.0.0.5:6379"])
+    forgelib.cli.program._join_early(["run", "--config", "c.yaml", "--cluster", "10.0.0.5:6379"])
     early = connect._joining
     assert early is not None
-    assert forgelib.run.cli._start_joining("10.0.0.5:6379") is early  # not a second join
-    other = forgelib.run.cli._start_joining("10.0.0.6:6379")  # the run config named another: its own
+    assert forgelib.cli.run._start_joining("10.0.0.5:6379") is early  # not a second join
+    other = forgelib.cli.run._start_joining("10.0.0.6:6379")  # the run config named another: its own
     assert other is not early
     early.result(), other.result()
     assert sorted(calls) == ["10.0.0.5:6379", "10.0.0.6:6379"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from forgelib.errors import CommandTimeout, ProvisionError
-from forgelib.run.checks import ExecOptions
+from forgelib.grading.checks import ExecOptions
 from forgelib.run.execute import TrialRequest
 from forgelib.runner import Result
 from forgelib.spec.models import Check, EnvironmentManifest, Grading, Oracle, Task

@@ -240,8 +240,8 @@ def test_a_bad_agent_is_a_file_line_error(project: Path) -> None:
 
 
 def test_the_command_line_chooses_the_solver_over_the_run_config(project: Path) -> None:
+    from forgelib.cli.run import choose_agent
     from forgelib.errors import ForgeError
-    from forgelib.run.cli import choose_agent
     from forgelib.spec.models import Project
 
     write(project / "run_configs" / "agents" / "solve.sh", "#!/bin/sh\n").chmod(0o755)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from forgelib.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject
 from forgelib.errors import CommandError, CommandTimeout
-from forgelib.run.checks import ReadOnce, evaluate, read_argv, service_environment
+from forgelib.grading.checks import ReadOnce, evaluate, read_argv, service_environment
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import FILE_TAIL, Result
 from forgelib.seeds.sql_dump import postgres_credentials

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from forgelib.cli.run import build_plan, main_run, render_table
 from forgelib.errors import ForgeError, UsageError
+from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.run import events as ev
-from forgelib.run.cli import build_plan, main_run, render_table
-from forgelib.run.grading import CheckOutcome, Grade
 from forgelib.run.lifecycle import Termination
 from forgelib.run.results import RecordedTrial, TrialResult, read_trials, trial_dir, write_junit, write_trial
 from forgelib.spec.models import EnvironmentManifest, Project, RunConfig, Timeouts
@@ -145,7 +145,7 @@ def test_only_a_run_that_connects_to_services_loads_the_client_libraries(
 ) -> None:
     # Fresh stacks are seeded with the services' own tools; psycopg/redis (≈ 0.85 s of CPU to import) are
     # for warm resets and golden checks only, loaded before the first trial when the run will use them.
-    import forgelib.run.cli as run_cli
+    import forgelib.cli.run as run_cli
 
     loaded: list[bool] = []
     monkeypatch.setattr(run_cli.clients, "load", lambda: loaded.append(True))

@@ -4,7 +4,7 @@ from types import MappingProxyType
 
 import pytest
 
-from forgelib.run.grading import CheckOutcome, Matcher, failed_grade, grade, matcher_of, matches, render
+from forgelib.grading.score import CheckOutcome, Matcher, failed_grade, grade, matcher_of, matches, render
 
 
 @pytest.mark.parametrize(

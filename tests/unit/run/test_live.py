@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from support.runlog import T0, ev_started, trial_events
 
+from forgelib.cli import live
 from forgelib.run import events as ev
-from forgelib.run import live
 
 PLAN = [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("a", 4), ("a", 5)]
 

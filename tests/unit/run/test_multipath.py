@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from forgelib.run.grading import (
+from forgelib.grading.judge import JudgeError, parse_verdict, run_judge
+from forgelib.grading.score import (
     CheckOutcome,
     Verdict,
     alternatives_component,
@@ -15,7 +16,6 @@ from forgelib.run.grading import (
     combine,
     judge_component,
 )
-from forgelib.run.judge import JudgeError, parse_verdict, run_judge
 from forgelib.runner import Result
 from forgelib.spec.loader import collect_grading
 from forgelib.spec.models import Judge

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError
-from forgelib.run.checks import observation_key, rematch
-from forgelib.run.grading import CheckOutcome, Grade
-from forgelib.run.regrade import Recorded, main_grade, regrade, regrade_run
+from forgelib.grading.checks import observation_key, rematch
+from forgelib.grading.regrade import Recorded, main_grade, regrade, regrade_run
+from forgelib.grading.score import CheckOutcome, Grade
+from forgelib.grading.traces import NO_TRACE, Call, Trace
 from forgelib.run.results import grade_doc
-from forgelib.run.tracecheck import NO_TRACE, Call, Trace
 from forgelib.spec.loader import collect_grading, load_project_config
 from forgelib.spec.models import Check, Grading
 
@@ -231,7 +231,7 @@ def fake_run(tmp: Path, trace_lines: list[Call] | None) -> Path:
                                                   "termination_reason": "COMPLETED"}))  # fmt: skip
     check = Check("submission_reads_baseline", "file", {"service": "runner", "path": "/work/submission.txt",
                                                          "equals": "baseline"})  # fmt: skip
-    from forgelib.run.grading import grade
+    from forgelib.grading.score import grade
 
     (d / "grade.yaml").write_text(yaml.safe_dump(grade_doc(grade([rematch(check, "baseline\n", None)], 1.0))))
     if trace_lines is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.run.grading import (
+from forgelib.grading.score import (
     CheckOutcome,
     Verdict,
     alternatives_component,
@@ -18,8 +18,7 @@ from forgelib.run.grading import (
     grade,
     judge_component,
 )
-from forgelib.run.results import grade_doc
-from forgelib.run.tracecheck import (
+from forgelib.grading.traces import (
     NO_TRACE,
     Call,
     Trace,
@@ -29,6 +28,7 @@ from forgelib.run.tracecheck import (
     parse_trace,
     read_trace,
 )
+from forgelib.run.results import grade_doc
 from forgelib.spec.loader import deep_freeze
 from forgelib.spec.models import Check
 

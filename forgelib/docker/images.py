@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from forgelib import dockerargv as dk
-from forgelib.compose import inspect_image_volumes
+from forgelib.docker import argv as dk
+from forgelib.docker.compose import inspect_image_volumes
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
 from forgelib.runner import Runner

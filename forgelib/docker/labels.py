@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 from forgelib.runner import Runner
 
 MANAGED = "io.forgelib.managed"

@@ -29,11 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib.compose import ComposeProject
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.resolved import ServiceConfig
 
 PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)

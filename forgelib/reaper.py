@@ -31,10 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forgelib import builds
-from forgelib import dockerargv as dk
-from forgelib.errors import CommandError
-from forgelib.labels import (
+from forgelib.docker import argv as dk
+from forgelib.docker import builds
+from forgelib.docker.labels import (
     COMPOSE_PROJECT,
     KEPT,
     MANAGED,
@@ -52,6 +51,7 @@ from forgelib.labels import (
     pid_start_time,
     stale_owned_dirs,
 )
+from forgelib.errors import CommandError
 from forgelib.runner import Runner
 from forgelib.snapshots import store
 from forgelib.table import align

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.run.checks import Stack, exec_failure, read_argv
-from forgelib.run.grading import Verdict
+from forgelib.grading.checks import Stack, exec_failure, read_argv
+from forgelib.grading.score import Verdict
 from forgelib.runner import Result
 from forgelib.spec.models import Judge
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 from forgelib.errors import Interrupted
 from forgelib.runner import Runner
 

@@ -1,5 +1,5 @@
 """The bodies of the stack and engine commands (``forge provision``, ``teardown``, ``reap``, ``engine``,
-``images``): each loads what it needs, calls the library, prints. ``forgelib/tasks.py`` binds them to the
+``images``): each loads what it needs, calls the library, prints. ``forgelib/cli/tasks.py`` binds them to the
 command line; the spec commands live with the spec (``spec/validate.py``, ``spec/stamp.py``) and
 ``forge run`` with the run (``run/cli.py``)."""
 
@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib.builds import built_images
-from forgelib.compose import ComposeProject, is_valid_name
-from forgelib.custody import PROVISION_DIR, reap, remove_work_dir
-from forgelib.engine import ensure_engine
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker.builds import built_images
+from forgelib.docker.compose import ComposeProject, is_valid_name
+from forgelib.docker.engine import ensure_engine
+from forgelib.docker.images import STAND_INS, ensure_images
 from forgelib.errors import ForgeError, ProvisionError, UsageError
-from forgelib.images import STAND_INS, ensure_images
 from forgelib.provision import DEFAULT_TASK, SERVICES_DIR, ProvisionCache, StackContext
+from forgelib.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
 from forgelib.signals import LiveStacks, interruptible

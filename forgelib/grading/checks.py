@@ -16,10 +16,10 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
-from forgelib.resolved import ResolvedConfig
-from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
-from forgelib.run.tracecheck import NO_TRACE, Trace, decide
+from forgelib.grading.score import CheckOutcome, Matcher, matcher_of, matches, render
+from forgelib.grading.traces import NO_TRACE, Trace, decide
 from forgelib.runner import Result
 from forgelib.seeds.sql_dump import postgres_credentials
 from forgelib.spec.models import MATCHERS, Check

@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib.dockerargv import flags
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker.argv import flags
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
-from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
@@ -200,8 +200,8 @@ def quiet_healthcheck(hc: Mapping[str, Any]) -> dict[str, Any] | None:
 
     Why: Docker runs a healthcheck for a container's whole life, and each run is a ``docker exec`` (≥ 25 ms
     of CPU). The packs' 1 s checks made idle stacks cost 1.3 of 2 cores at 17 stacks (benchmarks/README.md,
-    agent-shaped load). forge does not need them often: ``forgelib.readiness`` runs the same command itself
-    until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out: the
+    agent-shaped load). forge does not need them often: ``forgelib.docker.readiness`` runs the same command
+    itself until it passes, and reads Docker's state only for ``unhealthy``. So the probes are spaced out: the
     interval is what the compose file's interval x retries allows over ``QUIET_RETRIES`` retries (at most
     30 s), and there are as many retries as keep a service whose every probe times out (a loaded box:
     Docker's timeout is per probe) from turning ``unhealthy`` sooner than written, retries x (interval +
@@ -242,8 +242,8 @@ def labels_override(
       trial's database off the network;
     - ``container_name`` removed (``!reset``): a fixed name exists once per engine, so a second stack
       could not start;
-    - ``built`` (service -> image the run built, ``forgelib.builds``): the service runs that image, with
-      ``build`` removed and never pulled, so ``up`` never builds per trial.
+    - ``built`` (service -> image the run built, ``forgelib.docker.builds``): the service runs that image,
+      with ``build`` removed and never pulled, so ``up`` never builds per trial.
 
     ``image_volumes`` (image -> the VOLUME paths it declares): Docker would back each such path that the
     service does not mount itself with an anonymous volume, which carries no labels, so no label query
@@ -313,8 +313,8 @@ def loopback_port(container_port: int) -> dict[str, Any]:
 
 
 def build_override(images: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, Any]:
-    """The override ``docker compose build`` runs with (``forgelib.builds``): each service's image named
-    ``images[service]`` and labelled with ``labels``."""
+    """The override ``docker compose build`` runs with (``forgelib.docker.builds``): each service's image
+    named ``images[service]`` and labelled with ``labels``."""
     return {"services": {s: {"image": tag, "build": {"labels": dict(labels)}} for s, tag in images.items()}}
 
 

@@ -31,9 +31,8 @@ from typing import Any
 import yaml
 
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
-from forgelib.run import events as ev
-from forgelib.run.checks import observation_key, rematch
-from forgelib.run.grading import (
+from forgelib.grading.checks import observation_key, rematch
+from forgelib.grading.score import (
     CheckOutcome,
     ComponentResult,
     Grade,
@@ -41,8 +40,9 @@ from forgelib.run.grading import (
     grade_by,
     judge_component,
 )
+from forgelib.grading.traces import TRACE_FILE, Trace, decide, read_trace
+from forgelib.run import events as ev
 from forgelib.run.results import grade_doc, write_yaml
-from forgelib.run.tracecheck import TRACE_FILE, Trace, decide, read_trace
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Check, Component, Grading, Project
 from forgelib.table import align

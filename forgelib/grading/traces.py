@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forgelib.grading.score import CheckOutcome, render
 from forgelib.mcp.trace import BadRecord, parse_records
-from forgelib.run.grading import CheckOutcome, render
 from forgelib.spec.models import Check
 
 TRACE_FILE = "trace.jsonl"

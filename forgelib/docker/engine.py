@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from forgelib import dockerargv as dk
+from forgelib.docker import argv as dk
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.resources import data_dir
 from forgelib.runner import Runner

@@ -8,11 +8,11 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.tasks import task
 
-from forgelib.commands import main_engine, main_images, main_provision, main_reap, main_teardown
-from forgelib.guard import Number, guarded
+from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
+from forgelib.cli.exits import Number, guarded
+from forgelib.cli.run import main_run
+from forgelib.grading.regrade import main_grade
 from forgelib.report.page import main_report
-from forgelib.run.cli import main_run
-from forgelib.run.regrade import main_grade
 from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate

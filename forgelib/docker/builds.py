@@ -22,11 +22,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from forgelib import dockerargv as dk
-from forgelib import labels as lab
-from forgelib.compose import BUILD_HEADER, ComposeProject, build_override, sanitize_name, write_override
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker.compose import (
+    BUILD_HEADER,
+    ComposeProject,
+    build_override,
+    sanitize_name,
+    write_override,
+)
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.resolved import ResolvedConfig
 from forgelib.runner import Runner
 
 BUILD_FILE = "compose.forge-build.yaml"

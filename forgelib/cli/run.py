@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forgelib import clients
+from forgelib.cli import live
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
-from forgelib.run import live, tools
+from forgelib.run import tools
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, run_project
 from forgelib.runner import SubprocessRunner, merged_env

@@ -13,8 +13,8 @@ from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
 from forgelib import __version__
+from forgelib.cli.exits import leave_cluster
 from forgelib.errors import EXIT_USAGE, EXIT_USER
-from forgelib.guard import leave_cluster
 
 
 @contextmanager
@@ -97,7 +97,7 @@ class ForgeProgram(Program):
 
 def main() -> None:
     _join_early(sys.argv[1:])
-    from forgelib.tasks import ns
+    from forgelib.cli.tasks import ns
 
     try:
         ForgeProgram(namespace=ns, name="forge", binary="forge", version=__version__).run()

@@ -1,0 +1,1 @@
+"""The ``forge`` program and its commands: parsing, dispatch, exit codes, progress and output."""
