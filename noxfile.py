@@ -1,4 +1,4 @@
-"""Sessions: `nox -l` lists them. The README's test command is `nox -s lint tests integration e2e`."""
+"""Sessions: `nox -l` lists them. The README's test command is `nox -s lint tests integration e2e harbor`."""
 
 from __future__ import annotations
 
@@ -70,6 +70,13 @@ def e2e(session: nox.Session) -> None:
     # Two pack files at a time, as the integration files run (each run's resources are its own).
     session.run(*PYTEST, "-n", "2", "--dist", "loadfile", "-m", "e2e", "tests/e2e", *session.posargs)
     session.run(*PYTEST, "examples/pytest_suite", *session.posargs)
+
+
+@nox.session(python=False)
+def harbor(session: nox.Session) -> None:
+    """forge as a harbor environment (tests/harbor) in a Python 3.12+ venv made from the machine's pyenv:
+    harbor needs 3.12, forgelib's own suites run on 3.11. Skipped, saying so, where there is none."""
+    session.run("bash", "scripts/harbor-tests.sh", external=True)
 
 
 @nox.session(python="3.11")

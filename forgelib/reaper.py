@@ -64,12 +64,15 @@ PYTEST_DIR = "forge-pytest-"
 NODE_DIR = "forge-node-"
 # inspect_ai's `forge` sandbox (forgelib.inspect): one per task of an `inspect eval` process.
 INSPECT_DIR = "forge-inspect-"
+# harbor's `forge` environment (forgelib.harbor): one per forge spec and mode of a `harbor run` process.
+HARBOR_DIR = "forge-harbor-"
 # Every kind of ``owned_temp_dir`` the reaper removes once its owner is provably gone: (kind, who made it).
 OWNED_DIRS = {
     PROVISION_DIR: ("provision", "a `forge provision`"),
     PYTEST_DIR: ("pytest", "a pytest process (forgelib's plugin)"),
     NODE_DIR: ("cluster slot", "a `forge run --cluster` slot on this node"),
     INSPECT_DIR: ("inspect", "an `inspect eval` (forge's sandbox)"),
+    HARBOR_DIR: ("harbor", "a `harbor run` (forge's environment)"),
 }
 DISCOVER_TIMEOUT = 30.0
 REMOVE_TIMEOUT = 120.0  # rm -f of a running container is a SIGKILL; networks/volumes are instant

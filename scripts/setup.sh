@@ -28,4 +28,4 @@ if [ "${LINK:-0}" = 1 ]; then
   for tool in forge nox; do ln -sf "$PWD/.venv/bin/$tool" "/usr/local/bin/$tool"; done
 fi
 "$PY" -m forgelib images
-echo "setup: ready — try: forge run --config examples/multi_service_postgres_reset/run_configs/dev.yaml --report" >&2
+echo "setup: ready — try: forge run examples/multi_service_postgres_reset/run_configs/dev.yaml --report" >&2

@@ -113,6 +113,11 @@ def exec(
     return _docker("exec", *opts, container, *argv)
 
 
+def cp(src: str, dst: str, **options: Opt) -> list[str]:
+    """``docker cp SRC DST``: one side is ``CONTAINER:PATH``."""
+    return _docker("cp", *flags(**options), src, dst)
+
+
 def port(container: str, mapping: str) -> list[str]:
     """``docker port CONTAINER 5432/tcp``."""
     return _docker("port", container, mapping)

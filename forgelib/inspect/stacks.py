@@ -12,30 +12,21 @@ nothing of the task.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-import secrets
-import shutil
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forgelib import clients
 from forgelib.budget import mem_available, usable_cores
-from forgelib.docker.labels import owned_temp_dir
 from forgelib.docker.resolved import ResolvedConfig
-from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.errors import ForgeError, ProvisionError
 from forgelib.provision import DEFAULT_TASK, ProvisionedTrial
 from forgelib.reaper import INSPECT_DIR
-from forgelib.runner import Runner, SubprocessRunner
+from forgelib.runner import Runner
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
-
-# forge run's own way to open stacks (forgelib.stacks): the same stack code as forge run, not a copy.
-from forgelib.stacks import open as open_stacks
+from forgelib.stacks.hosted import HostedStacks
 
 log = logging.getLogger("forgelib.inspect")
 
@@ -118,43 +109,30 @@ class SampleStack:
 
 
 class TaskStacks:
-    """The stacks of one sandbox config in one process. Thread-safe: inspect's samples run concurrently
-    and each blocking call runs on a worker thread."""
+    """The stacks of one sandbox config in one process (``HostedStacks``: forge run's own way to open
+    stacks, inspect owning the signals: an eval's Ctrl-C reaches us as the task's cleanup), and what a
+    sandbox config adds: which forge task a sample runs and which service is inspect's default."""
 
     def __init__(
         self, settings: Settings, *, runner: Runner | None = None, workers: int | None = None
     ) -> None:
         self.settings = settings
         self.project = load_project(settings.project)
-        self.run_id = f"{RUN_PREFIX}-{secrets.token_hex(4)}"
-        self._stopping = False
-        self._lock = threading.Lock()
-        self._busy = threading.Condition()  # guards _inflight: acquires running now (close waits for them)
-        self._inflight = 0
-        self._index = itertools.count()
-        self._root: Path | None = None
         base = self.resolve_task(None)  # the config's task (or the project's environment) must be usable
         self.base_default = default_service(base.environment, settings.default, self.where)
-        # forge run's own way to open stacks, without signal handlers (inspect owns them: an eval's Ctrl-C
-        # reaches us as the task's cleanup). Its runner is guarded as forge run's is: once the task is being
-        # cleaned up, nothing new is launched and what is in flight (an `up`, an agent's long `exec`) is
-        # killed, so a cancelled sample's abandoned thread ends at once instead of holding the eval's exit.
-        self._closing = contextlib.ExitStack()
-        self.opened = self._closing.enter_context(
-            open_stacks(
-                self.project,
-                mode=settings.stacks,
-                runner=runner or SubprocessRunner(default_timeout=settings.timeouts.command),
-                timeouts=settings.timeouts,
-                goldens=settings.goldens,
-                workers=workers or default_concurrency(),
-                signals=False,
-            )
+        self.hosted = HostedStacks(
+            self.project,
+            mode=settings.stacks,
+            goldens=settings.goldens,
+            workers=workers or default_concurrency(),
+            timeouts=settings.timeouts,
+            run_prefix=RUN_PREFIX,
+            temp_prefix=INSPECT_DIR,
+            host="the eval",
+            runner=runner,
         )
-        self.stop = self.opened.stop
-        self.runner = self.opened.runner
-        self.live = self.opened.live
-        self.backend = self.opened.backend
+        self.run_id = self.hosted.run_id
+        self.runner = self.hosted.runner
 
     @property
     def where(self) -> str:
@@ -163,18 +141,10 @@ class TaskStacks:
     def start(self) -> None:
         """``task_init``: heal leftovers of dead owners, load the clients resets talk through, and with
         goldens capture them now (one stack of the config's environment, provisioned and torn down)."""
-        self.opened.heal(lambda line: log.warning("forge: %s", line))
-        if self.settings.stacks == "warm" or self.settings.goldens:
-            clients.load()
+        self.hosted.start()
         if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool resets in place instead
             stack = self.acquire(None)
             self.release(stack, interrupted=True)  # torn down: the golden stays, the stack does not
-
-    def root(self) -> Path:
-        with self._lock:
-            if self._root is None:
-                self._root = owned_temp_dir(INSPECT_DIR)  # the reaper removes it once this process is gone
-            return self._root
 
     def resolve_task(self, name: str | None) -> Task:
         """The forge task a sample runs: ``name`` (its metadata's ``forge_task``), else the config's task,
@@ -190,72 +160,25 @@ class TaskStacks:
     def acquire(self, task_name: str | None) -> SampleStack:
         """A seeded stack for one sample: fresh, or a warm one reset and fingerprint-verified. Raises
         ``ProvisionError`` (nothing left behind) or ``SandboxConfigError``."""
-        with self._busy:
-            if self._stopping:
-                raise Interrupted("the eval is stopping: no new stacks")
-            self._inflight += 1
-        try:
-            return self._acquire(task_name)
-        finally:
-            with self._busy:
-                self._inflight -= 1
-                self._busy.notify_all()
-
-    def _acquire(self, task_name: str | None) -> SampleStack:
         task = self.resolve_task(task_name)
         default = (
             self.base_default
             if task_name is None or task_name == self.settings.task
             else default_service(task.environment, self.settings.default, f"{self.where}, task {task.name}")
         )
-        index = next(self._index)
-        trial = self.backend.provision(
-            task, run_id=self.run_id, trial_index=index, trial_dir=self.root() / str(index)
-        )
-        assert isinstance(trial, ProvisionedTrial)
-        if self._stopping:  # the task was cleaned up meanwhile (its sample cancelled): nobody will use it
-            self.backend.teardown(trial, graceful=False)
-            raise Interrupted(f"the eval is stopping: {trial.name} torn down")
-        try:  # given back through the backend, whichever source it came from
-            self.live.add(trial.name, lambda graceful: self._teardown(trial, graceful), started=True)
-        except BaseException:
-            self.backend.teardown(trial, graceful=False)
-            raise
+        trial = self.hosted.acquire(task)
         services = [s for s in ResolvedConfig.of(trial.config).services if s != default]
         return SampleStack(trial, task, (default, *services), self.settings.timeouts)
-
-    def _teardown(self, trial: ProvisionedTrial, graceful: bool) -> None:
-        self.backend.teardown(trial, graceful=graceful)
 
     def release(self, stack: SampleStack, *, interrupted: bool) -> None:
         """The sample is over: a warm stack goes back to its pool (reset before its next sample); a fresh
         one, or any stack of an interrupted sample (not graceful: never reused), is torn down."""
-        trial = stack.trial
-        why = self.live.teardown(trial.name, graceful=not interrupted)
-        if why is not None:
-            raise ForgeError(f"tearing down {trial.name} failed: {why}")
+        self.hosted.release(stack.trial, graceful=not interrupted)
 
     def close(self) -> None:
         """``task_cleanup``: every stack of the task torn down (warm pool, shared stacks, any sample's stack
         still registered), built images removed, the temp dir gone."""
-        with self._busy:
-            self._stopping = True
-        self.stop.request("the task's cleanup")  # in-flight launches killed, new ones refused
-        with self._busy:  # a provisioning cut short cleans up after itself (its `down` is not refused)
-            self._busy.wait_for(lambda: self._inflight == 0, timeout=self.settings.timeouts.teardown)
-        errors: list[str] = []
-        try:
-            self.backend.finish_run(self.run_id)
-        except ForgeError as e:
-            errors.append(str(e))
-        self._closing.close()  # every stack still registered, the warm pool, the built images
-        errors += self.opened.left
-        with self._lock:
-            root, self._root = self._root, None
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
-        if errors:
-            raise ForgeError("forge sandbox cleanup left:\n" + "\n".join(errors))
+        self.hosted.close()
 
 
 def load_project(path: Path) -> Project:

@@ -65,3 +65,7 @@ def test_builders_keep_the_cli_order_and_spellings() -> None:
     assert dk.pull("img", quiet=True) == ["docker", "pull", "--quiet", "img"]
     assert dk.logs("c", tail=None) == ["docker", "logs", "c"]
     assert dk.compose("version", "--short") == ["docker", "compose", "version", "--short"]
+
+
+def test_cp_names_source_then_destination() -> None:
+    assert dk.cp("/host/dir/.", "c1:/work") == ["docker", "cp", "/host/dir/.", "c1:/work"]

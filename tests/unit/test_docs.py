@@ -18,7 +18,7 @@ README_MAX_LINES = 300  # the brief is "about 250": room for a few more lines, n
 # [text](target) and [text](target "title"); images too. Autolinks and bare URLs are not relative links.
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^(```|~~~)")
-TEST_COMMAND = "nox -s lint tests integration e2e"
+TEST_COMMAND = "nox -s lint tests integration e2e harbor"
 
 
 def _markdown_files() -> list[Path]:

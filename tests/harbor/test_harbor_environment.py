@@ -1,0 +1,167 @@
+"""harbor's ``forge`` environment on the real engine: the BaseEnvironment contract on one fresh stack of
+the example task (exec's cwd/env/user/timeout, files and directories both ways, per-service operations),
+then harbor's own CLI running the vandal task with warm stacks.
+
+One stack for the contract checks (module scope), one ``harbor run`` for the warm proof: this file is
+the whole harbor suite and runs in .ci/run's Python 3.12 venv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor.models.task.config import EnvironmentConfig
+from harbor.models.trial.paths import TrialPaths
+
+from forgelib.harbor import ForgeEnvironment
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "harbor_postgres_reset"
+HARBOR = Path(sys.executable).with_name("harbor")
+
+pytestmark = pytest.mark.integration
+
+
+class Env:
+    """A ForgeEnvironment driven on one event loop (the loop's end tears the stacks down, as harbor's)."""
+
+    def __init__(self, env: ForgeEnvironment, loop: asyncio.AbstractEventLoop) -> None:
+        self.env = env
+        self.loop = loop
+
+    def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.loop.run_until_complete(getattr(self.env, method)(*args, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    trial_dir = tmp_path_factory.mktemp("trial")
+    paths = TrialPaths(trial_dir)
+    paths.mkdir()
+    loop = asyncio.new_event_loop()
+    e = ForgeEnvironment(
+        environment_dir=EXAMPLE / "postgres_reset" / "environment",
+        environment_name="postgres_reset",
+        session_id="postgres_reset__test__env",
+        trial_paths=paths,
+        task_env_config=EnvironmentConfig(workdir="/work"),
+    )
+    driver = Env(e, loop)
+    driver("start", force_build=False)
+    assert e._stacks is not None
+    run_id = e._stacks.run_id
+    try:
+        yield driver
+    finally:
+        try:
+            driver("stop", delete=True)
+        finally:
+            pending = asyncio.all_tasks(loop)
+            for t in pending:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+        assert _ours(run_id) == [], "the stack outlived stop()"
+
+
+def _ours(run_id: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=io.forgelib.run={run_id}", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
+def test_exec_honours_cwd_env_user_and_the_task_workdir(env: Env) -> None:
+    r = env("exec", "pwd; echo $GREETING; id -un", env={"GREETING": "hi"})
+    assert r.return_code == 0
+    assert r.stdout.split() == ["/work", "hi", "root"]
+    r = env("exec", "pwd; id -u", cwd="/tmp", user="nobody")
+    assert r.stdout.split() == ["/tmp", "65534"]
+    r = env("exec", "echo out; echo err >&2; exit 3")
+    assert (r.return_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
+
+
+def test_a_timed_out_command_raises_as_harbors_docker_does(env: Env) -> None:
+    with pytest.raises(RuntimeError, match="Command timed out after 1 seconds"):
+        env("exec", "sleep 30", timeout_sec=1)
+    assert env("exec", "pgrep -f 'sleep 30' || echo gone").stdout.strip() == "gone"
+
+
+def test_files_and_directories_go_both_ways(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "up"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("A")
+    (src / "sub" / "b.txt").write_text("B")
+    env("upload_dir", src, "/work/in/deep")
+    env("upload_file", src / "a.txt", "/work/single/a.txt")
+    assert env("exec", "cat /work/in/deep/a.txt /work/in/deep/sub/b.txt /work/single/a.txt").stdout == "ABA"
+    env("download_dir", "/work/in", tmp_path / "down")
+    assert (tmp_path / "down" / "deep" / "sub" / "b.txt").read_text() == "B"
+    env("download_file", "/work/single/a.txt", tmp_path / "one" / "a.txt")
+    assert (tmp_path / "one" / "a.txt").read_text() == "A"
+
+
+def test_service_operations_reach_the_other_services(env: Env, tmp_path: Path) -> None:
+    query = "psql -U app -d app -tAc 'SELECT name FROM widgets WHERE id = 1'"
+    r = env("service_exec", query, service="app-db")
+    assert (r.return_code, r.stdout.strip()) == (0, "baseline")  # the seed, applied
+    env("service_download_file", "/srv/widgets_api/app.py", tmp_path / "app.py", service="widgets-api")
+    assert "FastAPI" in (tmp_path / "app.py").read_text()
+    assert env("service_is_dir", "/srv/widgets_api", service="widgets-api") is True
+
+
+def test_an_unknown_service_is_named_with_the_services_there_are(env: Env) -> None:
+    with pytest.raises(ValueError, match=r"'nope' is not a service .* services: app-db, main, widgets-api"):
+        env("service_exec", "true", service="nope")
+
+
+def test_the_stack_carries_forges_labels(env: Env) -> None:
+    trial = env.env._trial
+    assert trial is not None
+    out = subprocess.run(
+        ["docker", "inspect", "--format", "{{json .Config.Labels}}", trial.compose.container("main")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    labels = json.loads(out.stdout)
+    assert labels["io.forgelib.owner.pid"] == str(os.getpid())
+    assert labels["io.forgelib.run"].startswith("harbor-")
+
+
+def test_harbor_run_warm_resets_the_vandals_damage_between_attempts(tmp_path: Path) -> None:
+    """harbor's CLI, oracle agent, -k 3 warm: one stack for every attempt, and each attempt's first
+    observation (rewarded by the task's verifier) is a fresh stack's, though the one before wrecked it."""
+    run = subprocess.run(
+        [str(HARBOR), "run", "-p", str(EXAMPLE / "vandal"), "--env", "forgelib.harbor:ForgeEnvironment",
+         "--ek", "stacks=warm", "-a", "oracle", "-k", "3", "-n", "1", "-o", str(tmp_path), "--job-name", "v",
+         "-y"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # offline: no model price list fetch
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = [d for d in (tmp_path / "v").iterdir() if d.is_dir()]
+    assert len(trials) == 3
+    expected = (EXAMPLE / "vandal" / "tests" / "expected_first_seen.txt").read_text()
+    stacks = set()
+    for t in trials:
+        assert (t / "verifier" / "reward.txt").read_text().strip() == "1", t
+        assert (t / "agent" / "first_seen.txt").read_text() == expected
+        record = json.loads((t / "forge_stack.json").read_text())
+        stacks.add(record["stack"])
+        assert record["mode"] == "warm"
+        grade = json.loads((t / "verifier" / "forge_grade.json").read_text())
+        assert grade["pass"] is False  # forge's grading.yaml saw the damage before the reset
+    assert len(stacks) == 1
+    left = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=io.forgelib.managed", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert str(next(iter(stacks))) not in left
