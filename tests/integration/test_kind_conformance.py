@@ -1,8 +1,10 @@
 """Every kind passes the same checks on the real engine (``forgelib.kinds``), like inspect's sandbox
-``self_check``: its seed applied, each reset strategy restoring it, a stable fingerprint, its grading
-observer, its MCP tool backend and its client. One warm stack serves the module (a service per kind and
-reset strategy). A kind that does not support a check says so itself (``Kind.unsupported``): the check is
-skipped with the kind's reason, never edited per kind."""
+``self_check``: its seed applied, each reset strategy restoring it, a stable fingerprint that sees every
+sort of change the kind claims it does, its grading observer, its MCP tool backend and its client. One
+warm stack serves the module (a service per kind and reset strategy); every test that changes it resets
+it before it ends. A kind that does not support a check says so itself (``Kind.unsupported``): the check
+is skipped with the kind's reason, never edited per kind. A new kind adds its ``Case`` (with its
+``Mutation``s) to ``CASES`` and its services to the ``stack`` fixture: the checks stay as they are."""
 
 from __future__ import annotations
 
@@ -40,6 +42,142 @@ RDB = Path(__file__).parents[2] / "examples/multi_service_cache_debug/assets/cac
 
 
 @dataclass(frozen=True)
+class Mutation:
+    """One sort of change a trial could make that the kind's fingerprint claims to see: ``change`` (argv in
+    the service) must make the fingerprint parts ``sees`` differ from the baseline, and the reset must
+    restore it. ``only``: the case's services whose fingerprint covers it (empty: all of them; a reset that
+    recreates the seeded state whole leaves that state out). ``kept``: services whose reset leaves the
+    change (the fingerprint must still see it: that is what replaces such a stack), removed by ``undo``."""
+
+    name: str
+    change: list[str]
+    sees: tuple[str, ...]
+    only: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    undo: list[str] | None = None
+
+
+def _psql(statement: str, database: str = "postgres") -> list[str]:
+    return ["psql", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", database, "-c", statement]
+
+
+def _sh(script: str) -> list[str]:
+    return ["sh", "-ec", script]
+
+
+# The postgres stack's services: `db` resets by data directory (exact: the fingerprint digests the seeded
+# database's rows too), `tdb` by template (the seeded database is recreated whole, so its fingerprint covers
+# only the cluster around it, which that reset leaves).
+EXACT_ONLY = ("db",)
+TEMPLATE = ("tdb",)
+MAINTENANCE = "template1"  # the database forge's postgres recipe connects to when the seeded one is postgres
+
+POSTGRES_MUTATIONS = (
+    Mutation("row_changed", _psql("update t set v = 'changed'"), ("seeded_rows",), only=EXACT_ONLY),
+    Mutation("table_added", _psql("create table extra (x int)"), ("seeded_rows",), only=EXACT_ONLY),
+    Mutation(
+        "schema_added",
+        _psql("create schema forge_conf; create table forge_conf.t (x int)"),
+        ("seeded_rows",),
+        only=EXACT_ONLY,
+    ),
+    Mutation(
+        "table_added_beside",  # in the maintenance database, which no reset of the seeded one touches
+        _psql("create table forge_conf_t (x int)", MAINTENANCE),
+        ("maintenance_db",),
+        kept=TEMPLATE,
+        undo=_psql("drop table forge_conf_t", MAINTENANCE),
+    ),
+    Mutation(
+        "role_added",
+        _psql("create role forge_conf"),
+        ("roles",),
+        kept=TEMPLATE,
+        undo=_psql("drop role forge_conf"),
+    ),
+    Mutation(
+        "role_password_changed",
+        _psql("alter role postgres password 'forge-conf'"),
+        ("role_rows",),
+        only=EXACT_ONLY,  # a catalog row's version never goes back: no undo, the template reset keeps it
+    ),
+    Mutation(
+        "system_setting",
+        _psql("alter system set work_mem = '7MB'"),
+        ("system",),
+        kept=TEMPLATE,
+        undo=_psql("alter system reset work_mem"),
+    ),
+    Mutation(
+        "database_setting",
+        _psql(f"alter database {MAINTENANCE} set work_mem = '7MB'"),
+        ("settings",),
+        kept=TEMPLATE,
+        undo=_psql(f"alter database {MAINTENANCE} reset work_mem"),
+    ),
+    Mutation(
+        "role_setting",
+        _psql("alter role postgres set work_mem = '7MB'"),
+        ("settings",),
+        kept=TEMPLATE,
+        undo=_psql("alter role postgres reset work_mem"),
+    ),
+    Mutation(
+        "database_added",
+        _psql("create database forge_conf"),
+        ("databases",),
+        kept=TEMPLATE,
+        undo=_psql("drop database forge_conf"),
+    ),
+)
+
+SEEDED_KEY = "order:4017"  # a string key of the redis seed (cache_poisoned.rdb)
+
+REDIS_MUTATIONS = (
+    Mutation("key_added", ["redis-cli", "SET", "forge:conf", "x"], ("keyspace",)),
+    Mutation("key_deleted", ["redis-cli", "DEL", SEEDED_KEY], ("keyspace",)),
+    Mutation(
+        "key_type_changed",  # values are rewritten by every reset: only names and types are digested
+        _sh(f"redis-cli DEL {SEEDED_KEY}; redis-cli RPUSH {SEEDED_KEY} x"),
+        ("keyspace",),
+    ),
+    Mutation("key_in_another_db", ["redis-cli", "-n", "3", "SET", "forge:conf", "x"], ("keyspace",)),
+    Mutation(
+        "config_changed", ["redis-cli", "CONFIG", "SET", "maxmemory-policy", "allkeys-lru"], ("config",)
+    ),
+    Mutation(
+        "acl_user_added",  # the reset leaves users: the fingerprint is what replaces such a stack
+        ["redis-cli", "ACL", "SETUSER", "forge-conf", "on"],
+        ("acl",),
+        kept=("cache",),
+        undo=["redis-cli", "ACL", "DELUSER", "forge-conf"],
+    ),
+    Mutation(
+        "function_loaded",
+        [
+            "redis-cli",
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=forgeconf\nredis.register_function('forgeconf', function() return 1 end)",
+        ],
+        ("functions",),
+    ),
+)
+
+TREE_MUTATIONS = (
+    Mutation("file_added", ["touch", "/workspace/new.txt"], ("tree",)),
+    # to another size: the listing digests sizes (the reset's own verify compares contents)
+    Mutation("file_changed", _sh("echo vandal > /workspace/a.txt"), ("tree",)),
+    Mutation("file_deleted", ["rm", "/workspace/b.txt"], ("tree",)),
+    Mutation("mode_changed", ["chmod", "600", "/workspace/a.txt"], ("tree",)),
+    Mutation("root_mode_changed", ["chmod", "700", "/workspace"], ("tree",)),
+    Mutation("owner_changed", ["chown", "1234:1234", "/workspace/a.txt"], ("tree",)),
+    Mutation("symlink_added", ["ln", "-s", "a.txt", "/workspace/link"], ("tree",)),
+    Mutation("directory_added", ["mkdir", "/workspace/sub"], ("tree",)),
+)
+
+
+@dataclass(frozen=True)
 class Case:
     """How the suite exercises one kind: its services in the stack, a way to change the seeded state and
     to read it back (``probe``: what it must read after apply and after every reset)."""
@@ -51,6 +189,8 @@ class Case:
     change: list[str]  # argv in the service that changes the seeded state
     check: dict[str, Any] | None = None  # the spec of the kind's check (service filled in)
     tool: tuple[str, dict[str, Any], str] | None = None  # (tool, arguments, text the result holds)
+    # Each sort of change the kind's fingerprint claims to see (none: the kind declares no fingerprint).
+    mutations: tuple[Mutation, ...] = ()
 
 
 CASES: dict[str, Case] = {
@@ -62,6 +202,7 @@ CASES: dict[str, Case] = {
         ["psql", "-U", "postgres", "-c", "update t set v = 'changed'"],
         check={"query": "select v from t"},
         tool=("sql_query", {"query": "select v from t"}, '"rows": [["seeded"]]'),
+        mutations=POSTGRES_MUTATIONS,
     ),
     "redis": Case(
         ("cache",),
@@ -71,6 +212,7 @@ CASES: dict[str, Case] = {
         ["redis-cli", "FLUSHALL"],
         check={"command": ["DBSIZE"]},
         tool=("redis_command", {"command": ["DBSIZE"]}, '"reply"'),
+        mutations=REDIS_MUTATIONS,
     ),
     "tree": Case(
         ("ws",),
@@ -78,6 +220,7 @@ CASES: dict[str, Case] = {
         ["sh", "-c", "cat /workspace/a.txt"],
         "a",
         ["sh", "-c", "echo vandal > /workspace/a.txt; rm -f /workspace/b.txt"],
+        mutations=TREE_MUTATIONS,
     ),
     "bare": Case(("bare",), "order", ["sh", "-c", 'cat "$FORGE_SEED_ORDER"'], "order-7", ["true"]),
 }
@@ -189,6 +332,46 @@ def test_the_fingerprint_is_stable_across_a_reset(stack: ProvisionedTrial, name:
         assert prepared is not None and prepared.baseline, service
         prepared.reset()
         assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], service
+
+
+def test_every_kind_with_a_fingerprint_declares_what_it_sees() -> None:
+    for kind in KINDS:
+        mutations = CASES[kind.name].mutations
+        assert bool(mutations) == ("fingerprint" not in kind.unsupported), kind.name
+        assert len({m.name for m in mutations}) == len(mutations), kind.name
+        for m in mutations:
+            assert set(m.only + m.kept) <= set(CASES[kind.name].services), (kind.name, m.name)
+            assert bool(m.kept) == (m.undo is not None), (kind.name, m.name)
+
+
+MUTATIONS = [pytest.param(k, m, id=f"{k}-{m.name}") for k in KIND_IDS for m in CASES[k].mutations]
+
+
+@pytest.mark.parametrize(("name", "mutation"), MUTATIONS)
+def test_the_fingerprint_sees_a_change_of_each_sort(
+    stack: ProvisionedTrial, name: str, mutation: Mutation
+) -> None:
+    for service in mutation.only or CASES[name].services:
+        prepared = _prepared(stack, service)
+        assert prepared is not None and prepared.baseline, service
+        assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], f"{service}: dirty before"
+        undo = mutation.undo if service in mutation.kept else None
+        stack.compose.exec(service, mutation.change, timeout=30)
+        reset = False
+        try:
+            differ = fingerprint_diff(prepared.baseline, prepared.fingerprint())
+            assert set(mutation.sees) <= set(differ), f"{service}: {mutation.name} changed only {differ}"
+            prepared.reset()
+            reset = True
+            if undo is not None:  # the reset leaves it: the fingerprint still sees it (the stack is replaced)
+                differ = fingerprint_diff(prepared.baseline, prepared.fingerprint())
+                assert set(mutation.sees) <= set(differ), f"{service}: {mutation.name} unseen after reset"
+        finally:  # whatever failed, the next test gets the seeded state
+            if undo is not None:
+                stack.compose.exec(service, undo, timeout=30)
+            if not reset:
+                prepared.reset()
+        assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], f"{service}: after reset"
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
