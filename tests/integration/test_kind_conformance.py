@@ -4,26 +4,26 @@ sort of change the kind claims it does, its grading observer, its MCP tool backe
 warm stack serves the module (a service per kind and reset strategy); every test that changes it resets
 it before it ends. A kind that does not support a check says so itself (``Kind.unsupported``): the check
 is skipped with the kind's reason, never edited per kind. A new kind adds its ``Case`` (with its
-``Mutation``s) to ``CASES`` and its services to the ``stack`` fixture: the checks stay as they are."""
+``Mutation``s) to ``CASES`` and its services to ``_project``: the checks stay as they are."""
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
-from forgelib.kinds.base import PreparedSeed, fingerprint_diff
+from forgelib.kinds.base import ApplyContext, Fingerprint, PreparedSeed, fingerprint_diff
 from forgelib.mcp.tools import Toolbox
 from forgelib.provision import (
     ProvisionedTrial,
@@ -34,7 +34,8 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import SeedKind
+from forgelib.snapshots import store
+from forgelib.spec.models import Project, SeedKind
 
 pytestmark = pytest.mark.integration
 
@@ -231,41 +232,58 @@ def _skip_unless(kind: Kind, what: str) -> None:
         pytest.skip(f"{kind.name}: {kind.unsupported[what]}")
 
 
-@pytest.fixture(scope="module")
-def stack(
-    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
-    tmp = tmp_path_factory.mktemp("kinds")
+def _project(
+    tmp: Path, *, only: Sequence[str] = (), name: str = "itest", env: Mapping[str, str] | None = None
+) -> Project:
+    """The suite's project: a service per kind and reset strategy, each reset from its kind's seed.
+    ``only``: just these services (empty: all); ``env`` is added to each one's environment."""
+    tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
     tree = tmp / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("a")
     (tree / "b.txt").write_text("b")
     (tmp / "order.txt").write_text("order-7")
-    project = make_project(
+    services: dict[str, dict[str, Any]] = {
+        "db": PG,
+        "tdb": PG,
+        "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
+        "ws": {**IDLE, "volumes": ["work:/workspace"]},
+        "bare": IDLE,
+    }
+    reset: dict[str, str | tuple[str, Mapping[str, Any]]] = {
+        "db": "sql",
+        "tdb": ("sql", {"strategy": "template"}),
+        "cache": "rdb",
+        "ws": "tree",
+        "bare": "order",
+    }
+    keep = set(only or services)
+    if env:
+        services = {
+            n: {**svc, "environment": {**svc.get("environment", {}), **env}} for n, svc in services.items()
+        }
+    return make_project(
         tmp / "p",
-        {
-            "db": PG,
-            "tdb": PG,
-            "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
-            "ws": {**IDLE, "volumes": ["work:/workspace"]},
-            "bare": IDLE,
-        },
+        {n: svc for n, svc in services.items() if n in keep},
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (tree, SeedKind.FILESYSTEM_DIR),
             "order": (tmp / "order.txt", SeedKind.BARE),
         },
-        reset={
-            "db": "sql",
-            "tdb": ("sql", {"strategy": "template"}),
-            "cache": "rdb",
-            "ws": "tree",
-            "bare": "order",
-        },
+        reset={n: b for n, b in reset.items() if n in keep},
         volumes={"work": {}},
+        name=name,
     )
+
+
+@pytest.fixture(scope="module")
+def stack(
+    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProvisionedTrial]:
+    tmp = tmp_path_factory.mktemp("kinds")
+    project = _project(tmp)
     run_id = f"it-kinds-{secrets.token_hex(4)}"
     name = f"itkinds-{run_id}"
     spec = StackSpec(project.environment, name, lab.run_labels(run_id, "kinds-0"), tmp / "stack")
@@ -421,3 +439,59 @@ def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
             assert conn.execute("select v from t").fetchone() == ("seeded",)
     else:
         assert connect.redis(stack, service).client().ping()
+
+
+def _golden_trial(
+    project: Project, run_id: str, tmp: Path, runner: SubprocessRunner, idx: int
+) -> dict[str, tuple[dict[str, Any], Fingerprint, str]]:
+    """A fresh trial from goldens (``forgelib.snapshots``), torn down after: service -> (what its golden
+    did, its golden fingerprint, what its probe reads)."""
+    trial = provision(project, run_id, tmp, runner, idx, snapshots=True)
+    try:
+        config = ResolvedConfig.of(trial.config)
+        out = {}
+        for name, svc in project.environment.services.items():
+            assert svc.reset is not None, name
+            seed = project.seeds[svc.reset.seed]
+            recipe = kinds.recipe_for(seed.kind, config.service(name))
+            assert recipe is not None, name
+            ctx = ApplyContext(
+                name, seed, svc.reset.options, compose=trial.compose, service_config=config.service(name),
+                timeouts=TIMEOUTS,
+            )  # fmt: skip
+            case = next(c for c in CASES.values() if name in c.services)
+            out[name] = (
+                dict(trial.snapshots[name]),
+                recipe.golden_fingerprint(ctx),
+                _probe(trial, name, case),
+            )
+        return out
+    finally:
+        teardown_trial(trial)
+
+
+@pytest.mark.parametrize("name", KIND_IDS)
+def test_a_golden_restores_the_seeded_state(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path, seeded: dict[str, str], name: str
+) -> None:
+    kind = kinds.by_name(name)
+    _skip_unless(kind, "golden")
+    services = CASES[name].services
+    # A project of its own, named in the services' environment too (part of every golden key): no other
+    # session restores these goldens or has us restore its own, and ours are found by project to remove.
+    project_name = f"kconf{secrets.token_hex(3)}"
+    project = _project(tmp_path, only=services, name=project_name, env={"FORGE_CONFORMANCE": project_name})
+    try:
+        captured = _golden_trial(project, run_id, tmp_path, runner, 0)
+        restored = _golden_trial(project, run_id, tmp_path, runner, 1)
+    finally:
+        for golden in store.list_goldens(runner, project=project_name):
+            assert store.remove(runner, golden, force_untag=True) is None, golden.id
+            store.forget(golden.key)
+        assert store.list_goldens(runner, project=project_name) == []
+    for service in services:
+        took, fingerprint, probe = captured[service]
+        assert took["outcome"] == "captured" and fingerprint, took
+        assert restored[service][0] == {"outcome": "restored", "golden": took["golden"]}, service
+        assert fingerprint_diff(fingerprint, restored[service][1]) == [], service
+        assert probe == restored[service][2] == seeded[service], service
