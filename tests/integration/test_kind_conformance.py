@@ -1,27 +1,29 @@
 """Every kind passes the same checks on the real engine (``forgelib.kinds``), like inspect's sandbox
-``self_check``: its seed applied, each reset strategy restoring it, a stable fingerprint, its grading
-observer, its MCP tool backend and its client. One warm stack serves the module (a service per kind and
-reset strategy). A kind that does not support a check says so itself (``Kind.unsupported``): the check is
-skipped with the kind's reason, never edited per kind."""
+``self_check``: its seed applied, each reset strategy restoring it, a stable fingerprint that sees every
+sort of change the kind claims it does, its grading observer, its MCP tool backend and its client. One
+warm stack serves the module (a service per kind and reset strategy); every test that changes it resets
+it before it ends. A kind that does not support a check says so itself (``Kind.unsupported``): the check
+is skipped with the kind's reason, never edited per kind. A new kind adds its ``Case`` (with its
+``Mutation``s) to ``CASES`` and its services to ``_project``: the checks stay as they are."""
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
-from forgelib.kinds.base import PreparedSeed, fingerprint_diff
+from forgelib.kinds.base import ApplyContext, Fingerprint, PreparedSeed, fingerprint_diff
 from forgelib.mcp.tools import Toolbox
 from forgelib.provision import (
     ProvisionedTrial,
@@ -32,11 +34,148 @@ from forgelib.provision import (
     teardown_trial,
 )
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import SeedKind
+from forgelib.snapshots import store
+from forgelib.spec.models import Project, SeedKind
 
 pytestmark = pytest.mark.integration
 
 RDB = Path(__file__).parents[2] / "examples/multi_service_cache_debug/assets/cache_poisoned.rdb"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One sort of change a trial could make that the kind's fingerprint claims to see: ``change`` (argv in
+    the service) must make the fingerprint parts ``sees`` differ from the baseline, and the reset must
+    restore it. ``only``: the case's services whose fingerprint covers it (empty: all of them; a reset that
+    recreates the seeded state whole leaves that state out). ``kept``: services whose reset leaves the
+    change (the fingerprint must still see it: that is what replaces such a stack), removed by ``undo``."""
+
+    name: str
+    change: list[str]
+    sees: tuple[str, ...]
+    only: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    undo: list[str] | None = None
+
+
+def _psql(statement: str, database: str = "postgres") -> list[str]:
+    return ["psql", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", database, "-c", statement]
+
+
+def _sh(script: str) -> list[str]:
+    return ["sh", "-ec", script]
+
+
+# The postgres stack's services: `db` resets by data directory (exact: the fingerprint digests the seeded
+# database's rows too), `tdb` by template (the seeded database is recreated whole, so its fingerprint covers
+# only the cluster around it, which that reset leaves).
+EXACT_ONLY = ("db",)
+TEMPLATE = ("tdb",)
+MAINTENANCE = "template1"  # the database forge's postgres recipe connects to when the seeded one is postgres
+
+POSTGRES_MUTATIONS = (
+    Mutation("row_changed", _psql("update t set v = 'changed'"), ("seeded_rows",), only=EXACT_ONLY),
+    Mutation("table_added", _psql("create table extra (x int)"), ("seeded_rows",), only=EXACT_ONLY),
+    Mutation(
+        "schema_added",
+        _psql("create schema forge_conf; create table forge_conf.t (x int)"),
+        ("seeded_rows",),
+        only=EXACT_ONLY,
+    ),
+    Mutation(
+        "table_added_beside",  # in the maintenance database, which no reset of the seeded one touches
+        _psql("create table forge_conf_t (x int)", MAINTENANCE),
+        ("maintenance_db",),
+        kept=TEMPLATE,
+        undo=_psql("drop table forge_conf_t", MAINTENANCE),
+    ),
+    Mutation(
+        "role_added",
+        _psql("create role forge_conf"),
+        ("roles",),
+        kept=TEMPLATE,
+        undo=_psql("drop role forge_conf"),
+    ),
+    Mutation(
+        "role_password_changed",
+        _psql("alter role postgres password 'forge-conf'"),
+        ("role_rows",),
+        only=EXACT_ONLY,  # a catalog row's version never goes back: no undo, the template reset keeps it
+    ),
+    Mutation(
+        "system_setting",
+        _psql("alter system set work_mem = '7MB'"),
+        ("system",),
+        kept=TEMPLATE,
+        undo=_psql("alter system reset work_mem"),
+    ),
+    Mutation(
+        "database_setting",
+        _psql(f"alter database {MAINTENANCE} set work_mem = '7MB'"),
+        ("settings",),
+        kept=TEMPLATE,
+        undo=_psql(f"alter database {MAINTENANCE} reset work_mem"),
+    ),
+    Mutation(
+        "role_setting",
+        _psql("alter role postgres set work_mem = '7MB'"),
+        ("settings",),
+        kept=TEMPLATE,
+        undo=_psql("alter role postgres reset work_mem"),
+    ),
+    Mutation(
+        "database_added",
+        _psql("create database forge_conf"),
+        ("databases",),
+        kept=TEMPLATE,
+        undo=_psql("drop database forge_conf"),
+    ),
+)
+
+SEEDED_KEY = "order:4017"  # a string key of the redis seed (cache_poisoned.rdb)
+
+REDIS_MUTATIONS = (
+    Mutation("key_added", ["redis-cli", "SET", "forge:conf", "x"], ("keyspace",)),
+    Mutation("key_deleted", ["redis-cli", "DEL", SEEDED_KEY], ("keyspace",)),
+    Mutation(
+        "key_type_changed",  # values are rewritten by every reset: only names and types are digested
+        _sh(f"redis-cli DEL {SEEDED_KEY}; redis-cli RPUSH {SEEDED_KEY} x"),
+        ("keyspace",),
+    ),
+    Mutation("key_in_another_db", ["redis-cli", "-n", "3", "SET", "forge:conf", "x"], ("keyspace",)),
+    Mutation(
+        "config_changed", ["redis-cli", "CONFIG", "SET", "maxmemory-policy", "allkeys-lru"], ("config",)
+    ),
+    Mutation(
+        "acl_user_added",  # the reset leaves users: the fingerprint is what replaces such a stack
+        ["redis-cli", "ACL", "SETUSER", "forge-conf", "on"],
+        ("acl",),
+        kept=("cache",),
+        undo=["redis-cli", "ACL", "DELUSER", "forge-conf"],
+    ),
+    Mutation(
+        "function_loaded",
+        [
+            "redis-cli",
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=forgeconf\nredis.register_function('forgeconf', function() return 1 end)",
+        ],
+        ("functions",),
+    ),
+)
+
+TREE_MUTATIONS = (
+    Mutation("file_added", ["touch", "/workspace/new.txt"], ("tree",)),
+    # to another size: the listing digests sizes (the reset's own verify compares contents)
+    Mutation("file_changed", _sh("echo vandal > /workspace/a.txt"), ("tree",)),
+    Mutation("file_deleted", ["rm", "/workspace/b.txt"], ("tree",)),
+    Mutation("mode_changed", ["chmod", "600", "/workspace/a.txt"], ("tree",)),
+    Mutation("root_mode_changed", ["chmod", "700", "/workspace"], ("tree",)),
+    Mutation("owner_changed", ["chown", "1234:1234", "/workspace/a.txt"], ("tree",)),
+    Mutation("symlink_added", ["ln", "-s", "a.txt", "/workspace/link"], ("tree",)),
+    Mutation("directory_added", ["mkdir", "/workspace/sub"], ("tree",)),
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +190,8 @@ class Case:
     change: list[str]  # argv in the service that changes the seeded state
     check: dict[str, Any] | None = None  # the spec of the kind's check (service filled in)
     tool: tuple[str, dict[str, Any], str] | None = None  # (tool, arguments, text the result holds)
+    # Each sort of change the kind's fingerprint claims to see (none: the kind declares no fingerprint).
+    mutations: tuple[Mutation, ...] = ()
 
 
 CASES: dict[str, Case] = {
@@ -62,6 +203,7 @@ CASES: dict[str, Case] = {
         ["psql", "-U", "postgres", "-c", "update t set v = 'changed'"],
         check={"query": "select v from t"},
         tool=("sql_query", {"query": "select v from t"}, '"rows": [["seeded"]]'),
+        mutations=POSTGRES_MUTATIONS,
     ),
     "redis": Case(
         ("cache",),
@@ -71,6 +213,7 @@ CASES: dict[str, Case] = {
         ["redis-cli", "FLUSHALL"],
         check={"command": ["DBSIZE"]},
         tool=("redis_command", {"command": ["DBSIZE"]}, '"reply"'),
+        mutations=REDIS_MUTATIONS,
     ),
     "tree": Case(
         ("ws",),
@@ -78,6 +221,7 @@ CASES: dict[str, Case] = {
         ["sh", "-c", "cat /workspace/a.txt"],
         "a",
         ["sh", "-c", "echo vandal > /workspace/a.txt; rm -f /workspace/b.txt"],
+        mutations=TREE_MUTATIONS,
     ),
     "bare": Case(("bare",), "order", ["sh", "-c", 'cat "$FORGE_SEED_ORDER"'], "order-7", ["true"]),
 }
@@ -88,41 +232,58 @@ def _skip_unless(kind: Kind, what: str) -> None:
         pytest.skip(f"{kind.name}: {kind.unsupported[what]}")
 
 
-@pytest.fixture(scope="module")
-def stack(
-    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
-    tmp = tmp_path_factory.mktemp("kinds")
+def _project(
+    tmp: Path, *, only: Sequence[str] = (), name: str = "itest", env: Mapping[str, str] | None = None
+) -> Project:
+    """The suite's project: a service per kind and reset strategy, each reset from its kind's seed.
+    ``only``: just these services (empty: all); ``env`` is added to each one's environment."""
+    tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
     tree = tmp / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("a")
     (tree / "b.txt").write_text("b")
     (tmp / "order.txt").write_text("order-7")
-    project = make_project(
+    services: dict[str, dict[str, Any]] = {
+        "db": PG,
+        "tdb": PG,
+        "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
+        "ws": {**IDLE, "volumes": ["work:/workspace"]},
+        "bare": IDLE,
+    }
+    reset: dict[str, str | tuple[str, Mapping[str, Any]]] = {
+        "db": "sql",
+        "tdb": ("sql", {"strategy": "template"}),
+        "cache": "rdb",
+        "ws": "tree",
+        "bare": "order",
+    }
+    keep = set(only or services)
+    if env:
+        services = {
+            n: {**svc, "environment": {**svc.get("environment", {}), **env}} for n, svc in services.items()
+        }
+    return make_project(
         tmp / "p",
-        {
-            "db": PG,
-            "tdb": PG,
-            "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
-            "ws": {**IDLE, "volumes": ["work:/workspace"]},
-            "bare": IDLE,
-        },
+        {n: svc for n, svc in services.items() if n in keep},
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (tree, SeedKind.FILESYSTEM_DIR),
             "order": (tmp / "order.txt", SeedKind.BARE),
         },
-        reset={
-            "db": "sql",
-            "tdb": ("sql", {"strategy": "template"}),
-            "cache": "rdb",
-            "ws": "tree",
-            "bare": "order",
-        },
+        reset={n: b for n, b in reset.items() if n in keep},
         volumes={"work": {}},
+        name=name,
     )
+
+
+@pytest.fixture(scope="module")
+def stack(
+    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProvisionedTrial]:
+    tmp = tmp_path_factory.mktemp("kinds")
+    project = _project(tmp)
     run_id = f"it-kinds-{secrets.token_hex(4)}"
     name = f"itkinds-{run_id}"
     spec = StackSpec(project.environment, name, lab.run_labels(run_id, "kinds-0"), tmp / "stack")
@@ -191,6 +352,46 @@ def test_the_fingerprint_is_stable_across_a_reset(stack: ProvisionedTrial, name:
         assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], service
 
 
+def test_every_kind_with_a_fingerprint_declares_what_it_sees() -> None:
+    for kind in KINDS:
+        mutations = CASES[kind.name].mutations
+        assert bool(mutations) == ("fingerprint" not in kind.unsupported), kind.name
+        assert len({m.name for m in mutations}) == len(mutations), kind.name
+        for m in mutations:
+            assert set(m.only + m.kept) <= set(CASES[kind.name].services), (kind.name, m.name)
+            assert bool(m.kept) == (m.undo is not None), (kind.name, m.name)
+
+
+MUTATIONS = [pytest.param(k, m, id=f"{k}-{m.name}") for k in KIND_IDS for m in CASES[k].mutations]
+
+
+@pytest.mark.parametrize(("name", "mutation"), MUTATIONS)
+def test_the_fingerprint_sees_a_change_of_each_sort(
+    stack: ProvisionedTrial, name: str, mutation: Mutation
+) -> None:
+    for service in mutation.only or CASES[name].services:
+        prepared = _prepared(stack, service)
+        assert prepared is not None and prepared.baseline, service
+        assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], f"{service}: dirty before"
+        undo = mutation.undo if service in mutation.kept else None
+        stack.compose.exec(service, mutation.change, timeout=30)
+        reset = False
+        try:
+            differ = fingerprint_diff(prepared.baseline, prepared.fingerprint())
+            assert set(mutation.sees) <= set(differ), f"{service}: {mutation.name} changed only {differ}"
+            prepared.reset()
+            reset = True
+            if undo is not None:  # the reset leaves it: the fingerprint still sees it (the stack is replaced)
+                differ = fingerprint_diff(prepared.baseline, prepared.fingerprint())
+                assert set(mutation.sees) <= set(differ), f"{service}: {mutation.name} unseen after reset"
+        finally:  # whatever failed, the next test gets the seeded state
+            if undo is not None:
+                stack.compose.exec(service, undo, timeout=30)
+            if not reset:
+                prepared.reset()
+        assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], f"{service}: after reset"
+
+
 @pytest.mark.parametrize("name", KIND_IDS)
 def test_the_observer_reads_the_seeded_state(
     stack: ProvisionedTrial, seeded: dict[str, str], name: str
@@ -238,3 +439,59 @@ def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
             assert conn.execute("select v from t").fetchone() == ("seeded",)
     else:
         assert connect.redis(stack, service).client().ping()
+
+
+def _golden_trial(
+    project: Project, run_id: str, tmp: Path, runner: SubprocessRunner, idx: int
+) -> dict[str, tuple[dict[str, Any], Fingerprint, str]]:
+    """A fresh trial from goldens (``forgelib.snapshots``), torn down after: service -> (what its golden
+    did, its golden fingerprint, what its probe reads)."""
+    trial = provision(project, run_id, tmp, runner, idx, snapshots=True)
+    try:
+        config = ResolvedConfig.of(trial.config)
+        out = {}
+        for name, svc in project.environment.services.items():
+            assert svc.reset is not None, name
+            seed = project.seeds[svc.reset.seed]
+            recipe = kinds.recipe_for(seed.kind, config.service(name))
+            assert recipe is not None, name
+            ctx = ApplyContext(
+                name, seed, svc.reset.options, compose=trial.compose, service_config=config.service(name),
+                timeouts=TIMEOUTS,
+            )  # fmt: skip
+            case = next(c for c in CASES.values() if name in c.services)
+            out[name] = (
+                dict(trial.snapshots[name]),
+                recipe.golden_fingerprint(ctx),
+                _probe(trial, name, case),
+            )
+        return out
+    finally:
+        teardown_trial(trial)
+
+
+@pytest.mark.parametrize("name", KIND_IDS)
+def test_a_golden_restores_the_seeded_state(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path, seeded: dict[str, str], name: str
+) -> None:
+    kind = kinds.by_name(name)
+    _skip_unless(kind, "golden")
+    services = CASES[name].services
+    # A project of its own, named in the services' environment too (part of every golden key): no other
+    # session restores these goldens or has us restore its own, and ours are found by project to remove.
+    project_name = f"kconf{secrets.token_hex(3)}"
+    project = _project(tmp_path, only=services, name=project_name, env={"FORGE_CONFORMANCE": project_name})
+    try:
+        captured = _golden_trial(project, run_id, tmp_path, runner, 0)
+        restored = _golden_trial(project, run_id, tmp_path, runner, 1)
+    finally:
+        for golden in store.list_goldens(runner, project=project_name):
+            assert store.remove(runner, golden, force_untag=True) is None, golden.id
+            store.forget(golden.key)
+        assert store.list_goldens(runner, project=project_name) == []
+    for service in services:
+        took, fingerprint, probe = captured[service]
+        assert took["outcome"] == "captured" and fingerprint, took
+        assert restored[service][0] == {"outcome": "restored", "golden": took["golden"]}, service
+        assert fingerprint_diff(fingerprint, restored[service][1]) == [], service
+        assert probe == restored[service][2] == seeded[service], service
