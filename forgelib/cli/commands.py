@@ -22,13 +22,13 @@ from forgelib.docker.compose import ComposeProject, is_valid_name
 from forgelib.docker.engine import ensure_engine
 from forgelib.docker.images import STAND_INS, ensure_images
 from forgelib.errors import ForgeError, ProvisionError, UsageError
-from forgelib.provision import DEFAULT_TASK, SERVICES_DIR
-from forgelib.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Task, Timeouts
 from forgelib.spec.validate import print_notices
+from forgelib.stacks.provision import DEFAULT_TASK, SERVICES_DIR
+from forgelib.stacks.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.table import align
 
 

@@ -30,10 +30,10 @@ from forgelib.errors import ForgeError
 from forgelib.run.execute import Executor, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Timeouts
 from forgelib.stacks import DockerBackend, Stacks
 from forgelib.stacks import open as open_stacks
+from forgelib.stacks.live import LiveStacks, StopState
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)

@@ -43,7 +43,7 @@ from pydantic import Field
 from forgelib.docker import argv as dk
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.harbor import stacks as hs
-from forgelib.provision import ProvisionedTrial, capture_logs
+from forgelib.stacks.provision import ProvisionedTrial, capture_logs
 
 TIMEOUT_BIN = "/usr/bin/timeout"  # coreutils and busybox both put it here
 KILL_GRACE = 5  # seconds a timed-out command gets after SIGTERM before SIGKILL

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from forgelib.budget import usable_cores
 from forgelib.errors import ForgeError
-from forgelib.provision import DEFAULT_TASK, ProvisionedTrial
-from forgelib.reaper import HARBOR_DIR
 from forgelib.runner import Runner
 from forgelib.spec.loader import PROJECT_FILE, load_grading, load_project_config
 from forgelib.spec.models import Isolation, Task, Timeouts
+from forgelib.stacks.budget import usable_cores
 from forgelib.stacks.hosted import HostedStacks
+from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.reaper import HARBOR_DIR
 
 log = logging.getLogger("forgelib.harbor")
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forgelib.budget import mem_available, usable_cores
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, ProvisionError
-from forgelib.provision import DEFAULT_TASK, ProvisionedTrial
-from forgelib.reaper import INSPECT_DIR
 from forgelib.runner import Runner
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
+from forgelib.stacks.budget import mem_available, usable_cores
 from forgelib.stacks.hosted import HostedStacks
+from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.reaper import INSPECT_DIR
 
 log = logging.getLogger("forgelib.inspect")
 

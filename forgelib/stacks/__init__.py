@@ -11,23 +11,48 @@
 * ``shared`` — ``SharedStacks``: a run's shared stacks (all-``shared`` environments), one per compose file.
 
 Only this package builds backends, warm pools, shared stacks and budgets
-(tests/unit/test_backend_construction.py). The stacks themselves come up through ``forgelib.provision``
-(the fresh pipeline and its steps) and ``forgelib.warm`` (the warm pool).
+(tests/unit/test_backend_construction.py). The stacks themselves come up through ``forgelib.stacks.provision``
+(the fresh pipeline and its steps) and ``forgelib.stacks.warm`` (the warm pool).
 """
 
 from __future__ import annotations
 
-from forgelib.stacks.backends import (
-    STACK_MODES,
-    DockerBackend,
-    FreshSource,
-    SharedSource,
-    StackSource,
-    WarmSource,
-    heal_leftovers,
-)
-from forgelib.stacks.session import SCOPES, Mode, Scope, Stacks, open
-from forgelib.stacks.shared import SharedStacks
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forgelib.stacks.backends import (
+        STACK_MODES,
+        DockerBackend,
+        FreshSource,
+        SharedSource,
+        StackSource,
+        WarmSource,
+        heal_leftovers,
+    )
+    from forgelib.stacks.session import SCOPES, Mode, Scope, Stacks, open
+    from forgelib.stacks.shared import SharedStacks
+
+# The package's face is loaded on first use, not at import: the layer's own modules (provision, the warm
+# pool, goldens) import their siblings through this package, and an eager face would import the backends,
+# and everything above them, before those siblings exist.
+_FACE = {
+    **dict.fromkeys(
+        ("STACK_MODES", "DockerBackend", "FreshSource", "SharedSource", "StackSource", "WarmSource"),
+        "backends",
+    ),
+    "heal_leftovers": "backends",
+    **dict.fromkeys(("SCOPES", "Mode", "Scope", "Stacks", "open"), "session"),
+    "SharedStacks": "shared",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forgelib.stacks' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"forgelib.stacks.{module}"), name)
+
 
 __all__ = [
     "SCOPES",

@@ -7,7 +7,8 @@ A backend has up to three sources, each with ``acquire`` (a trial's stack) and `
   goldens when the context says so, ``provision.GoldenSteps``), torn down after it;
 * ``SharedSource`` — an environment whose services are all ``shared``: the run's one stack of it
   (``stacks.shared.SharedStacks``), torn down when the run ends;
-* ``WarmSource`` — ``--stacks warm``: a ``forgelib.warm.WarmPool`` stack, reset in place between trials.
+* ``WarmSource`` — ``--stacks warm``: a ``forgelib.stacks.warm.WarmPool`` stack, reset in place between
+trials.
 
 ``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back.
 Every front end gets its backend from ``stacks.open`` (``stacks.session``), which builds it with the
@@ -23,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.budget import Admission
 from forgelib.errors import ForgeError
-from forgelib.provision import (
+from forgelib.run.execute import TrialHandle, TrialRequest
+from forgelib.runner import Result, Runner
+from forgelib.spec.models import EnvironmentManifest, Task
+from forgelib.stacks.budget import Admission
+from forgelib.stacks.provision import (
     FAILURE_FILE,
     ProvisionedTrial,
     StackContext,
@@ -35,12 +39,9 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
-from forgelib.reaper import reap_dead_owners
-from forgelib.run.execute import TrialHandle, TrialRequest
-from forgelib.runner import Result, Runner
-from forgelib.spec.models import EnvironmentManifest, Task
+from forgelib.stacks.reaper import reap_dead_owners
 from forgelib.stacks.shared import SharedStacks
-from forgelib.warm import WarmPool
+from forgelib.stacks.warm import WarmPool
 
 
 class StackSource(Protocol):
@@ -97,7 +98,7 @@ class SharedSource:
 
 @dataclass(frozen=True)
 class WarmSource:
-    """A warm stack (``forgelib.warm``): reset and verified, or replaced by a fresh one."""
+    """A warm stack (``forgelib.stacks.warm``): reset and verified, or replaced by a fresh one."""
 
     pool: WarmPool
 

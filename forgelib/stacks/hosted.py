@@ -22,9 +22,9 @@ from pathlib import Path
 from forgelib import clients
 from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError, Interrupted
-from forgelib.provision import ProvisionedTrial
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.spec.models import Project, Task, Timeouts
+from forgelib.stacks.provision import ProvisionedTrial
 from forgelib.stacks.session import Mode
 from forgelib.stacks.session import open as open_stacks
 

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
-from forgelib.budget import (
+from forgelib.errors import ForgeError
+from forgelib.runner import Runner, SubprocessRunner
+from forgelib.spec.models import LOG_TAIL_LINES, Project, Timeouts
+from forgelib.stacks import backends
+from forgelib.stacks.backends import DockerBackend
+from forgelib.stacks.budget import (
     DEFAULT_SHARE,
     MIB,
     Admission,
@@ -32,16 +37,11 @@ from forgelib.budget import (
     mem_available,
     usable_cores,
 )
-from forgelib.errors import ForgeError
-from forgelib.provision import ProvisionCache, StackContext
-from forgelib.runner import Runner, SubprocessRunner
-from forgelib.signals import LiveStacks, StopState, interruptible
-from forgelib.spec.models import LOG_TAIL_LINES, Project, Timeouts
-from forgelib.stacks import backends
-from forgelib.stacks.backends import DockerBackend
+from forgelib.stacks.live import LiveStacks, StopState, interruptible
+from forgelib.stacks.provision import ProvisionCache, StackContext
 from forgelib.stacks.shared import SharedStacks
 from forgelib.stacks.slots import MemoryLedger, StartSlots, engine_dir
-from forgelib.warm import WarmPool
+from forgelib.stacks.warm import WarmPool
 
 Mode = Literal["fresh", "warm"]
 Scope = Literal["run", "stack"]

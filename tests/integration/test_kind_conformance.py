@@ -18,14 +18,16 @@ from typing import Any
 import pytest
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
-from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ApplyContext, Fingerprint, PreparedSeed, fingerprint_diff
 from forgelib.mcp.tools import Toolbox
-from forgelib.provision import (
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import (
     ProvisionedTrial,
     StackContext,
     StackSpec,
@@ -33,9 +35,7 @@ from forgelib.provision import (
     provision_stack,
     teardown_trial,
 )
-from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import store
-from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks.snapshots import store
 
 pytestmark = pytest.mark.integration
 
@@ -444,8 +444,8 @@ def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
 def _golden_trial(
     project: Project, run_id: str, tmp: Path, runner: SubprocessRunner, idx: int
 ) -> dict[str, tuple[dict[str, Any], Fingerprint, str]]:
-    """A fresh trial from goldens (``forgelib.snapshots``), torn down after: service -> (what its golden
-    did, its golden fingerprint, what its probe reads)."""
+    """A fresh trial from goldens (``forgelib.stacks.snapshots``), torn down after: service -> (what its
+    golden did, its golden fingerprint, what its probe reads)."""
     trial = provision(project, run_id, tmp, runner, idx, snapshots=True)
     try:
         config = ResolvedConfig.of(trial.config)

@@ -4,7 +4,7 @@ Read statically (ast), like test_docker_argv.py: a call of any of ``BUILDERS`` â
 source, a warm pool, the shared stacks, a provisioning context, a memory budget, the engine's start slots
 or memory ledger â€” anywhere in forgelib outside ``forgelib/stacks/`` fails here, named by file:line.
 Every front end gets them from ``forgelib.stacks.open``, which gives them the same budget, start bound
-and live-stack registry. (``forgelib/warm/`` builds none of them: its pool is handed its context.)
+and live-stack registry. (``forgelib/stacks/warm/`` builds none of them: its pool is handed its context.)
 """
 
 from __future__ import annotations

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from forgelib.budget import MIB, Admission
 from forgelib.errors import Interrupted
+from forgelib.stacks.budget import MIB, Admission
 from forgelib.stacks.slots import MemoryLedger, StartSlots, _try_lock
 
 SLOTS = 2
 CHILD = """
 import os, sys, threading, time
 from pathlib import Path
-from forgelib.budget import Admission
+from forgelib.stacks.budget import Admission
 from forgelib.stacks.slots import StartSlots
 
 state, events, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[6]
