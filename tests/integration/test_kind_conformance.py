@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.stacks import IDLE, MARIADB, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import connect
 from forgelib.docker import labels as lab
@@ -80,6 +80,15 @@ CASES: dict[str, Case] = {
         ["sh", "-c", "echo vandal > /workspace/a.txt; rm -f /workspace/b.txt"],
     ),
     "bare": Case(("bare",), "order", ["sh", "-c", 'cat "$FORGE_SEED_ORDER"'], "order-7", ["true"]),
+    "mysql": Case(
+        ("my",),
+        "mysql",
+        ["mariadb", "-uroot", "-proot", "-NB", "app", "-e", "select v from t"],
+        "seeded",
+        ["mariadb", "-uroot", "-proot", "app", "-e", "update t set v = 'changed'"],
+        check={"query": "select v from t"},
+        tool=("sql_query", {"query": "select v from t"}, '"rows": [["seeded"]]'),
+    ),
 }
 
 
@@ -99,6 +108,7 @@ def stack(
     (tree / "a.txt").write_text("a")
     (tree / "b.txt").write_text("b")
     (tmp / "order.txt").write_text("order-7")
+    (tmp / "mysql.sql").write_text("create table t (v varchar(20)); insert into t values ('seeded');\n")
     project = make_project(
         tmp / "p",
         {
@@ -107,12 +117,14 @@ def stack(
             "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
             "ws": {**IDLE, "volumes": ["work:/workspace"]},
             "bare": IDLE,
+            "my": MARIADB,
         },
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (tree, SeedKind.FILESYSTEM_DIR),
             "order": (tmp / "order.txt", SeedKind.BARE),
+            "mysql": (tmp / "mysql.sql", SeedKind.SQL_DUMP),
         },
         reset={
             "db": "sql",
@@ -120,6 +132,7 @@ def stack(
             "cache": "rdb",
             "ws": "tree",
             "bare": "order",
+            "my": "mysql",
         },
         volumes={"work": {}},
     )
@@ -236,5 +249,9 @@ def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
     if name == "postgres":
         with connect.postgres(stack, service).connect() as conn:
             assert conn.execute("select v from t").fetchone() == ("seeded",)
+    elif name == "mysql":
+        with connect.mysql(stack, service).connect() as conn, conn.cursor() as cur:
+            cur.execute("select v from t")
+            assert cur.fetchone() == ("seeded",)
     else:
         assert connect.redis(stack, service).client().ping()
