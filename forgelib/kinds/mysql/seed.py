@@ -195,6 +195,16 @@ _VOLATILE_VARIABLES = (
     "rand_seed1",
     "rand_seed2",
     "server_uuid",
+    "server_uid",
+    # named after the container's hostname: a golden restored into a new container differs only here
+    "hostname",
+    "general_log_file",
+    "slow_query_log_file",
+    "log_slow_query_file",
+    "wsrep_node_name",
+    # chosen at start from the file system the redo log is on (a golden's is another than the seeding's)
+    "innodb_log_write_ahead_size",
+    "innodb_log_file_buffering",
     "innodb_buffer_pool_load_now",
     "innodb_buffer_pool_dump_now",
     "last_insert_id",
