@@ -45,6 +45,7 @@ from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, Task, Timeouts
+from forgelib.spec.rules import service_config as written_service
 
 log = logging.getLogger("forgelib.provision")
 
@@ -417,7 +418,8 @@ class _Provisioning:
                 raise _recipe_error(
                     svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
                 )
-            written = ResolvedConfig.of(self.spec.env.compose).service(svc.name)
+            # as written, its image interpolated (``${FORGE_IMAGE_X:-x}``): the kind is told by the image
+            written = written_service(self.spec.env.compose.get("services", {}).get(svc.name), svc.name)
             recipe = kinds.recipe_for(seed.kind, written)
             if recipe is None:
                 raise _recipe_error(svc.name, seed.name, seed.kind, f"no recipe for kind {seed.kind!r}")
