@@ -419,7 +419,9 @@ class _Provisioning:
                     svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
                 )
             # as written, its image interpolated (``${FORGE_IMAGE_X:-x}``): the kind is told by the image
-            written = written_service(self.spec.env.compose.get("services", {}).get(svc.name), svc.name)
+            written = written_service(
+                (self.spec.env.compose.get("services") or {}).get(svc.name) or {}, svc.name
+            )
             recipe = kinds.recipe_for(seed.kind, written)
             if recipe is None:
                 raise _recipe_error(svc.name, seed.name, seed.kind, f"no recipe for kind {seed.kind!r}")
