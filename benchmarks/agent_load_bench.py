@@ -43,10 +43,10 @@ import yaml
 
 from benchmarks import agent_pack
 from benchmarks import harness as bs
-from forgelib.budget import MIB, mem_available
 from forgelib.docker.labels import RUN
 from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import store
+from forgelib.stacks.budget import MIB, mem_available
+from forgelib.stacks.snapshots import store
 
 NAME = "agent_load"
 

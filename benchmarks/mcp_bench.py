@@ -36,16 +36,22 @@ from typing import Any
 from support.mcp_raw import raw_post
 
 from benchmarks import harness as bs
-from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.mcp import ALL_TOOLS, ToolServer
 from forgelib.mcp.network import TrialNetwork, stack_network_name
 from forgelib.mcp.tools import FILE_LIMIT
 from forgelib.mcp.trace import TraceWriter
-from forgelib.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m
 from forgelib.spec.loader import load_project_config
+from forgelib.stacks import connect
+from forgelib.stacks.provision import (
+    ProvisionedTrial,
+    StackContext,
+    TrialSpec,
+    provision_trial,
+    teardown_trial,
+)
 
 NAME = "mcp"
 CALL_TARGET = 1.3

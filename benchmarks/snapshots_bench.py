@@ -29,7 +29,7 @@ from forgelib.docker.labels import RUN
 from forgelib.docker.readiness import READINESS_ENV
 from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import store
+from forgelib.stacks.snapshots import store
 
 NAME = "snapshots"
 PACKS = {

@@ -21,15 +21,15 @@ from forgelib.docker.compose import ComposeProject, is_valid_name
 from forgelib.docker.engine import ensure_engine
 from forgelib.docker.images import STAND_INS, ensure_images
 from forgelib.errors import ForgeError, ProvisionError, UsageError
-from forgelib.provision import DEFAULT_TASK, SERVICES_DIR, ProvisionCache, StackContext
-from forgelib.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.run.ids import new_run_id
 from forgelib.runner import SubprocessRunner
-from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Task, Timeouts
 from forgelib.spec.validate import print_notices
 from forgelib.stacks import DockerBackend
+from forgelib.stacks.live import LiveStacks, interruptible
+from forgelib.stacks.provision import DEFAULT_TASK, SERVICES_DIR, ProvisionCache, StackContext
+from forgelib.stacks.reaper import PROVISION_DIR, reap, remove_work_dir
 from forgelib.table import align
 
 

@@ -21,11 +21,11 @@ from forgelib.run import tools
 from forgelib.run.events import RunState, summarize
 from forgelib.run.execute import RunPlan, run_project
 from forgelib.runner import SubprocessRunner, merged_env
-from forgelib.signals import LiveStacks, interruptible
 from forgelib.spec.loader import load_agent, load_project_config, load_run_config
 from forgelib.spec.models import Agent, Project, RunConfig, Task
 from forgelib.spec.validate import print_notices
 from forgelib.stacks import STACK_MODES, heal_leftovers, make_backend
+from forgelib.stacks.live import LiveStacks, interruptible
 from forgelib.table import align
 
 if TYPE_CHECKING:

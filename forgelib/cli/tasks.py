@@ -11,9 +11,9 @@ from invoke.tasks import task
 from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.cli.exits import Number, guarded
 from forgelib.cli.run import main_run
+from forgelib.cli.snapshots import main_snapshots
 from forgelib.grading.regrade import main_grade
 from forgelib.report.page import main_report
-from forgelib.snapshots.cli import main_snapshots
 from forgelib.spec.stamp import main_stamp
 from forgelib.spec.validate import main_validate
 

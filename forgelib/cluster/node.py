@@ -29,9 +29,9 @@ from forgelib.errors import ForgeError
 from forgelib.run.execute import Executor, RunPlan, Settings
 from forgelib.run.results import trial_dir
 from forgelib.runner import SubprocessRunner
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Timeouts
 from forgelib.stacks import DockerBackend, make_backend
+from forgelib.stacks.live import LiveStacks, StopState
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)

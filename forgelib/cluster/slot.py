@@ -45,9 +45,9 @@ from forgelib.cluster.node import (
 )
 from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError
-from forgelib.reaper import NODE_DIR, reap_owned_dirs
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project
+from forgelib.stacks.reaper import NODE_DIR, reap_owned_dirs
 
 DRIVER_SILENCE = 60.0  # seconds without a drain from a run's driver: it is gone, stop its trial
 IDLE_SECONDS = 900.0  # a slot with no trial for this long exits (and frees its forge_docker unit)
@@ -173,8 +173,8 @@ class Slot:
 
     def reap(self, run_id: str) -> str:
         """``forge reap --run RUN_ID`` on this node's engine (resuming a killed cluster run)."""
-        from forgelib.reaper import reap_dead_owners
         from forgelib.runner import SubprocessRunner
+        from forgelib.stacks.reaper import reap_dead_owners
 
         os.environ["DOCKER_HOST"] = node_engine()
         report = reap_dead_owners(SubprocessRunner(), run_id)

@@ -238,8 +238,8 @@ def labels_override(
       creates (external ones belong to someone else and are left alone);
     - every published port (``trial_ports``) on 127.0.0.1 at a host port the engine picks, and ``loopback``
       (service -> container ports) published the same way, so forge reaches the service directly
-      (``forgelib.connect``): fixed host ports would collide between parallel stacks, and loopback keeps a
-      trial's database off the network;
+      (``forgelib.stacks.connect``): fixed host ports would collide between parallel stacks, and loopback
+      keeps a trial's database off the network;
     - ``container_name`` removed (``!reset``): a fixed name exists once per engine, so a second stack
       could not start;
     - ``built`` (service -> image the run built, ``forgelib.docker.builds``): the service runs that image,
@@ -385,7 +385,7 @@ class ComposeProject:
     # provisioned stack, whose container names are known (the override drops any ``container_name``).
     direct: bool = False
     # service -> the name of the container that serves it, where that is not compose's first (a warm
-    # stack's ephemeral services run in a new compose-numbered container every trial: forgelib.warm).
+    # stack's ephemeral services run in a new compose-numbered container every trial: forgelib.stacks.warm).
     containers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

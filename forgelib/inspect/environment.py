@@ -48,8 +48,8 @@ from forgelib.docker import argv as dk
 from forgelib.errors import CommandTimeout, ForgeError, ProvisionError
 from forgelib.inspect import config as cfgs
 from forgelib.inspect.stacks import TASK_METADATA, SampleStack, TaskStacks, default_concurrency
-from forgelib.reaper import reap
 from forgelib.runner import SubprocessRunner, file_tail
+from forgelib.stacks.reaper import reap
 
 log = logging.getLogger("forgelib.inspect")
 

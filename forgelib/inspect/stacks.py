@@ -22,20 +22,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forgelib import clients
-from forgelib.budget import mem_available, usable_cores
 from forgelib.docker.labels import owned_temp_dir
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
-from forgelib.reaper import INSPECT_DIR
 from forgelib.runner import Runner, SubprocessRunner
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
 
 # forge run's own stack backends (forgelib.stacks): the same stack code as forge run, not a copy.
 from forgelib.stacks.backends import DockerBackend, heal_leftovers
-from forgelib.warm import WarmPool
+from forgelib.stacks.budget import mem_available, usable_cores
+from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial, StackContext
+from forgelib.stacks.reaper import INSPECT_DIR
+from forgelib.stacks.warm import WarmPool
 
 log = logging.getLogger("forgelib.inspect")
 

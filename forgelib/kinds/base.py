@@ -6,7 +6,7 @@ A recipe has two lives. On a **fresh** stack ``apply`` seeds a new service. On a
 makes an in-place reset fast (a pristine data directory outside the service, or a template database; the
 redis keyspace as dumps; the tree's own mode) and ``fingerprint`` records the state a trial could change
 beyond the reset's reach; before every later trial ``reset`` restores the seed in place and
-``fingerprint`` must match again, or the stack is replaced (``forgelib.warm``). Whatever ``prepare``
+``fingerprint`` must match again, or the stack is replaced (``forgelib.stacks.warm``). Whatever ``prepare``
 keeps must be out of a trial's sight and reach, or verified before each reuse (contents, not only
 existence).
 """
@@ -29,8 +29,8 @@ from forgelib.spec.models import Seed, Timeouts
 
 T = TypeVar("T")
 
-# Seconds a direct connection (a recipe's, ``forgelib.connect``'s) waits for a published port: one that does
-# not answer is a dead stack, not a slow one.
+# Seconds a direct connection (a recipe's, ``forgelib.stacks.connect``'s) waits for a published port: one
+# that does not answer is a dead stack, not a slow one.
 CONNECT_TIMEOUT = 10
 
 
@@ -210,7 +210,8 @@ class Recipe(Protocol):
 
     @property
     def SUPPORTS_GOLDEN(self) -> bool:
-        """Whether a fresh stack may start this kind's service from a golden (``forgelib.snapshots``)."""
+        """Whether a fresh stack may start this kind's service from a golden
+        (``forgelib.stacks.snapshots``)."""
         ...
 
     def golden_path(self, ctx: ApplyContext) -> str | None:

@@ -59,8 +59,8 @@ from forgelib.run.results import (
     write_trial,
 )
 from forgelib.runner import Result, secret_values
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
+from forgelib.stacks.live import LiveStacks, StopState
 
 log = logging.getLogger("forgelib.run")
 

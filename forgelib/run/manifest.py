@@ -3,8 +3,8 @@ stack and how to reach it *from where the agent runs*, and the trial's MCP tool 
 
 A host agent reaches a service at the 127.0.0.1 port forge published for it (``trial.yaml``'s ``ports``);
 an agent inside the stack reaches it by service name and container port. Postgres and redis services also
-get a connection string, from ``forgelib.connect`` (the credentials the seed itself used), never rebuilt
-here. The manifest is data only: ``forgelib.run.agent`` writes it to ``manifest.json``.
+get a connection string, from ``forgelib.stacks.connect`` (the credentials the seed itself used), never
+rebuilt here. The manifest is data only: ``forgelib.run.agent`` writes it to ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forgelib import connect
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds import Kind
 from forgelib.kinds import registry as kinds
 from forgelib.spec.models import HOST, EnvironmentManifest
+from forgelib.stacks import connect
 
 MANIFEST_VERSION = 1
 # trial.yaml's spelling of a published port: 127.0.0.1:49153->5432/tcp

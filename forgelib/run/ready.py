@@ -6,16 +6,16 @@ waiting for a busy stack, a fresh one for a start place), ``memory`` (the run's 
 ``memory_wait``), ``reset`` (a warm trial waiting for a stack's reset still under way, ``reset_wait``; or
 the in-place reset steps of a pool that resets on the trial's path) and ``provisioning`` (the rest:
 bringing a stack up and seeding it; for a stack handed out ready, its hand-out). A warm pool resets a stack
-when it is given back, off any trial's path (``forgelib.warm.pool``): a reused stack's ready time is its
-hand-out. ``reused`` (true) marks a trial on a warm stack that an earlier trial used.
+when it is given back, off any trial's path (``forgelib.stacks.warm.pool``): a reused stack's ready time is
+its hand-out. ``reused`` (true) marks a trial on a warm stack that an earlier trial used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-# A reused warm stack's steps (forgelib.warm.pool.WarmPool._recycle): `reset:<svc>`, `fingerprint:<svc>`,
-# `recreate`, `ready`.
+# A reused warm stack's steps (forgelib.stacks.warm.pool.WarmPool._recycle): `reset:<svc>`,
+# `fingerprint:<svc>`, `recreate`, `ready`.
 _RESET_STEPS = ("reset:", "fingerprint:")
 _RESET_NAMES = frozenset({"recreate", "ready"})
 WAITED_ON = ("queue", "memory", "provisioning", "reset")

@@ -227,13 +227,15 @@ class RunConfig:
     )
     cluster: str | None = None  # a Ray address: trials run on its nodes (forgelib.cluster)
     output: Path | None = None  # default: <project>/runs
-    stacks: str = "fresh"  # fresh: a stack per trial; warm: one per worker, reset in place (forgelib.warm)
+    stacks: str = (
+        "fresh"  # fresh: a stack per trial; warm: one per worker, reset in place (forgelib.stacks.warm)
+    )
     capture_logs_on_success: bool = False
     log_tail_lines: int = LOG_TAIL_LINES
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
-    snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.snapshots)
-    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.budget)
+    snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.stacks.snapshots)
+    memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.stacks.budget)
     agent: Agent | None = None  # what solves the trials; None: each task's oracle
 
 

@@ -7,8 +7,8 @@
   and the inspect sandbox (``inspect/stacks.py``).
 * ``shared`` — ``SharedStacks``: a run's shared stacks (all-``shared`` environments), one per compose file.
 
-The stacks themselves come up through ``forgelib.provision`` (the fresh pipeline and its steps) and
-``forgelib.warm`` (the warm pool).
+The stacks themselves come up through ``forgelib.stacks.provision`` (the fresh pipeline and its steps) and
+``forgelib.stacks.warm`` (the warm pool).
 """
 
 from __future__ import annotations

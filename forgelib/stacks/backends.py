@@ -7,7 +7,8 @@ A backend has up to three sources, each with ``acquire`` (a trial's stack) and `
   goldens when the context says so, ``provision.GoldenSteps``), torn down after it;
 * ``SharedSource`` — an environment whose services are all ``shared``: the run's one stack of it
   (``stacks.shared.SharedStacks``), torn down when the run ends;
-* ``WarmSource`` — ``--stacks warm``: a ``forgelib.warm.WarmPool`` stack, reset in place between trials.
+* ``WarmSource`` — ``--stacks warm``: a ``forgelib.stacks.warm.WarmPool`` stack, reset in place between
+trials.
 
 ``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back;
 ``make_backend`` builds a run's backend from its plan. ``forge run`` (``run/cli.py``), a cluster node
@@ -24,9 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Unpack, cast
 
-from forgelib.budget import MIB, Admission, Workload, default_budget, mem_available, usable_cores
 from forgelib.errors import ForgeError
-from forgelib.provision import (
+from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
+from forgelib.runner import Result, Runner
+from forgelib.spec.models import EnvironmentManifest, Project, Task
+from forgelib.stacks.budget import MIB, Admission, Workload, default_budget, mem_available, usable_cores
+from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.stacks.provision import (
     FAILURE_FILE,
     ProvisionedTrial,
     StackContext,
@@ -36,13 +41,9 @@ from forgelib.provision import (
     provision_trial,
     teardown_trial,
 )
-from forgelib.reaper import reap_dead_owners
-from forgelib.run.execute import RunPlan, TrialHandle, TrialRequest
-from forgelib.runner import Result, Runner
-from forgelib.signals import LiveStacks, StopState
-from forgelib.spec.models import EnvironmentManifest, Project, Task
+from forgelib.stacks.reaper import reap_dead_owners
 from forgelib.stacks.shared import SharedStacks
-from forgelib.warm import WarmPool
+from forgelib.stacks.warm import WarmPool
 
 
 class StackSource(Protocol):
@@ -99,7 +100,7 @@ class SharedSource:
 
 @dataclass(frozen=True)
 class WarmSource:
-    """A warm stack (``forgelib.warm``): reset and verified, or replaced by a fresh one."""
+    """A warm stack (``forgelib.stacks.warm``): reset and verified, or replaced by a fresh one."""
 
     pool: WarmPool
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import project_name
 from forgelib.errors import ForgeError
-from forgelib.provision import ProvisionedTrial, StackContext, StackSpec, TrialSpec, provision_stack
 from forgelib.spec.models import EnvironmentManifest, Project
+from forgelib.stacks.provision import ProvisionedTrial, StackContext, StackSpec, TrialSpec, provision_stack
 
 
 class SharedStacks:

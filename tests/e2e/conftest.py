@@ -144,7 +144,7 @@ def dev_stacks(request: pytest.FixtureRequest, runner: SubprocessRunner, tmp_pat
     the first trial captures the golden, the next restores it). Goldens this test's runs took are removed
     after — only those (by their run label): every golden new since the test began would include other
     sessions' on this engine, even captures still in flight."""
-    from forgelib.snapshots import store
+    from forgelib.stacks.snapshots import store
 
     yield str(request.param)
     if request.param == "snapshots":

@@ -22,13 +22,13 @@ import yaml
 from forgelib.cli.commands import main_provision, main_teardown
 from forgelib.cli.run import build_plan
 from forgelib.docker import labels as lab
-from forgelib.provision import StackContext
-from forgelib.pytest_stacks import StackPool
+from forgelib.pytest_plugin.stacks import StackPool
 from forgelib.run.events import summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import Result, SubprocessRunner
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.stacks import DockerBackend
+from forgelib.stacks.provision import StackContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 

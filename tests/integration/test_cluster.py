@@ -438,7 +438,7 @@ def test_warm_stacks_are_reused_per_slot_and_gone_when_the_run_ends(
 GOLDENS = """
 import sys
 from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import store
+from forgelib.stacks.snapshots import store
 runner = SubprocessRunner()
 mine = [g for g in store.list_goldens(runner) if g.part("project") == sys.argv[1]]
 print(len(mine))

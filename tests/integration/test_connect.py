@@ -1,4 +1,4 @@
-"""Direct loopback connections (forgelib.connect) on the real engine: the override publishes each reset
+"""Direct loopback connections (forgelib.stacks.connect) on the real engine: the override publishes each reset
 postgres/redis service's port on 127.0.0.1 only, and psycopg / redis reach the seeded state through it
 with the credentials the seed used."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from support.stacks import IDLE, PG, REDIS, make_project, provision
 
-from forgelib import connect
 from forgelib.errors import ForgeError
-from forgelib.provision import teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import teardown_trial
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,6 @@ import pytest
 import yaml
 from support.owners import dead_pid
 
-from forgelib import reaper as custody
 from forgelib.docker.builds import built_images
 from forgelib.docker.compose import clean_env, labels_override, write_override
 from forgelib.docker.labels import (
@@ -35,6 +34,7 @@ from forgelib.docker.labels import (
     run_labels,
 )
 from forgelib.runner import SubprocessRunner
+from forgelib.stacks import reaper as custody
 
 # engine_alone: this file plants stacks of dead owners that any other forge process would reap first
 # (noxfile runs it after the parallel files).

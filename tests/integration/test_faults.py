@@ -28,10 +28,8 @@ import yaml
 from support.interrupt import finished_interrupted, progress_until
 from support.stacks import PG, REDIS, RUNNER
 
-from forgelib import reaper as custody
 from forgelib.cli.run import build_plan
 from forgelib.docker.labels import RUN, is_empty, resources_with_labels
-from forgelib.provision import StackContext
 from forgelib.run.events import EVENTS_FILE, RunState, read_events, summarize
 from forgelib.run.execute import run_project
 from forgelib.runner import SubprocessRunner
@@ -39,6 +37,8 @@ from forgelib.spec.digest import seed_digest
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import DockerBackend
+from forgelib.stacks import reaper as custody
+from forgelib.stacks.provision import StackContext
 
 # engine_alone: this file stops and restarts dockerd and takes every address pool (noxfile runs it after
 # the parallel files).

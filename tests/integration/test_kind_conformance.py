@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 from support.stacks import IDLE, MARIADB, PG, REDIS, TIMEOUTS, make_project
 
-from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import PreparedSeed, fingerprint_diff
 from forgelib.mcp.tools import Toolbox
-from forgelib.provision import (
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.models import SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import (
     ProvisionedTrial,
     StackContext,
     StackSpec,
@@ -31,8 +33,6 @@ from forgelib.provision import (
     provision_stack,
     teardown_trial,
 )
-from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import SeedKind
 
 pytestmark = pytest.mark.integration
 

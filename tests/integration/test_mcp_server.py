@@ -26,9 +26,9 @@ from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, ToolServer, read_trace
 from forgelib.mcp.network import TrialNetwork, stack_network_name, trial_network
 from forgelib.mcp.tools import BODY_LIMIT, Toolbox, ToolFailure
 from forgelib.mcp.trace import RESULT_LIMIT
-from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.loader import load_project_config
+from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from support.stacks import IDLE, MARIADB, make_project, provision
 
-from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.errors import ProvisionError
 from forgelib.kinds.base import fingerprint_diff
-from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import store
 from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.snapshots import store
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -152,7 +152,7 @@ def test_the_fingerprint_sees_each_sort_of_change_and_the_reset_undoes_all(
     project = _project(tmp_path, SEED)
     from support.stacks import TIMEOUTS
 
-    from forgelib.provision import StackContext, StackSpec, WarmSteps, provision_stack
+    from forgelib.stacks.provision import StackContext, StackSpec, WarmSteps, provision_stack
 
     spec = StackSpec(project.environment, f"itmy-{run_id}", lab.run_labels(run_id, "fp"), tmp_path / "stack")
     t: ProvisionedTrial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())

@@ -13,15 +13,15 @@ import pytest
 import yaml
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 
-from forgelib import reaper as custody
 from forgelib.cli.commands import main_provision, main_teardown
 from forgelib.docker import labels as lab
 from forgelib.errors import ProvisionError
-from forgelib.provision import OVERRIDE_FILE, StackContext, TrialSpec, provision_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import Isolation, SeedKind
 from forgelib.stacks import SharedStacks
+from forgelib.stacks import reaper as custody
+from forgelib.stacks.provision import OVERRIDE_FILE, StackContext, TrialSpec, provision_trial
 
 pytestmark = pytest.mark.integration
 

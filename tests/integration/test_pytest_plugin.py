@@ -26,10 +26,10 @@ import pytest
 from support.owners import dead_pid
 
 from forgelib.docker import labels as lab
-from forgelib.reaper import PYTEST_DIR
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import SeedKind
+from forgelib.stacks.reaper import PYTEST_DIR
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject
 from forgelib.errors import ProvisionError
-from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import SeedKind
+from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
 
 pytestmark = pytest.mark.integration
 

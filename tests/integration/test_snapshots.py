@@ -21,14 +21,14 @@ import pytest
 import yaml
 from support.stacks import PG, make_project, provision
 
-from forgelib import reaper as custody
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ProvisionError
 from forgelib.kinds.postgres import seed as sql_dump
-from forgelib.provision import ProvisionedTrial, teardown_trial
 from forgelib.runner import SubprocessRunner
-from forgelib.snapshots import key, store
 from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks import reaper as custody
+from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.snapshots import key, store
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -285,7 +285,7 @@ def test_prune_all_leaves_a_golden_a_trial_has_chosen_until_its_containers_exist
     """`forge snapshots prune --all` (another process) right after a trial chose its golden, before its
     containers exist (Docker would refuse then): the golden stays and the trial restores it; once the
     trial is over, the same prune removes it."""
-    from forgelib.snapshots.trial import TrialGoldens
+    from forgelib.stacks.snapshots.trial import TrialGoldens
 
     project = _project(tmp_path / "p", name)
     first, _ = _trial(project, run_id, tmp_path, runner, 0)

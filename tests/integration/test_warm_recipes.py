@@ -15,12 +15,14 @@ import psycopg
 import pytest
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
-from forgelib import connect
 from forgelib.docker import labels as lab
 from forgelib.errors import RecipeError
 from forgelib.kinds.base import PreparedSeed, fingerprint_diff
 from forgelib.kinds.postgres import seed as sql_dump
-from forgelib.provision import (
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.models import SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import (
     ProvisionedTrial,
     StackContext,
     StackSpec,
@@ -28,8 +30,6 @@ from forgelib.provision import (
     provision_stack,
     teardown_trial,
 )
-from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import SeedKind
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ import yaml
 from support.stacks import IDLE, TIMEOUTS, make_project
 
 from forgelib.docker import labels as lab
-from forgelib.provision import StackContext
 from forgelib.runner import SubprocessRunner
 from forgelib.spec import models as m
-from forgelib.warm import WarmPool
+from forgelib.stacks.provision import StackContext
+from forgelib.stacks.warm import WarmPool
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from forgelib.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial
 from forgelib.runner import Runner
 from forgelib.spec import models as m
 from forgelib.spec.digest import seed_digest
+from forgelib.stacks.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial
 
 # Bounds for provisioning in these tests: generous for a busy shared engine, short enough that a hang fails
 # the test instead of stalling the suite.

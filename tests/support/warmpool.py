@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from forgelib.budget import Admission, Workload
 from forgelib.docker.compose import ComposeProject
 from forgelib.errors import Interrupted
-from forgelib.provision import ProvisionedTrial, StackContext
 from forgelib.spec.models import EnvironmentManifest, Isolation, Service, Task, Timeouts
+from forgelib.stacks.budget import Admission, Workload
+from forgelib.stacks.provision import ProvisionedTrial, StackContext
+from forgelib.stacks.warm import DirtyStack
+from forgelib.stacks.warm import pool as pool_mod
 from forgelib.testing import FakeRunner
-from forgelib.warm import DirtyStack
-from forgelib.warm import pool as pool_mod
 
 _harnesses = itertools.count()
 

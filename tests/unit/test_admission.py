@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from forgelib.budget import (
+from forgelib.errors import Interrupted
+from forgelib.run import events as ev
+from forgelib.run.ready import ready_breakdown
+from forgelib.stacks.budget import (
     ASSUMED_STACK,
     MIB,
     Admission,
@@ -25,12 +28,9 @@ from forgelib.budget import (
     spares_wanted,
     stacks_wanted,
 )
-from forgelib.errors import Interrupted
-from forgelib.provision import ProvisionedTrial
-from forgelib.run import events as ev
-from forgelib.run.ready import ready_breakdown
+from forgelib.stacks.provision import ProvisionedTrial
+from forgelib.stacks.warm import environment_key
 from forgelib.testing import FakeRunner
-from forgelib.warm import environment_key
 from tests.support.warmpool import PoolHarness, decision, task
 
 
@@ -284,9 +284,9 @@ def test_a_fresh_trial_out_of_network_pools_waits_for_a_stack_of_the_run_and_pro
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from forgelib.errors import ProvisionError
-    from forgelib.provision import FAILURE_FILE, NO_ADDRESS_POOL, StackContext
     from forgelib.spec.models import Timeouts
     from forgelib.stacks import backends
+    from forgelib.stacks.provision import FAILURE_FILE, NO_ADDRESS_POOL, StackContext
 
     admission = Admission(None)
     ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner())  # type: ignore[arg-type]
@@ -351,9 +351,9 @@ def test_at_most_starts_stacks_come_up_at_once_and_a_stop_ends_the_wait() -> Non
 def test_a_fresh_trial_queued_for_a_start_place_is_on_record_as_queueing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from forgelib.provision import StackContext
     from forgelib.spec.models import Timeouts
     from forgelib.stacks import backends
+    from forgelib.stacks.provision import StackContext
 
     admission = Admission(None, starts=1)
     ctx = StackContext(SimpleNamespace(name="p"), Timeouts(), FakeRunner())  # type: ignore[arg-type]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from forgelib import reaper as custody
 from forgelib.cli import commands
 from forgelib.docker import builds
 from forgelib.docker import labels as lab
-from forgelib.reaper import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
-from forgelib.snapshots import store
+from forgelib.stacks import reaper as custody
+from forgelib.stacks.reaper import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
+from forgelib.stacks.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
 HOST, BOOT = "box", "boot-1"

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from forgelib import provision as prov
 from forgelib.cli import commands
 from forgelib.docker import compose as compose_mod
 from forgelib.docker import labels as lab
@@ -28,6 +27,7 @@ from forgelib.spec.models import (
     Timeouts,
 )
 from forgelib.stacks import SharedStacks
+from forgelib.stacks import provision as prov
 from forgelib.testing import ANY, FakeRunner
 from tests.support.override import load_override
 
@@ -608,8 +608,8 @@ def test_ctrl_c_while_a_stack_comes_up_is_an_interruption_not_a_compose_up_failu
     trial's record would name a provisioning stage (a pack fault) for what Ctrl-C did."""
     from types import SimpleNamespace
 
-    from forgelib import provision
     from forgelib.errors import Interrupted
+    from forgelib.stacks import provision
 
     def up(*a: Any, **kw: Any) -> None:
         raise Interrupted("stop requested (SIGINT): not running `up`")
@@ -650,11 +650,11 @@ def test_a_golden_failing_while_a_stop_is_requested_is_not_discarded(
     against the golden it was restored from, so it stays tagged and the provisioning ends Interrupted."""
     from types import SimpleNamespace
 
-    from forgelib import provision
     from forgelib.errors import Interrupted
-    from forgelib.signals import StopState
-    from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks import provision
+    from forgelib.stacks.live import StopState
+    from forgelib.stacks.snapshots.trial import GoldenFailed, Plan, TrialGoldens
     from forgelib.testing import FakeRunner
 
     state = StopState()
@@ -689,7 +689,7 @@ def test_a_trial_restoring_a_golden_writes_its_override_once_on_the_golden(
     (by ID) without a volume at the image's VOLUME, the others as on a fresh trial; no recipe runs for it."""
     from types import SimpleNamespace
 
-    from forgelib.snapshots.trial import Plan, TrialGoldens
+    from forgelib.stacks.snapshots.trial import Plan, TrialGoldens
 
     s = pg_stack(tmp_path)
     golden: Any = SimpleNamespace(id="sha256:golden")

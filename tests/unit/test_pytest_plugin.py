@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forgelib.pytest_stacks import run_id_for
+from forgelib.pytest_plugin.stacks import run_id_for
 
 
 def _no_docker_path(tmp_path: Path) -> str:
@@ -136,7 +136,7 @@ from pathlib import Path
 import pytest
 import forgelib.stacks.backends
 from forgelib.errors import ProvisionError
-from forgelib.pytest_stacks import ProvisionFailed, StackPool
+from forgelib.pytest_plugin.stacks import ProvisionFailed, StackPool
 
 EVENTS = []
 PROCESS = os.environ.get("PYTEST_XDIST_WORKER", "main")  # under xdist: gwN, or main for the controller

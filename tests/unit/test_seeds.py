@@ -168,7 +168,7 @@ def test_a_stop_during_a_warm_tree_reset_is_an_interruption_not_a_recipe_failure
     """The reset's ``docker exec`` is a launch like any other exec: a stop kills it and it raises
     Interrupted (before, the untagged exec ran on and its death read as "could not restore")."""
     from forgelib.errors import Interrupted
-    from forgelib.signals import StopState
+    from forgelib.stacks.live import StopState
 
     state = StopState()
     fake = FakeRunner()

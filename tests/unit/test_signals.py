@@ -17,7 +17,7 @@ import pytest
 
 from forgelib.errors import EXIT_INTERRUPTED, CommandError, Interrupted
 from forgelib.runner import SubprocessRunner
-from forgelib.signals import LiveStacks, StopState, interruptible
+from forgelib.stacks.live import LiveStacks, StopState, interruptible
 from forgelib.testing import FakeRunner
 
 
@@ -313,7 +313,7 @@ def test_sigterm_in_a_real_process_exits_130_after_teardown(tmp_path: Path) -> N
         import sys, time
         from pathlib import Path
         from forgelib.errors import Interrupted
-        from forgelib.signals import LiveStacks, interruptible
+        from forgelib.stacks.live import LiveStacks, interruptible
         stacks = LiveStacks()
         try:
             with interruptible(stacks):

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from forgelib.cli import snapshots as cli
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import Interrupted
-from forgelib.snapshots import cli, key, store
-from forgelib.snapshots.key import FORMAT_VERSION
-from forgelib.snapshots.trial import unrestorable
+from forgelib.stacks.snapshots import key, store
+from forgelib.stacks.snapshots.key import FORMAT_VERSION
+from forgelib.stacks.snapshots.trial import unrestorable
 
 BASE: dict[str, Any] = {
     "kind": "sql_dump",
@@ -253,8 +254,8 @@ def test_a_restore_is_trusted_only_when_its_fingerprint_equals_the_captured_one(
     import json
     from types import SimpleNamespace
 
-    from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import GoldenFailed, Plan, TrialGoldens
     from forgelib.testing import FakeRunner
 
     k = _key({})
@@ -328,9 +329,9 @@ def test_ctrl_c_during_a_capture_propagates_records_no_failure_and_restarts_noth
     import tarfile
     from types import SimpleNamespace
 
-    from forgelib.signals import StopState
-    from forgelib.snapshots.trial import Plan, TrialGoldens
     from forgelib.spec.models import Seed, SeedKind, Timeouts
+    from forgelib.stacks.live import StopState
+    from forgelib.stacks.snapshots.trial import Plan, TrialGoldens
     from forgelib.testing import ANY, FakeRunner
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
@@ -379,8 +380,8 @@ def test_ctrl_c_while_a_restore_is_verified_is_no_fault_of_the_golden() -> None:
     import json
     from types import SimpleNamespace
 
-    from forgelib.snapshots.trial import Plan, TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import Plan, TrialGoldens
     from forgelib.testing import FakeRunner
 
     k = _key({})
@@ -402,8 +403,8 @@ def test_prune_leaves_an_untagged_golden_whose_capturing_process_is_alive() -> N
     prune removes it only once its owner is provably gone, as the reaper does; a dead owner's goes."""
     import json
 
-    from forgelib import reaper as custody
     from forgelib.docker import labels as lab
+    from forgelib.stacks import reaper as custody
     from forgelib.testing import ANY, FakeRunner
 
     me = lab.current_owner().labels()
@@ -451,7 +452,7 @@ def test_ls_prune_and_verify_can_be_scoped_to_one_project() -> None:
 def _restored_db() -> tuple[Any, Any]:
     import json
 
-    from forgelib.snapshots.trial import Plan
+    from forgelib.stacks.snapshots.trial import Plan
 
     k = _key({})
     labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: k.digest, store.STATE: json.dumps({"a": "1"})}
@@ -481,8 +482,8 @@ def test_an_engine_hiccup_while_looking_at_restored_services_discards_no_golden(
 
     from forgelib.docker.compose import ComposeProject
     from forgelib.errors import CommandError, ProvisionError
-    from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.testing import FakeRunner
 
     _, plans = _restored_db()
@@ -521,8 +522,8 @@ def test_a_restored_service_still_starting_after_a_failed_up_keeps_its_golden() 
 
     from forgelib.docker.compose import ComposeProject
     from forgelib.errors import ProvisionError
-    from forgelib.snapshots.trial import TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import TrialGoldens
     from forgelib.testing import FakeRunner
 
     _, plans = _restored_db()
@@ -543,8 +544,8 @@ def test_a_restored_service_not_running_after_a_failed_up_blames_its_golden(info
 
     from forgelib.docker.compose import ComposeProject
     from forgelib.errors import ProvisionError
-    from forgelib.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import GoldenFailed, TrialGoldens
     from forgelib.testing import FakeRunner
 
     _, plans = _restored_db()

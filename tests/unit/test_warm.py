@@ -14,9 +14,9 @@ import pytest
 from forgelib.cli.run import main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
-from forgelib.provision import ProvisionedTrial
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
-from forgelib.warm import _ephemeral_plan, environment_key
+from forgelib.stacks.provision import ProvisionedTrial
+from forgelib.stacks.warm import _ephemeral_plan, environment_key
 from tests.support.warmpool import PoolHarness, decision, task
 
 
@@ -200,7 +200,7 @@ def test_without_a_plan_or_a_released_trial_the_pool_grows_by_ski_rental(
 
 
 def test_only_a_never_started_container_of_the_stack_and_service_counts_as_fresh() -> None:
-    from forgelib.warm import _never_started
+    from forgelib.stacks.warm import _never_started
 
     labels = {"com.docker.compose.project": "p1", "com.docker.compose.service": "runner"}
     fresh = {
@@ -228,7 +228,7 @@ def test_a_warm_trial_execs_into_the_container_its_ephemeral_service_runs_in_now
 
 
 def test_only_a_container_with_networks_of_its_own_is_taken_off_them() -> None:
-    from forgelib.warm import _networks
+    from forgelib.stacks.warm import _networks
 
     nets = {"NetworkSettings": {"Networks": {"p1_default": {}, "p1_back": {}}}}
     assert _networks({**nets, "HostConfig": {"NetworkMode": "p1_default"}}) == ["p1_back", "p1_default"]
@@ -402,8 +402,8 @@ def test_a_kept_stack_whose_late_reset_fails_is_replaced_for_the_rerun_and_it_sa
 def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_preparation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, prepare: float | None, spares: int
 ) -> None:
-    from forgelib.budget import Workload, spares_wanted
-    from forgelib.warm.pool import DEFAULT_RESET
+    from forgelib.stacks.budget import Workload, spares_wanted
+    from forgelib.stacks.warm.pool import DEFAULT_RESET
 
     handed = [0.0, 8.0]  # two stacks handed 8 s apart
     assert spares_wanted(handed=handed, reset=DEFAULT_RESET, left=6) == 1  # they come back one at a time

@@ -1,4 +1,4 @@
-"""How forge (and a test, through ``forgelib.connect``) reaches a postgres service: the credentials its
+"""How forge (and a test, through ``forgelib.stacks.connect``) reaches a postgres service: the credentials its
 seed used, the port the server listens on, and a direct psycopg connection to its published port."""
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
 # ready copy into its place — four catalog updates, a few milliseconds — then drop the old one and make the
 # next copy in the background, while the trial runs (``CREATE DATABASE … TEMPLATE`` copies files and
 # ``DROP DATABASE`` removes them: too slow for the reset's own critical path).
-# All on a direct connection (``forgelib.connect``) to the maintenance database. Both databases are in
+# All on a direct connection (``forgelib.stacks.connect``) to the maintenance database. Both databases are in
 # ``pg_database`` for a trial to see, and a superuser can open and change them (the reset then fails and
 # the stack is replaced): the strategy is an opt-in.
 

@@ -1,4 +1,4 @@
-"""How forge (and a test, through ``forgelib.connect``) reaches a redis service: the server's port and
+"""How forge (and a test, through ``forgelib.stacks.connect``) reaches a redis service: the server's port and
 password from its command line, and a direct redis-py client of its published port."""
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from forgelib.cluster.connect import forge_nodes, is_loopback
 from forgelib.cluster.node import RelayEvents, StopWatcher, TrialOrder, node_engine
 from forgelib.cluster.slot import DRIVER_SILENCE, Slot, code_digest
 from forgelib.errors import ForgeError
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.loader import load_project_config, load_run_config
 from forgelib.spec.models import Timeouts
+from forgelib.stacks.live import LiveStacks, StopState
 
 PACK = Path(__file__).resolve().parents[3] / "examples" / "multi_service_postgres_reset"
 
@@ -361,7 +361,7 @@ def test_the_cluster_driver_loads_a_project_without_the_client_libraries() -> No
     # runs trials loads them with clients.load(), and the deferred names resolve to the real modules.
     code = (
         "import sys, forgelib.cli.program, forgelib.cli.tasks, forgelib.cli.run, forgelib.run.execute, "
-        "forgelib.cluster.driver, forgelib.cluster.connect, forgelib.connect\n"
+        "forgelib.cluster.driver, forgelib.cluster.connect, forgelib.stacks.connect\n"
         "from forgelib.kinds.postgres import seed as sql_dump\n"
         "from forgelib.kinds.redis import seed as redis_dump\n"
         "from forgelib.spec.loader import load_project_config\n"

@@ -9,9 +9,9 @@ Isolation on a warm stack, per service label:
   recipe's ``fingerprint`` of what a trial could change beyond the reset's reach must equal the one taken
   right after the first seeding. Any difference, or any reset error, and the stack is torn down and a fresh
   one provisioned in its place (the trial records why): a trial never starts on state nobody proved clean.
-* ``ephemeral`` (and unlabelled) — a container no trial ran with, every trial: ``forgelib.warm.ephemeral``
-  (``Ephemerals``, one per stack), which the pool calls as a trial gets the stack, when it gives it back,
-  after the reset, and before the stack is torn down.
+* ``ephemeral`` (and unlabelled) — a container no trial ran with, every trial:
+  ``forgelib.stacks.warm.ephemeral`` (``Ephemerals``, one per stack), which the pool calls as a trial gets
+  the stack, when it gives it back, after the reset, and before the stack is torn down.
 * ``shared`` — up for the whole run, never touched between trials (it must tolerate its reset
   dependencies being reset under it, e.g. reconnect per request).
 
@@ -19,10 +19,10 @@ A stack is reset when its trial gives it back, in the background (``_reset_ahead
 idle stacks only once reset and verified: a trial is handed a stack that is clean already, and one that
 asks while the only stacks left are still being reset waits for one of those resets (``reset_wait``). A
 stack whose reset or check fails is torn down, never handed out; the next trial of its environment records
-why (``replaced``). A waiting workload (see ``forgelib.budget``) also keeps spare clean stacks beyond one
-per worker, provisioned in the background while its trials wait on their model (``admission.spares_wanted``,
-within the memory budget), so that trials giving their stacks back together do not wait for the resets.
-Once every trial of the run has been handed a stack, a stack given back is torn down at once, in the
+why (``replaced``). A waiting workload (see ``forgelib.stacks.budget``) also keeps spare clean stacks beyond
+one per worker, provisioned in the background while its trials wait on their model
+(``admission.spares_wanted``, within the memory budget), so that trials giving their stacks back together do
+not wait for the resets. Once every trial of the run has been handed a stack, a stack given back is torn down at once, in the
 background.
 
 Stacks are keyed by environment (tasks with the same services share stacks), at most ``workers`` at once
@@ -48,13 +48,15 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forgelib.budget import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import fingerprint_diff
-from forgelib.provision import (
+from forgelib.spec.models import EnvironmentManifest, Task
+from forgelib.stacks.budget import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
+from forgelib.stacks.live import LiveStacks
+from forgelib.stacks.provision import (
     FAILURE_FILE,
     PhaseCallback,
     ProvisionedTrial,
@@ -64,11 +66,9 @@ from forgelib.provision import (
     out_of_networks,
     provision_stack,
 )
-from forgelib.signals import LiveStacks
-from forgelib.spec.models import EnvironmentManifest, Task
-from forgelib.warm.ephemeral import Ephemerals, _ephemeral_plan
+from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan
 
-log = logging.getLogger("forgelib.warm")
+log = logging.getLogger("forgelib.stacks.warm")
 _T = TypeVar("_T")
 DEFAULT_RESET = 2.0  # seconds a reset ahead is assumed to take until one (or a warm preparation) was timed
 CLOSE_AT_ONCE = 8  # warm stacks torn down at once at the run's end
@@ -166,7 +166,7 @@ class WarmPool:
         self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
         self._announced: set[str] = set()  # the `_Stack.fallback` reasons already handed to a trial
         # The run's memory budget (None: unbounded) and its CPU per held stack-second (None: the older
-        # rule alone, e.g. under pytest): see forgelib.budget.
+        # rule alone, e.g. under pytest): see forgelib.stacks.budget.
         self.admission = admission
         self.workload = workload
         self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed

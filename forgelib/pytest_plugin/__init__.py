@@ -8,8 +8,8 @@ only, and a session none of whose tests uses the fixture never touches Docker, i
 and starts no reaper. A session that uses it runs the reaper once, before its first test: the process
 itself, or under pytest-xdist the controller, before it hands out any test (``_heal``). ``-p no:forgelib``
 turns it off altogether. The stacks themselves (provisioning, reuse, reset, teardown) are
-``forgelib.pytest_stacks``; this module is the pytest glue: the marker, the fixture, the report sections,
-signals and xdist.
+``forgelib.pytest_plugin.stacks``; this module is the pytest glue: the marker, the fixture, the report
+sections, signals and xdist.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from forgelib.pytest_stacks import ForgeStack, StackPool
+    from forgelib.pytest_plugin.stacks import ForgeStack, StackPool
 
 MARKER = "forge"
 FIXTURE = "forge_stack"
@@ -121,7 +121,7 @@ def _pool(config: pytest.Config) -> StackPool:
     """This process's stacks (each xdist worker has its own; its run id names the worker)."""
     pool = config.stash.get(_POOL, None)
     if pool is None:
-        from forgelib.pytest_stacks import StackPool, run_id_for
+        from forgelib.pytest_plugin.stacks import StackPool, run_id_for
 
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         if workerinput is not None:
@@ -161,7 +161,7 @@ def _tail_lines(config: pytest.Config) -> int:
 def _get(item: pytest.Item, make: Callable[[], ForgeStack]) -> ForgeStack:
     """``make()``, with forge's failures as the test's error: its reason line, no traceback."""
     from forgelib.errors import ForgeError, Interrupted
-    from forgelib.pytest_stacks import ProvisionFailed
+    from forgelib.pytest_plugin.stacks import ProvisionFailed
 
     try:
         stack = make()
@@ -322,7 +322,7 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[Any]:
     if _controller_heals(session.config) is None:
         _heal(session.config)
     from forgelib.errors import Interrupted
-    from forgelib.signals import interruptible
+    from forgelib.stacks.live import interruptible
 
     pool = _pool(session.config)
     try:
@@ -364,7 +364,7 @@ def _worker_run_id(node: Any) -> str | None:
     workerinput = getattr(node, "workerinput", None) or {}
     if "testrunuid" not in workerinput or "workerid" not in workerinput:
         return None
-    from forgelib.pytest_stacks import run_id_for
+    from forgelib.pytest_plugin.stacks import run_id_for
 
     return run_id_for(str(workerinput["testrunuid"]), str(workerinput["workerid"]))
 
@@ -373,8 +373,8 @@ def _reap(run_ids: list[str], notes: list[str]) -> None:
     """The reaper for these runs (it removes only stacks whose owner, a worker, is provably dead), and the
     temp dirs dead workers could not remove (named after their owner: a live one's stays)."""
     from forgelib.errors import ForgeError
-    from forgelib.reaper import PYTEST_DIR, reap, reap_owned_dirs
     from forgelib.runner import SubprocessRunner
+    from forgelib.stacks.reaper import PYTEST_DIR, reap, reap_owned_dirs
 
     runner = SubprocessRunner()
     try:
@@ -413,7 +413,7 @@ def pytest_configure_node(node: Any) -> None:
     node.config.stash.setdefault(_WORKERS, {})[run_id] = True
     if node.gateway.spec.popen:  # a local worker: this process's reaper sees what it would see
         from forgelib.docker.labels import current_owner
-        from forgelib.reaper import PYTEST_DIR
+        from forgelib.stacks.reaper import PYTEST_DIR
 
         me = current_owner()  # owner-named: if this process is killed, the reaper removes it
         name = f"{PYTEST_DIR}{me.pid}-{me.start_time}-uses-stacks"

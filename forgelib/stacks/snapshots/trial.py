@@ -1,7 +1,7 @@
 """The golden side of provisioning one fresh trial: plan (restore, or capture under the key's lock),
 capture after the seed, verify after a restore, discard a golden that fails.
 
-``forgelib.provision`` calls it; every decision about *what* a kind captures and how its state is read
+``forgelib.stacks.provision`` calls it; every decision about *what* a kind captures and how its state is read
 stays in the seed module (``golden_path``, ``state_digest``, ``RECIPE_VERSION``).
 """
 
@@ -22,11 +22,11 @@ from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import ApplyContext, Recipe, fingerprint_diff
 from forgelib.runner import Runner
-from forgelib.snapshots import store
-from forgelib.snapshots.key import GoldenKey, canonical, make_key
 from forgelib.spec.models import Seed, Timeouts
+from forgelib.stacks.snapshots import store
+from forgelib.stacks.snapshots.key import GoldenKey, canonical, make_key
 
-log = logging.getLogger("forgelib.snapshots")
+log = logging.getLogger("forgelib.stacks.snapshots")
 
 
 class GoldenFailed(Exception):

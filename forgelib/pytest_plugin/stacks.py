@@ -29,12 +29,12 @@ from forgelib.docker.labels import owned_temp_dir
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds import KINDS
-from forgelib.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
-from forgelib.reaper import PYTEST_DIR
 from forgelib.runner import Result, Runner, SubprocessRunner
-from forgelib.signals import LiveStacks, StopState
 from forgelib.spec.models import Project, Task, Timeouts
 from forgelib.stacks import DockerBackend, SharedStacks
+from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.stacks.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
+from forgelib.stacks.reaper import PYTEST_DIR
 
 if TYPE_CHECKING:
     import psycopg
@@ -139,7 +139,7 @@ class ForgeStack:
         """A psycopg connection to ``service`` on its loopback port, as its seed connected (user, database
         and password from the resolved compose config). Autocommit by default; closed when the test ends
         (``with`` closes it sooner)."""
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         conn = self._direct(service, lambda: connect.postgres(self.trial, service, database=database))
         client = conn.connect(autocommit=autocommit)
@@ -148,7 +148,7 @@ class ForgeStack:
 
     def postgres_dsn(self, service: str, *, database: str | None = None) -> str:
         """The libpq connection string of ``postgres`` (for code under test that connects itself)."""
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         return self._direct(service, lambda: connect.postgres(self.trial, service, database=database)).dsn()
 
@@ -158,7 +158,7 @@ class ForgeStack:
         """A PyMySQL connection to a MySQL/MariaDB ``service`` on its loopback port, as its seed connected
         (root, or the binding's ``user``, password from the resolved compose config). Autocommit by
         default; closed when the test ends."""
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         params = self._direct(service, lambda: connect.mysql(self.trial, service, database=database))
         client = params.connect(autocommit=autocommit)
@@ -167,14 +167,14 @@ class ForgeStack:
 
     def mysql_url(self, service: str, *, database: str | None = None) -> str:
         """The ``mysql://`` URL of ``mysql`` (for code under test that connects itself)."""
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         return self._direct(service, lambda: connect.mysql(self.trial, service, database=database)).url()
 
     def redis(self, service: str, *, db: int = 0, decode_responses: bool = False) -> redis.Redis:
         """A ``redis.Redis`` client of ``service`` on its loopback port (its ``--requirepass``, if any);
         closed when the test ends."""
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         params = self._direct(service, lambda: connect.redis(self.trial, service, db=db))
         client = params.client(decode_responses=decode_responses)
@@ -182,7 +182,7 @@ class ForgeStack:
         return client
 
     def redis_url(self, service: str, *, db: int = 0) -> str:
-        from forgelib import connect
+        from forgelib.stacks import connect
 
         return self._direct(service, lambda: connect.redis(self.trial, service, db=db)).url()
 
@@ -267,7 +267,7 @@ class StackPool:
         )
         pool = None
         if warm:
-            from forgelib.warm import WarmPool
+            from forgelib.stacks.warm import WarmPool
 
             pool = WarmPool(
                 ctx,

@@ -7,16 +7,16 @@ in place between trials, instead of a fresh ``up``/``down`` per trial.
 * ``ephemeral`` — ``Ephemerals``: a new container per trial for every ephemeral service of a stack
   (precreated beside the running trial, frozen and retired after it, started once proven never started).
 
-The names below are what the rest of forgelib, the tests and the benchmarks import from ``forgelib.warm``.
-"""
+The names below are what the rest of forgelib, the tests and the benchmarks import from
+``forgelib.stacks.warm``. """
 
 from __future__ import annotations
 
-from forgelib.warm.ephemeral import Ephemerals
-from forgelib.warm.ephemeral import _ephemeral_plan as _ephemeral_plan
-from forgelib.warm.ephemeral import _networks as _networks
-from forgelib.warm.ephemeral import _never_started as _never_started
-from forgelib.warm.pool import DirtyStack, WarmPool, environment_key
-from forgelib.warm.pool import _Stack as _Stack
+from forgelib.stacks.warm.ephemeral import Ephemerals
+from forgelib.stacks.warm.ephemeral import _ephemeral_plan as _ephemeral_plan
+from forgelib.stacks.warm.ephemeral import _networks as _networks
+from forgelib.stacks.warm.ephemeral import _never_started as _never_started
+from forgelib.stacks.warm.pool import DirtyStack, WarmPool, environment_key
+from forgelib.stacks.warm.pool import _Stack as _Stack
 
 __all__ = ["DirtyStack", "Ephemerals", "WarmPool", "environment_key"]

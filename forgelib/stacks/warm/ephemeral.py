@@ -16,8 +16,8 @@ unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready wh
 healthcheck command, run by us through ``docker exec``, first passes (compose's ``--wait`` sees health
 only at the healthcheck's interval).
 
-``Ephemerals`` is one stack's share of this; the pool (``forgelib.warm.pool``) calls it at four points of
-a stack's life: ``precreate`` as a trial gets the stack, ``release`` when the trial is over, ``recycle``
+``Ephemerals`` is one stack's share of this; the pool (``forgelib.stacks.warm.pool``) calls it at four points
+of a stack's life: ``precreate`` as a trial gets the stack, ``release`` when the trial is over, ``recycle``
 after the reset services were reset and verified, ``settle`` before the stack is torn down.
 """
 
@@ -37,12 +37,12 @@ from forgelib.docker import readiness
 from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
-from forgelib.provision import ProvisionedTrial
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
+from forgelib.stacks.provision import ProvisionedTrial
 
 # The pool's logger: warm stacks log under one name, whichever module of the package speaks.
-log = logging.getLogger("forgelib.warm")
+log = logging.getLogger("forgelib.stacks.warm")
 _T = TypeVar("_T")
 
 

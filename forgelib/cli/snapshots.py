@@ -8,13 +8,13 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from forgelib import reaper as custody
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
 from forgelib.runner import Runner, SubprocessRunner
-from forgelib.snapshots import store
-from forgelib.snapshots.key import FORMAT_VERSION
+from forgelib.stacks import reaper as custody
+from forgelib.stacks.snapshots import store
+from forgelib.stacks.snapshots.key import FORMAT_VERSION
 from forgelib.table import align
 
 ACTIONS = ("ls", "prune", "verify")

@@ -41,13 +41,13 @@ from forgelib.errors import (
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ApplyContext, Memo, PreparedSeed, Recipe, SeedMount, SeedTarget
 from forgelib.runner import Runner
-from forgelib.signals import StopAwareRunner
-from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, Task, Timeouts
 from forgelib.spec.rules import service_config as written_service
+from forgelib.stacks.live import StopAwareRunner
+from forgelib.stacks.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 
-log = logging.getLogger("forgelib.provision")
+log = logging.getLogger("forgelib.stacks.provision")
 
 DEFAULT_TASK = "default"  # the trial label's task part when the project's own environment is provisioned
 OVERRIDE_FILE = "compose.forge.yaml"
@@ -176,7 +176,7 @@ class StackSpec:
 
 def provision_trial(ctx: StackContext, trial: TrialSpec) -> ProvisionedTrial:
     """``trial``'s own stack: fresh, or with ``ctx.goldens`` its reset services from their goldens
-    (``forgelib.snapshots``; the first trial of a key captures it).
+    (``forgelib.stacks.snapshots``; the first trial of a key captures it).
 
     Raises ``ProvisionError(stage, reason)`` only after the logs were captured and the stack torn down.
     Which stack a trial gets at all (its own, a run's shared one, a warm one) is ``forgelib.stacks``'s
@@ -499,8 +499,8 @@ class FreshSteps:
 
 
 class WarmSteps(FreshSteps):
-    """A warm stack's (``forgelib.warm``): after every recipe's apply, before any dependent starts, each
-    seed prepared for in-place resets (``recipe.prepare``) and its baseline fingerprint taken."""
+    """A warm stack's (``forgelib.stacks.warm``): after every recipe's apply, before any dependent starts,
+    each seed prepared for in-place resets (``recipe.prepare``) and its baseline fingerprint taken."""
 
     def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
         if not applied:
@@ -511,8 +511,8 @@ class WarmSteps(FreshSteps):
 
 @dataclass
 class GoldenSteps(FreshSteps):
-    """A fresh stack from goldens (``forgelib.snapshots``): plan which reset services restore a golden and
-    which capture one, run the restored ones on their golden's image (no recipe), capture after the
+    """A fresh stack from goldens (``forgelib.stacks.snapshots``): plan which reset services restore a golden
+    and which capture one, run the restored ones on their golden's image (no recipe), capture after the
     recipe, verify after ``up``; a golden at fault is discarded and the trial provisioned again."""
 
     goldens: TrialGoldens

@@ -55,9 +55,9 @@ from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.runner import Runner
-from forgelib.snapshots.key import FORMAT_VERSION, GoldenKey
+from forgelib.stacks.snapshots.key import FORMAT_VERSION, GoldenKey
 
-log = logging.getLogger("forgelib.snapshots")
+log = logging.getLogger("forgelib.stacks.snapshots")
 
 REPOSITORY = "forgelib-golden"
 GOLDEN = "io.forgelib.golden"  # the snapshot format version; marks an image as a golden

@@ -53,12 +53,12 @@ from forgelib.docker.labels import (
 )
 from forgelib.errors import CommandError
 from forgelib.runner import Runner
-from forgelib.snapshots import store
+from forgelib.stacks.snapshots import store
 from forgelib.table import align
 
 # `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
 PROVISION_DIR = "forge-provision-"
-# The pytest plugin's: one per pytest process (its trials' overrides and logs; forgelib.pytest_stacks).
+# The pytest plugin's: one per pytest process (its trials' overrides and logs; forgelib.pytest_plugin.stacks).
 PYTEST_DIR = "forge-pytest-"
 # A cluster slot's (forgelib.cluster.slot): the shipped project and its trials' files, on its node.
 NODE_DIR = "forge-node-"
