@@ -60,6 +60,7 @@ class ServiceConfig:
     links: tuple[str, ...] = ()
     container_name: str = ""  # a fixed name (a trial's override resets it: two stacks would clash)
     replicas: int = 1  # containers compose runs: ``deploy.replicas``, or the legacy ``scale``
+    labels: Mapping[str, str] = field(default_factory=dict)  # the mapping or the ``KEY=VALUE`` list form
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None, name: str = "") -> ServiceConfig:
@@ -86,6 +87,7 @@ class ServiceConfig:
             links=tuple(str(v) for v in raw.get("links") or ()),
             container_name=str(raw.get("container_name") or ""),
             replicas=_replicas(raw),
+            labels=_environment(raw.get("labels")),
         )
 
     def with_image(self, image: str) -> ServiceConfig:

@@ -2,10 +2,11 @@
 
 How a seed kind, a kind and a check type relate (the one place this is decided):
 
-* A **kind** is a sort of service state forge can seed, reset, snapshot and observe: ``postgres`` and
-  ``redis`` are *server* kinds, recognised from the compose service (its image, else its environment or
-  command: ``Kind.images``/``Kind.detect``); ``tree`` (a workspace directory) and ``bare`` (a read-only
-  file) fit any service and are never recognised.
+* A **kind** is a sort of service state forge can seed, reset, snapshot and observe: ``postgres``,
+  ``mysql`` and ``redis`` are *server* kinds, recognised from the compose service (its image, else its
+  environment or command: ``Kind.images``/``Kind.detect``; or declared by the service's compose label
+  ``io.forgelib.kind``, ``registry.DECLARED``, for an image forge cannot recognise); ``tree`` (a
+  workspace directory) and ``bare`` (a read-only file) fit any service and are never recognised.
 * A kind **accepts seed kinds**, the names the spec writes in ``seeds: {kind: ...}`` (``Kind.seeds``:
   postgres takes ``sql_dump``, redis ``redis_dump``, tree ``filesystem_dir``, bare ``bare``). A seed bound
   to a service is applied by the kind that accepts its seed kind *and* fits that service: a server kind
@@ -16,8 +17,10 @@ How a seed kind, a kind and a check type relate (the one place this is decided):
   answered by the kind recognised for that service; a service recognised as another kind is refused by
   ``forge validate``; an unrecognised one is served by the first kind that observes the type.
 
-So several kinds may accept one seed kind, observe one check type or back one tool (MySQL will take
-``sql_dump``, ``sql`` and ``sql_query`` too): the service decides which. A new kind is a package here
+So several kinds may accept one seed kind, observe one check type or back one tool (postgres and mysql
+both take ``sql_dump``, ``sql`` and ``sql_query``): the service decides which, and ``forge validate``
+refuses a seed that more than one server kind accepts bound to a service it cannot recognise. A new
+kind is a package here
 (``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules`` implement it)
 plus one line in ``KINDS``. The seed kinds, check types and tools the spec schemas list are generated
 from ``KINDS`` (``forgelib.docsgen``, whose ``--check`` lint runs).
@@ -29,11 +32,11 @@ the runner, but nothing above them.
 
 from __future__ import annotations
 
-from forgelib.kinds import bare, postgres, redis, tree
+from forgelib.kinds import bare, mysql, postgres, redis, tree
 from forgelib.kinds.kind import Kind
 
 # The kinds, in the order the spec lists their names: the one list.
-KINDS: tuple[Kind, ...] = (postgres.KIND, tree.KIND, redis.KIND, bare.KIND)
+KINDS: tuple[Kind, ...] = (postgres.KIND, tree.KIND, redis.KIND, bare.KIND, mysql.KIND)
 
 # The names the spec uses, derived (schemas' enums are generated from these: ``forgelib.docsgen``).
 SEED_KINDS: tuple[str, ...] = tuple(dict.fromkeys(s for k in KINDS for s in k.seeds))

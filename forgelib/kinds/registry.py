@@ -24,6 +24,10 @@ from forgelib.kinds.kind import ToolSpec
 from forgelib.spec.models import SeedKind
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
+# The compose label by which a service says which server kind it runs, for an image forge cannot
+# recognise (``io.forgelib.kind: mysql``): it wins over detection; ``forge validate`` checks its value.
+DECLARED = "io.forgelib.kind"
+SERVER_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS if k.server)
 
 # seed kind -> the kinds that accept it, in ``KINDS`` order (the first is the one for an unrecognised service)
 _SEED_KINDS: dict[str, list[Kind]] = {}
@@ -51,8 +55,18 @@ def by_name(name: str) -> Kind:
 
 
 def detect(svc: ServiceConfig) -> Kind | None:
-    """The server kind ``svc`` runs, or None: first by its image's repository name (any registry, tag or
-    digest, or an offline stand-in), then by each kind's own test of its environment or command."""
+    """The server kind ``svc`` runs, or None: the kind its ``DECLARED`` label names, else by its image's
+    repository name (any registry, tag or digest, or an offline stand-in), then by each kind's own test of
+    its environment or command."""
+    declared = svc.labels.get(DECLARED)
+    if declared:
+        found = BY_NAME.get(declared)
+        return found if found is not None and found.server else None
+    return detected(svc)
+
+
+def detected(svc: ServiceConfig) -> Kind | None:
+    """What ``detect`` finds without the ``DECLARED`` label: the image, else each kind's own test."""
     for kind in KINDS:
         if kind.by_image(svc):
             return kind
@@ -145,12 +159,15 @@ REGISTRY: dict[str, Recipe] = {SeedKind(s): recipe(ks[0], s) for s, ks in _SEED_
 __all__ = [
     "BY_NAME",
     "CHECK_TYPES",
+    "DECLARED",
     "KINDS",
     "REGISTRY",
     "SEED_KINDS",
+    "SERVER_KINDS",
     "TOOL_SPECS",
     "by_name",
     "detect",
+    "detected",
     "kind_for_check",
     "kind_for_seed",
     "kind_for_tool",

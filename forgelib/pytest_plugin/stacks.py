@@ -11,7 +11,8 @@ cheap to import: nothing here is loaded until a test asks for ``forge_stack``.
   shared stacks and cache, so an all-``shared`` environment is one stack for the session whichever scope
   asks. Every stack goes back through the backend it came from.
 * ``ForgeStack`` — what a test gets: ``exec`` (through the runner seam), ``url``/``port`` (published ports),
-  ``postgres``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed test.
+  ``postgres``/``mysql``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed
+  test.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from forgelib.stacks.reaper import PYTEST_DIR
 
 if TYPE_CHECKING:
     import psycopg
+    import pymysql
     import redis
 
 log = logging.getLogger("forgelib.pytest")
@@ -152,6 +154,25 @@ class ForgeStack:
         from forgelib.stacks import connect
 
         return self._direct(service, lambda: connect.postgres(self.trial, service, database=database)).dsn()
+
+    def mysql(
+        self, service: str, *, database: str | None = None, autocommit: bool = True
+    ) -> pymysql.Connection[Any]:
+        """A PyMySQL connection to a MySQL/MariaDB ``service`` on its loopback port, as its seed connected
+        (root, or the binding's ``user``, password from the resolved compose config). Autocommit by
+        default; closed when the test ends."""
+        from forgelib.stacks import connect
+
+        params = self._direct(service, lambda: connect.mysql(self.trial, service, database=database))
+        client = params.connect(autocommit=autocommit)
+        self.on_release(client.close)
+        return client
+
+    def mysql_url(self, service: str, *, database: str | None = None) -> str:
+        """The ``mysql://`` URL of ``mysql`` (for code under test that connects itself)."""
+        from forgelib.stacks import connect
+
+        return self._direct(service, lambda: connect.mysql(self.trial, service, database=database)).url()
 
     def redis(self, service: str, *, db: int = 0, decode_responses: bool = False) -> redis.Redis:
         """A ``redis.Redis`` client of ``service`` on its loopback port (its ``--requirepass``, if any);

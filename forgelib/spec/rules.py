@@ -231,7 +231,7 @@ def check_environment(
             )
         if isolation == Isolation.RESET.value and isinstance(reset, dict):
             issues.extend(_check_reset(env, name, reset, seeds, compose))
-    return issues
+    return [*issues, *check_declared_kinds(compose)]
 
 
 def _check_reset(
@@ -289,9 +289,54 @@ def _check_reset(
             )
         )
         return issues
+    servers = [k.name for k in kinds.kinds_for_seed(seed.kind) if k.server]
+    if len(servers) > 1 and kinds.detect(svc) is None:
+        issues.append(
+            env.issue(
+                name,
+                ("reset", "seed"),
+                f"seed {seed.name!r} is kind {seed.kind.value}, which {' and '.join(servers)} both apply, "
+                f"but forge cannot tell which server service {name!r} runs "
+                f"(image {svc.image or '(none)'!r}); declare it in the compose file with the label "
+                f"{kinds.DECLARED}: {servers[-1]} "
+                f"(or {', '.join(servers[:-1])})",
+            )
+        )
+        return issues
     rules = kinds.rules(kind)
     if rules is not None:
-        issues += rules.problems(name, seed.name, sdef)
+        issues += rules.problems(name, seed.name, sdef, svc=svc, path=seed.path)
+    return issues
+
+
+def check_declared_kinds(compose: ComposeSet) -> list[SpecIssue]:
+    """Every service's ``io.forgelib.kind`` label (``kinds.DECLARED``) names a server kind, and not
+    another than the one its image runs."""
+    issues: list[SpecIssue] = []
+    for name, sdef in compose.services.items():
+        svc = service_config(sdef.data(), name)
+        declared = svc.labels.get(kinds.DECLARED)
+        written = sdef.last("labels")
+        if declared is None or written is None:
+            continue
+        known = kinds.SERVER_KINDS
+        if declared not in known:
+            issues.append(
+                written.issue(
+                    f"service {name!r}: label {kinds.DECLARED}: {declared!r} is not a kind forge knows"
+                    f"{did_you_mean(declared, known)}; kinds: {', '.join(known)}"
+                )
+            )
+            continue
+        found = kinds.detected(svc)
+        if found is not None and found.name != declared:
+            issues.append(
+                written.issue(
+                    f"service {name!r} is declared {declared} ({kinds.DECLARED}) but its image "
+                    f"{svc.image!r} runs {found.name}; remove the label, or bind its seeds and checks to "
+                    f"the service that runs {declared}"
+                )
+            )
     return issues
 
 

@@ -1,4 +1,4 @@
-"""Direct loopback connections to a provisioned stack's postgres and redis services.
+"""Direct loopback connections to a provisioned stack's postgres, mysql and redis services.
 
 The override forge generates for every stack publishes the port of each reset service whose recipe talks
 to it directly (``sql_dump``: postgres, ``redis_dump``: redis; see ``Recipe.direct_port``) on
@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
+from forgelib.kinds.mysql import client as mysql_client
+from forgelib.kinds.mysql.client import MysqlParams
 from forgelib.kinds.postgres import client as sql_dump
 from forgelib.kinds.postgres.client import PostgresParams
 from forgelib.kinds.redis import client as redis_dump
@@ -107,6 +109,32 @@ def connect_postgres(
     stack: Stack, service: str, *, database: str | None = None, autocommit: bool = True
 ) -> psycopg.Connection[Any]:
     return postgres(stack, service, database=database).connect(autocommit=autocommit)
+
+
+# ----------------------------------------------------------------------------------------------- mysql
+
+
+def mysql_params(
+    compose: PortLookup,
+    service: str,
+    config: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
+    *,
+    database: str | None = None,
+    inside: bool = False,
+) -> MysqlParams:
+    """Connection parameters for a MySQL/MariaDB ``service`` (the credentials its seed used: root, or the
+    binding's ``user``; ``M*_ROOT_PASSWORD`` and friends from the resolved compose ``config``)."""
+    svc = service_config(config, service)
+    return mysql_client.connection_params(
+        svc, options or {}, address(compose, service, inside), database=database
+    )
+
+
+def mysql(stack: Stack, service: str, *, database: str | None = None) -> MysqlParams:
+    """Parameters for a mysql service of a provisioned stack, as its seed connected."""
+    opts = binding_options(stack.environment, service)
+    return mysql_params(stack.compose, service, stack.config, opts, database=database)
 
 
 # ----------------------------------------------------------------------------------------------- redis

@@ -43,6 +43,7 @@ from forgelib.kinds.base import ApplyContext, Memo, PreparedSeed, Recipe, SeedMo
 from forgelib.runner import Runner
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, Task, Timeouts
+from forgelib.spec.rules import service_config as written_service
 from forgelib.stacks.live import StopAwareRunner
 from forgelib.stacks.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 
@@ -417,7 +418,10 @@ class _Provisioning:
                 raise _recipe_error(
                     svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
                 )
-            written = ResolvedConfig.of(self.spec.env.compose).service(svc.name)
+            # as written, its image interpolated (``${FORGE_IMAGE_X:-x}``): the kind is told by the image
+            written = written_service(
+                (self.spec.env.compose.get("services") or {}).get(svc.name) or {}, svc.name
+            )
             recipe = kinds.recipe_for(seed.kind, written)
             if recipe is None:
                 raise _recipe_error(svc.name, seed.name, seed.kind, f"no recipe for kind {seed.kind!r}")

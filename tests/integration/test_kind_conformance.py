@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project, provision
+from support.stacks import IDLE, MARIADB, PG, REDIS, TIMEOUTS, make_project, provision
 
 from forgelib.docker import labels as lab
 from forgelib.docker.resolved import ResolvedConfig
@@ -178,6 +178,24 @@ TREE_MUTATIONS = (
 )
 
 
+def _mariadb(statement: str) -> list[str]:
+    return ["mariadb", "-uroot", "-proot", "app", "-e", statement]
+
+
+MYSQL_MUTATIONS = (
+    Mutation("row_changed", _mariadb("update t set v = 'changed'"), ("seeded_rows",)),
+    Mutation("table_added", _mariadb("create table extra (x int)"), ("tables", "columns", "seeded_rows")),
+    Mutation("column_added", _mariadb("alter table t add column x int"), ("columns", "seeded_rows")),
+    Mutation("database_added", _mariadb("create database forge_conf"), ("databases",)),
+    Mutation(
+        "account_added", _mariadb("create user 'forge_conf'@'%' identified by 'x'"), ("accounts", "users")
+    ),
+    Mutation("grant_added", _mariadb("grant select on app.* to 'root'@'localhost'"), ("schema_grants",)),
+    Mutation("view_added", _mariadb("create view v as select v from t"), ("views", "tables", "columns")),
+    Mutation("global_variable", _mariadb("set global max_connections = 77"), ("variables",)),
+)
+
+
 @dataclass(frozen=True)
 class Case:
     """How the suite exercises one kind: its services in the stack, a way to change the seeded state and
@@ -224,6 +242,16 @@ CASES: dict[str, Case] = {
         mutations=TREE_MUTATIONS,
     ),
     "bare": Case(("bare",), "order", ["sh", "-c", 'cat "$FORGE_SEED_ORDER"'], "order-7", ["true"]),
+    "mysql": Case(
+        ("my",),
+        "mysql",
+        ["mariadb", "-uroot", "-proot", "-NB", "app", "-e", "select v from t"],
+        "seeded",
+        ["mariadb", "-uroot", "-proot", "app", "-e", "update t set v = 'changed'"],
+        check={"query": "select v from t"},
+        tool=("sql_query", {"query": "select v from t"}, '"rows": [["seeded"]]'),
+        mutations=MYSQL_MUTATIONS,
+    ),
 }
 
 
@@ -244,12 +272,14 @@ def _project(
     (tree / "a.txt").write_text("a")
     (tree / "b.txt").write_text("b")
     (tmp / "order.txt").write_text("order-7")
+    (tmp / "mysql.sql").write_text("create table t (v varchar(20)); insert into t values ('seeded');\n")
     services: dict[str, dict[str, Any]] = {
         "db": PG,
         "tdb": PG,
         "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
         "ws": {**IDLE, "volumes": ["work:/workspace"]},
         "bare": IDLE,
+        "my": MARIADB,
     }
     reset: dict[str, str | tuple[str, Mapping[str, Any]]] = {
         "db": "sql",
@@ -257,6 +287,7 @@ def _project(
         "cache": "rdb",
         "ws": "tree",
         "bare": "order",
+        "my": "mysql",
     }
     keep = set(only or services)
     if env:
@@ -271,6 +302,7 @@ def _project(
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (tree, SeedKind.FILESYSTEM_DIR),
             "order": (tmp / "order.txt", SeedKind.BARE),
+            "mysql": (tmp / "mysql.sql", SeedKind.SQL_DUMP),
         },
         reset={n: b for n, b in reset.items() if n in keep},
         volumes={"work": {}},
@@ -437,6 +469,10 @@ def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
     if name == "postgres":
         with connect.postgres(stack, service).connect() as conn:
             assert conn.execute("select v from t").fetchone() == ("seeded",)
+    elif name == "mysql":
+        with connect.mysql(stack, service).connect() as conn, conn.cursor() as cur:
+            cur.execute("select v from t")
+            assert cur.fetchone() == ("seeded",)
     else:
         assert connect.redis(stack, service).client().ping()
 

@@ -38,6 +38,17 @@ PG: dict[str, Any] = {
     },
 }
 
+MARIADB: dict[str, Any] = {
+    "image": "forgelib/mariadb:10.11",
+    "environment": {"MARIADB_ROOT_PASSWORD": "root", "MARIADB_DATABASE": "app"},
+    "healthcheck": {
+        # over TCP: during first-start initialisation the server listens on its socket only
+        "test": ["CMD", "mariadb-admin", "ping", "-h", "127.0.0.1", "-uroot", "-proot"],
+        "interval": "1s",
+        "retries": 60,
+    },
+}
+
 REDIS: dict[str, Any] = {
     "image": "forgelib/redis:7.0",
     # `up --wait` returns only once Redis answers, not merely once the container runs.

@@ -81,7 +81,8 @@ def test_nothing_changed_reuses_everything(recipes: Path) -> None:
     rows = ensure_images(fake, jobs=1, say=lines.append)
 
     assert [(r.name, r.action) for r in rows] == [
-        ("base", "reused"), ("postgres", "reused"), ("redis", "reused"), ("python", "reused"),
+        ("base", "reused"), ("postgres", "reused"), ("redis", "reused"), ("mariadb", "reused"),
+        ("python", "reused"),
     ]  # fmt: skip
     assert fake.argvs() == [
         inspect(OFFICIAL_BASE),
@@ -95,7 +96,7 @@ def test_nothing_changed_reuses_everything(recipes: Path) -> None:
 def test_changed_recipe_rebuilds_only_that_image_and_removes_the_old_one(recipes: Path) -> None:
     fake = FakeRunner()
     script_base(fake, recipes)
-    current(fake, recipes, "postgres", "python")
+    current(fake, recipes, "postgres", "mariadb", "python")
     redis = STAND_INS["redis"].tag
     fake.expect(*inspect(redis), exact=True, stdout=found("sha256:old", {HASH_LABEL: "stale"}), times=1)
     fake.expect(*build_argv(recipes, "redis", BUILT_BASE), exact=True)
@@ -116,7 +117,7 @@ def test_changed_recipe_rebuilds_only_that_image_and_removes_the_old_one(recipes
     rows = ensure_images(fake, jobs=1, say=lambda _: None)
 
     assert {r.name: r.action for r in rows} == {
-        "base": "reused", "postgres": "reused", "redis": "built", "python": "reused",
+        "base": "reused", "postgres": "reused", "redis": "built", "mariadb": "reused", "python": "reused",
     }  # fmt: skip
     builds = [c for c in fake.calls if c.argv[:2] == ("docker", "build")]
     assert [c.argv for c in builds] == [build_argv(recipes, "redis", BUILT_BASE)]
@@ -136,7 +137,7 @@ def test_a_hand_built_image_without_the_label_is_rebuilt(recipes: Path) -> None:
 
     rows = ensure_images(fake, jobs=1, say=lambda _: None)
 
-    assert [r.why for r in rows[1:]] == ["no content-hash label (built by hand?)"] * 3
+    assert [r.why for r in rows[1:]] == ["no content-hash label (built by hand?)"] * len(STAND_INS)
 
 
 def test_official_slim_base_is_used_when_present(recipes: Path) -> None:
@@ -151,7 +152,7 @@ def test_official_slim_base_is_used_when_present(recipes: Path) -> None:
     rows = ensure_images(fake, jobs=1, say=lambda _: None)
 
     assert rows[0].action == "present" and rows[0].tag == OFFICIAL_BASE
-    assert [r.why for r in rows[1:]] == ["not built yet"] * 3
+    assert [r.why for r in rows[1:]] == ["not built yet"] * len(STAND_INS)
     assert not any(c.argv[:2] == ("docker", "pull") for c in fake.calls)
 
 
@@ -224,6 +225,7 @@ LS = (
     "docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
     "--filter", "reference=forgelib/postgres:15",
     "--filter", "reference=forgelib/redis:7.0",
+    "--filter", "reference=forgelib/mariadb:10.11",
     "--filter", "reference=forgelib/python:3.11",
 )  # fmt: skip
 

@@ -40,6 +40,11 @@ WORDS = (
     "sql_query",
     "redis_command",
     "rdb",
+    "mysql",
+    "mysqld",
+    "mariadb",
+    "mariadbd",
+    "pymysql",
 )
 _PATTERN = re.compile(
     r"(?<![\w.-])(" + "|".join(map(re.escape, sorted(WORDS, key=len, reverse=True))) + r")(?![\w-])", re.I

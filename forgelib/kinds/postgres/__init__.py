@@ -16,15 +16,16 @@ def _detect(svc: ServiceConfig) -> bool:
     return any(k.startswith("POSTGRES_") for k in svc.environment)
 
 
+# Shared by every SQL kind (mysql backs it too): one tool, the service decides which kind answers.
 SQL_QUERY = ToolSpec(
     "sql_query",
-    "Run SQL on a postgres service (autocommit; several statements may be separated by ';') and "
+    "Run SQL on a postgres or mysql service (autocommit; several statements may be separated by ';') and "
     'return JSON {"columns", "rows", "rowcount", "status", "rows_truncated"}: the last '
     f"statement's result, at most {ROW_LIMIT} rows. Values that are not JSON types come back as "
     "strings.",
     ts.obj(
         {
-            "service": ts.service("running postgres"),
+            "service": ts.service("running postgres or mysql"),
             "query": {"type": "string", "minLength": 1, "description": "The SQL."},
             "database": {
                 "type": "string",

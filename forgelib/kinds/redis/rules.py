@@ -1,5 +1,6 @@
 """Spec rules of a redis service that resets from a ``redis_dump``: what its compose definition must not
-do. Called by ``forgelib.spec.rules`` with the service's definition as written (``ServiceDef``)."""
+do. Called by ``forgelib.spec.rules`` with the service's definition as written (``ServiceDef``), and
+(unused here) its typed, interpolated config ``svc`` and the seed's ``path``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from forgelib.errors import SpecIssue
 _APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
 
 
-def problems(service: str, seed: str, sdef: Any) -> list[SpecIssue]:
+def problems(service: str, seed: str, sdef: Any, *, svc: Any = None, path: Any = None) -> list[SpecIssue]:
     issues = []
     for key in ("command", "entrypoint"):
         written = sdef.last(key)

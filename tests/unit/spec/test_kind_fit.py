@@ -37,7 +37,7 @@ def test_an_sql_check_on_a_redis_service_is_refused_at_its_line(tmp_path: Path) 
     assert len(errors) == 1, errors
     assert f"grading.yaml:{line}:" in errors[0], errors
     assert "$.checks[1].sql.service" in errors[0], errors
-    assert "sql check needs a postgres service, but service 'cache' runs redis" in errors[0], errors
+    assert "sql check needs a postgres or mysql service, but service 'cache' runs redis" in errors[0], errors
     assert "for a redis service use redis or redis_command" in errors[0], errors
 
 
@@ -70,7 +70,8 @@ def test_a_tool_call_in_a_trace_check_aimed_at_the_wrong_kind_is_refused(tmp_pat
     errors = _errors(project)
     assert len(errors) == 1, errors
     assert "$.checks[2].trace.called.args.service" in errors[0], errors
-    assert "sql_query call needs a postgres service, but service 'cache' runs redis" in errors[0], errors
+    expected = "sql_query call needs a postgres or mysql service, but service 'cache' runs redis"
+    assert expected in errors[0], errors
 
 
 def test_a_seed_whose_kind_does_not_fit_its_service_is_refused_at_the_binding(tmp_path: Path) -> None:

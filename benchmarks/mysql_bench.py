@@ -1,0 +1,85 @@
+"""The MySQL shop pack: forge's fresh trial against a hand-written compose + ``mariadb < dump`` loop, and
+warm ÷ fresh per trial, in one run (``python benchmarks/mysql_bench.py [TRIALS]``; figures in README.md).
+
+The loop, per trial: ``docker compose up --wait`` on the pack's own compose file, the dump into the
+server's client, the oracle, the same state check, ``docker compose down --volumes``. forge's trial is
+read from each run's summary (its wall time over the trials).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PACK = Path(__file__).resolve().parents[1] / "examples" / "multi_service_mysql_shop"
+COMPOSE = PACK / "shared" / "environment.compose.yaml"
+IMAGES = {
+    "MARIADB": "forgelib/mariadb:10.11",
+    "REDIS": "forgelib/redis:7.0",
+    "PYTHON": "forgelib/python:3.11",
+}
+ENV = {**os.environ, **{f"FORGE_IMAGE_{k}": v for k, v in IMAGES.items()}}
+# One project name for the loop's trials (they run one after another): the api image is built once.
+LOOP = ["docker", "compose", "-f", str(COMPOSE), "-p", f"benchmy-{os.getpid()}"]
+
+
+def _run(argv: list[str], stdin: Path | None = None) -> str:
+    with open(stdin, "rb") if stdin else open(os.devnull, "rb") as f:
+        return subprocess.run(argv, stdin=f, env=ENV, check=True, capture_output=True, text=True).stdout
+
+
+def loop_trial() -> float:
+    dc = LOOP
+    start = time.monotonic()
+    try:
+        _run([*dc, "up", "-d", "--wait"])
+        seed = PACK / "assets/orders.sql"
+        _run([*dc, "exec", "-T", "shop-db", "mariadb", "-uroot", "-proot", "shop"], seed)
+        _run([*dc, "exec", "-T", "runner", "python3", "-"], PACK / "tasks/read_order/solve.py")
+        assert _run([*dc, "exec", "-T", "runner", "cat", "/work/submission.txt"]) == "shipped"
+    finally:
+        _run([*dc, "down", "--volumes", "--remove-orphans"])
+    return time.monotonic() - start
+
+
+def forge_trials(config: str, repeats: int, *extra: str) -> float:
+    """Seconds per trial of ``forge run`` (the run's wall time over its trials)."""
+    with tempfile.TemporaryDirectory() as out:
+        cfg = Path(out) / "c.yaml"
+        text = (PACK / "run_configs" / config).read_text().replace("project: ..", f"project: {PACK}")
+        for was in ("repeats: 1", "repeats: 2"):
+            text = text.replace(was, f"repeats: {repeats}")
+        cfg.write_text(text)
+        start = time.monotonic()
+        argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--json", "--output", out]
+        proc = subprocess.run([*argv, *extra], capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - start
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout)["totals"]["passed"] == repeats
+        return elapsed / repeats
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    try:
+        loop_trial()  # builds the api image once, as forge's run does before its first trial
+        loop = sum(loop_trial() for _ in range(n)) / n
+    finally:
+        _run([*LOOP, "down", "--volumes", "--remove-orphans", "--rmi", "local"])
+    fresh = forge_trials("dev.yaml", n)
+    hostile_fresh = forge_trials("hostile.yaml", n, "--stacks", "fresh")
+    hostile_warm = forge_trials("hostile.yaml", n, "--stacks", "warm")
+    print(json.dumps({
+        "trials": n, "loop_s": round(loop, 2), "forge_fresh_s": round(fresh, 2),
+        "forge_over_loop": round(fresh / loop, 3), "hostile_fresh_s": round(hostile_fresh, 2),
+        "hostile_warm_s": round(hostile_warm, 2), "warm_over_fresh": round(hostile_warm / hostile_fresh, 3),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The mysql kind on the real engine (the MariaDB stand-in): bad input fails with a clear error and leaves
+nothing behind; a golden is captured once and restored with its fingerprint checked; the fingerprint sees
+each sort of change a trial can make (what the exact reset must undo)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.stacks import IDLE, MARIADB, make_project, provision
+
+from forgelib.docker import labels as lab
+from forgelib.errors import ProvisionError
+from forgelib.kinds.base import fingerprint_diff
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.models import Project, SeedKind
+from forgelib.stacks import connect
+from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.snapshots import store
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
+
+# Healthy once the server answers over TCP, whatever the credentials (ping succeeds on "access denied").
+DB: dict[str, Any] = {**MARIADB, "healthcheck": {**MARIADB["healthcheck"], "test": [
+    "CMD", "mariadb-admin", "ping", "-h", "127.0.0.1"]}}  # fmt: skip
+SEED = (
+    "create table orders (id int primary key, item varchar(20));\ninsert into orders values (1, 'kettle');\n"
+)
+MYSQL8 = (
+    "-- MySQL dump 10.13  Distrib 8.0.36, for Linux (x86_64)\n--\n-- Server version\t8.0.36\n"
+    "/*!80016 SET @@default_collation_for_utf8mb4 = utf8mb4_0900_ai_ci */;\n"
+    "CREATE TABLE orders (id int) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_0900_ai_ci;\n"
+    "/*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER t BEFORE INSERT ON orders"
+    " FOR EACH ROW SET @x=1 */;\n"
+)
+
+
+def _gone(runner: SubprocessRunner, run_id: str) -> None:
+    left = lab.resources_with_labels(runner, {lab.RUN: run_id})
+    assert lab.is_empty(left), f"leaked: {left}"
+
+
+def _project(tmp: Path, sql: str, db: dict[str, Any] | None = None, name: str = "itmysql") -> Project:
+    (tmp / "seed.sql").write_text(sql)
+    return make_project(
+        tmp / "p",
+        {"db": db or DB},
+        seeds={"s": (tmp / "seed.sql", SeedKind.SQL_DUMP)},
+        reset={"db": "s"},
+        name=name,
+    )
+
+
+def _fails(project: Project, run_id: str, tmp: Path, runner: SubprocessRunner) -> str:
+    with pytest.raises(ProvisionError) as err:
+        provision(project, run_id, tmp, runner)
+    assert err.value.stage == "reset_recipe", err.value
+    _gone(runner, run_id)
+    return err.value.reason
+
+
+def test_a_syntax_error_names_the_line_and_the_servers_message(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    reason = _fails(_project(tmp_path, SEED + "selec 1;\n"), run_id, tmp_path, runner)
+    assert "the dump failed at line 3: ERROR 1064 (42000): You have an error in your SQL syntax" in reason
+    assert "near 'selec 1'" in reason and str((tmp_path / "seed.sql").resolve()) in reason
+
+
+def test_a_mysql8_dump_on_mariadb_is_refused_with_the_fix(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    reason = _fails(_project(tmp_path, MYSQL8), run_id, tmp_path, runner)
+    assert "preflight step on service 'db': the dump was written by MySQL 8" in reason
+    assert "its header says MySQL 8; MySQL 8's collation utf8mb4_0900_* at line 4" in reason
+    assert "a /*!80xxx */ version comment at line 4; DEFINER= clauses (first at line 6)" in reason
+    assert "but the service runs MariaDB (10.11" in reason and "sed -E" in reason
+
+
+def test_a_wrong_root_password_says_which_variable_held_it(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    init = tmp_path / "init"
+    init.mkdir()
+    (init / "other.sql").write_text(
+        "ALTER USER 'root'@'localhost' IDENTIFIED BY 'other'; ALTER USER 'root'@'%' IDENTIFIED BY 'other';\n"
+    )
+    db = {**DB, "volumes": [f"{init}:/docker-entrypoint-initdb.d:ro"]}
+    reason = _fails(_project(tmp_path, SEED, db), run_id, tmp_path, runner)
+    assert "the server refused user 'root' with the password from MARIADB_ROOT_PASSWORD" in reason
+    assert "Access denied for user 'root'@'localhost'" in reason
+
+
+def test_a_service_declared_mysql_that_is_not_is_named(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    fake = {**IDLE, "labels": {"io.forgelib.kind": "mysql"}}
+    reason = _fails(_project(tmp_path, SEED, fake), run_id, tmp_path, runner)
+    assert "service 'db' has neither the mariadb nor the mysql client, so it is not a MySQL" in reason
+    assert "io.forgelib.kind" in reason
+
+
+# ------------------------------------------------------------------------------------------------- goldens
+
+
+@pytest.fixture
+def name(runner: SubprocessRunner) -> Iterator[str]:
+    """A project name of its own; every golden taken under it is removed afterwards."""
+    n = f"goldmy{secrets.token_hex(3)}"
+    yield n
+    for g in [g for g in store.list_goldens(runner) if g.part("project") == n]:
+        store.remove(runner, g, force_untag=True)
+
+
+def test_a_golden_is_taken_once_and_restored_with_its_rows(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path, name: str
+) -> None:
+    project = _project(tmp_path, f"-- {name}\n{SEED}", name=name)
+    outcomes = []
+    for idx in (0, 1):
+        t = provision(project, run_id, tmp_path, runner, idx, snapshots=True)
+        try:
+            outcomes.append(t.snapshots["db"]["outcome"])
+            with connect.mysql(t, "db", database="app").connect() as conn, conn.cursor() as cur:
+                cur.execute("select id, item from orders")
+                assert cur.fetchall() == ((1, "kettle"),)
+        finally:
+            teardown_trial(t)
+    assert outcomes == ["captured", "restored"]
+    _gone(runner, run_id)
+
+
+# ----------------------------------------------------------------------------------------- the fingerprint
+
+CHANGES = {
+    "databases": "create database extra",
+    "accounts": "create user 'intruder'@'%' identified by 'x'",
+    "users": "grant process on *.* to 'intruder'@'%'",
+    "schema_grants": "grant select on app.* to 'intruder'@'%'",
+    "seeded_rows": "update app.orders set item = 'toaster'",
+    "columns": "alter table app.orders add column note text",
+    "variables": "set global max_connections = 77",
+}
+
+
+def test_the_fingerprint_sees_each_sort_of_change_and_the_reset_undoes_all(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    project = _project(tmp_path, SEED)
+    from support.stacks import TIMEOUTS
+
+    from forgelib.stacks.provision import StackContext, StackSpec, WarmSteps, provision_stack
+
+    spec = StackSpec(project.environment, f"itmy-{run_id}", lab.run_labels(run_id, "fp"), tmp_path / "stack")
+    t: ProvisionedTrial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
+    try:
+        (prepared,) = t.prepared
+        for part, statement in CHANGES.items():
+            with connect.mysql(t, "db").connect() as conn, conn.cursor() as cur:
+                cur.execute(statement)
+            assert part in fingerprint_diff(prepared.baseline, prepared.fingerprint()), part
+        prepared.reset()
+        assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == []
+    finally:
+        teardown_trial(t)
+    _gone(runner, run_id)
