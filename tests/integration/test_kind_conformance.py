@@ -185,7 +185,7 @@ def _mariadb(statement: str) -> list[str]:
 MYSQL_MUTATIONS = (
     Mutation("row_changed", _mariadb("update t set v = 'changed'"), ("seeded_rows",)),
     Mutation("table_added", _mariadb("create table extra (x int)"), ("tables", "columns", "seeded_rows")),
-    Mutation("column_added", _mariadb("alter table t add column x int"), ("columns", "seeded_rows")),
+    Mutation("column_added", _mariadb("alter table t add column x int"), ("columns",)),
     Mutation("database_added", _mariadb("create database forge_conf"), ("databases",)),
     Mutation(
         "account_added", _mariadb("create user 'forge_conf'@'%' identified by 'x'"), ("accounts", "users")
