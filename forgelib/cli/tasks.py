@@ -14,6 +14,7 @@ from invoke.tasks import task
 from forgelib.cli.args import Command
 from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.cli.exits import Number, guarded
+from forgelib.cli.program.checkpoints import main_checkpoint, main_fork, main_restore
 from forgelib.cli.run import main_run
 from forgelib.cli.snapshots import main_snapshots
 from forgelib.grading.regrade import main_grade
@@ -83,8 +84,11 @@ def images(c: Context, force: bool = False) -> None:
         "json": "print the result as JSON",
         "profile": "a compose profile to enable in the stack (docker compose --profile NAME), as a run "
         "config's `profiles:` does for `forge run`; repeat for several",
+        "from_checkpoint": "start the stacks at this checkpoint (`forge checkpoint` printed it); kept",
+        "count": "with --from-checkpoint: how many stacks",
     },
     iterable=["profile"],
+    numbers={"count": int},
 )
 def provision(
     c: Context,
@@ -93,8 +97,14 @@ def provision(
     keep: bool = False,
     json: bool = False,
     profile: list[str] | None = None,
+    from_checkpoint: str = "",
+    count: str = "",
 ) -> None:
     """Provision one trial stack and apply its seeds; tear it down unless --keep."""
+    if from_checkpoint:
+        number = Number("--count", count, int)
+        guarded(main_fork, project=project, checkpoint=from_checkpoint, count=number, as_json=json)
+        return
     guarded(
         main_provision,
         project=project,
@@ -103,6 +113,32 @@ def provision(
         as_json=json,
         profiles=tuple(profile or ()),
     )
+
+
+@command(
+    main="stack",
+    help={
+        "stack": "the compose project name `forge provision --keep` printed",
+        "project": "the stack's project directory or its project.yaml",
+        "json": "print the checkpoint's manifest as JSON",
+    },
+)
+def checkpoint(c: Context, stack: str = "", project: str = ".", json: bool = False) -> None:
+    """Capture a live stack's reset services at one moment; print the checkpoint's id."""
+    guarded(main_checkpoint, stack=stack, project=project, as_json=json)
+
+
+@command(
+    main="stack",
+    help={
+        "stack": "the compose project name `forge provision --keep` printed",
+        "id": "the checkpoint `forge checkpoint` printed",
+        "project": "the stack's project directory or its project.yaml",
+    },
+)
+def restore(c: Context, stack: str = "", id: str = "", project: str = ".") -> None:
+    """Roll a live stack's reset services back to a checkpoint, in place."""
+    guarded(main_restore, stack=stack, checkpoint=id, project=project)
 
 
 @command(main="name", help={"name": "the compose project name `forge provision --keep` printed"})
@@ -249,5 +285,18 @@ def snapshots(
 
 
 ns = Collection(
-    init, validate, stamp, engine, images, provision, teardown, run, report, grade, reap, snapshots
+    init,
+    validate,
+    stamp,
+    engine,
+    images,
+    provision,
+    checkpoint,
+    restore,
+    teardown,
+    run,
+    report,
+    grade,
+    reap,
+    snapshots,
 )

@@ -91,6 +91,10 @@ def pause(refs: Sequence[str]) -> list[str]:
     return _docker("pause", *refs)
 
 
+def unpause(refs: Sequence[str]) -> list[str]:
+    return _docker("unpause", *refs)
+
+
 def rm(refs: Sequence[str], *, kind: str | None = None, **options: Opt) -> list[str]:
     """``docker rm REFS``, or ``docker KIND rm`` (``image``, ``network``, ``volume``)."""
     return _docker(*([kind] if kind else []), "rm", *_flags(options), *refs)

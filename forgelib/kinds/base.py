@@ -225,6 +225,18 @@ class Recipe(Protocol):
         that restores wrong or empty state is caught. Raise ``RecipeError``."""
         ...
 
+    def checkpoint_path(self, ctx: ApplyContext) -> str | None:
+        """A checkpoint's capture of the live service (``forgelib.stacks.checkpoints``): write whatever
+        the server holds only in memory to its files (redis: ``SAVE``) and name the container directory
+        that then holds the service's whole state; None when the kind has no state to checkpoint. Called
+        with the stack's other services paused, right before this one is paused and copied."""
+        ...
+
+
+def no_checkpoint(ctx: ApplyContext) -> str | None:
+    """``checkpoint_path`` of a kind whose state is not in its service (``bare``: a read-only mount)."""
+    return None
+
 
 def no_golden(ctx: ApplyContext) -> str | None:
     """``golden_path`` of a kind with ``SUPPORTS_GOLDEN = False``: it has no data directory to snapshot."""

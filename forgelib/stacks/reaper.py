@@ -53,7 +53,7 @@ from forgelib.docker.labels import (
 )
 from forgelib.errors import CommandError
 from forgelib.runner import Runner
-from forgelib.stacks.snapshots import store
+from forgelib.stacks.snapshots import checkpoints, store
 from forgelib.table import align
 
 # `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
@@ -341,6 +341,23 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
         iid = str(i.get("Id", ""))
         name = f"golden {labels.get(store.KEY, '?')[:12]} ({iid.removeprefix('sha256:')[:12]})"
         found.append(Resource("image", iid, name, labels))
+    # Checkpoints: only the images of incomplete ones (no manifest image: a capture cut short). A complete
+    # checkpoint is the user's to prune, never ours.
+    cp = ["--filter", f"label={checkpoints.CHECKPOINT}"]
+    cids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *cp]))
+    infos = _inspect(runner, "image", sorted(set(cids)))
+    complete = {
+        _labels(i.get("Config") or {}).get(checkpoints.CHECKPOINT)
+        for i in infos
+        if checkpoints.MANIFEST in _labels(i.get("Config") or {})
+    }
+    for i in infos:
+        labels = _labels(i.get("Config") or {})
+        if checkpoints.CHECKPOINT not in labels or labels[checkpoints.CHECKPOINT] in complete:
+            continue
+        iid = str(i.get("Id", ""))
+        name = f"checkpoint {labels.get(checkpoints.CHECKPOINT, '?')} {labels.get(checkpoints.SERVICE, '')}"
+        found.append(Resource("image", iid, name.strip(), labels))
     # Images built for a run's `build:` services (builds.py): labelled with the run's labels and the
     # compose project of the trial that built them, so they go with that project once its owner is gone.
     mine = {MANAGED: "true", **({RUN: run_id} if run_id is not None else {})}

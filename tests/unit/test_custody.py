@@ -391,7 +391,8 @@ def test_run_scoping_adds_a_label_filter() -> None:
     r.expect("docker", ANY, ANY, ANY, stdout="")
     custody.reap(r, run_id="my-run", facts=facts())
     listings = [a for a in r.argvs() if "--quiet" in a]
-    assert len(listings) == 5  # containers, networks, volumes, untagged goldens, built images
+    # containers, networks, volumes, untagged goldens, incomplete checkpoints, built images
+    assert len(listings) == 6
     assert all(f"label={lab.RUN}=my-run" in a and f"label={lab.MANAGED}=true" in a for a in listings)
 
 

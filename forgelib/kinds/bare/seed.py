@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
-from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
+from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_checkpoint, no_golden
 
 OPTIONS: frozenset[str] = frozenset()
 MOUNT_ROOT = "/run/forge/seeds"
@@ -60,5 +60,6 @@ def fingerprint(ctx: ApplyContext) -> Fingerprint:
 RECIPE_VERSION = 1
 SUPPORTS_GOLDEN = False
 
+checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the service's to capture
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint

@@ -396,3 +396,13 @@ def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount
+
+
+def checkpoint_path(ctx: ApplyContext) -> str | None:
+    """The server's ``dir``, after ``SAVE`` wrote the keyspace to its dump file (a server restarted from
+    it loads that file: ``appendonly`` is refused at seeding)."""
+    try:
+        _redis_cli(ctx, "SAVE")
+    except CommandError as e:
+        raise ctx.fail("checkpoint", f"SAVE failed: {e}") from e
+    return golden_path(ctx)

@@ -198,3 +198,8 @@ SUPPORTS_GOLDEN = False
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 seed_mount = no_mount  # it works in the running container: no extra mount
+
+
+def checkpoint_path(ctx: ApplyContext) -> str | None:
+    """The target directory: the tree is its files, nothing of it lives in memory."""
+    return target_dir(ctx).rstrip("/")

@@ -1,0 +1,428 @@
+"""Checkpoint a live stack, fork it into new stacks, roll a stack back: ``checkpoint``, ``fork``, ``restore``.
+
+**checkpoint** captures every reset service of a running stack at one moment: the stack's other services
+are paused (``docker pause``: nothing they do reaches a database meanwhile), each reset service writes
+what it holds in memory to its files and names the directory holding its state (``checkpoint_path`` of
+its kind: postgres's data directory, redis's ``dir`` after ``SAVE``, a tree's target) and its fingerprint
+is read (``golden_fingerprint``), then the reset services are paused too, their directories copied out
+(``docker cp``), and everything unpaused. The stack is paused only for the copies; the images are built
+after. Services that are not reset (ephemeral: an HTTP app, a workspace without a seed) are not captured:
+a fork starts them fresh from their image, as every new stack does. Stored as
+``forgelib.stacks.snapshots.checkpoints`` says (images on the engine, a verified manifest).
+
+**fork** brings up ``n`` new stacks through the fresh pipeline (``provision_stack``) with
+``CheckpointSteps``: each captured service runs its checkpoint image (its state in the container's own
+layer: no volume is shared with the source or another fork), needs no recipe, and its fingerprint must
+equal the one taken at capture. Each fork is registered with the ``Stacks`` it came from, so leaving
+``stacks.open`` (or Ctrl-C) tears it down.
+
+**restore** puts a live stack's captured services back at the checkpoint in place: each service is stopped,
+a helper container from the checkpoint image empties the volume holding the directory and copies the
+captured one into it, the service starts again and its fingerprint is checked.
+
+A stack is checkpointed only when it is forge's (labelled) and owned by this process or by one no longer
+running (``forge provision --keep``): another live process's stack changes under it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
+from forgelib.docker import readiness
+from forgelib.docker.compose import project_name
+from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
+from forgelib.errors import ForgeError, ProvisionError, RecipeError
+from forgelib.kinds import registry as kinds
+from forgelib.kinds.base import ApplyContext, Fingerprint, Memo, Recipe, fingerprint_diff
+from forgelib.runner import Runner
+from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
+from forgelib.stacks.provision import (
+    FreshSteps,
+    PhaseTimer,
+    ProvisionedTrial,
+    StackContext,
+    StackSpec,
+    provision_stack,
+    teardown_trial,
+)
+from forgelib.stacks.snapshots import checkpoints as ckstore
+from forgelib.stacks.snapshots import store
+from forgelib.stacks.snapshots.checkpoints import Checkpoint, CheckpointError
+from forgelib.stacks.snapshots.trial import unrestorable
+
+if TYPE_CHECKING:
+    from forgelib.stacks.provision import _Binding
+    from forgelib.stacks.session import Stacks
+
+FORK_TASK = "fork"
+PAUSE_ATTEMPTS = 3  # the trial label's task part of a fork
+
+
+@dataclass(frozen=True)
+class _Service:
+    """A reset service of a live stack, as a checkpoint sees it."""
+
+    name: str
+    seed: Seed
+    recipe: Recipe
+    ctx: ApplyContext
+
+
+def _services(project: Project, trial: ProvisionedTrial, timeouts: Timeouts) -> list[_Service]:
+    resolved = ResolvedConfig.of(trial.config)
+    written = ResolvedConfig.of(trial.environment.compose)
+    memo = Memo()
+    out = []
+    for svc in trial.environment.reset_services():
+        seed = project.seeds.get(svc.reset.seed) if svc.reset is not None else None
+        if seed is None or svc.reset is None:
+            continue
+        recipe = kinds.recipe_for(seed.kind, written.service(svc.name))
+        if recipe is None:
+            continue
+        ctx = ApplyContext(
+            svc.name, seed, dict(svc.reset.options), compose=trial.compose,
+            service_config=resolved.service(svc.name), timeouts=timeouts, memo=memo,
+        )  # fmt: skip
+        out.append(_Service(svc.name, seed, recipe, ctx))
+    return out
+
+
+def _owned(trial: ProvisionedTrial, infos: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a stack that is not forge's, or that another live process owns."""
+    if not infos:
+        raise CheckpointError(f"stack {trial.name} has no containers on this engine")
+    me = lab.current_owner()
+    for info in infos:
+        labels = lab.of_inspect(info)
+        name = str(info.get("Name", "")).lstrip("/")
+        if labels.get(lab.MANAGED) != "true":
+            raise CheckpointError(f"{name} is not forge's (no {lab.MANAGED} label): not checkpointed")
+        owner = lab.Owner.from_labels(labels)
+        if owner == me or labels.get(lab.KEPT) == "true":
+            continue
+        alive = owner.host == me.host and owner.boot_id == me.boot_id
+        if alive and lab.pid_start_time(owner.pid) == owner.start_time:
+            raise CheckpointError(
+                f"stack {trial.name} belongs to another running forge process (pid {owner.pid}): "
+                "checkpoint it from that process"
+            )
+
+
+def checkpoint(stacks: Stacks, trial: ProvisionedTrial) -> Checkpoint:
+    """One consistent capture of ``trial``'s reset services (see the module's docstring); the complete,
+    verified checkpoint. A failure or Ctrl-C leaves the stack unpaused and no complete checkpoint; what
+    was built is removed here, or by ``forge reap`` once this process is gone."""
+    project = stacks.project
+    if project is None:
+        raise ForgeError("checkpoint: stacks opened without a project")
+    return capture(project, trial, stacks.runner, stacks.timeouts)
+
+
+def capture(project: Project, trial: ProvisionedTrial, runner: Runner, timeouts: Timeouts) -> Checkpoint:
+    """``checkpoint`` without a ``Stacks`` (``forge checkpoint`` on a kept stack)."""
+    t0 = time.monotonic()
+    compose = trial.compose
+    infos = compose.inspect()
+    _owned(trial, infos)
+    served = compose.served(found=infos)
+    containers = {svc: str(found[0].get("Id")) for svc, found in served.items() if found}
+    images = {svc: str(found[0].get("Image")) for svc, found in served.items() if found}
+    services = [s for s in _services(project, trial, timeouts) if s.name in containers]
+    if not services:
+        raise CheckpointError(f"stack {trial.name} has no running reset service to checkpoint")
+    cid = ckstore.new_id()
+    others = [c for svc, c in containers.items() if svc not in {s.name for s in services}]
+    paused: list[str] = []
+    built: list[str] = []
+    manifest: dict[str, Any] = {}
+    try:
+        with store.build_dir() as d:
+            pause_t0 = time.monotonic()
+            try:
+                _pause(runner, others, paused, timeouts)
+                meta: dict[str, tuple[str, Fingerprint]] = {}
+                for s in services:
+                    try:
+                        path = s.recipe.checkpoint_path(s.ctx)
+                        fp = s.recipe.golden_fingerprint(s.ctx)
+                    except RecipeError as e:
+                        raise CheckpointError(f"checkpoint of {trial.name}: {e}") from e
+                    why = unrestorable(s.ctx.service_config, path)
+                    if why or path is None:
+                        raise CheckpointError(f"service {s.name!r} cannot be checkpointed: {why}")
+                    meta[s.name] = (path, fp)
+                _pause(runner, [containers[s.name] for s in services], paused, timeouts)
+                for s in services:
+                    tar = d / s.name / "data.tar"
+                    tar.parent.mkdir()
+                    argv = dk.cp(f"{containers[s.name]}:{meta[s.name][0]}", "-")
+                    runner.run(argv, timeout=timeouts.recipe, stdout_path=tar, tag="cp")
+            finally:
+                _unpause(runner, paused, timeouts)
+            paused_s = time.monotonic() - pause_t0
+            captured: dict[str, Any] = {}
+            for s in services:
+                path, fp = meta[s.name]
+                image = ckstore.build_service_image(
+                    runner, checkpoint_id=cid, service=s.name, base_image=images[s.name], path=path,
+                    data_tar=d / s.name / "data.tar", labels=ckstore.service_labels(cid, s.name),
+                    timeout=timeouts.recipe,
+                )  # fmt: skip
+                built.append(image)
+                captured[s.name] = {
+                    "image": image, "base": images[s.name], "path": path, "kind": str(s.seed.kind),
+                    "seed": s.seed.name, "seed_digest": s.seed.digest, "fingerprint": fp,
+                }  # fmt: skip
+            manifest = {
+                "format": ckstore.FORMAT,
+                "source": trial.name,
+                "project": project.name,
+                "stack_services": sorted(trial.environment.services),
+                "services": captured,
+                "images": images,
+                "created": ckstore.now(),
+                "paused_seconds": round(paused_s, 3),
+                "seconds": round(time.monotonic() - t0, 3),
+            }
+            return ckstore.write_manifest(runner, cid, manifest, d / "manifest", timeouts.recipe)
+    except BaseException:
+        ckstore.remove(runner, cid, timeouts.command)
+        raise
+
+
+def _pause(runner: Runner, refs: Sequence[str], paused: list[str], timeouts: Timeouts) -> None:
+    """Pause ``refs`` (recorded in ``paused`` first: a refusal may come after some were frozen). The
+    kernel's freezer can refuse a container whose process is in an uninterruptible wait: tried again."""
+    running = [r for r in refs if r]
+    if not running:
+        return
+    paused.extend(running)
+    for attempt in range(1, PAUSE_ATTEMPTS + 1):
+        res = runner.run(dk.pause(running), timeout=timeouts.command, check=False, tag="pause")
+        if res.rc == 0:
+            return
+        runner.run(dk.unpause(running), timeout=timeouts.command, check=False, tag="unpause")
+        if attempt == PAUSE_ATTEMPTS:
+            said = (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
+            raise CheckpointError(f"could not pause the stack's services for a consistent capture: {said}")
+
+
+def _unpause(runner: Runner, paused: list[str], timeouts: Timeouts) -> None:
+    if paused:
+        runner.run(dk.unpause(paused), timeout=timeouts.command, check=False, tag="unpause")
+        paused.clear()
+
+
+# ---------------------------------------------------------------------------------------------- fork
+
+
+@dataclass
+class CheckpointSteps(FreshSteps):
+    """The fresh pipeline's steps for a fork: each captured service on its checkpoint image (no recipe),
+    its fingerprint checked once the stack is up; the other services as a fresh stack's."""
+
+    checkpoint: Checkpoint
+    runner: Runner
+    timeouts: Timeouts
+    records_: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def images(self, bindings: Sequence[_Binding], locks: Any) -> list[Any]:
+        def plan(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
+            self._check_images(services)
+            out = {}
+            for svc, rec in self.checkpoint.services.items():
+                why = unrestorable(services[svc], str(rec["path"])) if svc in services else "not in the stack"
+                if why:
+                    raise CheckpointError(f"checkpoint {self.checkpoint.id}: service {svc!r}: {why}")
+                out[svc] = str(rec["image"])
+            return out
+
+        return [("checkpoint_plan", "compose_config", plan)]
+
+    def _check_images(self, services: Mapping[str, ServiceConfig]) -> None:
+        for svc, image in sorted(self.checkpoint.images.items()):
+            if svc not in services:
+                continue
+            now = ckstore.image_id(self.runner, services[svc].image, self.timeouts.command)
+            if now and now != image:
+                raise CheckpointError(
+                    f"checkpoint {self.checkpoint.id}: service {svc!r} now runs image {now[:19]}, not the "
+                    f"{image[:19]} it ran at capture (the image changed): not forked"
+                )
+
+    def needs_recipe(self, service: str) -> bool:
+        return service not in self.checkpoint.services
+
+    def started(
+        self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
+    ) -> None:
+        for b in bindings:
+            rec = self.checkpoint.services.get(b.service)
+            if rec is None:
+                continue
+            with phase(f"checkpoint_verify:{b.service}", "checkpoint"):
+                _verify(b.recipe, context(b), rec, self.checkpoint.id)
+            self.records_[b.service] = {"outcome": "forked", "checkpoint": self.checkpoint.id}
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.records_.items()}
+
+
+def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str) -> None:
+    try:
+        found = recipe.golden_fingerprint(ctx)
+    except RecipeError as e:
+        raise ProvisionError("checkpoint", f"could not read {ctx.service}'s restored state: {e}") from e
+    differ = fingerprint_diff(rec.get("fingerprint") or {}, found)
+    if differ:
+        raise ProvisionError(
+            "checkpoint",
+            f"service {ctx.service!r} is not at checkpoint {cid} "
+            f"(fingerprint parts differ: {', '.join(differ)})",
+        )
+
+
+def fork(
+    stacks: Stacks, checkpoint_id: str, n: int, *, trial_dir: Path, run_id: str | None = None
+) -> list[ProvisionedTrial]:
+    """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
+    files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
+    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``."""
+    project = stacks.project
+    if project is None:
+        raise ForgeError("fork: stacks opened without a project")
+    if n < 1:
+        raise ForgeError(f"fork: the number of stacks must be at least 1, not {n}")
+    ck = ckstore.load(stacks.runner, checkpoint_id, stacks.timeouts.command)
+    if ck.manifest.get("project") != project.name:
+        raise CheckpointError(
+            f"checkpoint {ck.id} was taken of project {ck.manifest.get('project')!r}, not {project.name!r}"
+        )
+    backend = stacks.backend
+    ctx: StackContext = backend.ctx
+    run_id = run_id or f"fork-{ck.id}-{lab.current_owner().pid}"
+    env = _environment(project, ck)
+    out = []
+    for i in range(n):
+        spec = StackSpec(
+            env,
+            project_name(project.name, run_id, FORK_TASK, i, 1),
+            lab.run_labels(run_id, lab.trial_label(FORK_TASK, i), kept=ctx.kept, work_dir=ctx.work_dir),
+            trial_dir / f"fork-{i}",
+        )
+        steps = CheckpointSteps(ck, stacks.runner, stacks.timeouts)
+        trial = provision_stack(ctx, spec, steps)
+        if not ctx.kept:
+            stacks.live.add(trial.name, _teardown(trial))
+        out.append(trial)
+    return out
+
+
+def _teardown(trial: ProvisionedTrial) -> Callable[[bool], float]:
+    return lambda graceful: teardown_trial(trial, graceful=graceful)
+
+
+def _environment(project: Project, ck: Checkpoint) -> EnvironmentManifest:
+    """The project environment the checkpoint's source stack ran (the default, or the task whose
+    services match)."""
+    wanted = sorted(ck.manifest.get("stack_services") or [])
+    for env in [project.environment, *(t.environment for t in project.tasks)]:
+        if sorted(env.services) == wanted:
+            return env
+    raise CheckpointError(f"checkpoint {ck.id}: no environment of project {project.name!r} has its services")
+
+
+# ------------------------------------------------------------------------------------------- restore
+
+_RESTORE = 'set -e; s="$1"; t="$2"; find "$t" -mindepth 1 -delete; cp -a "$s/." "$t/"'
+
+
+def restore(stacks: Stacks, trial: ProvisionedTrial, checkpoint_id: str) -> ProvisionedTrial:
+    """Roll ``trial``'s captured services back to ``checkpoint_id`` in place; the trial with its published
+    ports read again (a restarted container gets new host ports)."""
+    project = stacks.project
+    if project is None:
+        raise ForgeError("restore: stacks opened without a project")
+    return roll_back(project, trial, checkpoint_id, stacks.runner, stacks.timeouts)
+
+
+def roll_back(
+    project: Project, trial: ProvisionedTrial, checkpoint_id: str, runner: Runner, timeouts: Timeouts
+) -> ProvisionedTrial:
+    """``restore`` without a ``Stacks`` (``forge restore`` on a kept stack)."""
+    ck = ckstore.load(runner, checkpoint_id, timeouts.command)
+    compose = trial.compose
+    infos = compose.inspect()
+    _owned(trial, infos)
+    served = compose.served(found=infos)
+    by_name = {s.name: s for s in _services(project, trial, timeouts)}
+    if ck.manifest.get("project") != project.name or set(ck.services) - set(by_name):
+        raise CheckpointError(f"checkpoint {ck.id} is not of this stack's project and services")
+    for svc, rec in sorted(ck.services.items()):
+        found = served.get(svc) or []
+        if not found:
+            raise CheckpointError(f"stack {trial.name} has no container for service {svc!r}")
+        info = found[0]
+        if str(info.get("Image")) != rec.get("base") and str(info.get("Image")) != rec.get("image"):
+            raise CheckpointError(
+                f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
+            )
+        container = str(info.get("Id"))
+        path = str(rec["path"])
+        target, volume = _volume_at(info, path)
+        runner.run(dk.stop([container]), timeout=timeouts.teardown, tag="stop")
+        try:
+            argv = dk.run(
+                str(rec["image"]),
+                ["-c", _RESTORE, "forge-restore", path, target],
+                rm=True, network="none", user="0", entrypoint="sh",
+                mount=f"type=volume,src={volume},dst=/forge-restore",
+                label=[f"{k}={v}" for k, v in sorted(_helper_labels(info).items())],
+            )  # fmt: skip
+            runner.run(argv, timeout=timeouts.recipe, tag="run")
+        finally:
+            runner.run(dk.start([container]), timeout=timeouts.compose_up, tag="start")
+        s = by_name[svc]
+        s.ctx.addresses.clear()
+        readiness.wait_ready(compose, [svc], refs=[container], timeout=timeouts.compose_up)
+        try:
+            _verify(s.recipe, s.ctx, rec, ck.id)
+        except ProvisionError as e:
+            raise CheckpointError(e.reason) from e
+    return dataclasses.replace(trial, ports=compose.published_ports())
+
+
+def _volume_at(info: Mapping[str, Any], path: str) -> tuple[str, str]:
+    """Where ``path`` lies in the helper (under ``/forge-restore``) and the name of the volume holding it.
+    A directory in the container's own layer (a fork's) is not restored in place: fork again instead."""
+    best: Mapping[str, Any] | None = None
+    for m in info.get("Mounts") or []:
+        dest = str(m.get("Destination", "")).rstrip("/")
+        covers = m.get("Type") == "volume" and (path == dest or path.startswith(dest + "/"))
+        if covers and (best is None or len(dest) > len(str(best.get("Destination", "")))):
+            best = m
+    if best is None:
+        raise CheckpointError(
+            f"{path} of {str(info.get('Name', '')).lstrip('/')} is not on a volume, so it cannot be restored "
+            "in place; fork the checkpoint into a new stack instead"
+        )
+    rel = path[len(str(best.get("Destination", "")).rstrip("/")) :]
+    return "/forge-restore" + rel, str(best.get("Name"))
+
+
+def _helper_labels(info: Mapping[str, Any]) -> dict[str, str]:
+    """The service container's forge labels: the reaper finds a helper a kill -9 left."""
+    out = {k: v for k, v in lab.of_inspect(info).items() if k.startswith("io.forgelib.")}
+    out[lab.HELPER] = "checkpoint-restore"
+    return out
+
+
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointSteps", "capture", "checkpoint", "fork", "restore"]

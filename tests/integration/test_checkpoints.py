@@ -1,0 +1,163 @@
+"""Checkpoints on the real engine: a stack of postgres, redis, a tree and an ephemeral service is changed
+through its services, checkpointed, forked twice (two keeps CI's time small); each fork observes what the
+source held at capture; changing one fork changes neither the other nor the source; restore brings the
+source back; a changed checkpoint, an unknown id and a stack that is not forge's are refused; nothing is
+left afterwards."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+
+from forgelib import stacks
+from forgelib.docker import labels as lab
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.models import Project, SeedKind, Task
+from forgelib.stacks import checkpoints
+from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.snapshots import checkpoints as ckstore
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
+
+PSQL = ["psql", "-U", "postgres", "-Atc"]
+
+
+def _project(tmp: Path, name: str) -> Project:
+    (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
+    tree = tmp / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("a")
+    rdb = Path(__file__).resolve().parents[2] / "examples/multi_service_cache_debug/assets/cache_poisoned.rdb"
+    return make_project(
+        tmp / "p",
+        {
+            "db": PG,
+            "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
+            "ws": {**IDLE, "volumes": ["work:/workspace"]},
+            "app": IDLE,
+        },
+        seeds={
+            "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
+            "rdb": (rdb, SeedKind.REDIS_DUMP),
+            "tree": (tree, SeedKind.FILESYSTEM_DIR),
+        },
+        reset={"db": "sql", "cache": "rdb", "ws": "tree"},
+        volumes={"work": {}},
+        name=name,
+    )
+
+
+def _sh(t: ProvisionedTrial, svc: str, cmd: str) -> str:
+    return t.compose.exec(svc, ["sh", "-c", cmd], timeout=30).stdout.strip()
+
+
+def _observe(t: ProvisionedTrial) -> dict[str, str]:
+    """Rows, schema, roles, keys and files, as a trial would read them."""
+    return {
+        "rows": _sh(t, "db", "psql -U postgres -Atc 'select v from t order by v'"),
+        "schema": _sh(t, "db", "psql -U postgres -Atc '\\d t'"),
+        "roles": _sh(t, "db", "psql -U postgres -Atc 'select rolname from pg_roles order by 1'"),
+        "keys": _sh(t, "cache", "redis-cli --raw KEYS '*' | sort; redis-cli --raw GET forge:k"),
+        "files": _sh(t, "ws", "cd /workspace && find . -type f | sort | xargs -r md5sum"),
+    }
+
+
+def _change(t: ProvisionedTrial, mark: str) -> None:
+    _sh(t, "db", f"psql -U postgres -c \"insert into t values ('{mark}')\"")
+    _sh(t, "cache", f"redis-cli SET forge:k {mark}")
+    _sh(t, "ws", f"echo {mark} > /workspace/{mark}.txt")
+
+
+def _source(opened: stacks.Stacks, tmp_path: Path) -> ProvisionedTrial:
+    """A stack of the project's environment, torn down when ``opened`` closes."""
+    assert opened.project is not None
+    task = Task(DEFAULT_TASK, opened.project.path, "", opened.project.environment)
+    trial = opened.backend.provision(
+        task, run_id=f"ck-{secrets.token_hex(3)}", trial_index=0, trial_dir=tmp_path
+    )
+    opened.live.add(trial.name, lambda graceful: opened.backend.teardown(trial, graceful=graceful))
+    return trial
+
+
+@pytest.fixture
+def opened(tmp_path: Path) -> Iterator[stacks.Stacks]:
+    name = f"ck{secrets.token_hex(3)}"
+    with stacks.open(_project(tmp_path, name), scope="stack", timeouts=TIMEOUTS, signals=False) as s:
+        yield s
+    assert not s.left
+    left = lab.resources_with_labels(SubprocessRunner(), {lab.MANAGED: "true"})
+    assert not [n for kind in left.values() for n in kind if name in n], left
+
+
+def test_checkpoint_fork_restore_and_nothing_left(
+    opened: stacks.Stacks, tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    assert opened.project is not None
+    source = _source(opened, tmp_path)
+    ids: list[str] = []
+    forks: list[ProvisionedTrial] = []
+    try:
+        _change(source, "before")
+        _sh(source, "db", "psql -U postgres -c 'create role forge_r; alter table t add column w int'")
+        at_capture = _observe(source)
+        ck = checkpoints.checkpoint(opened, source)
+        ids.append(ck.id)
+        assert set(ck.services) == {"db", "cache", "ws"}
+        assert ck.manifest["source"] == source.name
+        assert _observe(source) == at_capture  # the capture changed nothing, and the stack runs again
+
+        forks = checkpoints.fork(opened, ck.id, 2, trial_dir=tmp_path / "forks")
+        assert forks[0].compose.name != source.compose.name
+        assert len({f.name for f in forks}) == 2
+        for f in forks:
+            assert _observe(f) == at_capture
+            assert f.snapshots["db"]["outcome"] == "forked"
+        # independent: a change to one fork reaches neither the other nor the source
+        _change(forks[0], "fork0")
+        assert _observe(forks[1]) == at_capture
+        assert _observe(source) == at_capture
+        assert _observe(forks[0]) != at_capture
+
+        # restore: the source changed after capture comes back to it
+        _change(source, "after")
+        assert _observe(source) != at_capture
+        source = checkpoints.restore(opened, source, ck.id)
+        assert _observe(source) == at_capture
+
+        # refused: an unknown id, a checkpoint whose image changed, a stack that is not forge's
+        with pytest.raises(ckstore.CheckpointError, match="no checkpoint"):
+            checkpoints.fork(opened, "ck-000000000000", 1, trial_dir=tmp_path / "x")
+        with pytest.raises(ckstore.CheckpointError, match="not a checkpoint id"):
+            checkpoints.fork(opened, "nonsense", 1, trial_dir=tmp_path / "x")
+        runner.run(["docker", "tag", "forgelib/redis:7.0", ckstore.tag_of(ck.id, "cache")], timeout=30)
+        with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
+            checkpoints.fork(opened, ck.id, 1, trial_dir=tmp_path / "x")
+        with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
+            checkpoints.restore(opened, source, ck.id)
+    finally:
+        for f in forks:  # a fork's container uses its checkpoint's images: it goes first
+            assert opened.live.teardown(f.name) is None
+        for cid in ids:
+            assert ckstore.remove(runner, cid) is None
+    assert not [c for c in ckstore.list_checkpoints(runner) if (c if isinstance(c, str) else c.id) in ids]
+
+
+def test_a_stack_that_is_not_forges_is_refused(
+    opened: stacks.Stacks, tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    assert opened.project is not None
+    source = _source(opened, tmp_path)
+    # the same project's containers as compose sees them, but one without forge's labels
+    infos = source.compose.inspect()
+    labels = dict(lab.of_inspect(infos[0]))
+    assert labels[lab.MANAGED] == "true"
+    fake = [{**infos[0], "Config": {**infos[0]["Config"], "Labels": {**labels, lab.MANAGED: "false"}}}]
+    with pytest.raises(ckstore.CheckpointError, match="not forge's"):
+        checkpoints._owned(source, fake)
+    other = {**labels, lab.OWNER_PID: "1", lab.OWNER_START_TIME: lab.pid_start_time(1) or "?"}
+    with pytest.raises(ckstore.CheckpointError, match="another running forge process"):
+        checkpoints._owned(source, [{**infos[0], "Config": {**infos[0]["Config"], "Labels": other}}])
