@@ -12,9 +12,9 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from forgelib.cli.args import Command
+from forgelib.cli.checkpoints import main_checkpoint, main_fork, main_restore
 from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.cli.exits import Number, guarded
-from forgelib.cli.program.checkpoints import main_checkpoint, main_fork, main_restore
 from forgelib.cli.run import main_run
 from forgelib.cli.snapshots import main_snapshots
 from forgelib.grading.regrade import main_grade

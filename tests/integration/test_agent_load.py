@@ -120,8 +120,11 @@ def _three_fresh_trials(
 
 
 def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
-    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The memory ledger is shared by every forge process on the engine: this run's own, so that what other
+    # tests' stacks hold meanwhile does not change how long these trials wait.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     with _three_fresh_trials(tmp_path, runner, memory_budget_mb=64) as (summary, acquired):
         pool = summary["pool"]
         # The budget admits one stack at a time, counted until it is down: the other two waited for memory,
@@ -135,9 +138,12 @@ def test_a_memory_budget_below_one_stack_queues_trials_and_grades_them_all(
 def test_fresh_stacks_come_up_one_per_place_and_the_others_queue(
     docker_ready: None, runner: SubprocessRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from forgelib.stacks import backends
+    from forgelib.stacks import session
 
-    monkeypatch.setattr(backends, "usable_cores", lambda: 1)  # one start place, whatever this box has
+    monkeypatch.setattr(session, "usable_cores", lambda: 1)  # one start place, whatever this box has
+    # Start places are shared by every forge process on the engine: this run's own, so that another test's
+    # stacks coming up meanwhile cannot take the place the first trial must find free.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     with _three_fresh_trials(tmp_path, runner) as (summary, acquired):
         pool = summary["pool"]
         # Room for all three in memory: one stack came up at a time, and the other two queued for the
