@@ -46,12 +46,12 @@ from forgelib.spec import models as m
 from forgelib.spec.loader import load_project_config
 from forgelib.stacks import connect
 from forgelib.stacks.provision import (
-    ProvisionedTrial,
     StackContext,
     TrialSpec,
     provision_trial,
     teardown_trial,
 )
+from forgelib.stacks.stack import Stack
 
 NAME = "mcp"
 CALL_TARGET = 1.3
@@ -61,7 +61,7 @@ QUERY = "select id, name from widgets order by id"
 FILE = "/etc/os-release"
 
 
-def provision(runner: SubprocessRunner, tmp: Path) -> ProvisionedTrial:
+def provision(runner: SubprocessRunner, tmp: Path) -> Stack:
     project = load_project_config(bs.PACK)
     timeouts = m.Timeouts(compose_up=180, recipe=120, teardown=120, command=60)
     rid = f"bench-mcp-{secrets.token_hex(3)}"
@@ -83,7 +83,7 @@ def _sync_timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
-async def measure_calls(trial: ProvisionedTrial, tmp: Path, rounds: int) -> list[dict[str, Any]]:
+async def measure_calls(trial: Stack, tmp: Path, rounds: int) -> list[dict[str, Any]]:
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -187,9 +187,7 @@ def _initialize(url: str, token: str) -> None:
         raise RuntimeError(f"initialize answered {status}")
 
 
-def measure_start(
-    trial: ProvisionedTrial, net: TrialNetwork | None, tmp: Path, starts: int
-) -> dict[str, Any]:
+def measure_start(trial: Stack, net: TrialNetwork | None, tmp: Path, starts: int) -> dict[str, Any]:
     ready, answered, closed = [], [], []
     for i in range(starts + 2):
         t = time.perf_counter()

@@ -93,6 +93,13 @@ def main_run(options: RunOptions) -> int:
     return EXIT_OK if summary["all_passed"] else EXIT_USER
 
 
+def write_report(run_dir: Path, state: RunState) -> Path:
+    """``--report``: report.html beside summary.json (``RunPlan.report``)."""
+    from forgelib.report.page import write_report as write  # only a run that asks for the page loads it
+
+    return write(run_dir, state)
+
+
 def _start_joining(address: str | None) -> Joining | None:
     """``forgelib.cluster.connect.Joining`` (the only code that imports Ray), or None without a cluster."""
     if not address:
@@ -160,7 +167,7 @@ def build_plan(
         project=str(project.root),
         config=str(cfg.path),
         junit=Path(options.junit).resolve() if options.junit else None,
-        report=options.report,
+        report=write_report if options.report else None,
         stacks=options.stacks or cfg.stacks,
         agent=agent,
     )

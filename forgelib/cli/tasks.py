@@ -15,9 +15,9 @@ from forgelib.cli.args import Command
 from forgelib.cli.checkpoints import main_checkpoint, main_fork, main_restore
 from forgelib.cli.commands import main_engine, main_images, main_provision, main_reap, main_teardown
 from forgelib.cli.exits import Number, guarded
+from forgelib.cli.grade import main_grade
 from forgelib.cli.run import main_run
 from forgelib.cli.snapshots import main_snapshots
-from forgelib.grading.regrade import main_grade
 from forgelib.report.page import main_report
 from forgelib.run.options import RunOptions
 from forgelib.scaffold.init import DEFAULT_DIR, main_init

@@ -39,10 +39,11 @@ from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_
 from forgelib.errors import ForgeError
 from forgelib.grading.score import failed_grade
 from forgelib.run import events as ev
-from forgelib.run.execute import Settings, TrialHandle, record_attempt
+from forgelib.run.execute import Settings, record_attempt
 from forgelib.run.lifecycle import Phase, Termination, retries_after_node_loss
 from forgelib.run.results import TrialResult, shelve_attempt, trial_dir
 from forgelib.spec.models import Project, Task
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.cluster")
 NODE_LOST = "node_lost"
@@ -228,13 +229,13 @@ class ClusterBackend:
 
     cluster: Cluster
 
-    def provision(self, task: Task, **kwargs: Any) -> TrialHandle:
+    def provision(self, task: Task, **kwargs: Any) -> Stack:
         raise ForgeError("bug: a cluster run provisions on its nodes")
 
-    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
+    def capture_logs(self, trial: Stack, dest_dir: Path, tail_lines: int) -> None:
         raise ForgeError("bug: a cluster run captures logs on its nodes")
 
-    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+    def teardown(self, trial: Stack, *, graceful: bool = True) -> float:
         raise ForgeError("bug: a cluster run tears down on its nodes")
 
     def run_host(self, argv: Any, **kwargs: Any) -> Any:

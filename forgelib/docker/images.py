@@ -51,7 +51,7 @@ LOCK_TIMEOUT = BASE_BUILD_TIMEOUT + 3 * BUILD_TIMEOUT
 
 
 # name (= directory under images/) -> stand-in: each kind's server, then our python service image; the
-# table in docs/design.md
+# table in docs/internals.md
 STAND_INS: dict[str, StandIn] = {
     **{k.stand_in.directory: k.stand_in for k in KINDS if k.stand_in is not None},
     "python": StandIn("python", "forgelib/python:3.11", "FORGE_IMAGE_PYTHON"),

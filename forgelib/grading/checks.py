@@ -13,8 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from pathlib import Path
-from typing import Any, Protocol, Required, TypedDict, Unpack
+from typing import Any, Unpack
 
 from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted
@@ -26,31 +25,9 @@ from forgelib.runner import Result
 
 __all__ = ["ObservationError", "exec_failure"]  # the kinds' (forgelib.kinds.base), named here for grading
 from forgelib.spec.models import MATCHERS, Check
+from forgelib.stacks.stack import ExecOptions, ServiceAccess
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
-
-
-class ExecOptions(TypedDict, total=False):
-    """The keywords of ``Stack.exec`` (``ComposeProject.exec`` documents them), written once for the
-    protocol and the test double."""
-
-    stdin: Path | None
-    input: str | None
-    timeout: Required[float]  # checks and the oracle always bound a command
-    env: Mapping[str, str] | None
-    workdir: str | None
-    check: bool
-    secrets: Sequence[str]
-    stdout_path: Path | None
-    stderr_path: Path | None
-
-
-class Stack(Protocol):
-    """What checks and the oracle need from a provisioned trial (``compose.ComposeProject`` has it)."""
-
-    def exec(self, service: str, argv: Sequence[str], **options: Unpack[ExecOptions]) -> Result: ...
-
-    def port(self, service: str, container_port: int) -> tuple[str, int]: ...
 
 
 def read_argv(path: str) -> list[str]:
@@ -65,7 +42,7 @@ class ReadOnce:
     a row); a rubric may well read one note from several checks. Only for a pass without a mutating
     check: its reads then all observe the same state, so one answer serves them all."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: ServiceAccess) -> None:
         self._stack = stack
         self._lock = threading.Lock()
         self._answers: dict[tuple[Any, ...], Future[Any]] = {}
@@ -98,7 +75,12 @@ class ReadOnce:
 
 
 def evaluate(
-    stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: float, trace: Trace | None = None
+    stack: ServiceAccess,
+    check: Check,
+    config: Mapping[str, Any],
+    *,
+    timeout: float,
+    trace: Trace | None = None,
 ) -> CheckOutcome:
     """Observe ``check``'s state and match it; every observation failure becomes a failed outcome. A trace
     check is decided from ``trace`` (None: the trial has none, so it cannot be decided).
@@ -179,7 +161,7 @@ def _matcher_for(check: Check) -> Matcher | None:
 
 
 def _by_kind(
-    stack: Stack, check_type: str, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float
+    stack: ServiceAccess, check_type: str, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float
 ) -> str:
     """A kind's check type, observed by the kind recognised for its service (``forgelib.kinds``)."""
     svc = ResolvedConfig.of(config).service(str(spec["service"]))
@@ -194,7 +176,7 @@ def _by_kind(
     return kinds.observer(kind, check_type)(stack, spec, svc, timeout)
 
 
-def _http(stack: Stack, spec: Mapping[str, Any], *, timeout: float) -> tuple[str, str | None]:
+def _http(stack: ServiceAccess, spec: Mapping[str, Any], *, timeout: float) -> tuple[str, str | None]:
     """(observed text, status mismatch) — the text is the JSON field when ``json`` is given, else the body."""
     try:
         host, port = stack.port(spec["service"], int(spec["port"]))

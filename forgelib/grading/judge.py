@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Protocol
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.grading.checks import Stack, exec_failure, read_argv
+from forgelib.grading.checks import exec_failure, read_argv
 from forgelib.grading.score import Verdict
 from forgelib.runner import Result
 from forgelib.spec.models import Judge
+from forgelib.stacks.stack import ServiceAccess
 
 
 class JudgeError(ForgeError):
@@ -57,7 +58,7 @@ def run_judge(
     component: str,
     judge: Judge,
     *,
-    stack: Stack,
+    stack: ServiceAccess,
     host: HostRun,
     cwd: Path,
     env: Mapping[str, str],

@@ -43,7 +43,8 @@ from pydantic import Field
 from forgelib.docker import argv as dk
 from forgelib.errors import CommandTimeout, ForgeError
 from forgelib.harbor import stacks as hs
-from forgelib.stacks.provision import ProvisionedTrial, capture_logs
+from forgelib.stacks.provision import capture_logs
+from forgelib.stacks.stack import Stack
 
 TIMEOUT_BIN = "/usr/bin/timeout"  # coreutils and busybox both put it here
 KILL_GRACE = 5  # seconds a timed-out command gets after SIGTERM before SIGKILL
@@ -135,7 +136,7 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
     options_model = ForgeOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._trial: ProvisionedTrial | None = None
+        self._trial: Stack | None = None
         self._stacks: hs.TaskStacks | None = None
         super().__init__(*args, **kwargs)
         opts = self.options
@@ -169,11 +170,11 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
         _close_with_loop()
         mode, spec, task = self._mode, self._spec, self._task
 
-        def acquire() -> ProvisionedTrial:
+        def acquire() -> Stack:
             self._stacks = hs.stacks_for(spec, mode)
             return self._stacks.acquire(task)
 
-        def abandon(trial: ProvisionedTrial) -> None:
+        def abandon(trial: Stack) -> None:
             if self._stacks is not None:
                 self._stacks.release(trial, graceful=False)
 
@@ -201,7 +202,7 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
 
         await _in_thread(finish)
 
-    def _grade(self, trial: ProvisionedTrial, stacks: hs.TaskStacks) -> None:
+    def _grade(self, trial: Stack, stacks: hs.TaskStacks) -> None:
         """The task's forge grading.yaml on the stack before it is reset, beside harbor's reward."""
         if self._task.grading is None:
             return
@@ -226,12 +227,12 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
 
     # ------------------------------------------------------------------------------------------- I/O
 
-    def _live(self) -> ProvisionedTrial:
+    def _live(self) -> Stack:
         if self._trial is None:
             raise RuntimeError(f"forge environment {self.session_id}: not started (or already stopped)")
         return self._trial
 
-    def _container(self, service: str | None) -> tuple[ProvisionedTrial, str]:
+    def _container(self, service: str | None) -> tuple[Stack, str]:
         trial = self._live()
         name = service or hs.MAIN
         if name not in trial.environment.services:
@@ -352,7 +353,7 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
 
         await _in_thread(run)
 
-    def _docker(self, trial: ProvisionedTrial, argv: list[str]) -> None:
+    def _docker(self, trial: Stack, argv: list[str]) -> None:
         r = trial.compose.runner.run(argv, timeout=COPY_TIMEOUT, check=False)
         if r.rc != 0:
             said = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.rc}").splitlines()[-1]

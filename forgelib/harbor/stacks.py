@@ -28,8 +28,9 @@ from forgelib.spec.loader import PROJECT_FILE, load_grading, load_project_config
 from forgelib.spec.models import Isolation, Task, Timeouts
 from forgelib.stacks.budget import usable_cores
 from forgelib.stacks.hosted import HostedStacks
-from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.reaper import HARBOR_DIR
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.harbor")
 
@@ -154,10 +155,10 @@ def _at_exit(fn: Callable[[], None]) -> None:
 _at_exit(close_all)
 
 
-def describe(trial: ProvisionedTrial, run_id: str) -> dict[str, Any]:
+def describe(trial: Stack, run_id: str) -> dict[str, Any]:
     """What a trial's record says about its stack: which, how it came (fresh, or warm: reused, reset,
     replaced), its goldens and timings."""
-    how = dict(trial.stack) or {"mode": "fresh"}
+    how = dict(trial.source) or {"mode": "fresh"}
     return {
         "stack": trial.name,
         "run_id": run_id,

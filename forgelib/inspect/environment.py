@@ -347,7 +347,7 @@ def _record(stack: SampleStack, run_id: str) -> None:
     from inspect_ai.log import transcript
 
     trial = stack.trial
-    how = dict(trial.stack) or {"mode": "fresh"}
+    how = dict(trial.source) or {"mode": "fresh"}
     transcript().info(
         {
             "stack": trial.name,

@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forgelib.errors import ForgeError
-from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.checks import ReadOnce, evaluate
 from forgelib.grading.judge import run_judge
 from forgelib.grading.score import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
 from forgelib.inspect.stacks import SampleStack
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import Check, Component
+from forgelib.stacks.stack import ServiceAccess
 
 
 def grade_stack(stack: SampleStack, runner: Runner, *, env: Mapping[str, str]) -> Grade:
@@ -37,7 +38,7 @@ def grade_stack(stack: SampleStack, runner: Runner, *, env: Mapping[str, str]) -
     def budget() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    view: Stack = stack.trial.compose if mutates(g) else ReadOnce(stack.trial.compose)
+    view: ServiceAccess = stack.trial.compose if mutates(g) else ReadOnce(stack.trial.compose)
 
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
         return [evaluate(view, c, stack.trial.config, timeout=budget()) for c in checks]

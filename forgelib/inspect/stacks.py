@@ -25,8 +25,9 @@ from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import EnvironmentManifest, Project, Task, Timeouts
 from forgelib.stacks.budget import mem_available, usable_cores
 from forgelib.stacks.hosted import HostedStacks
-from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.reaper import INSPECT_DIR
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.inspect")
 
@@ -98,7 +99,7 @@ def default_service(env: EnvironmentManifest, wanted: str | None, where: str) ->
 class SampleStack:
     """One sample's stack: the provisioned trial and its services, inspect's default first."""
 
-    trial: ProvisionedTrial
+    trial: Stack
     task: Task
     services: tuple[str, ...]
     timeouts: Timeouts

@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import mcp.types as mt
 import uvicorn
@@ -36,11 +36,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from forgelib.errors import ForgeError
-from forgelib.grading.checks import Stack
 from forgelib.mcp.names import ALL_TOOLS, DEFAULT_TOOLS
 from forgelib.mcp.network import TrialNetwork, allowed_peer
 from forgelib.mcp.tools import BODY_LIMIT, SPECS, Toolbox, ToolFailure
 from forgelib.mcp.trace import TraceWriter
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +50,6 @@ STOP_TIMEOUT = 10.0  # seconds close() waits for the thread
 # A JSON-RPC message carries at most BODY_LIMIT bytes of content, which JSON escaping can double; a larger
 # request is refused by the SDK with HTTP 413 before it is parsed.
 MAX_MESSAGE = 2 * BODY_LIMIT + 64 * 1024
-
-
-class TrialStack(Protocol):
-    """What the server needs of a provisioned trial (``provision.ProvisionedTrial`` and ``execute.
-    TrialHandle`` have it): exec and port of its stack, and its resolved compose config."""
-
-    @property
-    def compose(self) -> Stack: ...
-    @property
-    def config(self) -> Mapping[str, Any]: ...
 
 
 class ToolServer:
@@ -86,7 +76,7 @@ class ToolServer:
     @classmethod
     def start(
         cls,
-        stack: TrialStack,
+        stack: Stack,
         *,
         services: Collection[str] | None = None,
         tools: Sequence[str] = DEFAULT_TOOLS,
@@ -113,7 +103,7 @@ class ToolServer:
 
     def _start(
         self,
-        stack: TrialStack,
+        stack: Stack,
         services: Collection[str] | None,
         tools: tuple[str, ...],
         trace_path: Path,

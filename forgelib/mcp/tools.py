@@ -24,13 +24,13 @@ import jsonschema
 
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.grading.checks import Stack
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ToolBackend, ToolFailure, as_json, tool_failed
 from forgelib.kinds.kind import ToolSpec
 from forgelib.kinds.toolschema import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from forgelib.mcp.names import ALL_TOOLS, BODY_LIMIT, FILE_LIMIT, OUTPUT_LIMIT, SPECS
 from forgelib.runner import Result
+from forgelib.stacks.stack import ServiceAccess
 
 LIST_LIMIT = 10_000  # entries list_dir returns
 MAX_RESULT = 2 * FILE_LIMIT + 64 * 1024  # bytes of any result (a redis value, wide rows): else an error
@@ -70,11 +70,12 @@ def validate(tool: str, arguments: Any) -> dict[str, Any]:
 class Toolbox:
     """The tools bound to one trial's stack. Thread-safe: the server runs each call on a worker thread.
 
-    ``compose``: exec and port of the trial's stack (``checks.Stack``); ``config``: its resolved compose
-    config; ``services``: the services the tools may touch (default every one in ``config``)."""
+    ``compose``: exec and port of the trial's stack (``stacks.stack.ServiceAccess``); ``config``: its
+    resolved compose config; ``services``: the services the tools may touch (default every one in
+    ``config``)."""
 
     def __init__(
-        self, compose: Stack, config: Mapping[str, Any], services: Collection[str] | None = None
+        self, compose: ServiceAccess, config: Mapping[str, Any], services: Collection[str] | None = None
     ) -> None:
         self._compose = compose
         all_services = ResolvedConfig.of(config).services

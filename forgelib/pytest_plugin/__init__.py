@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @dataclass(frozen=True)
-class StackSpec:
+class ForgeMarker:
     project: Path
     task: str | None
     scope: str
@@ -82,7 +82,7 @@ def _usage(text: str) -> NoReturn:
     pytest.fail(f"@pytest.mark.{MARKER}: {text}", pytrace=False)
 
 
-def stack_spec(item: pytest.Item) -> StackSpec:
+def stack_spec(item: pytest.Item) -> ForgeMarker:
     """What the closest ``forge`` marker (function, class, then module) asks for."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
@@ -111,7 +111,7 @@ def stack_spec(item: pytest.Item) -> StackSpec:
     path = Path(project)
     if not path.is_absolute():
         path = item.config.rootpath / path
-    return StackSpec(path, task, scope)
+    return ForgeMarker(path, task, scope)
 
 
 # ---------------------------------------------------------------------------------------------- the pool
@@ -190,7 +190,7 @@ class _Scoped:
         self.warm: dict[Path, Any] = {}  # project root -> its backend with a warm pool (stacks.DockerBackend)
         self.failed: dict[tuple[Path, str | None], Exception] = {}
 
-    def acquire(self, spec: StackSpec) -> ForgeStack:
+    def acquire(self, spec: ForgeMarker) -> ForgeStack:
         key = (spec.project, spec.task)
         if key in self.failed:
             raise self.failed[key]

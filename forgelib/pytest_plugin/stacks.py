@@ -36,8 +36,9 @@ from forgelib.spec.models import Project, Task, Timeouts
 from forgelib.stacks import DockerBackend, Stacks
 from forgelib.stacks import open as open_stacks
 from forgelib.stacks.live import LiveStacks, StopState
-from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.reaper import PYTEST_DIR
+from forgelib.stacks.stack import Stack
 
 if TYPE_CHECKING:
     import psycopg
@@ -73,7 +74,7 @@ _P = TypeVar("_P")
 class ForgeStack:
     """One provisioned stack, as a test sees it (the ``forge_stack`` fixture's value)."""
 
-    trial: ProvisionedTrial
+    trial: Stack
     project: Project
     task: Task | None
     run_id: str
@@ -326,8 +327,8 @@ class StackPool:
         except Interrupted:  # a stop came first: the registry is closed, so give it back here
             backend.teardown(trial, graceful=False)
             raise
-        if trial.stack.get("replaced"):
-            self.notes.append(f"{trial.name} replaces a stack not proven clean: {trial.stack['replaced']}")
+        if trial.source.get("replaced"):
+            self.notes.append(f"{trial.name} replaces a stack not proven clean: {trial.source['replaced']}")
         return ForgeStack(trial, project, task, self.run_id, self.timeouts)
 
     # -------------------------------------------------- stacks tests share (module / session scope)

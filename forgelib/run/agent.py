@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, ProgramNotFound
 from forgelib.errors import tail as text_tail
-from forgelib.grading.checks import Stack
 from forgelib.runner import Result, file_tail
 from forgelib.spec.models import Agent
+from forgelib.stacks.stack import ServiceAccess
 
 INSTRUCTION_FILE = "instruction.txt"
 MANIFEST_FILE = "manifest.json"
@@ -96,7 +96,7 @@ def run_agent(
     env: Mapping[str, str],
     secrets: Sequence[str],
     host: HostLauncher,
-    stack: Stack,
+    stack: ServiceAccess,
     command_timeout: float,
 ) -> AgentResult:
     """Run ``agent`` once for the trial whose inputs ``write_inputs`` put in ``out_dir``."""
@@ -162,7 +162,9 @@ def _exit(r: Result, agent: Agent) -> str:
     return f"exited {r.rc}: {last}"
 
 
-def _copy_in(stack: Stack, service: str, out_dir: Path, timeout: float, secrets: Sequence[str]) -> None:
+def _copy_in(
+    stack: ServiceAccess, service: str, out_dir: Path, timeout: float, secrets: Sequence[str]
+) -> None:
     """The instruction and the manifest into the service's container, at ``IN_SERVICE_DIR`` (through the
     one exec path; ``sh`` is the one program it needs, as an oracle's default interpreter does)."""
     for name in (INSTRUCTION_FILE, MANIFEST_FILE):

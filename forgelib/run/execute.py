@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Required, TypedDict, Unpack
+from typing import Any, Protocol, Unpack
 
 from forgelib.docker.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
-from forgelib.grading.checks import ReadOnce, Stack, evaluate
+from forgelib.grading.checks import ReadOnce, evaluate
 from forgelib.grading.judge import JudgeError, run_judge
 from forgelib.grading.score import (
     CheckOutcome,
@@ -33,8 +33,6 @@ from forgelib.grading.score import (
     threshold_of,
 )
 from forgelib.grading.traces import TRACE_FILE, read_trace
-from forgelib.kinds.base import SeedMount
-from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run import manifest, tools
 from forgelib.run.agent import (
@@ -61,76 +59,25 @@ from forgelib.run.results import (
 from forgelib.runner import Result, secret_values
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.stacks.stack import ServiceAccess, Stack, TrialRequest
 
 log = logging.getLogger("forgelib.run")
 
 Progressor = Callable[[str], None]
 
 
-class TrialHandle(Protocol):
-    """A provisioned trial (``provision.ProvisionedTrial`` satisfies it)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def compose(self) -> Stack: ...
-    @property
-    def timings(self) -> Mapping[str, float]: ...
-    @property
-    def ports(self) -> Mapping[str, list[str]]:
-        """service -> published ports as ``127.0.0.1:49153->5432/tcp`` (for trial.yaml)."""
-        ...
-
-    @property
-    def bare_seeds(self) -> Mapping[str, SeedMount]:
-        """service -> its seed's extra mount (``Recipe.seed_mount``: a ``bare`` seed's read-only file)."""
-        ...
-
-    @property
-    def pooled(self) -> bool:
-        """A warm pool's stack: giving it back resets it for a later trial (no ``down`` to wait for)."""
-        ...
-
-    @property
-    def stack(self) -> Mapping[str, Any]:
-        """How the trial got its stack: ``mode`` (fresh/warm/shared), ``name``, ``reuse`` (trials it ran
-        before this one), ``replaced`` (why a warm stack was replaced by a fresh one, else None)."""
-        ...
-
-    @property
-    def config(self) -> Mapping[str, Any]:
-        """The resolved compose config (state checks connect as the services are configured)."""
-        ...
-
-    @property
-    def snapshots(self) -> Mapping[str, Mapping[str, Any]]:
-        """service -> what its golden did (restored, captured, discarded and why); may be empty."""
-        ...
-
-
-class TrialRequest(TypedDict, total=False):
-    """Which trial ``Backend.provision`` provisions (``provision.TrialSpec``'s fields but the task: what
-    the orchestrator decides), written once for the protocol and every backend."""
-
-    run_id: Required[str]
-    trial_index: Required[int]
-    trial_dir: Required[Path]
-    on_phase: Callable[[str, float], None] | None  # (phase, seconds) as each provisioning phase ends
-    attempt: int  # > 1: a retry, on a fresh stack
-
-
 class Backend(Protocol):
     """Provisioning as the orchestrator needs it; ``stacks.DockerBackend`` is the real one."""
 
-    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> TrialHandle:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> Stack:
         """A provisioned stack; raises ProvisionError only after capturing logs and tearing down.
 
         ``attempt`` > 1 is a retry: its stack must be a fresh one (a new compose project), never the last
         attempt's, even if that one's teardown failed."""
         ...
 
-    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None: ...
-    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+    def capture_logs(self, trial: Stack, dest_dir: Path, tail_lines: int) -> None: ...
+    def teardown(self, trial: Stack, *, graceful: bool = True) -> float:
         """Remove the stack; ``graceful=False`` (a second Ctrl-C) skips the containers' stop timeout."""
         ...
 
@@ -202,7 +149,7 @@ class _Trial:
     dir: Path
     started: float = field(default_factory=time.time)
     timings: dict[str, float] = field(default_factory=dict)
-    handle: TrialHandle | None = None
+    handle: Stack | None = None
     grade: Grade | None = None
     provision_stage: str | None = None
     ports: dict[str, list[str]] = field(default_factory=dict)
@@ -396,7 +343,7 @@ class Executor:
             return self._provision_failed(t, "provision", str(e), t0)
         t.handle = handle
         t.ports = {svc: list(p) for svc, p in handle.ports.items() if p}
-        t.stack = dict(handle.stack)
+        t.stack = dict(handle.source)
         slower = t.stack.pop("ephemeral_recreated", None)  # handed to the run's first trial of its stack only
         if slower:
             self.events.append(
@@ -545,7 +492,7 @@ class Executor:
         width = 1 if in_order else GRADING_THREADS
         checks_pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check")
         # Without a mutating check every read sees the same state: a file several checks read is read once.
-        stack: Stack = handle.compose if in_order else ReadOnce(handle.compose)
+        stack: ServiceAccess = handle.compose if in_order else ReadOnce(handle.compose)
         trace = read_trace(t.dir / TRACE_FILE)  # the agent's tool calls, for trace checks
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
@@ -738,7 +685,9 @@ class RunPlan:
     project: str = ""  # recorded in run_started (where it came from), informational
     config: str = ""
     junit: Path | None = None
-    report: bool = False  # also write report.html (forgelib.report) beside summary.json
+    # Writes report.html beside summary.json as the run ends, interrupted or not: the front end's page
+    # (``forgelib.report.page.write_report``), given here so the orchestrator imports nothing above it.
+    report: Callable[[Path, ev.RunState], Path] | None = None
     stacks: str = "fresh"  # recorded in run_started; the backend implements it
     agent: Agent | None = None  # what solves every trial; None: each task's oracle
 
@@ -837,8 +786,8 @@ def run_project(
         write_summary(run_dir, ev.summarize(state))
         if plan.junit is not None:
             write_junit(plan.junit, state)
-        if plan.report:
-            progress(f"report: {write_report(run_dir, state)}")
+        if plan.report is not None:
+            progress(f"report: {plan.report(run_dir, state)}")
     return run_dir, state
 
 

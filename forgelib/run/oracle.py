@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
-from forgelib.grading.checks import Stack, exec_failure
+from forgelib.grading.checks import exec_failure
 from forgelib.runner import file_tail, secret_values
 from forgelib.spec.models import Oracle
+from forgelib.stacks.stack import ServiceAccess
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def effective_timeout(oracle: Oracle, cap: float) -> float:
 
 
 def run_oracle(
-    stack: Stack,
+    stack: ServiceAccess,
     oracle: Oracle,
     *,
     timeout: float,

@@ -10,18 +10,17 @@ JUnit XML. Each file is written to a temporary name and renamed, so a killed run
 from __future__ import annotations
 
 import json
-import os
 import re
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from forgelib.grading.gradedoc import atomic_write, check_of, grade_doc, write_yaml
 from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.run.events import RunState, TrialRecord
 from forgelib.run.lifecycle import Termination, error_stage, is_retryable, status_of
@@ -41,7 +40,7 @@ class TrialResult:
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     compose_project: str | None = None
     ports: dict[str, list[str]] = field(default_factory=dict)  # service -> "127.0.0.1:49153->5432/tcp"
-    stack: dict[str, Any] = field(default_factory=dict)  # mode, name, reuse, replaced (TrialHandle.stack)
+    stack: dict[str, Any] = field(default_factory=dict)  # mode, name, reuse, replaced (Stack.source)
     provision_stage: str | None = None  # ProvisionError.stage
     error: str | None = None  # the one-line reason the attempt broke
     oracle: dict[str, Any] | None = None  # rc, timed_out, seconds (the oracle solved it)
@@ -160,42 +159,6 @@ def trial_doc(r: TrialResult) -> dict[str, Any]:
     }
 
 
-def grade_doc(g: Grade) -> dict[str, Any]:
-    doc = {
-        "binary_pass": g.binary_pass,
-        "score": g.score,
-        "threshold": g.threshold,
-        "components": dict(g.components),
-        "checks": [check_doc(c) for c in g.checks],
-        "reasons": list(g.reasons),
-    }
-    if g.details:  # weighted components: every route's score and the winner, each judge's reason
-        doc["details"] = {k: dict(v) for k, v in g.details.items()}
-    if g.undecided:  # checks left out of the score: neither passed nor failed, with why
-        doc["undecided"] = list(g.undecided)
-    return doc
-
-
-def check_doc(c: CheckOutcome) -> dict[str, Any]:
-    """A check in grade.yaml: every field of its outcome, ``result`` (passed | failed | undecided) and
-    ``reason`` (why it did not pass; null when it did). An undecided check has ``passed: null``: it
-    neither passed nor failed (``decided: false`` says the same, for readers of older files)."""
-    doc = asdict(c)
-    out: dict[str, Any] = {}
-    for k, v in doc.items():
-        out[k] = None if k == "passed" and not c.decided else v
-        if k == "passed":
-            out["result"], out["reason"] = c.result, c.why()
-    return out
-
-
-def check_of(doc: Mapping[str, Any]) -> CheckOutcome:
-    """A check as ``check_doc`` wrote it (or as a forge before ``result`` did) back into its outcome."""
-    known = {k: v for k, v in doc.items() if k in CheckOutcome.__dataclass_fields__}
-    known["passed"] = bool(known.get("passed"))  # null: undecided, which scores as not passed
-    return CheckOutcome(**known)
-
-
 def check_line(c: CheckOutcome) -> dict[str, Any]:
     """A check in the ``trial_finished`` event (so in summary.json and the report): what it was, how it
     ended, and why."""
@@ -284,7 +247,7 @@ def read_trials(run_dir: Path) -> list[RecordedTrial]:
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
     path = run_dir / "summary.json"
-    _atomic(path, json.dumps(summary, indent=2) + "\n")
+    atomic_write(path, json.dumps(summary, indent=2) + "\n")
     return path
 
 
@@ -318,7 +281,7 @@ def write_junit(path: Path, state: RunState) -> Path:
     root.append(suite)
     ET.indent(root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+    atomic_write(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
     return path
 
 
@@ -331,16 +294,6 @@ def _reruns(case: ET.Element, r: TrialRecord) -> None:
         kind = "Failure" if term == "COMPLETED" else "Error"
         el = ET.SubElement(case, f"{prefix}{kind}", message=str(a.get("reason") or term), type=term)
         el.text = f"attempt {a.get('attempt')} ({a.get('dir')}): {term}: {a.get('reason') or ''}"
-
-
-def write_yaml(path: Path, doc: Mapping[str, Any]) -> None:
-    _atomic(path, yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True, width=1000))
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _case_time(r: TrialRecord) -> str:

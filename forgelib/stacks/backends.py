@@ -22,16 +22,14 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Unpack, cast
+from typing import Protocol, Unpack
 
 from forgelib.errors import ForgeError
-from forgelib.run.execute import TrialHandle, TrialRequest
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.stacks.budget import Admission
 from forgelib.stacks.provision import (
     FAILURE_FILE,
-    ProvisionedTrial,
     StackContext,
     TrialSpec,
     capture_logs,
@@ -41,17 +39,18 @@ from forgelib.stacks.provision import (
 )
 from forgelib.stacks.reaper import reap_dead_owners
 from forgelib.stacks.shared import SharedStacks
+from forgelib.stacks.stack import Stack, TrialRequest
 from forgelib.stacks.warm import WarmPool
 
 
 class StackSource(Protocol):
     """One way a trial gets a stack."""
 
-    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+    def acquire(self, task: Task, trial: TrialSpec) -> Stack:
         """A seeded stack for ``trial``; raises ``ProvisionError`` only after logs and teardown."""
         ...
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+    def release(self, trial: Stack, *, graceful: bool) -> float:
         """The trial is over: the seconds giving its stack back took."""
         ...
 
@@ -64,12 +63,12 @@ class FreshSource:
     ctx: StackContext
     admission: Admission | None = None
 
-    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+    def acquire(self, task: Task, trial: TrialSpec) -> Stack:
         return _admitted(
             self.ctx, self.admission, trial, lambda: provision_trial(self.ctx, trial), start=True
         )
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+    def release(self, trial: Stack, *, graceful: bool) -> float:
         try:
             return teardown_trial(trial, graceful=graceful)
         finally:
@@ -86,11 +85,11 @@ class SharedSource:
     shared: SharedStacks
     admission: Admission | None = None
 
-    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+    def acquire(self, task: Task, trial: TrialSpec) -> Stack:
         # not a start: the run's one stack of it comes up once, and every other trial only looks it up
         return _admitted(self.ctx, self.admission, trial, lambda: self.shared.acquire(self.ctx, trial))
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+    def release(self, trial: Stack, *, graceful: bool) -> float:
         if self.admission is not None:
             self.admission.leave()
         return 0.0
@@ -102,12 +101,12 @@ class WarmSource:
 
     pool: WarmPool
 
-    def acquire(self, task: Task, trial: TrialSpec) -> ProvisionedTrial:
+    def acquire(self, task: Task, trial: TrialSpec) -> Stack:
         return self.pool.acquire(
             task, run_id=trial.run_id, trial_dir=trial.trial_dir, on_phase=trial.on_phase
         )
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool) -> float:
+    def release(self, trial: Stack, *, graceful: bool) -> float:
         return self.pool.release(trial, graceful=graceful)
 
 
@@ -115,10 +114,10 @@ def _admitted(
     ctx: StackContext,
     admission: Admission | None,
     trial: TrialSpec,
-    make: Callable[[], ProvisionedTrial],
+    make: Callable[[], Stack],
     *,
     start: bool = False,
-) -> ProvisionedTrial:
+) -> Stack:
     """``make()`` inside the memory budget: it waits for room first, and with ``start`` for one of the
     run's start places (``Admission.starting``). What it waited for goes on the handle's record: the budget's
     figures (``stack.pool``), ``timings.memory_wait`` and ``start_wait``, and their sum as ``stack_wait``
@@ -126,7 +125,7 @@ def _admitted(
     if admission is None:
         return make()
     memory = queued = 0.0
-    handle: ProvisionedTrial | None = None
+    handle: Stack | None = None
     while handle is None:
         memory += admission.enter()
         try:
@@ -147,7 +146,7 @@ def _admitted(
     return dataclasses.replace(
         handle,
         timings={**handle.timings, **waits, "stack_wait": round(memory + queued, 3)},
-        stack={**handle.stack, "pool": pool},
+        source={**handle.source, "pool": pool},
     )
 
 
@@ -173,17 +172,16 @@ class DockerBackend:
             return WarmSource(self.pool)
         return FreshSource(self.ctx, self.admission)
 
-    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> ProvisionedTrial:
+    def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> Stack:
         return self._source(task.environment).acquire(task, TrialSpec(task, **trial))
 
-    def teardown(self, trial: TrialHandle, *, graceful: bool = True) -> float:
+    def teardown(self, trial: Stack, *, graceful: bool = True) -> float:
         """Give the stack back to its source: torn down (fresh), left up (shared), reset for the next trial
         (warm; torn down when ``graceful`` is False)."""
-        t = cast(ProvisionedTrial, trial)
-        return self._source(t.environment).release(t, graceful=graceful)
+        return self._source(trial.environment).release(trial, graceful=graceful)
 
-    def capture_logs(self, trial: TrialHandle, dest_dir: Path, tail_lines: int) -> None:
-        capture_logs(cast(ProvisionedTrial, trial), dest_dir, tail_lines)
+    def capture_logs(self, trial: Stack, dest_dir: Path, tail_lines: int) -> None:
+        capture_logs(trial, dest_dir, tail_lines)
 
     def run_host(
         self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None

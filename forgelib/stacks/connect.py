@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.mysql import client as mysql_client
@@ -37,6 +36,7 @@ from forgelib.kinds.postgres.client import PostgresParams
 from forgelib.kinds.redis import client as redis_dump
 from forgelib.kinds.redis.client import RedisParams
 from forgelib.spec.models import EnvironmentManifest
+from forgelib.stacks.stack import Stack
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,17 +47,6 @@ class PortLookup(Protocol):
     """Where a container port is published on the host (``ComposeProject.port``)."""
 
     def port(self, service: str, container_port: int) -> tuple[str, int]: ...
-
-
-class Stack(Protocol):
-    """What a connection needs of a provisioned stack (``provision.ProvisionedTrial`` satisfies it)."""
-
-    @property
-    def compose(self) -> ComposeProject: ...
-    @property
-    def config(self) -> Mapping[str, Any]: ...
-    @property
-    def environment(self) -> EnvironmentManifest: ...
 
 
 def service_config(config: Mapping[str, Any], service: str) -> ServiceConfig:
@@ -98,7 +87,9 @@ def postgres_params(
 def postgres(stack: Stack, service: str, *, database: str | None = None) -> PostgresParams:
     """Parameters for a postgres service of a provisioned stack, as its seed connected."""
     opts = binding_options(stack.environment, service)
-    return postgres_params(stack.compose, service, stack.config, opts, database=database)
+    return sql_dump.connection_params(
+        stack.service(service), opts, address(stack.compose, service, False), database=database
+    )
 
 
 def postgres_dsn(stack: Stack, service: str, *, database: str | None = None) -> str:
@@ -157,7 +148,7 @@ def address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], 
 
 def redis(stack: Stack, service: str, *, db: int = 0) -> RedisParams:
     """Parameters for a redis service of a provisioned stack."""
-    return redis_params(stack.compose, service, stack.config, db)
+    return redis_dump.connection_params(stack.service(service), address(stack.compose, service, False), db)
 
 
 def redis_url(stack: Stack, service: str, *, db: int = 0) -> str:

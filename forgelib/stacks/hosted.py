@@ -24,9 +24,9 @@ from forgelib.docker.labels import owned_temp_dir
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.runner import Runner, SubprocessRunner
 from forgelib.spec.models import Project, Task, Timeouts
-from forgelib.stacks.provision import ProvisionedTrial
 from forgelib.stacks.session import Mode
 from forgelib.stacks.session import open as open_stacks
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.stacks")
 
@@ -92,7 +92,7 @@ class HostedStacks:
                 self._root = owned_temp_dir(self._temp_prefix)
             return self._root
 
-    def acquire(self, task: Task) -> ProvisionedTrial:
+    def acquire(self, task: Task) -> Stack:
         """A seeded stack for one trial: fresh, or a warm one reset and fingerprint-verified (a stack not
         proven clean is replaced). Raises ``ProvisionError`` (forge's reason; nothing left behind)."""
         with self._busy:
@@ -106,12 +106,12 @@ class HostedStacks:
                 self._inflight -= 1
                 self._busy.notify_all()
 
-    def _acquire(self, task: Task) -> ProvisionedTrial:
+    def _acquire(self, task: Task) -> Stack:
         index = next(self._index)
         trial = self.backend.provision(
             task, run_id=self.run_id, trial_index=index, trial_dir=self.root() / str(index)
         )
-        assert isinstance(trial, ProvisionedTrial)
+        assert isinstance(trial, Stack)
         if self._stopping:  # the host stopped meanwhile (its trial cancelled): nobody will use it
             self.backend.teardown(trial, graceful=False)
             raise Interrupted(f"{self._host} is stopping: {trial.name} torn down")
@@ -125,7 +125,7 @@ class HostedStacks:
             raise
         return trial
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool = True) -> None:
+    def release(self, trial: Stack, *, graceful: bool = True) -> None:
         """The trial is over: a warm stack goes back to its pool (reset before the next trial), a fresh
         one is torn down; not ``graceful`` (the trial failed or was cut short): torn down either way."""
         why = self.live.teardown(trial.name, graceful=graceful)

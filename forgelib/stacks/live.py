@@ -66,7 +66,7 @@ class TeardownReport:
 
 
 @dataclass
-class _Stack:
+class LiveEntry:
     teardown: Teardown
     lock: threading.Lock = field(default_factory=threading.Lock)  # one teardown of this stack at a time
 
@@ -77,7 +77,7 @@ class LiveStacks:
     def __init__(self) -> None:
         # RLock: teardown_all may be re-entered from a signal handler frame in the same (main) thread
         self._lock = threading.RLock()
-        self._stacks: dict[str, _Stack] = {}
+        self._stacks: dict[str, LiveEntry] = {}
         # a plain bool, set from the signal handler without taking a lock (a handler must never block)
         self.closed = False
         self.hurried = False  # likewise: a second signal; every teardown from now on skips graceful waits
@@ -89,7 +89,7 @@ class LiveStacks:
         with self._lock:
             if self.closed and not started:
                 raise Interrupted(f"stop requested: not starting stack {name}")
-            self._stacks[name] = _Stack(teardown)
+            self._stacks[name] = LiveEntry(teardown)
 
     def discard(self, name: str) -> None:
         with self._lock:
@@ -125,7 +125,7 @@ class LiveStacks:
             self._forget(name, entry)
             return None
 
-    def _forget(self, name: str, entry: _Stack) -> None:
+    def _forget(self, name: str, entry: LiveEntry) -> None:
         with self._lock:
             if self._stacks.get(name) is entry:
                 del self._stacks[name]

@@ -46,6 +46,7 @@ from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, S
 from forgelib.spec.rules import service_config as written_service
 from forgelib.stacks.live import StopAwareRunner
 from forgelib.stacks.snapshots.trial import GoldenFailed, Plan, TrialGoldens
+from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.stacks.provision")
 
@@ -80,29 +81,6 @@ def out_of_networks(e: BaseException) -> bool:
     on how many stacks the engine holds at once (the run waits for one of its own to come down), not a
     fault of the trial."""
     return isinstance(e, ProvisionError) and e.reason.startswith(NO_ADDRESS_POOL)
-
-
-@dataclass(frozen=True)
-class ProvisionedTrial:
-    name: str  # the compose project name
-    environment: EnvironmentManifest
-    compose: ComposeProject
-    timings: dict[str, float]
-    bare_seeds: dict[str, SeedMount]  # service -> its seed's extra mount (Recipe.seed_mount; trial.yaml)
-    trial_dir: Path
-    labels: Mapping[str, str] = field(default_factory=dict)
-    shared: bool = False  # the run's shared stack: teardown_trial leaves it to teardown_run
-    config: Mapping[str, Any] = field(default_factory=dict)  # `docker compose config`, resolved
-    # service -> ["127.0.0.1:49153->5432/tcp", ...]: where the host reaches what the stack publishes
-    ports: Mapping[str, list[str]] = field(default_factory=dict)
-    # Warm stacks: each reset service's recipe, what its `prepare` built and its baseline fingerprint.
-    prepared: tuple[PreparedSeed, ...] = ()
-    # How the trial got its stack: {"mode": "fresh"|"warm", "name", "reuse", "replaced"} (trial.yaml).
-    stack: Mapping[str, Any] = field(default_factory=dict)
-    # A warm pool's stack: giving it back resets it for a later trial instead of tearing it down.
-    pooled: bool = False
-    # service -> what its golden did (restored / captured / none, discarded with the reason): trial.yaml
-    snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,10 +127,10 @@ class TrialSpec:
     def environment(self, project: Project) -> EnvironmentManifest:
         return self.task.environment if self.task is not None else project.environment
 
-    def stack(self, ctx: StackContext) -> StackSpec:
+    def stack(self, ctx: StackContext) -> StackPlan:
         """This trial's own stack: its compose project name and labels."""
         task = self.task.name if self.task is not None else DEFAULT_TASK
-        return StackSpec(
+        return StackPlan(
             self.environment(ctx.project),
             project_name(ctx.project.name, self.run_id, task, self.trial_index, self.attempt),
             lab.run_labels(
@@ -163,7 +141,7 @@ class TrialSpec:
 
 
 @dataclass(frozen=True)
-class StackSpec:
+class StackPlan:
     """One stack to bring up: ``env`` as the compose project ``name`` carrying ``labels``, its files
     (override, logs) in ``trial_dir``; ``shared``: a run's shared stack (``teardown_trial`` leaves it)."""
 
@@ -174,7 +152,7 @@ class StackSpec:
     shared: bool = False
 
 
-def provision_trial(ctx: StackContext, trial: TrialSpec) -> ProvisionedTrial:
+def provision_trial(ctx: StackContext, trial: TrialSpec) -> Stack:
     """``trial``'s own stack: fresh, or with ``ctx.goldens`` its reset services from their goldens
     (``forgelib.stacks.snapshots``; the first trial of a key captures it).
 
@@ -191,23 +169,23 @@ def provision_trial(ctx: StackContext, trial: TrialSpec) -> ProvisionedTrial:
 
 def provision_stack(
     ctx: StackContext,
-    spec: StackSpec,
+    spec: StackPlan,
     steps: FreshSteps | None = None,
     *,
     on_phase: PhaseCallback | None = None,
-) -> ProvisionedTrial:
+) -> Stack:
     """One stack of ``spec`` through the fresh pipeline; ``steps`` fill in its fixed points (None: none,
     ``WarmSteps``: every seed prepared for in-place resets, ``GoldenSteps``: from goldens). Fails as
     ``provision_trial``."""
     return _Provisioning(ctx, spec, steps or FreshSteps(), on_phase).run()
 
 
-def capture_logs(trial: ProvisionedTrial, dest_dir: Path, tail_lines: int) -> None:
+def capture_logs(trial: Stack, dest_dir: Path, tail_lines: int) -> None:
     """``<dest_dir>/<svc>.log`` for every declared service (a service that never started: an empty file)."""
     _capture(trial.compose, trial.environment, dest_dir, tail_lines)
 
 
-def teardown_trial(trial: ProvisionedTrial, *, graceful: bool = True) -> float:
+def teardown_trial(trial: Stack, *, graceful: bool = True) -> float:
     """``down --volumes --remove-orphans``; the seconds it took. The run's shared stack stays up (0.0):
     ``teardown_run`` removes it once the run is over. ``graceful=False`` (a second Ctrl-C) kills the
     containers at once instead of waiting out their stop timeout."""
@@ -227,13 +205,13 @@ class _Provisioning:
     override, up the seeded services, recipes, up the rest. ``steps`` is called at fixed points."""
 
     ctx: StackContext
-    spec: StackSpec
+    spec: StackPlan
     steps: FreshSteps
     on_phase: PhaseCallback | None = None
     timings: dict[str, float] = field(default_factory=dict)
     _compose: ComposeProject | None = None  # the stack as far as it got (clean-up needs all its files)
 
-    def run(self) -> ProvisionedTrial:
+    def run(self) -> Stack:
         t0 = time.monotonic()
         while True:
             try:
@@ -246,7 +224,7 @@ class _Provisioning:
             self.timings["provision"] = time.monotonic() - t0
             return dataclasses.replace(trial, timings=dict(self.timings), snapshots=self.steps.records())
 
-    def _attempt(self) -> ProvisionedTrial:
+    def _attempt(self) -> Stack:
         env = self.ctx.cache.images.env(self.ctx.runner)
         compose = self._compose = ComposeProject(
             self.spec.name,
@@ -266,7 +244,7 @@ class _Provisioning:
                 self._clean_up(self._compose, e)  # with every file: the overrides name our resources
                 raise
 
-    def _provision(self, compose: ComposeProject, locks: contextlib.ExitStack) -> ProvisionedTrial:
+    def _provision(self, compose: ComposeProject, locks: contextlib.ExitStack) -> Stack:
         bindings = self._bind()  # host-side guards: a broken binding or seed costs no container
         # Where services' images come from besides their compose file, each step in its own phase: the
         # run's builds, then the steps' plan (goldens: which services start from one). The override is
@@ -315,7 +293,7 @@ class _Provisioning:
         self.steps.started(bindings, context, self._phase)
         publishes = any(loopback.values()) or any(s.ports for s in services.values())
         ports = compose.published_ports() if publishes else {}
-        return ProvisionedTrial(
+        return Stack(
             name=self.spec.name,
             environment=self.spec.env,
             compose=dataclasses.replace(compose, direct=True),  # the trial's execs: plain `docker exec`
@@ -327,7 +305,7 @@ class _Provisioning:
             config=config,
             ports=ports,
             prepared=prepared,
-            stack={
+            source={
                 "mode": "shared" if self.spec.shared else "fresh",
                 "name": self.spec.name,
                 "reuse": 0,
@@ -494,7 +472,7 @@ class FreshSteps:
         raise error
 
     def records(self) -> dict[str, dict[str, Any]]:
-        """service -> what the steps did for it (``ProvisionedTrial.snapshots``, trial.yaml)."""
+        """service -> what the steps did for it (``Stack.snapshots``, trial.yaml)."""
         return {}
 
 

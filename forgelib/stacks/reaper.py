@@ -1,6 +1,6 @@
 """The reaper: remove forgelib's compose leftovers whose owning process is provably gone, keep the rest.
 
-Every container, network and volume a trial creates carries ownership labels (docs/design.md, Labels).
+Every container, network and volume a trial creates carries ownership labels (docs/internals.md, Labels).
 The reaper groups what it finds by compose project and decides per project:
 
 * **remove** when the owner is provably gone: same host and same boot id, and the owning pid is not running

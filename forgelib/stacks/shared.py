@@ -15,22 +15,23 @@ from forgelib.docker import labels as lab
 from forgelib.docker.compose import project_name
 from forgelib.errors import ForgeError
 from forgelib.spec.models import EnvironmentManifest, Project
-from forgelib.stacks.provision import ProvisionedTrial, StackContext, StackSpec, TrialSpec, provision_stack
+from forgelib.stacks.provision import StackContext, StackPlan, TrialSpec, provision_stack
+from forgelib.stacks.stack import Stack
 
 
 class SharedStacks:
     """A run's shared stacks. Owned by the run's backend (``stacks.backends``), which tears them down once
-    the run is over; a trial's ``teardown_trial`` leaves them up (``ProvisionedTrial.shared``)."""
+    the run is over; a trial's ``teardown_trial`` leaves them up (``Stack.shared``)."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._stacks: dict[tuple[str, str], ProvisionedTrial] = {}
+        self._stacks: dict[tuple[str, str], Stack] = {}
 
-    def acquire(self, ctx: StackContext, trial: TrialSpec) -> ProvisionedTrial:
+    def acquire(self, ctx: StackContext, trial: TrialSpec) -> Stack:
         """The run's shared stack of ``trial``'s environment; the first trial that asks brings it up."""
         env = trial.environment(ctx.project)
-        spec = StackSpec(
+        spec = StackPlan(
             env,
             shared_name(ctx.project, trial.run_id, env),
             lab.run_labels(trial.run_id, "shared"),
@@ -40,9 +41,7 @@ class SharedStacks:
         make = lambda: provision_stack(ctx, spec, on_phase=trial.on_phase)  # noqa: E731
         return self.get((trial.run_id, _files_key(env)), make, trial.trial_dir)
 
-    def get(
-        self, key: tuple[str, str], make: Callable[[], ProvisionedTrial], trial_dir: Path
-    ) -> ProvisionedTrial:
+    def get(self, key: tuple[str, str], make: Callable[[], Stack], trial_dir: Path) -> Stack:
         """The stack for ``key`` = (run id, compose file); ``make()`` brings it up the first time."""
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())

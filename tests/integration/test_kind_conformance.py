@@ -28,14 +28,14 @@ from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import connect
 from forgelib.stacks.provision import (
-    ProvisionedTrial,
     StackContext,
-    StackSpec,
+    StackPlan,
     WarmSteps,
     provision_stack,
     teardown_trial,
 )
 from forgelib.stacks.snapshots import store
+from forgelib.stacks.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -313,12 +313,12 @@ def _project(
 @pytest.fixture(scope="module")
 def stack(
     docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
+) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("kinds")
     project = _project(tmp)
     run_id = f"it-kinds-{secrets.token_hex(4)}"
     name = f"itkinds-{run_id}"
-    spec = StackSpec(project.environment, name, lab.run_labels(run_id, "kinds-0"), tmp / "stack")
+    spec = StackPlan(project.environment, name, lab.run_labels(run_id, "kinds-0"), tmp / "stack")
     trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
     try:
         yield trial
@@ -328,16 +328,16 @@ def stack(
 
 
 @pytest.fixture(scope="module")
-def seeded(stack: ProvisionedTrial) -> dict[str, str]:
+def seeded(stack: Stack) -> dict[str, str]:
     """service -> what its probe reads right after the first seeding."""
     return {s: _probe(stack, s, CASES[k.name]) for k in KINDS for s in CASES[k.name].services}
 
 
-def _probe(stack: ProvisionedTrial, service: str, case: Case) -> str:
+def _probe(stack: Stack, service: str, case: Case) -> str:
     return str(stack.compose.exec(service, case.probe, timeout=30).stdout.strip())
 
 
-def _prepared(stack: ProvisionedTrial, service: str) -> PreparedSeed | None:
+def _prepared(stack: Stack, service: str) -> PreparedSeed | None:
     return next((p for p in stack.prepared if p.ctx.service == service), None)
 
 
@@ -349,7 +349,7 @@ def test_every_kind_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_apply_seeds_the_service(stack: ProvisionedTrial, seeded: dict[str, str], name: str) -> None:
+def test_apply_seeds_the_service(stack: Stack, seeded: dict[str, str], name: str) -> None:
     case = CASES[name]
     for service in case.services:
         assert seeded[service], service
@@ -358,9 +358,7 @@ def test_apply_seeds_the_service(stack: ProvisionedTrial, seeded: dict[str, str]
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_each_reset_strategy_restores_the_seed(
-    stack: ProvisionedTrial, seeded: dict[str, str], name: str
-) -> None:
+def test_each_reset_strategy_restores_the_seed(stack: Stack, seeded: dict[str, str], name: str) -> None:
     kind = kinds.by_name(name)
     _skip_unless(kind, "reset")
     case = CASES[name]
@@ -374,7 +372,7 @@ def test_each_reset_strategy_restores_the_seed(
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_the_fingerprint_is_stable_across_a_reset(stack: ProvisionedTrial, name: str) -> None:
+def test_the_fingerprint_is_stable_across_a_reset(stack: Stack, name: str) -> None:
     kind = kinds.by_name(name)
     _skip_unless(kind, "fingerprint")
     for service in CASES[name].services:
@@ -398,9 +396,7 @@ MUTATIONS = [pytest.param(k, m, id=f"{k}-{m.name}") for k in KIND_IDS for m in C
 
 
 @pytest.mark.parametrize(("name", "mutation"), MUTATIONS)
-def test_the_fingerprint_sees_a_change_of_each_sort(
-    stack: ProvisionedTrial, name: str, mutation: Mutation
-) -> None:
+def test_the_fingerprint_sees_a_change_of_each_sort(stack: Stack, name: str, mutation: Mutation) -> None:
     for service in mutation.only or CASES[name].services:
         prepared = _prepared(stack, service)
         assert prepared is not None and prepared.baseline, service
@@ -425,9 +421,7 @@ def test_the_fingerprint_sees_a_change_of_each_sort(
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_the_observer_reads_the_seeded_state(
-    stack: ProvisionedTrial, seeded: dict[str, str], name: str
-) -> None:
+def test_the_observer_reads_the_seeded_state(stack: Stack, seeded: dict[str, str], name: str) -> None:
     kind = kinds.by_name(name)
     case = CASES[name]
     if not kind.checks or case.check is None:
@@ -442,9 +436,7 @@ def test_the_observer_reads_the_seeded_state(
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_the_mcp_backend_answers_its_tools(
-    stack: ProvisionedTrial, seeded: dict[str, str], name: str
-) -> None:
+def test_the_mcp_backend_answers_its_tools(stack: Stack, seeded: dict[str, str], name: str) -> None:
     kind = kinds.by_name(name)
     case = CASES[name]
     if not kind.tools or case.tool is None:
@@ -461,7 +453,7 @@ def test_the_mcp_backend_answers_its_tools(
 
 
 @pytest.mark.parametrize("name", KIND_IDS)
-def test_the_client_connects(stack: ProvisionedTrial, name: str) -> None:
+def test_the_client_connects(stack: Stack, name: str) -> None:
     kind = kinds.by_name(name)
     if kinds.client(kind) is None:
         pytest.skip(f"{name}: forge never connects to it directly")

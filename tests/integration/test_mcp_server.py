@@ -28,7 +28,8 @@ from forgelib.mcp.tools import BODY_LIMIT, Toolbox, ToolFailure
 from forgelib.mcp.trace import RESULT_LIMIT
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.loader import load_project_config
-from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.provision import teardown_trial
+from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -46,7 +47,7 @@ def module_run_id(runner: SubprocessRunner) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def pack_stack(
     runner: SubprocessRunner, module_run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
+) -> Iterator[Stack]:
     """The postgres pack's default environment (app-db seeded, widgets-api, runner), shared by the module:
     each test leaves the database as it found it."""
     project = load_project_config(PACK)
@@ -60,7 +61,7 @@ def pack_stack(
 @pytest.fixture(scope="module")
 def cache_stack(
     runner: SubprocessRunner, module_run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
+) -> Iterator[Stack]:
     """A second trial: a redis on a published port (the direct client), one without (redis-cli), a box."""
     root = tmp_path_factory.mktemp("cache")
     services = {"cache": {**REDIS, "ports": ["6379"]}, "cache-cli": REDIS, "box": IDLE}
@@ -98,7 +99,7 @@ def call(srv: ToolServer, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
 
 
 def test_every_tool_works_through_the_sdk_client(
-    pack_stack: ProvisionedTrial, cache_stack: ProvisionedTrial, tmp_path: Path
+    pack_stack: Stack, cache_stack: Stack, tmp_path: Path
 ) -> None:
     with ToolServer.start(pack_stack, tools=ALL_TOOLS, trace_path=tmp_path / "trace.jsonl") as srv:
         listed, results = asyncio.run(
@@ -163,7 +164,7 @@ class Unpublished:
 
 
 def test_sql_query_runs_psql_in_the_container_when_the_port_is_not_published(
-    pack_stack: ProvisionedTrial,
+    pack_stack: Stack,
 ) -> None:
     box = Toolbox(Unpublished(pack_stack.compose), pack_stack.config)
     out = json.loads(box.call("sql_query", {"service": "app-db", "query": "select id, name from widgets"}))
@@ -173,7 +174,7 @@ def test_sql_query_runs_psql_in_the_container_when_the_port_is_not_published(
 
 
 def test_each_kind_of_bad_call_is_a_recorded_tool_error_and_the_server_goes_on(
-    pack_stack: ProvisionedTrial, tmp_path: Path
+    pack_stack: Stack, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     offered = ("read_file", "write_file", "exec", "sql_query")
@@ -210,7 +211,7 @@ def test_each_kind_of_bad_call_is_a_recorded_tool_error_and_the_server_goes_on(
 
 
 def test_a_missing_or_wrong_token_gets_401_and_swapped_tokens_never_reach_the_other_stack(
-    pack_stack: ProvisionedTrial, cache_stack: ProvisionedTrial, tmp_path: Path
+    pack_stack: Stack, cache_stack: Stack, tmp_path: Path
 ) -> None:
     with (
         ToolServer.start(pack_stack, trace_path=tmp_path / "a.jsonl") as a,
@@ -233,7 +234,7 @@ def test_a_missing_or_wrong_token_gets_401_and_swapped_tokens_never_reach_the_ot
 
 
 def test_the_trace_holds_every_call_in_order_with_the_whole_results_digest(
-    pack_stack: ProvisionedTrial, tmp_path: Path
+    pack_stack: Stack, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     big = "".join(f"line {i:05d}\n" for i in range(4000))  # 44 KB: over the trace's 16 KiB
@@ -263,7 +264,7 @@ def test_the_trace_holds_every_call_in_order_with_the_whole_results_digest(
 
 
 def test_an_agent_in_the_trials_network_reaches_it_and_another_network_is_refused(
-    pack_stack: ProvisionedTrial, runner: SubprocessRunner, module_run_id: str, tmp_path: Path
+    pack_stack: Stack, runner: SubprocessRunner, module_run_id: str, tmp_path: Path
 ) -> None:
     name = stack_network_name(pack_stack.name, pack_stack.config)
     assert name is not None
@@ -318,7 +319,7 @@ def _open_fds_to(path: Path) -> list[str]:
 
 
 def test_close_leaves_nothing_behind_even_on_ctrl_c(
-    pack_stack: ProvisionedTrial, runner: SubprocessRunner, tmp_path: Path
+    pack_stack: Stack, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
     net = trial_network(runner, pack_stack.name, pack_stack.config)
     trace = tmp_path / "trace.jsonl"

@@ -15,12 +15,13 @@ from forgelib.docker.compose import ComposeProject
 from forgelib.errors import ProvisionError
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import SeedKind
-from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.provision import teardown_trial
+from forgelib.stacks.stack import Stack
 
 pytestmark = pytest.mark.integration
 
 
-def sh(trial: ProvisionedTrial, service: str, *argv: str) -> str:
+def sh(trial: Stack, service: str, *argv: str) -> str:
     return trial.compose.exec(service, list(argv), timeout=30).stdout
 
 

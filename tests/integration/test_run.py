@@ -25,9 +25,9 @@ import pytest
 import yaml
 from support.cluster import wait_for
 
+from forgelib.cli.grade import main_grade
 from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import labels as lab
-from forgelib.grading.regrade import main_grade
 from forgelib.run import events as ev
 from forgelib.runner import SubprocessRunner
 

@@ -27,8 +27,9 @@ from forgelib.kinds.postgres import seed as sql_dump
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import reaper as custody
-from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.provision import teardown_trial
 from forgelib.stacks.snapshots import key, store
+from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -73,7 +74,7 @@ def _trial(
     project: Project, run_id: str, tmp_path: Path, runner: SubprocessRunner, idx: int
 ) -> tuple[dict[str, Any], str]:
     """Provision with snapshots, read the seeded row, tear down: (what the golden did, the row)."""
-    t: ProvisionedTrial = provision(project, run_id, tmp_path, runner, idx, snapshots=True)
+    t: Stack = provision(project, run_id, tmp_path, runner, idx, snapshots=True)
     try:
         row = t.compose.exec(
             "db", ["psql", "-U", "postgres", "-Atc", "select v from t"], timeout=30

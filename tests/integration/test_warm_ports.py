@@ -64,7 +64,7 @@ def test_every_warm_trial_is_told_the_port_of_the_container_it_runs_on(
                 assert _served_id(live) == cid[:12]  # that port is this container's
                 assert trial.ports["web"] == [f"127.0.0.1:{live}->8000/tcp"], (i, trial.ports)
                 assert trial.compose.port("web", 8000) == ("127.0.0.1", live), i  # checks, clients
-                seen.append((trial.stack["reuse"], cid))
+                seen.append((trial.source["reuse"], cid))
             finally:
                 pool.release(trial)
     finally:

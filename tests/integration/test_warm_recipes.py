@@ -23,13 +23,13 @@ from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import SeedKind
 from forgelib.stacks import connect
 from forgelib.stacks.provision import (
-    ProvisionedTrial,
     StackContext,
-    StackSpec,
+    StackPlan,
     WarmSteps,
     provision_stack,
     teardown_trial,
 )
+from forgelib.stacks.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def _tree(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def stack(
     docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedTrial]:
+) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("warm")
     (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
     redis = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
@@ -71,7 +71,7 @@ def stack(
     name = f"itwarm-{run_id}"
     for only in ({lab.RUN: run_id}, {lab.COMPOSE_PROJECT: name}):  # nobody else's stack is taken for ours
         assert lab.is_empty(lab.resources_with_labels(runner, only)), only
-    spec = StackSpec(project.environment, name, lab.run_labels(run_id, "warm-0"), tmp / "stack")
+    spec = StackPlan(project.environment, name, lab.run_labels(run_id, "warm-0"), tmp / "stack")
     trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
     try:
         yield trial
@@ -80,22 +80,22 @@ def stack(
         assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
 
 
-def _seed(trial: ProvisionedTrial, service: str) -> PreparedSeed:
+def _seed(trial: Stack, service: str) -> PreparedSeed:
     return next(p for p in trial.prepared if p.ctx.service == service)
 
 
-def _reset_and_diff(trial: ProvisionedTrial, service: str) -> list[str]:
+def _reset_and_diff(trial: Stack, service: str) -> list[str]:
     p = _seed(trial, service)
     p.reset()
     return fingerprint_diff(p.baseline, p.fingerprint())
 
 
-def _sh(trial: ProvisionedTrial, script: str) -> str:
+def _sh(trial: Stack, script: str) -> str:
     return trial.compose.exec("ws", ["sh", "-c", script]).stdout
 
 
 @pytest.mark.parametrize("db", ["db", "tdb"])
-def test_postgres_rows_schema_and_tables_are_restored(stack: ProvisionedTrial, db: str) -> None:
+def test_postgres_rows_schema_and_tables_are_restored(stack: Stack, db: str) -> None:
     with connect.postgres(stack, db).connect() as conn:
         conn.execute("update t set v = 'vandalised'")
         conn.execute("alter table t add column extra int")
@@ -107,7 +107,7 @@ def test_postgres_rows_schema_and_tables_are_restored(stack: ProvisionedTrial, d
 
 
 @pytest.mark.parametrize("db", ["db", "tdb"])
-def test_postgres_open_sessions_do_not_block_the_reset(stack: ProvisionedTrial, db: str) -> None:
+def test_postgres_open_sessions_do_not_block_the_reset(stack: Stack, db: str) -> None:
     held = connect.postgres(stack, db).connect(autocommit=False)
     held.execute("update t set v = 'in a transaction'")  # holds a lock and a session on the database
     assert _reset_and_diff(stack, db) == []
@@ -118,7 +118,7 @@ def test_postgres_open_sessions_do_not_block_the_reset(stack: ProvisionedTrial, 
         assert conn.execute("select v from t").fetchall() == [("seeded",)]
 
 
-def test_redis_keys_in_several_indexes_and_config_are_restored(stack: ProvisionedTrial) -> None:
+def test_redis_keys_in_several_indexes_and_config_are_restored(stack: Stack) -> None:
     params = connect.redis(stack, "cache")
     seeded = {k: params.client().dump(k) for k in params.client().keys("*")}
     assert seeded
@@ -136,7 +136,7 @@ def test_redis_keys_in_several_indexes_and_config_are_restored(stack: Provisione
     assert params.client(db=3).dbsize() == 0 and params.client(db=9).dbsize() == 0
 
 
-def test_tree_edits_deletions_dotfiles_and_modes_are_restored(stack: ProvisionedTrial) -> None:
+def test_tree_edits_deletions_dotfiles_and_modes_are_restored(stack: Stack) -> None:
     before = _sh(stack, f"cd {WS} && find . -printf '%m %y %p\\n' | sort && cat .env src/pkg/app.py")
     _sh(
         stack,
@@ -156,7 +156,7 @@ LISTING = (
 
 
 def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_service(
-    stack: ProvisionedTrial,
+    stack: Stack,
 ) -> None:
     """Roles, databases, ALTER SYSTEM and extensions are gone after the exact reset (what the template
     strategy cannot reach), the listing is the first seeding's, and neither the server nor its container
@@ -189,7 +189,7 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
     assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
 
 
-def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
+def test_beyond_the_reset_the_fingerprint_differs(stack: Stack) -> None:
     """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
     with connect.postgres(stack, "tdb").connect() as conn:
         conn.execute("create role intruder login")
@@ -201,7 +201,7 @@ def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> No
     assert ".forge-pristine" not in _sh(stack, "ls -a /tmp")
 
 
-def test_a_reset_that_cannot_run_is_loud(stack: ProvisionedTrial) -> None:
+def test_a_reset_that_cannot_run_is_loud(stack: Stack) -> None:
     p = _seed(stack, "tdb")
     pg = p.prepared
     assert isinstance(pg, sql_dump.Prepared)

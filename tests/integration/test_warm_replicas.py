@@ -50,8 +50,8 @@ def test_every_replica_is_new_every_trial(tmp_path: Path, runner: SubprocessRunn
                 # both replicas running, none of them a container an earlier trial had, nothing else left
                 assert sorted(web.values()) == ["running", "running"] and not set(web) & before, (i, web)
                 before |= set(web)
-                said.append(trial.stack.get("ephemeral_recreated"))
-                assert trial.stack["reuse"] == i
+                said.append(trial.source.get("ephemeral_recreated"))
+                assert trial.source["reuse"] == i
             finally:
                 pool.release(trial)
     finally:

@@ -17,7 +17,8 @@ import yaml
 from forgelib.runner import Runner
 from forgelib.spec import models as m
 from forgelib.spec.digest import seed_digest
-from forgelib.stacks.provision import ProvisionedTrial, StackContext, TrialSpec, provision_trial
+from forgelib.stacks.provision import StackContext, TrialSpec, provision_trial
+from forgelib.stacks.stack import Stack
 
 # Bounds for provisioning in these tests: generous for a busy shared engine, short enough that a hang fails
 # the test instead of stalling the suite.
@@ -112,7 +113,7 @@ def _binding(spec: str | tuple[str, Mapping[str, Any]]) -> m.ResetBinding:
 
 def provision(
     project: m.Project, run_id: str, tmp_path: Path, runner: Runner, idx: int = 0, *, snapshots: bool = False
-) -> ProvisionedTrial:
+) -> Stack:
     """Trial ``idx`` of the project's default environment, with the shared ``TIMEOUTS`` (``snapshots``:
     from goldens)."""
     ctx = StackContext(project, TIMEOUTS, runner, goldens=snapshots)

@@ -27,7 +27,8 @@ from forgelib.docker.compose import ComposeProject
 from forgelib.errors import Interrupted
 from forgelib.spec.models import EnvironmentManifest, Isolation, Service, Task, Timeouts
 from forgelib.stacks.budget import Admission, Workload
-from forgelib.stacks.provision import ProvisionedTrial, StackContext
+from forgelib.stacks.provision import StackContext
+from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import DirtyStack
 from forgelib.stacks.warm import pool as pool_mod
 from forgelib.testing import FakeRunner
@@ -49,8 +50,8 @@ def task(service: str = "db") -> Task:
     return Task(f"t-{service}", Path("/x/task.yaml"), "", env)
 
 
-def decision(trial: ProvisionedTrial) -> str:
-    return str(trial.stack["pool"]["decision"])
+def decision(trial: Stack) -> str:
+    return str(trial.source["pool"]["decision"])
 
 
 class PoolHarness:
@@ -71,7 +72,7 @@ class PoolHarness:
     ) -> None:
         self.clock = Clock()
         self.provisioned: list[str] = []  # stack names, in the order their provisioning started
-        self.handed: list[ProvisionedTrial] = []  # what `waits` got when it did not wait
+        self.handed: list[Stack] = []  # what `waits` got when it did not wait
         self.fake = FakeRunner()
         self.fake.expect("docker", "compose")  # `down` of a torn-down stack
         self._looks: dict[int, list[bool]] = {}  # thread -> scripted answers of `stopping` (then True)
@@ -86,7 +87,7 @@ class PoolHarness:
         self._asking: dict[int, threading.Event] = {}  # thread -> set at its first look at `stopping`
         clock, fake, lock = self.clock, self.fake, threading.Lock()
 
-        def provision_stack(ctx: Any, spec: Any, steps: Any, *, on_phase: Any = None) -> ProvisionedTrial:
+        def provision_stack(ctx: Any, spec: Any, steps: Any, *, on_phase: Any = None) -> Stack:
             with lock:
                 self.provisioned.append(spec.name)
             gate = self._gate
@@ -99,7 +100,7 @@ class PoolHarness:
             config = {"services": {}}
             seed = self._seed(spec.name, reset, lock)
             timings = {} if prepare is None else {"warm_prepare": prepare}  # the reset services' seeding
-            return ProvisionedTrial(
+            return Stack(
                 spec.name, spec.env, compose, timings, {}, spec.trial_dir, config=config, prepared=(seed,)
             )
 
@@ -149,9 +150,7 @@ class PoolHarness:
             return False
         return looks.pop(0) if looks else True
 
-    def acquire(
-        self, t: Task | None = None, *, looks: int = 20, trial_dir: Path = Path("/t")
-    ) -> ProvisionedTrial:
+    def acquire(self, t: Task | None = None, *, looks: int = 20, trial_dir: Path = Path("/t")) -> Stack:
         """A stack (a trial in ``trial_dir``: one under ``<run>/trials/`` lets the pool keep spares); a
         trial still waiting at the pool's ``looks``-th look (~0.5 s each) ends ``Interrupted`` (a test never
         hangs on a wait it did not expect)."""
@@ -174,7 +173,7 @@ class PoolHarness:
         self.handed.append(trial)
         return False
 
-    def hold(self, trial: ProvisionedTrial, seconds: float) -> None:
+    def hold(self, trial: Stack, seconds: float) -> None:
         self.clock.now += seconds
         self.pool.release(trial)
 
@@ -191,10 +190,10 @@ class PoolHarness:
         self._gate.set()
         self._gate = None
 
-    def acquire_in_background(self) -> tuple[threading.Thread, list[ProvisionedTrial]]:
+    def acquire_in_background(self) -> tuple[threading.Thread, list[Stack]]:
         """An acquire on its own thread that has started provisioning when this returns (its result in the
         list once the thread is joined)."""
-        out: list[ProvisionedTrial] = []
+        out: list[Stack] = []
         thread = threading.Thread(target=lambda: out.append(self.acquire()), daemon=True)
         thread.start()
         assert self._entered.acquire(timeout=10), "the acquire did not start provisioning"
@@ -230,10 +229,10 @@ class PoolHarness:
                 thread.join(timeout=30)
                 assert not thread.is_alive(), f"{thread.name} did not end"
 
-    def ask_in_background(self, *, looks: int = 20) -> tuple[threading.Thread, list[ProvisionedTrial]]:
+    def ask_in_background(self, *, looks: int = 20) -> tuple[threading.Thread, list[Stack]]:
         """An acquire on its own thread that found no clean stack and is waiting when this returns (it has
         looked at ``stopping`` once); its result in the list once the thread is joined."""
-        out: list[ProvisionedTrial] = []
+        out: list[Stack] = []
         looked = threading.Event()
 
         def ask() -> None:

@@ -28,7 +28,7 @@ from forgelib.stacks.budget import (
     spares_wanted,
     stacks_wanted,
 )
-from forgelib.stacks.provision import ProvisionedTrial
+from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import environment_key
 from forgelib.testing import FakeRunner
 from tests.support.warmpool import PoolHarness, decision, task
@@ -295,18 +295,18 @@ def test_a_fresh_trial_out_of_network_pools_waits_for_a_stack_of_the_run_and_pro
     admission.enter()  # another trial of the run holds a stack
     calls: list[int] = []
 
-    def provision(*args: Any, **kw: Any) -> ProvisionedTrial:
+    def provision(*args: Any, **kw: Any) -> Stack:
         calls.append(admission.held)
         if len(calls) == 1:
             (tmp_path / FAILURE_FILE).write_text("no pool")
             raise ProvisionError("compose_up", f"{NO_ADDRESS_POOL} (docker said: ...)")
-        return ProvisionedTrial("p", None, None, {}, {}, tmp_path)  # type: ignore[arg-type]
+        return Stack("p", None, None, {}, {}, tmp_path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(backends, "provision_trial", provision)
     threading.Timer(0.3, admission.leave).start()  # the other stack comes down
     handle = backend.provision(task(), run_id="r", trial_index=0, trial_dir=tmp_path)
     assert calls == [2, 1]  # tried beside the other stack, then again once it was down
-    assert admission.limit == 1 and handle.stack["pool"]["network_limit"] == 1
+    assert admission.limit == 1 and handle.source["pool"]["network_limit"] == 1
     assert handle.timings["memory_wait"] > 0 and not (tmp_path / FAILURE_FILE).exists()
 
 
@@ -362,7 +362,7 @@ def test_a_fresh_trial_queued_for_a_start_place_is_on_record_as_queueing(
     monkeypatch.setattr(
         backends,
         "provision_trial",
-        lambda *a, **k: ProvisionedTrial("p", None, None, {"up": 0.5}, {}, tmp_path),  # type: ignore[arg-type]
+        lambda *a, **k: Stack("p", None, None, {"up": 0.5}, {}, tmp_path),  # type: ignore[arg-type]
     )
     held = admission.starting()
     held.__enter__()  # another trial's stack is coming up
@@ -370,8 +370,8 @@ def test_a_fresh_trial_queued_for_a_start_place_is_on_record_as_queueing(
     handle = backend.provision(task(), run_id="r", trial_index=0, trial_dir=tmp_path)
     waited = handle.timings["start_wait"]
     assert waited >= 0.2 and handle.timings["stack_wait"] == waited and handle.timings["memory_wait"] == 0
-    assert handle.stack["pool"]["start_wait"] == waited
+    assert handle.source["pool"]["start_wait"] == waited
     ready = ready_breakdown(handle.timings, waited + 0.5)
     assert ready["queue"] == waited and ready["memory"] == 0 and ready["provisioning"] == 0.5
-    summary = ev.pool_summary([{**handle.stack["pool"], "ready": ready}])
+    summary = ev.pool_summary([{**handle.source["pool"], "ready": ready}])
     assert summary["start_waits"] == 1 and summary["start_wait_seconds"] == waited and summary["queued"] == 1

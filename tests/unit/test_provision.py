@@ -144,9 +144,7 @@ class Stack:
         starts = [c.argv[2:] for c in self.fake.calls if c.argv[:2] == ("docker", "start")]
         return [[i.removeprefix("id-") for i in ids] for ids in starts]
 
-    def provision(
-        self, *, snapshots: bool = False, on_phase: prov.PhaseCallback | None = None
-    ) -> prov.ProvisionedTrial:
+    def provision(self, *, snapshots: bool = False, on_phase: prov.PhaseCallback | None = None) -> prov.Stack:
         ctx = prov.StackContext(self.project, T, self.fake, self.cache, goldens=snapshots)
         trial = prov.TrialSpec(self.task, "r1", 0, self.trial_dir, on_phase=on_phase)
         return prov.provision_trial(ctx, trial)
@@ -512,7 +510,7 @@ def test_capture_logs_reads_each_container_the_trial_ran_on(tmp_path: Path) -> N
     compose = compose_mod.ComposeProject(
         NAME, (tmp_path / "c.yaml",), s.fake, containers={"a": f"{NAME}-a-2"}
     )
-    trial = prov.ProvisionedTrial(NAME, s.env, compose, {}, {}, tmp_path)
+    trial = prov.Stack(NAME, s.env, compose, {}, {}, tmp_path)
     prov.capture_logs(trial, tmp_path / "out", 7)
     out = tmp_path / "out"
     assert (out / "a.log").read_text() == "cur out\ncur err\n"
@@ -663,7 +661,7 @@ def test_a_golden_failing_while_a_stop_is_requested_is_not_discarded(
     env: Any = None
     ctx = provision.StackContext(project, Timeouts(), runner)
     goldens = TrialGoldens(runner, Timeouts(), "r1", "p", lambda: state.requested)
-    spec = provision.StackSpec(env, "p1", {}, tmp_path)
+    spec = provision.StackPlan(env, "p1", {}, tmp_path)
     p = provision._Provisioning(ctx, spec, provision.GoldenSteps(goldens))
     discarded: list[str] = []
     monkeypatch.setattr(TrialGoldens, "discard", lambda self, plan, reason: discarded.append(reason))

@@ -15,20 +15,18 @@ from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
-from forgelib.stacks.provision import ProvisionedTrial
+from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import _ephemeral_plan, environment_key
 from tests.support.warmpool import PoolHarness, decision, task
 
 
-def _trial(
-    services: dict[str, Any], labels: dict[str, Isolation], volumes: dict[str, Any]
-) -> ProvisionedTrial:
+def _trial(services: dict[str, Any], labels: dict[str, Isolation], volumes: dict[str, Any]) -> Stack:
     env = EnvironmentManifest(
         (Path("/x/compose.yaml"),),
         {n: Service(n, labels.get(n, Isolation.EPHEMERAL)) for n in services},
     )
     config = {"services": services, "volumes": volumes}
-    return ProvisionedTrial("p1", env, None, {}, {}, Path("/t"), config=config)  # type: ignore[arg-type]
+    return Stack("p1", env, None, {}, {}, Path("/t"), config=config)  # type: ignore[arg-type]
 
 
 def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volumes_along() -> None:
@@ -124,7 +122,7 @@ def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provision
     assert decision(first) == "first" and h.provisioned == [first.name]
     h.hold(first, 1.0)
     again = h.acquire()
-    assert again.name == first.name and decision(again) == "reuse" and again.stack["reuse"] == 1
+    assert again.name == first.name and decision(again) == "reuse" and again.source["reuse"] == 1
     assert h.provisioned == [first.name]  # nothing new came up
     other = h.acquire(task("cache"))  # another environment: its own stack, the idle one stays
     assert decision(other) == "first" and other.name != first.name
@@ -148,7 +146,7 @@ def test_at_capacity_an_idle_stack_of_another_environment_makes_room(monkeypatch
     other = h.acquire(task("cache"))
     h.hold(other, 1.0)
     mine = h.acquire()
-    assert mine.stack["pool"]["evicted"] == other.name and h.downs() == [other.name]
+    assert mine.source["pool"]["evicted"] == other.name and h.downs() == [other.name]
     assert h.pool.names() == [mine.name]
 
 
@@ -255,10 +253,10 @@ def test_a_stack_given_back_is_reset_in_the_background_and_handed_out_clean(
     assert h.resets_done == [first.name]
     again = h.acquire()
     assert again.name == first.name and decision(again) == "reuse" and h.provisioned == [first.name]
-    assert "reset_wait" not in again.stack["pool"]  # clean already: no waiting
-    assert again.stack["reset_ahead"]["reset:db"] == 0.5 and again.stack["reset_ahead"]["ended_at"] > 0
-    assert again.stack["pool"]["reset_ahead"] == 0.5 and h.resets_started == [first.name]  # not again
-    assert h.downs() == [] and again.stack["replaced"] is None
+    assert "reset_wait" not in again.source["pool"]  # clean already: no waiting
+    assert again.source["reset_ahead"]["reset:db"] == 0.5 and again.source["reset_ahead"]["ended_at"] > 0
+    assert again.source["pool"]["reset_ahead"] == 0.5 and h.resets_started == [first.name]  # not again
+    assert h.downs() == [] and again.source["replaced"] is None
 
 
 def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_trial_says_why(
@@ -272,12 +270,12 @@ def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_tr
     assert h.resets_done == [first.name] and h.downs() == [first.name] and h.pool.names() == []
     again = h.acquire()
     assert again.name != first.name and decision(again) == "first"  # a new one, not the dirty one
-    assert again.stack["replaced"] == f"{first.name}: roles differ from the first seeding"
+    assert again.source["replaced"] == f"{first.name}: roles differ from the first seeding"
     assert h.provisioned == [first.name, again.name] and h.pool.names() == [again.name]
     h.hold(again, 1.0)
     h.settle()
     later = h.acquire()  # said once: the record is the next trial's only
-    assert later.name == again.name and decision(later) == "reuse" and later.stack["replaced"] is None
+    assert later.name == again.name and decision(later) == "reuse" and later.source["replaced"] is None
 
 
 def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset(
@@ -293,7 +291,7 @@ def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_rese
     h.let_resets()
     asking.join(10)
     (trial,) = got
-    assert trial.name == first.name and decision(trial) == "reuse" and trial.stack["pool"]["reset_wait"] > 0
+    assert trial.name == first.name and decision(trial) == "reuse" and trial.source["pool"]["reset_wait"] > 0
     assert h.provisioned == [first.name]  # nothing provisioned for it
 
 
@@ -328,7 +326,7 @@ def test_a_trial_that_waited_for_a_reset_that_failed_gets_a_new_stack_and_says_w
     asking.join(10)
     (trial,) = got
     assert trial.name != first.name and h.provisioned == [first.name, trial.name]
-    assert trial.stack["replaced"] == f"{first.name}: an ACL user the reset cannot remove"
+    assert trial.source["replaced"] == f"{first.name}: an ACL user the reset cannot remove"
 
 
 def test_once_every_trial_has_a_stack_one_given_back_is_torn_down_not_reset(
@@ -375,9 +373,9 @@ def test_after_no_more_a_stack_given_back_is_kept_unreset_until_a_rerun_resets_i
     h.settle()
     assert h.resets_started == [] and h.downs() == []  # kept as they are
     rerun = h.acquire()  # a lost node's trial: the kept stack, reset for it now
-    assert rerun.name == first.name and decision(rerun) == "reuse" and rerun.stack["reuse"] == 1
+    assert rerun.name == first.name and decision(rerun) == "reuse" and rerun.source["reuse"] == 1
     assert h.resets_done == [first.name] and rerun.timings["reset:db"] == 0.5
-    assert "reset_ahead" not in rerun.stack and h.provisioned == [first.name, other.name]
+    assert "reset_ahead" not in rerun.source and h.provisioned == [first.name, other.name]
     h.hold(rerun, 1.0)
     h.hold_resets()  # a reset now would hang close: there must be none
     h.pool.close()
@@ -395,7 +393,7 @@ def test_a_kept_stack_whose_late_reset_fails_is_replaced_for_the_rerun_and_it_sa
     h.hold(first, 1.0)
     rerun = h.acquire()
     assert rerun.name != first.name and decision(rerun) == "first" and h.downs() == [first.name]
-    assert rerun.stack["replaced"] == f"{first.name}: roles differ from the first seeding"
+    assert rerun.source["replaced"] == f"{first.name}: roles differ from the first seeding"
 
 
 @pytest.mark.parametrize(("prepare", "spares"), [(None, 1), (10.0, 2)])

@@ -4,7 +4,7 @@ The convention: the generated compose override bind-mounts the seed **read-only*
 ``/run/forge/seeds/<seed name>`` in the service it is bound to, and sets ``FORGE_SEED_<NAME>`` (the seed name
 upper-cased, anything but letters and digits as ``_``) to that path in the service's environment and in the
 oracle's exec when the oracle runs in that service: this kind's ``seed_mount`` (the Recipe hook).
-``ProvisionedTrial.bare_seeds[service]`` is the ``SeedMount``; trial.yaml records it.
+``Stack.bare_seeds[service]`` is the ``SeedMount``; trial.yaml records it.
 """
 
 from __future__ import annotations

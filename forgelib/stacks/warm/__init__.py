@@ -17,6 +17,6 @@ from forgelib.stacks.warm.ephemeral import _ephemeral_plan as _ephemeral_plan
 from forgelib.stacks.warm.ephemeral import _networks as _networks
 from forgelib.stacks.warm.ephemeral import _never_started as _never_started
 from forgelib.stacks.warm.pool import DirtyStack, WarmPool, environment_key
-from forgelib.stacks.warm.pool import _Stack as _Stack
+from forgelib.stacks.warm.pool import PooledStack as PooledStack
 
 __all__ = ["DirtyStack", "Ephemerals", "WarmPool", "environment_key"]

@@ -39,7 +39,7 @@ from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
-from forgelib.stacks.provision import ProvisionedTrial
+from forgelib.stacks.stack import Stack
 
 # The pool's logger: warm stacks log under one name, whichever module of the package speaks.
 log = logging.getLogger("forgelib.stacks.warm")
@@ -74,7 +74,7 @@ class Ephemerals:
     Its commands go through the stack's compose project, with that project's runner and timeouts (the
     pool's)."""
 
-    trial: ProvisionedTrial  # the stack as provisioned (compose, resolved config)
+    trial: Stack  # the stack as provisioned (compose, resolved config)
     waves: list[list[str]]  # ephemeral services, in depends_on order
     renew: list[str]  # named volumes only ephemeral services mount (removed with them)
     # Why these services are recreated by compose every trial instead of started from spares (None:
@@ -366,7 +366,7 @@ def _networks(info: Mapping[str, Any]) -> list[str]:
 
 
 def _ephemeral_plan(
-    trial: ProvisionedTrial, image_volumes: Mapping[str, Sequence[str]]
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]]
 ) -> tuple[list[list[str]], list[str], str | None]:
     """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
     mount (their full engine names), the override's volumes for image-declared VOLUMEs included, and why

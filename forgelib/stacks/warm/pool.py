@@ -59,13 +59,13 @@ from forgelib.stacks.live import LiveStacks
 from forgelib.stacks.provision import (
     FAILURE_FILE,
     PhaseCallback,
-    ProvisionedTrial,
     StackContext,
-    StackSpec,
+    StackPlan,
     WarmSteps,
     out_of_networks,
     provision_stack,
 )
+from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan
 
 log = logging.getLogger("forgelib.stacks.warm")
@@ -79,8 +79,8 @@ class DirtyStack(ForgeError):
 
 
 @dataclass
-class _Stack:
-    trial: ProvisionedTrial  # as provisioned (compose, resolved config, prepared seeds)
+class PooledStack:
+    trial: Stack  # as provisioned (compose, resolved config, prepared seeds)
     key: str
     # The ephemeral services' plan (``_ephemeral_plan``: depends_on waves, the named volumes only they
     # mount, why compose recreates them every trial), taken over by ``ephemerals``.
@@ -153,8 +153,8 @@ class WarmPool:
         self.stacks = stacks
         self.stopping = stopping
         self._lock = threading.Lock()
-        self._all: dict[str, _Stack] = {}  # name -> stack, idle or in use
-        self._idle: list[_Stack] = []
+        self._all: dict[str, PooledStack] = {}  # name -> stack, idle or in use
+        self._idle: list[PooledStack] = []
         self._cond = threading.Condition(self._lock)
         self._provisioning: dict[str, int] = {}  # environment key -> stacks being provisioned now
         self._freed: dict[str, float] = {}  # environment key -> when one of its stacks last came free
@@ -164,14 +164,16 @@ class WarmPool:
         self.trials = trials
         self._handed = 0  # stacks handed to trials so far
         self._held: dict[str, list[float]] = {}  # environment key -> seconds each trial held a stack
-        self._announced: set[str] = set()  # the `_Stack.fallback` reasons already handed to a trial
+        self._announced: set[str] = set()  # the `PooledStack.fallback` reasons already handed to a trial
         # The run's memory budget (None: unbounded) and its CPU per held stack-second (None: the older
         # rule alone, e.g. under pytest): see forgelib.stacks.budget.
         self.admission = admission
         self.workload = workload
         self._busy: dict[str, float] = {}  # name of a stack a trial holds -> when it was handed
         self._last_cpu: float | None = None  # the workload's CPU per held second, as last measured
-        self._resetting: dict[str, _Stack] = {}  # name -> a stack given back, being reset in the background
+        self._resetting: dict[
+            str, PooledStack
+        ] = {}  # name -> a stack given back, being reset in the background
         self._claims: dict[str, int] = {}  # environment key -> trials waiting for one of its resets
         self._resets_s: dict[str, list[float]] = {}  # environment key -> seconds each reset ahead took
         self._prepare_s: dict[str, list[float]] = {}  # environment key -> each new stack's warm preparation
@@ -185,7 +187,7 @@ class WarmPool:
         self._spares: list[threading.Thread] = []  # spare provisions under way
         self._closing = False
         self._drained = False  # ``no_more``: only reruns may still ask
-        self._dirty: list[_Stack] = []  # given back since then, not reset (``_Stack.dirty``)
+        self._dirty: list[PooledStack] = []  # given back since then, not reset (``PooledStack.dirty``)
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -196,7 +198,7 @@ class WarmPool:
         run_id: str,
         trial_dir: Path,
         on_phase: PhaseCallback | None = None,
-    ) -> ProvisionedTrial:
+    ) -> Stack:
         """A clean stack of ``task``'s environment: an idle one reset, verified and with its ephemeral
         services recreated, else (none idle, or it could not be proven clean) a freshly provisioned one.
         Raises ``ProvisionError`` like ``provision_trial`` (nothing left behind)."""
@@ -266,7 +268,9 @@ class WarmPool:
         self._maybe_spare()
         return handle
 
-    def _take(self, key: str, note: dict[str, Any] | None = None) -> tuple[_Stack | None, _Stack | None]:
+    def _take(
+        self, key: str, note: dict[str, Any] | None = None
+    ) -> tuple[PooledStack | None, PooledStack | None]:
         """(an idle stack of ``key`` to reuse, None) or (None, an idle stack of another environment to tear
         down first, or None) with a provisioning slot of ``key`` reserved; waits until one of them holds.
 
@@ -301,7 +305,7 @@ class WarmPool:
 
     def _take_locked(
         self, key: str, note: dict[str, Any], ticket: object
-    ) -> tuple[_Stack | None, _Stack | None]:
+    ) -> tuple[PooledStack | None, PooledStack | None]:
         memory_since: float | None = None
         reset_since: float | None = None  # since when this trial waits for a reset under way
         while True:
@@ -407,12 +411,12 @@ class WarmPool:
 
     def _handle(
         self,
-        stack: _Stack,
+        stack: PooledStack,
         trial_dir: Path,
         timings: Mapping[str, float],
         replaced: str | None,
         note: Mapping[str, Any] | None = None,
-    ) -> ProvisionedTrial:
+    ) -> Stack:
         info: dict[str, Any] = {"mode": "warm", "name": stack.name, "reuse": stack.reuse}
         info["replaced"] = replaced
         if stack.reset:  # how the stack was reset before it was handed out (off the trial's path)
@@ -441,8 +445,8 @@ class WarmPool:
         compose = dataclasses.replace(stack.compose, containers=dict(stack.ephemerals.current))
         ports = {s: list(p) for s, p in stack.ports.items()}
         return dataclasses.replace(
-            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), stack=info, ports=ports,
-            pooled=True,
+            stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), source=info,
+            ports=ports, pooled=True,
         )  # fmt: skip
 
     def _provision(
@@ -455,7 +459,7 @@ class WarmPool:
         on_phase: PhaseCallback | None,
         *,
         spare_root: Path | None = None,
-    ) -> _Stack:
+    ) -> PooledStack:
         """A new stack; ``trial_dir`` None: a spare's, its files under ``spare_root/<name>``."""
         with self._lock:
             n = self._count
@@ -469,14 +473,14 @@ class WarmPool:
         # Registered before the first `up`: Ctrl-C mid-provisioning is covered by provisioning's own
         # clean-up, and from here on by this registration.
         labels = lab.run_labels(run_id, lab.trial_label(tag, n))
-        spec = StackSpec(env, name, labels, trial_dir)
+        spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
             trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
         images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
-        stack = _Stack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
+        stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack
@@ -490,7 +494,7 @@ class WarmPool:
                 raise
         return stack
 
-    def _recycle(self, stack: _Stack, on_phase: PhaseCallback | None) -> dict[str, float]:
+    def _recycle(self, stack: PooledStack, on_phase: PhaseCallback | None) -> dict[str, float]:
         """Reset, verify, recreate: the timings of each step (``reset:<svc>``, ``fingerprint:<svc>``,
         ``recreate``, ``ready``). Raises ``DirtyStack``/``ForgeError`` unless the stack is provably clean."""
         timings: dict[str, float] = {}
@@ -524,7 +528,7 @@ class WarmPool:
 
     # ------------------------------------------------------------------------------------------ release
 
-    def release(self, trial: ProvisionedTrial, *, graceful: bool = True) -> float:
+    def release(self, trial: Stack, *, graceful: bool = True) -> float:
         """The trial is over: freeze its ephemeral services (nothing of theirs may run on into the next
         reset), start making their successors, and reset the stack in the background (``_reset_ahead``):
         it goes back to the idle stacks once reset and verified. During a stop, or when the freeze fails,
@@ -571,7 +575,7 @@ class WarmPool:
             stack.job = job  # started first: `_destroy` joins it
         return time.monotonic() - t0
 
-    def _reset_ahead(self, stack: _Stack) -> None:
+    def _reset_ahead(self, stack: PooledStack) -> None:
         """In the background after a release: reset, verify and recreate (``_recycle``), then put the stack
         back among the idle ones, clean; or tear it down when it cannot be proven clean (the environment's
         next trial records why), or when the run is stopping."""
@@ -613,7 +617,9 @@ class WarmPool:
         with self._cond:
             self._drained = True
 
-    def _reset_late(self, stack: _Stack, on_phase: PhaseCallback | None, timings: dict[str, float]) -> bool:
+    def _reset_late(
+        self, stack: PooledStack, on_phase: PhaseCallback | None, timings: dict[str, float]
+    ) -> bool:
         """Reset, verify and recreate a stack given back after ``no_more``, for the trial that took it (its
         steps are that trial's ``timings``); False when it could not be proven clean: it is torn down, and
         the trial is told why it gets a new one."""
@@ -626,7 +632,7 @@ class WarmPool:
         stack.dirty = False
         return True
 
-    def _unclean(self, stack: _Stack, error: ForgeError | OSError) -> bool:
+    def _unclean(self, stack: PooledStack, error: ForgeError | OSError) -> bool:
         """A stack whose reset failed comes down; unless a stop caused it, the next trial of its environment
         is told why it gets a new one (recorded first, so a trial woken by the teardown finds it). True
         when stopping."""
@@ -716,7 +722,7 @@ class WarmPool:
 
     def _spare(self, task: Task, key: str, run_id: str, root: Path) -> None:
         t0 = time.monotonic()
-        stack: _Stack | None = None
+        stack: PooledStack | None = None
         try:
             stack = self._provision(task, task.environment, key, run_id, None, None, spare_root=root)
         except (ForgeError, OSError) as e:  # provisioning cleaned up after itself; a trial grows instead
@@ -754,7 +760,7 @@ class WarmPool:
             stacks = list(self._all.values())
         errors = []
 
-        def down(s: _Stack) -> None:
+        def down(s: PooledStack) -> None:
             try:
                 self._destroy(s, raise_errors=True)
             except ForgeError as e:
@@ -772,7 +778,7 @@ class WarmPool:
         with self._lock:
             return sorted(self._all)
 
-    def _destroy(self, stack: _Stack, *, graceful: bool = True, raise_errors: bool = False) -> None:
+    def _destroy(self, stack: PooledStack, *, graceful: bool = True, raise_errors: bool = False) -> None:
         with self._lock:
             job = stack.job
         if job is not None and job is not threading.current_thread():

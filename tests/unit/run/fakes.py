@@ -74,7 +74,7 @@ class FakeHandle:
     bare_seeds: Mapping[str, Any] = field(default_factory=dict)  # service -> BareMount
     ports: Mapping[str, list[str]] = field(default_factory=dict)
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    stack: Mapping[str, Any] = field(default_factory=dict)
+    source: Mapping[str, Any] = field(default_factory=dict)
     pooled: bool = False
 
 

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
+from forgelib.cli.grade import main_grade
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError
 from forgelib.grading.checks import observation_key, rematch
-from forgelib.grading.regrade import Recorded, main_grade, regrade, regrade_run
+from forgelib.grading.gradedoc import grade_doc
+from forgelib.grading.regrade import Recorded, regrade, regrade_run
 from forgelib.grading.score import CheckOutcome, Grade
 from forgelib.grading.traces import NO_TRACE, Call, Trace
-from forgelib.run.results import grade_doc
 from forgelib.spec.loader import collect_grading, load_project_config
 from forgelib.spec.models import Check, Grading
 

@@ -225,7 +225,7 @@ def test_the_executor_records_workers_and_origin_shows_every_event_and_writes_th
 ) -> None:
     backend: FakeBackend = fake_backend()
     seen: list[dict[str, Any]] = []
-    plan = RunPlan(tasks=[widget_task()], repeats=2, workers=2, output=tmp_path / "runs", report=True)
+    plan = RunPlan(tasks=[widget_task()], repeats=2, workers=2, output=tmp_path / "runs", report=write_report)
     lines: list[str] = []
     run_dir, _state = run_project(plan, backend, lines.append, observer=lambda e: seen.append(dict(e)))
     on_disk = list(ev.read_events(run_dir / ev.EVENTS_FILE))

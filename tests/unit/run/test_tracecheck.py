@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from forgelib.grading.gradedoc import grade_doc
 from forgelib.grading.score import (
     CheckOutcome,
     Verdict,
@@ -28,7 +29,6 @@ from forgelib.grading.traces import (
     parse_trace,
     read_trace,
 )
-from forgelib.run.results import grade_doc
 from forgelib.spec.loader import deep_freeze
 from forgelib.spec.models import Check
 

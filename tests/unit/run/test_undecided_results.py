@@ -15,13 +15,13 @@ import yaml
 from support.runlog import T0, ev_started, trial_events, write_log
 
 from forgelib.cli.run import render_table
+from forgelib.grading.gradedoc import check_of, grade_doc
 from forgelib.grading.regrade import Recorded
 from forgelib.grading.score import CheckOutcome, checks_component, combine, grade
 from forgelib.report.data import build
 from forgelib.report.page import write_report
 from forgelib.run import events as ev
 from forgelib.run.execute import RunPlan, run_project
-from forgelib.run.results import check_of, grade_doc
 
 from .fakes import FakeBackend, good_answer
 from .test_trace_grading import task
