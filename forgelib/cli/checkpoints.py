@@ -16,11 +16,12 @@ from forgelib.runner import SubprocessRunner
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project, Timeouts
 from forgelib.stacks import checkpoints
-from forgelib.stacks.provision import OVERRIDE_FILE, ProvisionedTrial
+from forgelib.stacks.provision import OVERRIDE_FILE
 from forgelib.stacks.reaper import PROVISION_DIR
+from forgelib.stacks.stack import Stack
 
 
-def kept_stack(project: Project, name: str, runner: SubprocessRunner, timeouts: Timeouts) -> ProvisionedTrial:
+def kept_stack(project: Project, name: str, runner: SubprocessRunner, timeouts: Timeouts) -> Stack:
     """The live stack ``name`` (``forge provision --keep``'s) of ``project``, as provisioning returned it:
     its compose files and the override in its work directory."""
     if not name or not is_valid_name(name):
@@ -36,7 +37,7 @@ def kept_stack(project: Project, name: str, runner: SubprocessRunner, timeouts: 
     compose = ComposeProject(name, (*env.compose_files, override), runner, timeouts)
     config = compose.config()
     compose = compose.with_secrets(config)
-    return ProvisionedTrial(
+    return Stack(
         name=name, environment=env, compose=compose, timings={}, bare_seeds={}, trial_dir=override.parent,
         config=config, ports=compose.published_ports(),
     )  # fmt: skip

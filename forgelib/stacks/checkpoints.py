@@ -46,9 +46,8 @@ from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
 from forgelib.stacks.provision import (
     FreshSteps,
     PhaseTimer,
-    ProvisionedTrial,
     StackContext,
-    StackSpec,
+    StackPlan,
     provision_stack,
     teardown_trial,
 )
@@ -56,6 +55,7 @@ from forgelib.stacks.snapshots import checkpoints as ckstore
 from forgelib.stacks.snapshots import store
 from forgelib.stacks.snapshots.checkpoints import Checkpoint, CheckpointError
 from forgelib.stacks.snapshots.trial import unrestorable
+from forgelib.stacks.stack import Stack
 
 if TYPE_CHECKING:
     from forgelib.stacks.provision import _Binding
@@ -75,7 +75,7 @@ class _Service:
     ctx: ApplyContext
 
 
-def _services(project: Project, trial: ProvisionedTrial, timeouts: Timeouts) -> list[_Service]:
+def _services(project: Project, trial: Stack, timeouts: Timeouts) -> list[_Service]:
     resolved = ResolvedConfig.of(trial.config)
     written = ResolvedConfig.of(trial.environment.compose)
     memo = Memo()
@@ -95,7 +95,7 @@ def _services(project: Project, trial: ProvisionedTrial, timeouts: Timeouts) -> 
     return out
 
 
-def _owned(trial: ProvisionedTrial, infos: Sequence[Mapping[str, Any]]) -> None:
+def _owned(trial: Stack, infos: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a stack that is not forge's, or that another live process owns."""
     if not infos:
         raise CheckpointError(f"stack {trial.name} has no containers on this engine")
@@ -116,7 +116,7 @@ def _owned(trial: ProvisionedTrial, infos: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
-def checkpoint(stacks: Stacks, trial: ProvisionedTrial) -> Checkpoint:
+def checkpoint(stacks: Stacks, trial: Stack) -> Checkpoint:
     """One consistent capture of ``trial``'s reset services (see the module's docstring); the complete,
     verified checkpoint. A failure or Ctrl-C leaves the stack unpaused and no complete checkpoint; what
     was built is removed here, or by ``forge reap`` once this process is gone."""
@@ -126,7 +126,7 @@ def checkpoint(stacks: Stacks, trial: ProvisionedTrial) -> Checkpoint:
     return capture(project, trial, stacks.runner, stacks.timeouts)
 
 
-def capture(project: Project, trial: ProvisionedTrial, runner: Runner, timeouts: Timeouts) -> Checkpoint:
+def capture(project: Project, trial: Stack, runner: Runner, timeouts: Timeouts) -> Checkpoint:
     """``checkpoint`` without a ``Stacks`` (``forge checkpoint`` on a kept stack)."""
     t0 = time.monotonic()
     compose = trial.compose
@@ -292,7 +292,7 @@ def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str)
 
 def fork(
     stacks: Stacks, checkpoint_id: str, n: int, *, trial_dir: Path, run_id: str | None = None
-) -> list[ProvisionedTrial]:
+) -> list[Stack]:
     """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
     files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
     ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``."""
@@ -312,7 +312,7 @@ def fork(
     env = _environment(project, ck)
     out = []
     for i in range(n):
-        spec = StackSpec(
+        spec = StackPlan(
             env,
             project_name(project.name, run_id, FORK_TASK, i, 1),
             lab.run_labels(run_id, lab.trial_label(FORK_TASK, i), kept=ctx.kept, work_dir=ctx.work_dir),
@@ -326,7 +326,7 @@ def fork(
     return out
 
 
-def _teardown(trial: ProvisionedTrial) -> Callable[[bool], float]:
+def _teardown(trial: Stack) -> Callable[[bool], float]:
     return lambda graceful: teardown_trial(trial, graceful=graceful)
 
 
@@ -345,7 +345,7 @@ def _environment(project: Project, ck: Checkpoint) -> EnvironmentManifest:
 _RESTORE = 'set -e; s="$1"; t="$2"; find "$t" -mindepth 1 -delete; cp -a "$s/." "$t/"'
 
 
-def restore(stacks: Stacks, trial: ProvisionedTrial, checkpoint_id: str) -> ProvisionedTrial:
+def restore(stacks: Stacks, trial: Stack, checkpoint_id: str) -> Stack:
     """Roll ``trial``'s captured services back to ``checkpoint_id`` in place; the trial with its published
     ports read again (a restarted container gets new host ports)."""
     project = stacks.project
@@ -355,8 +355,8 @@ def restore(stacks: Stacks, trial: ProvisionedTrial, checkpoint_id: str) -> Prov
 
 
 def roll_back(
-    project: Project, trial: ProvisionedTrial, checkpoint_id: str, runner: Runner, timeouts: Timeouts
-) -> ProvisionedTrial:
+    project: Project, trial: Stack, checkpoint_id: str, runner: Runner, timeouts: Timeouts
+) -> Stack:
     """``restore`` without a ``Stacks`` (``forge restore`` on a kept stack)."""
     ck = ckstore.load(runner, checkpoint_id, timeouts.command)
     compose = trial.compose

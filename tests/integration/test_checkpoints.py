@@ -18,8 +18,9 @@ from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, SeedKind, Task
 from forgelib.stacks import checkpoints
-from forgelib.stacks.provision import DEFAULT_TASK, ProvisionedTrial
+from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.snapshots import checkpoints as ckstore
+from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -51,11 +52,11 @@ def _project(tmp: Path, name: str) -> Project:
     )
 
 
-def _sh(t: ProvisionedTrial, svc: str, cmd: str) -> str:
+def _sh(t: Stack, svc: str, cmd: str) -> str:
     return t.compose.exec(svc, ["sh", "-c", cmd], timeout=30).stdout.strip()
 
 
-def _observe(t: ProvisionedTrial) -> dict[str, str]:
+def _observe(t: Stack) -> dict[str, str]:
     """Rows, schema, roles, keys and files, as a trial would read them."""
     return {
         "rows": _sh(t, "db", "psql -U postgres -Atc 'select v from t order by v'"),
@@ -66,13 +67,13 @@ def _observe(t: ProvisionedTrial) -> dict[str, str]:
     }
 
 
-def _change(t: ProvisionedTrial, mark: str) -> None:
+def _change(t: Stack, mark: str) -> None:
     _sh(t, "db", f"psql -U postgres -c \"insert into t values ('{mark}')\"")
     _sh(t, "cache", f"redis-cli SET forge:k {mark}")
     _sh(t, "ws", f"echo {mark} > /workspace/{mark}.txt")
 
 
-def _source(opened: stacks.Stacks, tmp_path: Path) -> ProvisionedTrial:
+def _source(opened: stacks.Stacks, tmp_path: Path) -> Stack:
     """A stack of the project's environment, torn down when ``opened`` closes."""
     assert opened.project is not None
     task = Task(DEFAULT_TASK, opened.project.path, "", opened.project.environment)
@@ -99,7 +100,7 @@ def test_checkpoint_fork_restore_and_nothing_left(
     assert opened.project is not None
     source = _source(opened, tmp_path)
     ids: list[str] = []
-    forks: list[ProvisionedTrial] = []
+    forks: list[Stack] = []
     try:
         _change(source, "before")
         _sh(source, "db", "psql -U postgres -c 'create role forge_r; alter table t add column w int'")
