@@ -18,8 +18,9 @@ from forgelib.kinds.base import fingerprint_diff
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import connect
-from forgelib.stacks.provision import ProvisionedTrial, teardown_trial
+from forgelib.stacks.provision import teardown_trial
 from forgelib.stacks.snapshots import store
+from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 
@@ -152,10 +153,10 @@ def test_the_fingerprint_sees_each_sort_of_change_and_the_reset_undoes_all(
     project = _project(tmp_path, SEED)
     from support.stacks import TIMEOUTS
 
-    from forgelib.stacks.provision import StackContext, StackSpec, WarmSteps, provision_stack
+    from forgelib.stacks.provision import StackContext, StackPlan, WarmSteps, provision_stack
 
-    spec = StackSpec(project.environment, f"itmy-{run_id}", lab.run_labels(run_id, "fp"), tmp_path / "stack")
-    t: ProvisionedTrial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
+    spec = StackPlan(project.environment, f"itmy-{run_id}", lab.run_labels(run_id, "fp"), tmp_path / "stack")
+    t: Stack = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
     try:
         (prepared,) = t.prepared
         for part, statement in CHANGES.items():
