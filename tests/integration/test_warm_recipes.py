@@ -189,6 +189,34 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
     assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
 
 
+# Run by the server's own OS user (COPY TO PROGRAM, as a superuser trial could): a file rewritten with its
+# mtime set back, a file with another mode, a new file, a new directory and a symlink.
+BEHIND_THE_SERVER = (
+    "cp -p PG_VERSION /tmp/forge-v && echo 99 > PG_VERSION && touch -r /tmp/forge-v PG_VERSION"
+    " && chmod 644 pg_ident.conf && echo x > intruder && mkdir -p base/intruder_dir && ln -s /etc/passwd link"
+)
+LOOK = "cat PG_VERSION; stat -c %a pg_ident.conf; ls -a . base | grep -c -e intruder -e link || true"
+
+
+def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: ProvisionedTrial) -> None:
+    """A reset finds what changed by inode change time, which nobody can set back: a rewritten file whose
+    mtime was forged is put back too (else the server would not even start on PG_VERSION 99), and modes,
+    new files, directories and links are undone."""
+    with connect.postgres(stack, "db").connect() as conn:
+        row = conn.execute("show data_directory").fetchone()
+        assert row is not None
+        pgdata = str(row[0])
+        look = ["sh", "-c", f"cd {pgdata} && {LOOK}"]
+        before = stack.compose.exec("db", look).stdout
+        assert before.split()[1:] == ["600", "0"], before
+        script = f"cd {pgdata} && {BEHIND_THE_SERVER}".replace("'", "''")
+        conn.execute(f"copy (select 1) to program '{script}'")
+    changed = stack.compose.exec("db", look).stdout
+    assert changed.split() == ["99", "644", "3"], changed
+    assert _reset_and_diff(stack, "db") == []
+    assert stack.compose.exec("db", look).stdout == before
+
+
 def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
     """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
     with connect.postgres(stack, "tdb").connect() as conn:

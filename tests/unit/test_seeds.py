@@ -604,8 +604,8 @@ def test_pristine_dir_keeps_its_copy_in_a_labelled_helper_outside_the_service(
     assert labels[lab.RUN] == "r1" and "other" not in labels and labels[lab.HELPER]
     assert labels[lab.COMPOSE_PROJECT] == "p1" and labels[lab.COMPOSE_CONFIG_HASH]
     assert labels[lab.COMPOSE_SERVICE] != "db"
-    assert create[-6:-3] == ("sha256:img", "-c", datadir._SCRIPT)
-    assert create[-3:] == ("forge-pristine", "/var/lib/postgresql/data", "PG_VERSION")
+    assert create[-7:-4] == ("sha256:img", "-c", datadir._SCRIPT)
+    assert create[-4:] == ("forge-pristine", "/var/lib/postgresql/data", "PG_VERSION", datadir._SYNC)
     cycle = [call.argv for call in fake.calls if call.argv[1] in ("stop", "start")]
     assert cycle == [
         ("docker", "stop", "p1-db-1"),

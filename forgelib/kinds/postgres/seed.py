@@ -308,10 +308,11 @@ def connection_params(
 # ---------------------------------------------------------------------------------------------- warm
 #
 # Two strategies (``strategy``). ``exact`` (the default): ``forgelib.kinds.datadir`` keeps the seeded data
-# directory in a helper container's volume, outside the server and its container; every reset stops the
-# server, puts that copy back and starts it again: the server a trial sees is, byte for byte, the one the
-# first seeding left (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps
-# nothing in it. About a second a reset: copying the data directory and the server's restart.
+# directory in a helper container, outside the server and its container; every reset stops the server,
+# puts back from that copy every file and directory of the data directory that changed since the last
+# reset, and starts it again: the server a trial sees is, byte for byte, the one the first seeding left
+# (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps nothing in it. The
+# server's restart, not the copy, is most of a reset (benchmarks/README.md, "Restore in place").
 #
 # ``template``: prepare: right after the dump went in (no dependent connected yet), copy the seeded
 # database into a template database named after the seed digest, closed to connections, and make one
@@ -477,7 +478,7 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     """Restore the data directory (exact), or swap the ready copy in under the seeded database's name
     (template); see the section comment."""
     if isinstance(prepared, Exact):
-        prepared.pristine.restore()
+        prepared.pristine.restore(healthcheck=False)  # ready: the connection _await_server opens
         _await_server(ctx, prepared)
         return
     assert isinstance(prepared, Prepared)
