@@ -155,12 +155,14 @@ LISTING = (
 )
 
 
-def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_service(
+def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_its_copy_out_of_the_servers_reach(
     stack: ProvisionedTrial,
 ) -> None:
     """Roles, databases, ALTER SYSTEM and extensions are gone after the exact reset (what the template
-    strategy cannot reach), the listing is the first seeding's, and neither the server nor its container
-    holds anything of forge's (its pristine copy is in the helper's own volume)."""
+    strategy cannot reach), and the listing is the first seeding's. The server restarts in its own
+    container (``kinds.supervisor``): the pristine copy is in that container's ``/forge-pristine``, root's
+    and mode 0700, which the server's OS user (all a trial reaches through the server) cannot list; the
+    server itself, its data directory and /tmp hold nothing of forge's, and no helper container exists."""
     params = connect.postgres(stack, "db")
     with params.connect() as conn:
         before = conn.execute(LISTING).fetchone()
@@ -173,8 +175,16 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
     assert _reset_and_diff(stack, "db") == []
     with connect.postgres(stack, "db").connect() as conn:
         assert conn.execute(LISTING).fetchone() == before
-    found = stack.compose.exec("db", ["sh", "-c", "ls -a / /tmp /var/lib/postgresql"]).stdout
+    found = stack.compose.exec("db", ["sh", "-c", "ls -a /tmp /var/lib/postgresql"]).stdout
     assert "forge" not in found
+    root = stack.compose.exec("db", ["ls", "-a", "/"]).stdout.split()
+    assert [n for n in root if "forge" in n] == ["forge-pristine"]
+    mode = stack.compose.exec("db", ["stat", "-c", "%U:%G %a", "/forge-pristine"]).stdout.split()
+    assert mode == ["root:root", "700"]
+    db = stack.compose.container("db")
+    as_server = ["docker", "exec", "--user", "postgres", db, "ls", "/forge-pristine"]
+    denied = stack.compose.runner.run(as_server, check=False)
+    assert denied.rc != 0 and "Permission denied" in denied.stderr
     helper = f"{stack.compose.name}-forge-pristine-db"
     mounts = stack.compose.runner.run(
         [
@@ -185,8 +195,8 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
             stack.compose.container("db"),
         ]
     ).stdout
-    assert "/forge-pristine" not in mounts  # the copy is mounted in the helper only
-    assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
+    assert "/forge-pristine" not in mounts  # in the container's own layer: no volume outlives it
+    assert not stack.compose.inspect([helper]), "no helper: the copy is in the supervised container"
 
 
 # Run by the server's own OS user (COPY TO PROGRAM, as a superuser trial could): a file rewritten with its

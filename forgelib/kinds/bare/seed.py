@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden
+from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_golden, no_warm_process
 from forgelib.resolved import ServiceConfig
 
 OPTIONS: frozenset[str] = frozenset()
@@ -62,3 +62,6 @@ SUPPORTS_GOLDEN = False
 
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
+
+
+warm_process = no_warm_process  # a bare seed has no reset

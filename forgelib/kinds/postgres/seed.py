@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from forgelib.clients import deferred
+from forgelib.compose import ImageProcess
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
+from forgelib.kinds import supervisor
 from forgelib.kinds.base import (
     CONNECT_TIMEOUT,
     ApplyContext,
@@ -407,14 +409,25 @@ def strategy(ctx: SeedTarget) -> ResetStrategy:
 
 @dataclass
 class Exact:
-    """What the exact strategy keeps: the pristine data directory, outside the service's container."""
+    """What the exact strategy keeps: the pristine data directory, in the supervised container's own
+    root-only directory (``kinds.supervisor``) or else in a helper container (``kinds.datadir``)."""
 
     params: PostgresParams
-    pristine: PristineDir
+    pristine: PristineDir | supervisor.Supervised
 
     @property
     def restarts_container(self) -> bool:
-        return True
+        return self.pristine.restarts_container
+
+
+def warm_process(
+    target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
+) -> Mapping[str, Any] | None:
+    """Exact strategy: the server under ``kinds.supervisor``'s loop, so a reset restarts the server alone
+    (the copy taken after SIGINT, postgres's fast shutdown; a reset stops it with SIGQUIT, immediate)."""
+    if strategy(target) != EXACT:
+        return None
+    return supervisor.wrap(service, image)
 
 
 def prepare(ctx: ApplyContext) -> Prepared | Exact:
@@ -422,7 +435,8 @@ def prepare(ctx: ApplyContext) -> Prepared | Exact:
         path = golden_path(ctx)
         if not path:
             raise ctx.fail("prepare", "the server did not name its data directory (show data_directory)")
-        exact = Exact(_params(ctx), PristineDir.capture(ctx, path))
+        pristine = supervisor.Supervised.capture(ctx, path) or PristineDir.capture(ctx, path)
+        exact = Exact(_params(ctx), pristine)
         _await_server(ctx, exact)
         return exact
     return _prepare_template(ctx)

@@ -28,6 +28,7 @@ from forgelib.kinds.base import (
     SeedTarget,
     fingerprint_part,
     no_mount,
+    no_warm_process,
 )
 from forgelib.resolved import ServiceConfig
 
@@ -451,3 +452,4 @@ def golden_fingerprint(ctx: ApplyContext) -> Fingerprint:
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount
+warm_process = no_warm_process  # its reset works in the running server

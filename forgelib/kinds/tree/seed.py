@@ -20,6 +20,7 @@ from forgelib.kinds.base import (
     fingerprint_part,
     no_golden,
     no_mount,
+    no_warm_process,
 )
 from forgelib.resolved import ServiceConfig
 from forgelib.spec.digest import file_sha256, walk_tree
@@ -198,3 +199,4 @@ SUPPORTS_GOLDEN = False
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 seed_mount = no_mount  # it works in the running container: no extra mount
+warm_process = no_warm_process  # its reset works in the running server
