@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from forgelib.kinds.redis import seed as redis_dump
 from forgelib.kinds.registry import REGISTRY
 from forgelib.kinds.tree import seed as filesystem_dir
 from forgelib.resolved import ServiceConfig
+from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import Seed, SeedKind, Timeouts
 from forgelib.testing import FakeRunner
 
@@ -142,6 +144,22 @@ def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing
     box = ("docker", "exec", "p1-box-1")
     fake.expect(*box, "stat", "-c", "%a %u:%g", "/work", exact=True, times=1, stdout="1777 0:0\n")
     assert filesystem_dir.prepare(c) == ("1777", "0:0")
+    # One exec: the wipe, the seed as a tar on stdin, the verifying listing.
+    one = ("sh", "-c", filesystem_dir._RESET_TAR_SH, "forge-reset", "/work", "1777", "0:0")
+    listing = tuple(filesystem_dir.listing_argv("/work"))
+    fed: list[set[str]] = []
+
+    def names(call: Any) -> None:
+        with tarfile.open(call.stdin) as tar:  # read while the reset's temp dir exists
+            fed.append({m.name for m in tar.getmembers() if m.uid == 0 and m.uname == "root"})
+
+    exec_i = ("docker", "exec", "-i", "p1-box-1")
+    fake.expect(*exec_i, *one, *listing, exact=True, times=1, stdout=_listing("/work"), side_effect=names)
+    filesystem_dir.reset(c, ("1777", "0:0"))
+    assert fed == [{p.relative_to(seed).as_posix() for p in walk_tree(seed)}]
+    assert not Path(fake.calls[-1].stdin or "").exists()  # the tar went with its temp dir
+    # Without tar in the image (it exits 86 before touching anything): wipe, `compose cp`, listing.
+    fake.expect(*exec_i, *one, exact=False, times=1, rc=86)
     reset = ("sh", "-c", filesystem_dir._RESET_SH, "forge-reset", "/work", "1777", "0:0")
     fake.expect(*box, *reset, exact=True, times=1)
     fake.expect(*BASE, "cp", f"{seed}/.", "box:/work", exact=True, times=1)
@@ -149,7 +167,7 @@ def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing
     filesystem_dir.reset(c, ("1777", "0:0"))
     fake.expect(*box, "find", "/work", "-printf", filesystem_dir._LISTING_FORMAT, exact=True, stdout="d\t\n")
     assert set(filesystem_dir.fingerprint(c)) == {"tree"}
-    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 5
+    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 7
     fake = FakeRunner()
     c = _direct(ctx(fake, seed, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
     gone = "Error response from daemon: Container abc is not running"
