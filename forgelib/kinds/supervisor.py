@@ -37,9 +37,12 @@ MARKER = "forge-supervise"  # the loop's $0: how forge recognises a supervised c
 CONTROL = "/forge-pristine"
 
 # Its arguments: the service's own entrypoint and command. A request: ``req`` and its files (the signal that
-# stops the server, the restore script, data directory, marker and sync script) written, then SIGUSR1; the
-# answer: one line on the ``ack`` FIFO, ``ok`` or why not (then the loop exits 3 and the container with it).
-# SIGUSR1 without a request is the server's, as any other signal.
+# stops the server, the restore script, data directory, marker and sync script, the request's own pid)
+# written, then SIGUSR1; the answer: one line on the ``ack`` FIFO, ``ok`` or why not (then the loop exits 3
+# and the container with it). SIGUSR1 without a request is the server's, as any other signal. Once the
+# server has exited, every other process in the container but the loop and the request is killed, as
+# stopping the container would: nothing a trial started there (``COPY … TO PROGRAM '… &'``) outlives the
+# reset to change the restored data directory.
 SUPERVISOR = (
     "c=/forge-pristine; "
     'mkdir -p "$c" && chmod 700 "$c" && rm -f "$c/ack" "$c/req" && mkfifo "$c/ack" && echo "$$" > "$c/pid" '
@@ -54,7 +57,9 @@ SUPERVISOR = (
     'wait "$pid"; rc=$?; '
     'if kill -0 "$pid" 2>/dev/null; then continue; fi; '
     'if [ -n "$stop" ] || [ -z "$req" ]; then exit "$rc"; fi; '
-    "req=; "
+    'req=; r=$(cat "$c/rpid"); '
+    'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
+    '[ "$p" = "$$" ] || [ "$p" = "$r" ] || kill -KILL "$p" 2>/dev/null; done; '
     'if out=$(sh "$c/script" "$(cat "$c/dir")" "$(cat "$c/marker")" "$(cat "$c/sync")" 2>&1); then st=ok; '
     'else st="failed: $(printf %s "$out" | tr "\\n" " ")"; fi; '
     'rm -f "$c/req"; echo "$st" > "$c/ack"; '
@@ -68,7 +73,8 @@ _REQUEST = (
     "c=/forge-pristine; "
     '[ -p "$c/ack" ] && [ -s "$c/pid" ] || { echo "no forge supervisor in it" >&2; exit 3; }; '
     'printf %s "$1" > "$c/script"; printf %s "$2" > "$c/dir"; printf %s "$3" > "$c/marker"; '
-    'printf %s "$4" > "$c/sync"; printf %s "$5" > "$c/signal"; : > "$c/req"; kill -USR1 "$(cat "$c/pid")"; '
+    'printf %s "$4" > "$c/sync"; printf %s "$5" > "$c/signal"; echo "$$" > "$c/rpid"; : > "$c/req"; '
+    'kill -USR1 "$(cat "$c/pid")"; '
     'read -r st < "$c/ack"; [ "$st" = ok ] || { echo "$st" >&2; exit 3; }'
 )
 

@@ -227,6 +227,19 @@ def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: 
     assert stack.compose.exec("db", look).stdout == before
 
 
+PROCESSES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+
+
+def test_the_exact_reset_leaves_no_process_a_trial_started_in_the_service(stack: ProvisionedTrial) -> None:
+    """A process a superuser trial starts in the server's container (COPY TO PROGRAM, detached) could go on
+    changing the data directory after the reset: the reset ends it, as stopping the container did."""
+    with connect.postgres(stack, "db").connect() as conn:
+        conn.execute("copy (select 1) to program 'nohup sleep 4242 >/dev/null 2>&1 &'")
+    assert "sleep 4242" in stack.compose.exec("db", ["sh", "-c", PROCESSES]).stdout
+    assert _reset_and_diff(stack, "db") == []
+    assert "sleep 4242" not in stack.compose.exec("db", ["sh", "-c", PROCESSES]).stdout
+
+
 def test_beyond_the_reset_the_fingerprint_differs(stack: ProvisionedTrial) -> None:
     """What a reset does not restore is caught, per kind (these leave the stack dirty: they run last)."""
     with connect.postgres(stack, "tdb").connect() as conn:
