@@ -69,7 +69,7 @@ def image_env() -> dict[str, str]:
 def baseline_for(config: Path) -> Baseline:
     """Derive the shell loop's arguments from the run config's pack, read by forge's own loader: its one
     reset sql_dump service, its first task's oracle and that task's first check (file or sql)."""
-    from forgelib.kinds.postgres.seed import postgres_credentials
+    from forgelib.kinds.postgres.client import postgres_credentials
     from forgelib.spec.loader import load_project_config, load_run_config
 
     cfg = load_run_config(config)

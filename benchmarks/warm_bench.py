@@ -84,7 +84,7 @@ def _kinds(config: Path) -> dict[str, str]:
     """service -> the kind of the seed its reset binds, in ``config``'s pack."""
     project = load_project_config(config.parents[1] / "project.yaml")
     return {
-        name: project.seeds[svc.reset.seed].kind.value
+        name: str(project.seeds[svc.reset.seed].kind)
         for name, svc in project.environment.services.items()
         if svc.reset is not None and svc.reset.seed in project.seeds
     }

@@ -13,9 +13,12 @@ import; cluster slots run fresh stacks without goldens only and never load them.
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any
 
-CLIENT_LIBRARIES = ("psycopg", "psycopg.sql", "redis")
+# Every module named through ``deferred`` so far: the kinds' client libraries, whose modules name them.
+_DEFERRED: dict[str, None] = {}
+_LOCK = threading.Lock()
 
 
 class Deferred:
@@ -36,13 +39,18 @@ class Deferred:
 
 
 def deferred(name: str) -> Any:
+    with _LOCK:
+        _DEFERRED[name] = None
     return Deferred(name)
 
 
 def load() -> None:
-    """Import the client libraries now (a process about to run trials)."""
-    for name in CLIENT_LIBRARIES:
+    """Import the client libraries now (a process about to run trials): every one a loaded module named
+    through ``deferred``."""
+    with _LOCK:
+        names = list(_DEFERRED)
+    for name in names:
         importlib.import_module(name)
 
 
-__all__ = ["CLIENT_LIBRARIES", "Deferred", "deferred", "load"]
+__all__ = ["Deferred", "deferred", "load"]

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import ForgeError
-from forgelib.kinds.postgres import seed as sql_dump
-from forgelib.kinds.postgres.seed import PostgresParams
-from forgelib.kinds.redis import seed as redis_dump
-from forgelib.kinds.redis.seed import RedisParams
+from forgelib.kinds.postgres import client as sql_dump
+from forgelib.kinds.postgres.client import PostgresParams
+from forgelib.kinds.redis import client as redis_dump
+from forgelib.kinds.redis.client import RedisParams
 from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import EnvironmentManifest
 
@@ -88,7 +88,7 @@ def postgres_params(
     ``inside``: as a container on the stack's network reaches it, by service name and container port)."""
     svc = service_config(config, service)
     return sql_dump.connection_params(
-        svc, options or {}, _address(compose, service, inside), database=database
+        svc, options or {}, address(compose, service, inside), database=database
     )
 
 
@@ -115,10 +115,10 @@ def redis_params(
     compose: PortLookup, service: str, config: Mapping[str, Any], db: int = 0, *, inside: bool = False
 ) -> RedisParams:
     svc = service_config(config, service)
-    return redis_dump.connection_params(svc, _address(compose, service, inside), db)
+    return redis_dump.connection_params(svc, address(compose, service, inside), db)
 
 
-def _address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], tuple[str, int]]:
+def address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], tuple[str, int]]:
     """Where a container port of ``service`` is reached: its published loopback port, or (``inside``) the
     service's name and the port itself."""
     if inside:

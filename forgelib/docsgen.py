@@ -228,6 +228,52 @@ def spec_doc() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------------------ the schemas' enums
+#
+# The names the kinds give the spec (``forgelib.kinds``) are written into ``schemas/`` from the registry:
+# (schema, path to an enum) -> the values. Only the enum's list is rewritten, in place, so the files keep
+# their hand layout.
+
+
+def schema_enums() -> dict[tuple[str, tuple[str, ...]], list[str]]:
+    from forgelib.kinds import SEED_KINDS
+    from forgelib.mcp.names import ALL_TOOLS
+
+    return {
+        ("project", ("$defs", "seed_kind")): list(SEED_KINDS),
+        ("task", ("properties", "tools", "items")): list(ALL_TOOLS),
+        ("grading", ("$defs", "call", "properties", "tool")): list(ALL_TOOLS),
+    }
+
+
+def _at(node: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        node = node[part]
+    return node
+
+
+def schemas_text(folder: Path) -> dict[str, str]:
+    """schema name -> its file's text with every generated enum as the registry says."""
+    out: dict[str, str] = {}
+    for (name, path), values in schema_enums().items():
+        text = out.get(name) or (folder / f"{name}.schema.json").read_text()
+        old = _at(json.loads(text), path)["enum"]
+        if old != values:
+            text = text.replace(json.dumps(old), json.dumps(values))
+        out[name] = text
+    return out
+
+
+def check_types_drift(folder: Path) -> list[str]:
+    """A check type the spec rules know (``file``, the kinds', ``http``, ``trace``) that the grading
+    schema's ``check`` does not define, or one it defines that no longer exists."""
+    from forgelib.spec.rules import CHECK_TYPES
+
+    props = set(json.loads((folder / "grading.schema.json").read_text())["$defs"]["check"]["properties"])
+    defined = props - {"name", "weight", "severity"}
+    return sorted(defined ^ set(CHECK_TYPES))
+
+
 # --------------------------------------------------------------------------------------------- the files
 
 
@@ -248,6 +294,17 @@ def stale(docs: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     docs = Path(__file__).resolve().parent.parent / "docs"
+    schemas = docs.parent / "schemas"
+    drift = check_types_drift(schemas)
+    if drift:
+        print(
+            f"schemas/grading.schema.json's check and the check types differ in {', '.join(drift)}: "
+            "give each kind's check type its property and $defs entry there (or remove a stale one)",
+            file=sys.stderr,
+        )
+    enums = {
+        n: t for n, t in schemas_text(schemas).items() if (schemas / f"{n}.schema.json").read_text() != t
+    }
     if "--check" in args:
         bad = stale(docs)
         for name in bad:
@@ -255,7 +312,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"docs/{name} differs from what the code generates; run `nox -s docs` and commit it",
                 file=sys.stderr,
             )
-        return 1 if bad else 0
+        for name in enums:
+            print(
+                f"schemas/{name}.schema.json's enums differ from the kinds' names; run `nox -s docs` "
+                "and commit it",
+                file=sys.stderr,
+            )
+        return 1 if bad or enums or drift else 0
+    for name, text in enums.items():
+        (schemas / f"{name}.schema.json").write_text(text)
+        print(f"wrote schemas/{name}.schema.json")
     docs.mkdir(exist_ok=True)
     for name, text in generate().items():
         (docs / name).write_text(text)

@@ -30,6 +30,8 @@ from typing import IO
 from forgelib import dockerargv as dk
 from forgelib.compose import ImageConfig, inspect_images
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
+from forgelib.kinds import KINDS
+from forgelib.kinds.kind import StandIn
 from forgelib.resources import data_dir
 from forgelib.runner import Runner
 from forgelib.spec.digest import dir_sha256
@@ -48,17 +50,11 @@ LOCK_PATH = Path(tempfile.gettempdir()) / "forgelib-images.lock"
 LOCK_TIMEOUT = BASE_BUILD_TIMEOUT + 3 * BUILD_TIMEOUT
 
 
-@dataclass(frozen=True)
-class StandIn:
-    tag: str
-    var: str  # the compose variable that selects it
-
-
-# name (= directory under images/) -> stand-in; the table in docs/design.md
+# name (= directory under images/) -> stand-in: each kind's server, then our python service image; the
+# table in docs/design.md
 STAND_INS: dict[str, StandIn] = {
-    "postgres": StandIn("forgelib/postgres:15", "FORGE_IMAGE_POSTGRES"),
-    "redis": StandIn("forgelib/redis:7.0", "FORGE_IMAGE_REDIS"),
-    "python": StandIn("forgelib/python:3.11", "FORGE_IMAGE_PYTHON"),
+    **{k.stand_in.directory: k.stand_in for k in KINDS if k.stand_in is not None},
+    "python": StandIn("python", "forgelib/python:3.11", "FORGE_IMAGE_PYTHON"),
 }
 
 

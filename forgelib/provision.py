@@ -36,15 +36,15 @@ from forgelib.errors import (
     RecipeError,
 )
 from forgelib.images import ImageFacts
+from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ApplyContext, Memo, PreparedSeed, Recipe, SeedMount, SeedTarget
-from forgelib.kinds.registry import REGISTRY
 from forgelib.readiness import NotReady
 from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.runner import Runner
 from forgelib.signals import StopAwareRunner
 from forgelib.snapshots.trial import GoldenFailed, Plan, TrialGoldens
 from forgelib.spec.digest import seed_digest
-from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, SeedKind, Task, Timeouts
+from forgelib.spec.models import LOG_TAIL_LINES, EnvironmentManifest, Project, Seed, Task, Timeouts
 
 log = logging.getLogger("forgelib.provision")
 
@@ -420,7 +420,8 @@ class _Provisioning:
                 raise _recipe_error(
                     svc.name, svc.reset.seed, None, f"no seed named {svc.reset.seed!r}; seeds: {known}"
                 )
-            recipe = REGISTRY.get(seed.kind)
+            written = ResolvedConfig.of(self.spec.env.compose).service(svc.name)
+            recipe = kinds.recipe_for(seed.kind, written)
             if recipe is None:
                 raise _recipe_error(svc.name, seed.name, seed.kind, f"no recipe for kind {seed.kind!r}")
             b = _Binding(svc.name, seed, recipe, dict(svc.reset.options))
@@ -632,12 +633,12 @@ def _loopback(bindings: Sequence[_Binding], config: Mapping[str, Any]) -> dict[s
     return out
 
 
-def _recipe_error(service: str, seed: str | None, kind: SeedKind | None, text: str) -> ProvisionError:
+def _recipe_error(service: str, seed: str | None, kind: str | None, text: str) -> ProvisionError:
     what = []
     if seed is not None:
         what.append(f"seed '{seed}'")
     if kind is not None:
-        what.append(f"kind '{kind.value}'")
+        what.append(f"kind '{kind}'")
     about = f" ({', '.join(what)})" if what else ""
     return ProvisionError("reset_recipe", f"reset recipe for service '{service}'{about} failed: {text}")
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from forgelib.custody import PYTEST_DIR
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
+from forgelib.kinds import KINDS
 from forgelib.labels import owned_temp_dir
 from forgelib.provision import DEFAULT_TASK, ProvisionCache, ProvisionedTrial, StackContext
 from forgelib.resolved import ResolvedConfig
@@ -170,8 +171,9 @@ class ForgeStack:
         except ForgeError as e:
             if "does not publish" not in str(e):
                 raise
+            seeded = " or ".join(s for k in KINDS if k.client for s in k.seeds)
             raise ForgeError(
-                f"{e} (forge publishes the port of each reset service seeded by sql_dump or redis_dump on "
+                f"{e} (forge publishes the port of each reset service seeded by {seeded} on "
                 f'127.0.0.1; for any other service, publish it in the compose file, e.g. ports: ["5432"])'
             ) from e
 

@@ -98,24 +98,6 @@ class ServiceConfig:
         """This service running ``image`` instead of its own (a built or golden image), ``raw`` included."""
         return ServiceConfig.of({**self.raw, "image": image}, self.name)
 
-    @property
-    def server_kind(self) -> str | None:
-        """``postgres`` or ``redis`` when the service runs that server, else None: the image's repository
-        name (``postgres``/``postgis``, ``redis``/``valkey``, any registry, tag or digest, or the offline
-        stand-ins ``forgelib/postgres``), else the official postgres image's environment contract
-        (``POSTGRES_*``) or a ``redis-server`` command line. What the agent's manifest and the MCP tools
-        say a service is."""
-        image = self.image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0].lower()
-        if image.startswith(("postgres", "postgis")):
-            return "postgres"
-        if image.startswith(("redis", "valkey")):
-            return "redis"
-        if any(k.startswith("POSTGRES_") for k in self.environment):
-            return "postgres"
-        if self.command and self.command[0].endswith(("redis-server", "valkey-server")):
-            return "redis"
-        return None
-
 
 @dataclass(frozen=True)
 class ResolvedConfig:

@@ -1,1 +1,44 @@
-"""What forge knows about each sort of service state: one subpackage per kind, listed in ``registry``."""
+"""What forge knows about each sort of service state: one subpackage per kind, listed once in ``KINDS``.
+
+How a seed kind, a kind and a check type relate (the one place this is decided):
+
+* A **kind** is a sort of service state forge can seed, reset, snapshot and observe: ``postgres`` and
+  ``redis`` are *server* kinds, recognised from the compose service (its image, else its environment or
+  command: ``Kind.images``/``Kind.detect``); ``tree`` (a workspace directory) and ``bare`` (a read-only
+  file) fit any service and are never recognised.
+* A kind **accepts seed kinds**, the names the spec writes in ``seeds: {kind: ...}`` (``Kind.seeds``:
+  postgres takes ``sql_dump``, redis ``redis_dump``, tree ``filesystem_dir``, bare ``bare``). A seed bound
+  to a service is applied by the kind that accepts its seed kind *and* fits that service: a server kind
+  only fits a service recognised as it, or one recognised as no kind at all (forge cannot prove
+  otherwise); ``forge validate`` refuses a seed whose kind does not fit its service.
+* A kind **observes check types** (``Kind.checks``: postgres ``sql``, redis ``redis``) and **backs MCP
+  tools** (``Kind.tools``: ``sql_query``, ``redis_command``). A check or tool call aimed at a service is
+  answered by the kind recognised for that service; a service recognised as another kind is refused by
+  ``forge validate``; an unrecognised one is served by the first kind that observes the type.
+
+So several kinds may accept one seed kind, observe one check type or back one tool (MySQL will take
+``sql_dump``, ``sql`` and ``sql_query`` too): the service decides which. A new kind is a package here
+(``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules`` implement it)
+plus one line in ``KINDS``. The seed kinds, check types and tools the spec schemas list are generated
+from ``KINDS`` (``forgelib.docsgen``, whose ``--check`` lint runs).
+
+Import layers: ``kind``, ``toolschema`` and each package's ``__init__`` are pure declarations (the spec
+models read them); ``registry`` loads the implementations, which may use the spec models, compose and
+the runner, but nothing above them.
+"""
+
+from __future__ import annotations
+
+from forgelib.kinds import bare, postgres, redis, tree
+from forgelib.kinds.kind import Kind
+
+# The kinds, in the order the spec lists their names: the one list.
+KINDS: tuple[Kind, ...] = (postgres.KIND, tree.KIND, redis.KIND, bare.KIND)
+
+# The names the spec uses, derived (schemas' enums are generated from these: ``forgelib.docsgen``).
+SEED_KINDS: tuple[str, ...] = tuple(dict.fromkeys(s for k in KINDS for s in k.seeds))
+DIRECTORY_SEEDS: frozenset[str] = frozenset(s for k in KINDS for s in k.directory_seeds)
+SHORTHAND: dict[str, str] = {suffix: s for k in KINDS for suffix, s in k.shorthand.items()}
+CHECK_TYPES: tuple[str, ...] = tuple(dict.fromkeys(c for k in KINDS for c in k.checks))
+
+__all__ = ["CHECK_TYPES", "DIRECTORY_SEEDS", "KINDS", "SEED_KINDS", "SHORTHAND", "Kind"]

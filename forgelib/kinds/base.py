@@ -14,15 +14,17 @@ existence).
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from forgelib.compose import ComposeProject, ImageProcess
-from forgelib.errors import RecipeError
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted, RecipeError, tail
 from forgelib.resolved import ServiceConfig
+from forgelib.runner import Result
 from forgelib.spec.models import Seed, Timeouts
 
 T = TypeVar("T")
@@ -239,3 +241,77 @@ class Recipe(Protocol):
 def no_golden(ctx: ApplyContext) -> str | None:
     """``golden_path`` of a kind with ``SUPPORTS_GOLDEN = False``: it has no data directory to snapshot."""
     return None
+
+
+# ------------------------------------------------------------------------------------- observing
+
+
+class ExecStack(Protocol):
+    """What an observer needs of a live stack: run a bounded command in a service (as
+    ``ComposeProject.exec``) and find a published port."""
+
+    def exec(self, service: str, argv: Sequence[str], *, timeout: float, check: bool = ...) -> Result: ...
+
+    def port(self, service: str, container_port: int) -> tuple[str, int]: ...
+
+
+class ObservationError(Exception):
+    """A check could not observe the state (its message becomes the check's reason)."""
+
+
+def exec_failure(shown: str, service: str, failure: ForgeError | Result) -> str:
+    """How a command exec'd in a service failed, in one sentence (checks and the oracle say it alike)."""
+    where = f"`{shown}` in service {service!r}"
+    if isinstance(failure, CommandTimeout):
+        return f"{where} timed out after {failure.timeout:g}s"
+    if isinstance(failure, ForgeError):  # a missing program, docker failing to exec
+        return f"{where} could not run: {failure}"
+    return f"{where} exited {failure.rc}: {tail(failure.stderr or failure.stdout, 5) or '(no output)'}"
+
+
+def observe_exec(stack: ExecStack, service: str, argv: Sequence[str], timeout: float) -> str:
+    """``argv``'s stdout in ``service``; ``ObservationError`` saying how it failed otherwise."""
+    try:
+        r = stack.exec(service, argv, timeout=timeout, check=False)
+    except Interrupted:  # the stop killed or refused it: no observation, and no failed check either
+        raise
+    except ForgeError as e:
+        raise ObservationError(exec_failure(" ".join(argv), service, e)) from None
+    if r.rc != 0:
+        raise ObservationError(exec_failure(" ".join(argv), service, r))
+    return r.stdout
+
+
+# ------------------------------------------------------------------------------------- MCP tools
+
+
+class ToolFailure(Exception):
+    """A tool call that could not be carried out; ``str()`` is what the agent is told."""
+
+
+class ToolContext(Protocol):
+    """What a kind's tool backend gets from the trial's toolbox: commands in a service and its published
+    ports, each failure already a ``ToolFailure``."""
+
+    def run(self, service: str, argv: Sequence[str], timeout: float, input: str | None = None) -> Result: ...
+
+    def published(self, service: str, port: int) -> tuple[str, int] | None: ...
+
+
+class ToolBackend(Protocol):
+    """A kind's answer to its tools (``Kind.tools``) for one trial: ``call`` carries out one call on a
+    service recognised as the kind (thread-safe); ``close`` drops its connections."""
+
+    def __init__(self, ctx: ToolContext) -> None: ...
+
+    def call(self, tool: str, service: str, svc: ServiceConfig, args: Mapping[str, Any]) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def tool_failed(r: Result, what: str) -> str:
+    return f"{what}: {tail(r.stderr or r.stdout, 5).strip() or f'exit status {r.rc}'}"
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -1,27 +1,163 @@
-"""Seed recipes: one module per ``SeedKind``, dispatched from a literal registry.
+"""Lookups over the kinds (``forgelib.kinds.KINDS``, the one list) and their implementations.
 
-``schemas/project.schema.json`` lists the same kinds; ``tests/unit/test_registry.py`` fails if they drift.
+The model (seed kind, kind, check type, tool) is described once, in ``forgelib.kinds``. Here: which
+kind a compose service is (``detect``), which kind applies a seed bound to a service (``recipe_for``),
+answers a check (``observer_for``) or a tool call (``kinds_for_tool``), and the names the spec uses
+(``SEED_KINDS``, ``CHECK_TYPES``, ``TOOL_SPECS``), all derived from ``KINDS``.
 
-Each recipe module satisfies ``Recipe``: ``check`` (host-side guards only, no container call — run before
-the stack exists, so a broken seed costs nothing) and ``apply`` (runs after the service and what it depends
-on are up and healthy, before any dependent service starts). Both raise ``RecipeError`` naming the service;
-provisioning wraps it as ``ProvisionError(stage="reset_recipe")``.
+Each seed kind's recipe satisfies ``Recipe`` (``forgelib.kinds.base``): ``check`` (host-side guards only,
+no container call — run before the stack exists, so a broken seed costs nothing) and ``apply`` (runs after
+the service and what it depends on are up and healthy, before any dependent service starts). Both raise
+``RecipeError`` naming the service; provisioning wraps it as ``ProvisionError(stage="reset_recipe")``.
 """
 
 from __future__ import annotations
 
-from forgelib.kinds.bare import seed as bare
-from forgelib.kinds.base import ApplyContext, Memo, Recipe, SeedTarget
-from forgelib.kinds.postgres import seed as sql_dump
-from forgelib.kinds.redis import seed as redis_dump
-from forgelib.kinds.tree import seed as filesystem_dir
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, cast
+
+from forgelib.kinds import CHECK_TYPES, KINDS, SEED_KINDS, Kind
+from forgelib.kinds.base import Recipe
+from forgelib.kinds.kind import ToolSpec
+from forgelib.resolved import ServiceConfig
 from forgelib.spec.models import SeedKind
 
-REGISTRY: dict[SeedKind, Recipe] = {
-    SeedKind.SQL_DUMP: sql_dump,
-    SeedKind.FILESYSTEM_DIR: filesystem_dir,
-    SeedKind.REDIS_DUMP: redis_dump,
-    SeedKind.BARE: bare,
-}
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 
-__all__ = ["REGISTRY", "ApplyContext", "Memo", "Recipe", "SeedTarget"]
+# seed kind -> the kinds that accept it, in ``KINDS`` order (the first is the one for an unrecognised service)
+_SEED_KINDS: dict[str, list[Kind]] = {}
+for _k in KINDS:
+    for _s in _k.seeds:
+        _SEED_KINDS.setdefault(_s, []).append(_k)
+
+# check type -> the kinds that observe it; the check types of kinds (file, http, trace are grading's own)
+_CHECKS: dict[str, list[Kind]] = {}
+for _k in KINDS:
+    for _c in _k.checks:
+        _CHECKS.setdefault(_c, []).append(_k)
+
+# tool -> the kinds that back it; the tools' specs (one per name: kinds sharing a tool share its spec)
+_TOOLS: dict[str, list[Kind]] = {}
+TOOL_SPECS: dict[str, ToolSpec] = {}
+for _k in KINDS:
+    for _t in _k.tools:
+        _TOOLS.setdefault(_t.name, []).append(_k)
+        TOOL_SPECS.setdefault(_t.name, _t)
+
+
+def by_name(name: str) -> Kind:
+    return BY_NAME[name]
+
+
+def detect(svc: ServiceConfig) -> Kind | None:
+    """The server kind ``svc`` runs, or None: first by its image's repository name (any registry, tag or
+    digest, or an offline stand-in), then by each kind's own test of its environment or command."""
+    for kind in KINDS:
+        if kind.by_image(svc):
+            return kind
+    for kind in KINDS:
+        if kind.detect is not None and kind.detect(svc):
+            return kind
+    return None
+
+
+def server_kind(svc: ServiceConfig) -> str | None:
+    """The name of the kind ``detect`` finds (what the agent's manifest and the MCP tools say a service
+    is), or None."""
+    kind = detect(svc)
+    return kind.name if kind is not None else None
+
+
+def kinds_for_seed(seed_kind: str) -> list[Kind]:
+    return list(_SEED_KINDS.get(seed_kind, ()))
+
+
+def kinds_for_check(check_type: str) -> list[Kind]:
+    return list(_CHECKS.get(check_type, ()))
+
+
+def kinds_for_tool(tool: str) -> list[Kind]:
+    return list(_TOOLS.get(tool, ()))
+
+
+def _choose(candidates: list[Kind], svc: ServiceConfig | None) -> Kind | None:
+    """Of the kinds that could serve, the one for ``svc``: the kind recognised for it when that is one of
+    them; for an unrecognised service (or none given), the first; for a service recognised as another
+    kind, the first that fits any service (tree, bare); else None: nothing fits."""
+    found = detect(svc) if svc is not None else None
+    if found is not None and found in candidates:
+        return found
+    if found is None and candidates:
+        return candidates[0]
+    return next((k for k in candidates if not k.server), None)
+
+
+def kind_for_seed(seed_kind: str, svc: ServiceConfig | None = None) -> Kind | None:
+    """The kind that applies a ``seed_kind`` seed bound to ``svc`` (see ``_choose``); None: none fits."""
+    return _choose(kinds_for_seed(seed_kind), svc)
+
+
+def kind_for_check(check_type: str, svc: ServiceConfig | None = None) -> Kind | None:
+    return _choose(kinds_for_check(check_type), svc)
+
+
+def kind_for_tool(tool: str, svc: ServiceConfig | None = None) -> Kind | None:
+    return _choose(kinds_for_tool(tool), svc)
+
+
+def recipe(kind: Kind, seed_kind: str) -> Recipe:
+    """``kind``'s recipe for ``seed_kind`` (a module satisfying ``Recipe``)."""
+    return cast(Recipe, kind.module(kind.seeds[seed_kind]))
+
+
+def recipe_for(seed_kind: str, svc: ServiceConfig | None = None) -> Recipe | None:
+    kind = kind_for_seed(seed_kind, svc)
+    return recipe(kind, seed_kind) if kind is not None else None
+
+
+Observer = Callable[..., str]
+
+
+def observer(kind: Kind, check_type: str) -> Observer:
+    """``kind``'s ``observe(stack, spec, service_config, timeout) -> str`` for ``check_type``."""
+    fn: Observer = kind.module(kind.checks[check_type]).observe
+    return fn
+
+
+def client(kind: Kind) -> ModuleType | None:
+    """``kind``'s client module (``connection_params``), or None when forge never connects to it."""
+    return kind.module(kind.client) if kind.client else None
+
+
+def tool_backend(kind: Kind) -> Any:
+    """``kind``'s MCP tool ``Backend`` class (see ``forgelib.kinds.base.ToolBackend``)."""
+    return kind.module(kind.tool_module).Backend if kind.tool_module else None
+
+
+def rules(kind: Kind) -> ModuleType | None:
+    return kind.module(kind.rules) if kind.rules else None
+
+
+# seed kind -> the recipe of the first kind that accepts it (a service that is no recognised kind).
+REGISTRY: dict[str, Recipe] = {SeedKind(s): recipe(ks[0], s) for s, ks in _SEED_KINDS.items()}
+
+__all__ = [
+    "BY_NAME",
+    "CHECK_TYPES",
+    "KINDS",
+    "REGISTRY",
+    "SEED_KINDS",
+    "TOOL_SPECS",
+    "by_name",
+    "detect",
+    "kind_for_check",
+    "kind_for_seed",
+    "kind_for_tool",
+    "kinds_for_check",
+    "kinds_for_seed",
+    "kinds_for_tool",
+    "recipe",
+    "recipe_for",
+    "server_kind",
+]

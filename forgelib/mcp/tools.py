@@ -8,7 +8,7 @@ do). A bad call (an unknown service, a bad argument, a missing path, a timeout, 
 
 Results are text: plain for file contents and listings, JSON for everything with several parts (a status,
 headers and a body; columns and rows). Sizes are bounded both ways (``BODY_LIMIT``, ``FILE_LIMIT``,
-``OUTPUT_LIMIT``, ``ROW_LIMIT``, ``MAX_RESULT``) so no call can fill forge's memory or the trace.
+``OUTPUT_LIMIT``, a kind's own, ``MAX_RESULT``) so no call can fill forge's memory or the trace.
 
 No SDK import here: the server module adapts this to the ``mcp`` package, and unit tests drive it alone.
 """
@@ -16,213 +16,34 @@ No SDK import here: the server module adapts this to the ``mcp`` package, and un
 from __future__ import annotations
 
 import http.client
-import json
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 
-from forgelib.clients import deferred
-from forgelib.connect import RedisParams
-from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
-from forgelib.kinds.postgres import seed as sql_dump
-from forgelib.kinds.redis import seed as redis_dump
-from forgelib.mcp.names import ALL_TOOLS, TOOL_ARGUMENTS
+from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+from forgelib.kinds import registry as kinds
+from forgelib.kinds.base import ToolBackend, ToolFailure, as_json, tool_failed
+from forgelib.kinds.kind import ToolSpec
+from forgelib.kinds.toolschema import DEFAULT_TIMEOUT, MAX_TIMEOUT
+from forgelib.mcp.names import ALL_TOOLS, BODY_LIMIT, FILE_LIMIT, OUTPUT_LIMIT, SPECS
 from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.run.checks import Stack
 from forgelib.runner import Result
 
-if TYPE_CHECKING:
-    import psycopg
-    import redis as redis_lib
-else:
-    psycopg = deferred("psycopg")
-    redis_lib = deferred("redis")
-
-BODY_LIMIT = 1 << 20  # bytes an agent may send: an HTTP request body, a file's new content
-FILE_LIMIT = 1 << 20  # bytes read_file returns; a larger file is an error that says so
-OUTPUT_LIMIT = 256 * 1024  # bytes kept of an HTTP response body and of each of exec's stdout and stderr
-ROW_LIMIT = 1000  # rows sql_query returns; more are counted, not sent
 LIST_LIMIT = 10_000  # entries list_dir returns
 MAX_RESULT = 2 * FILE_LIMIT + 64 * 1024  # bytes of any result (a redis value, wide rows): else an error
-DEFAULT_TIMEOUT = 30.0  # seconds, for every tool that does not take a timeout
-MAX_TIMEOUT = 600.0  # the longest timeout exec and sql_query accept
-
-
-class ToolFailure(Exception):
-    """A call the tool could not carry out; ``str()`` is what the agent is told."""
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    schema: Mapping[str, Any]  # the JSON schema of the arguments (an object)
-    kind: str | None  # the service kind the tool needs (postgres, redis) or None for any service
-
-
-def _service(what: str) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "description": f"The compose service {what}."}
-
-
-def _object(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": dict(properties),
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
-def _path(what: str) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "description": f"Absolute path of the {what} in the container."}
-
-
-_TIMEOUT = {
-    "type": "number",
-    "exclusiveMinimum": 0,
-    "maximum": MAX_TIMEOUT,
-    "description": "Seconds (default 30).",
-}
-
-SPECS: dict[str, ToolSpec] = {
-    spec.name: spec
-    for spec in (
-        ToolSpec(
-            "http_request",
-            "Send one HTTP request to a service of the stack, on a port the service publishes, and return "
-            'JSON {"status", "headers", "body", "body_truncated"}. Redirects are not followed. The request '
-            f"body is at most {BODY_LIMIT} bytes; the first {OUTPUT_LIMIT} bytes of the response body are "
-            "returned. A 4xx/5xx status is a normal result, not an error.",
-            _object(
-                {
-                    "service": _service("to send the request to"),
-                    "method": {
-                        "type": "string",
-                        "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
-                        "description": "HTTP method (default GET).",
-                    },
-                    "path": {
-                        "type": "string",
-                        "description": "Path and query, e.g. /orders/7?full=1 (default /).",
-                    },
-                    "port": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": 65535,
-                        "description": "The service's port in the stack; needed when it publishes several.",
-                    },
-                    "headers": {
-                        "type": "object",
-                        "additionalProperties": {"type": "string"},
-                        "description": "Request headers.",
-                    },
-                    "body": {"type": "string", "description": "Request body (text; send JSON as a string)."},
-                },
-                ["service"],
-            ),
-            None,
-        ),
-        ToolSpec(
-            "read_file",
-            f"Return the text of a file in a service's container (at most {FILE_LIMIT} bytes; a larger "
-            "file is an error).",
-            _object(
-                {"service": _service("whose container holds the file"), "path": _path("file")},
-                ["service", "path"],
-            ),
-            None,
-        ),
-        ToolSpec(
-            "write_file",
-            "Create or replace a file in a service's container with the given text (at most "
-            f"{BODY_LIMIT} bytes). The directory must exist.",
-            _object(
-                {
-                    "service": _service("whose container gets the file"),
-                    "path": _path("file"),
-                    "content": {"type": "string", "description": "The file's whole new content."},
-                },
-                ["service", "path", "content"],
-            ),
-            None,
-        ),
-        ToolSpec(
-            "list_dir",
-            "List a directory in a service's container: one entry per line, directories ending in '/', "
-            "hidden entries included.",
-            _object(
-                {"service": _service("whose container holds the directory"), "path": _path("directory")},
-                ["service", "path"],
-            ),
-            None,
-        ),
-        ToolSpec(
-            "exec",
-            "Run a program (an argv list, no shell unless you run one) in a service's container and return "
-            'JSON {"exit_code", "stdout", "stderr"}; a nonzero exit code is a result, not an error. '
-            f"Output beyond {OUTPUT_LIMIT} bytes per stream is cut.",
-            _object(
-                {
-                    "service": _service("to run the program in"),
-                    "argv": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "description": 'Program and arguments, e.g. ["ls", "-l", "/srv"].',
-                    },
-                    "timeout": _TIMEOUT,
-                },
-                ["service", "argv"],
-            ),
-            None,
-        ),
-        ToolSpec(
-            "sql_query",
-            "Run SQL on a postgres service (autocommit; several statements may be separated by ';') and "
-            'return JSON {"columns", "rows", "rowcount", "status", "rows_truncated"}: the last '
-            f"statement's result, at most {ROW_LIMIT} rows. Values that are not JSON types come back as "
-            "strings.",
-            _object(
-                {
-                    "service": _service("running postgres"),
-                    "query": {"type": "string", "minLength": 1, "description": "The SQL."},
-                    "database": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "Database (default the service's).",
-                    },
-                    "timeout": _TIMEOUT,
-                },
-                ["service", "query"],
-            ),
-            "postgres",
-        ),
-        ToolSpec(
-            "redis_command",
-            'Run one command on a redis service and return JSON {"reply": ...}: strings, integers, lists '
-            "and null as redis answers (bulk strings decoded as UTF-8).",
-            _object(
-                {
-                    "service": _service("running redis"),
-                    "command": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "description": 'The command and its arguments, e.g. ["HGETALL", "order:7"].',
-                    },
-                },
-                ["service", "command"],
-            ),
-            "redis",
-        ),
-    )
-}
-# One list of tools and arguments: a tool or argument added here is named in names.py too.
-if {n: tuple(s.schema["properties"]) for n, s in SPECS.items()} != dict(TOOL_ARGUMENTS):
-    raise RuntimeError(f"tools.SPECS {tuple(SPECS)} differ from names.TOOL_ARGUMENTS {dict(TOOL_ARGUMENTS)}")
+__all__ = [  # defined with the tool names or the kinds, and named here for the server and tests
+    "BODY_LIMIT",
+    "DEFAULT_TIMEOUT",
+    "FILE_LIMIT",
+    "MAX_TIMEOUT",
+    "OUTPUT_LIMIT",
+    "SPECS",
+    "ToolFailure",
+    "ToolSpec",
+]
 
 
 def validate(tool: str, arguments: Any) -> dict[str, Any]:
@@ -267,16 +88,13 @@ class Toolbox:
         self._services: dict[str, ServiceConfig] = {n: all_services[n] for n in names}
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, int], tuple[str, int] | None] = {}
-        self._pg: dict[tuple[str, str], _Pg] = {}
-        self._redis: dict[str, Any] = {}
+        self._backends: dict[str, ToolBackend] = {}  # kind name -> its tool backend, made at first use
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
             "http_request": self._http_request,
             "read_file": self._read_file,
             "write_file": self._write_file,
             "list_dir": self._list_dir,
             "exec": self._exec_tool,
-            "sql_query": self._sql_query,
-            "redis_command": self._redis_command,
         }
 
     @property
@@ -286,7 +104,8 @@ class Toolbox:
     def call(self, tool: str, arguments: Any) -> str:
         """Carry out one call; its result text, or ``ToolFailure``."""
         args = validate(tool, arguments)
-        result = self._handlers[tool](args)
+        handler = self._handlers.get(tool)
+        result = handler(args) if handler is not None else self._kind_tool(tool, args)
         size = len(result.encode("utf-8", "surrogatepass"))
         if size > MAX_RESULT:
             raise ToolFailure(f"the result is {size} bytes; at most {MAX_RESULT} are returned: ask for less")
@@ -294,29 +113,45 @@ class Toolbox:
 
     def close(self) -> None:
         with self._lock:
-            pgs, clients = list(self._pg.values()), list(self._redis.values())
-            self._pg.clear()
-            self._redis.clear()
-        for pg in pgs:
-            pg.close()
-        for client in clients:
-            client.close()
+            backends = list(self._backends.values())
+            self._backends.clear()
+        for backend in backends:
+            backend.close()
 
     # ------------------------------------------------------------------------------------ helpers
 
-    def _service(self, args: Mapping[str, Any], kind: str | None = None) -> tuple[str, ServiceConfig]:
+    def _service(self, args: Mapping[str, Any]) -> tuple[str, ServiceConfig]:
         name = str(args["service"])
         svc = self._services.get(name)
         if svc is None:
             raise ToolFailure(
                 f"no service {name!r} in this trial's stack; services: {', '.join(self._services)}"
             )
-        if kind is not None and svc.server_kind != kind:
-            have = [n for n, s in self._services.items() if s.server_kind == kind]
-            raise ToolFailure(
-                f"service {name!r} is not a {kind} service; {kind} services: {', '.join(have) or '(none)'}"
-            )
         return name, svc
+
+    def _kind_tool(self, tool: str, args: dict[str, Any]) -> str:
+        """A tool a kind backs, carried out by the kind recognised for the service (``forgelib.kinds``)."""
+        service, svc = self._service(args)
+        kind = kinds.detect(svc)
+        serving = kinds.kinds_for_tool(tool)
+        if kind not in serving:
+            names = " or ".join(k.name for k in serving)
+            have = [n for n, s in self._services.items() if kinds.detect(s) in serving]
+            shown = ", ".join(have) or "(none)"
+            raise ToolFailure(f"service {service!r} is not a {names} service; {names} services: {shown}")
+        assert kind is not None
+        with self._lock:
+            backend = self._backends.get(kind.name)
+            if backend is None:
+                backend = self._backends[kind.name] = kinds.tool_backend(kind)(self)
+        return backend.call(tool, service, svc, args)
+
+    # ToolContext (forgelib.kinds.base): what a kind's backend uses of this toolbox.
+    def run(self, service: str, argv: Sequence[str], timeout: float, input: str | None = None) -> Result:
+        return self._run(service, argv, timeout, input)
+
+    def published(self, service: str, port: int) -> tuple[str, int] | None:
+        return self._published(service, port)
 
     def _run(self, service: str, argv: Sequence[str], timeout: float, input: str | None = None) -> Result:
         try:
@@ -431,156 +266,17 @@ class Toolbox:
             {"status": status, "headers": headers, "body": text, "body_truncated": len(raw) > OUTPUT_LIMIT}
         )
 
-    # ---------------------------------------------------------------------------------- databases
-
-    def _sql_query(self, args: dict[str, Any]) -> str:
-        service, svc = self._service(args, "postgres")
-        user, database = sql_dump.postgres_credentials({"database": args.get("database")}, svc.environment)
-        timeout = float(args.get("timeout", DEFAULT_TIMEOUT))
-        where = self._published(service, sql_dump.direct_port(svc))
-        if where is None:  # not published on loopback (no reset recipe binds it): psql in the container
-            return self._psql(service, user, database, args["query"], timeout)
-        with self._lock:
-            pg = self._pg.get((service, database))
-            if pg is None:
-                password = svc.environment.get("POSTGRES_PASSWORD") or None
-                pg = self._pg[(service, database)] = _Pg(where, user, password, database)
-        return pg.query(args["query"], timeout, service)
-
-    def _psql(self, service: str, user: str, database: str, query: str, timeout: float) -> str:
-        argv = ["psql", "-X", "-q", "--csv", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", database, "-c", query]
-        r = self._run(service, argv, timeout)
-        if r.rc != 0:
-            raise ToolFailure(_failed(r, f"SQL on service {service!r} failed"))
-        lines = list(_csv_rows(r.stdout))
-        columns, rows = (lines[0], lines[1:]) if lines else ([], [])
-        return _json(
-            {
-                "columns": columns,
-                "rows": rows[:ROW_LIMIT],
-                "rowcount": len(rows),
-                "status": None,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
-
-    def _redis_command(self, args: dict[str, Any]) -> str:
-        service, svc = self._service(args, "redis")
-        where = self._published(service, redis_dump.direct_port(svc))
-        command = [str(c) for c in args["command"]]
-        if where is None:  # redis-cli in the container; REDISCLI_AUTH keeps a password out of argv
-            r = self._run(service, ["redis-cli", "--raw", *command], DEFAULT_TIMEOUT)
-            if r.rc != 0 or r.stdout.startswith(("ERR ", "WRONGTYPE ", "NOAUTH ")):
-                raise ToolFailure(_failed(r, f"redis {command[0]} on service {service!r} failed"))
-            return _json({"reply": r.stdout.rstrip("\n")})
-        with self._lock:
-            client = self._redis.get(service)
-            if client is None:
-                password = redis_dump.command_option(svc, "requirepass")
-                client = RedisParams(where[0], where[1], password).client()
-                # Replies as redis sends them ("OK", not redis-py's True for SET): what redis-cli shows.
-                client.response_callbacks.clear()
-                self._redis[service] = client
-        try:
-            with self._lock:  # one connection (single_connection_client): one command on it at a time
-                reply = client.execute_command(*command)
-        except redis_lib.ResponseError as e:
-            raise ToolFailure(f"redis {command[0]} on service {service!r}: {e}") from None
-        except redis_lib.RedisError as e:
-            raise ToolFailure(f"redis on service {service!r} (port {where[1]}) failed: {e}") from None
-        return _json({"reply": _plain(reply)})
-
-
-class _Pg:
-    """One autocommit connection to a postgres service's published port, used by one call at a time;
-    reconnected once when it broke (a server restart, a reset that dropped it)."""
-
-    def __init__(self, where: tuple[str, int], user: str, password: str | None, database: str) -> None:
-        self._kw: dict[str, Any] = {"host": where[0], "port": where[1], "user": user, "dbname": database}
-        if password:
-            self._kw["password"] = password
-        self._lock = threading.Lock()
-        self._conn: Any = None
-        self._timeout_ms: int | None = None
-
-    def query(self, query: str, timeout: float, service: str) -> str:
-        with self._lock:
-            for attempt in (1, 2):
-                try:
-                    return self._query(query, timeout)
-                except psycopg.OperationalError as e:
-                    broken = self._conn is None or self._conn.closed
-                    self.close_locked()
-                    if not broken or attempt == 2:
-                        raise ToolFailure(f"SQL on service {service!r} failed: {_pg_message(e)}") from None
-                except psycopg.Error as e:
-                    raise ToolFailure(f"SQL on service {service!r} failed: {_pg_message(e)}") from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _query(self, query: str, timeout: float) -> str:
-        if self._conn is None:
-            self._conn = psycopg.connect(**self._kw, autocommit=True, connect_timeout=10)
-            self._timeout_ms = None
-        ms = max(1, int(timeout * 1000))
-        if ms != self._timeout_ms:  # SET only when it changes: one round trip fewer per call
-            self._conn.execute(f"SET statement_timeout = {ms}")
-            self._timeout_ms = ms
-        cur = self._conn.execute(query)
-        columns = [c.name for c in cur.description] if cur.description else []
-        rows = cur.fetchmany(ROW_LIMIT + 1) if cur.description else []
-        return _json(
-            {
-                "columns": columns,
-                "rows": [list(r) for r in rows[:ROW_LIMIT]],
-                "rowcount": cur.rowcount,
-                "status": cur.statusmessage,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
-
-    def close_locked(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-
-    def close(self) -> None:
-        with self._lock:
-            self.close_locked()
-
 
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def _pg_message(e: BaseException) -> str:
-    state = getattr(e, "sqlstate", None)
-    text = str(e).strip() or type(e).__name__
-    return f"{text} (SQLSTATE {state})" if state else text
-
-
-def _failed(r: Result, what: str) -> str:
-    return f"{what}: {tail(r.stderr or r.stdout, 5).strip() or f'exit status {r.rc}'}"
+_failed = tool_failed
+_json = as_json
 
 
 def _cut(text: str, limit: int) -> tuple[str, bool]:
     raw = text.encode("utf-8", "surrogatepass")
     return (text, False) if len(raw) <= limit else (raw[:limit].decode("utf-8", "ignore"), True)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _plain(reply: Any) -> Any:
-    """A redis reply as JSON values: bytes decoded, nested lists and maps kept."""
-    if isinstance(reply, bytes):
-        return reply.decode("utf-8", "replace")
-    if isinstance(reply, list | tuple | set):
-        return [_plain(x) for x in reply]
-    if isinstance(reply, dict):
-        return {str(_plain(k)): _plain(v) for k, v in reply.items()}
-    return reply
 
 
 def _targets(svc: ServiceConfig) -> list[int]:
@@ -596,10 +292,3 @@ def _only_port(service: str, svc: ServiceConfig) -> int:
     raise ToolFailure(
         f"service {service!r} publishes ports {', '.join(map(str, targets))}: say which with `port`"
     )
-
-
-def _csv_rows(text: str) -> list[list[str]]:
-    import csv
-    import io
-
-    return [row for row in csv.reader(io.StringIO(text)) if row]

@@ -16,12 +16,15 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
-from forgelib.errors import CommandTimeout, ForgeError, Interrupted, tail
-from forgelib.kinds.postgres.seed import postgres_credentials
+from forgelib.errors import ForgeError, Interrupted
+from forgelib.kinds import registry as kinds
+from forgelib.kinds.base import ObservationError, exec_failure, observe_exec
 from forgelib.resolved import ResolvedConfig
 from forgelib.run.grading import CheckOutcome, Matcher, matcher_of, matches, render
 from forgelib.run.tracecheck import NO_TRACE, Trace, decide
 from forgelib.runner import Result
+
+__all__ = ["ObservationError", "exec_failure"]  # the kinds' (forgelib.kinds.base), named here for grading
 from forgelib.spec.models import MATCHERS, Check
 
 HTTP_BODY_LIMIT = 1 << 20  # an HTTP check reads at most 1 MiB of the response
@@ -94,10 +97,6 @@ class ReadOnce:
         return answer.result()
 
 
-class ObservationError(Exception):
-    """The check could not observe the state (its message becomes the check's reason)."""
-
-
 def evaluate(
     stack: Stack, check: Check, config: Mapping[str, Any], *, timeout: float, trace: Trace | None = None
 ) -> CheckOutcome:
@@ -119,10 +118,10 @@ def evaluate(
             observed, status_error = _http(stack, spec, timeout=timeout)
             if status_error is not None:
                 return _outcome(check, passed=False, observed=observed, expected=expected, error=status_error)
-        elif check.type in _EXEC_OBSERVERS:
-            observed = _EXEC_OBSERVERS[check.type](stack, spec, config, timeout)
+        elif check.type == "file":
+            observed = observe_exec(stack, spec["service"], read_argv(str(spec["path"])), timeout)
         else:
-            raise ObservationError(f"unknown check type {check.type!r}; known: file, sql, redis, http")
+            observed = _by_kind(stack, check.type, spec, config, timeout)
     except ObservationError as e:
         return _outcome(check, passed=False, observed=None, expected=expected, error=str(e))
     return _matched(check, matcher, observed, expected)
@@ -179,50 +178,20 @@ def _matcher_for(check: Check) -> Matcher | None:
     return matcher_of(check.spec)
 
 
-def exec_failure(shown: str, service: str, failure: ForgeError | Result) -> str:
-    """How a command exec'd in a service failed, in one sentence (checks and the oracle say it alike)."""
-    where = f"`{shown}` in service {service!r}"
-    if isinstance(failure, CommandTimeout):
-        return f"{where} timed out after {failure.timeout:g}s"
-    if isinstance(failure, ForgeError):  # a missing program, docker failing to exec
-        return f"{where} could not run: {failure}"
-    return f"{where} exited {failure.rc}: {tail(failure.stderr or failure.stdout, 5) or '(no output)'}"
-
-
-def _exec(stack: Stack, service: str, argv: Sequence[str], timeout: float) -> str:
-    try:
-        r = stack.exec(service, argv, timeout=timeout, check=False)
-    except Interrupted:  # the stop killed or refused it: no observation, and no failed check either
-        raise
-    except ForgeError as e:
-        raise ObservationError(exec_failure(" ".join(argv), service, e)) from None
-    if r.rc != 0:
-        raise ObservationError(exec_failure(" ".join(argv), service, r))
-    return r.stdout
-
-
-def _file(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
-    return _exec(stack, spec["service"], read_argv(str(spec["path"])), timeout)
-
-
-def _sql(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
-    svc = spec["service"]
-    user, db = postgres_credentials(spec, service_environment(config, svc))
-    argv = ["psql", "-At", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db, "-c", str(spec["query"])]
-    return _exec(stack, svc, argv, timeout)
-
-
-def _redis(stack: Stack, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str:
-    command = spec["command"]
-    argv = ["redis-cli", "--raw", *([command] if isinstance(command, str) else [str(c) for c in command])]
-    out = _exec(stack, spec["service"], argv, timeout)
-    # redis-cli exits 0 on a server error reply; "ERR ..." as the whole answer is an observation failure.
-    if out.startswith(("ERR ", "WRONGTYPE ", "NOAUTH ")):
-        raise ObservationError(f"redis {' '.join(argv[2:])!s} in service {spec['service']!r}: {out.strip()}")
-    return out
-
-
-_EXEC_OBSERVERS = {"file": _file, "sql": _sql, "redis": _redis}
+def _by_kind(
+    stack: Stack, check_type: str, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float
+) -> str:
+    """A kind's check type, observed by the kind recognised for its service (``forgelib.kinds``)."""
+    svc = ResolvedConfig.of(config).service(str(spec["service"]))
+    kind = kinds.kind_for_check(check_type, svc)
+    if kind is None:
+        if not kinds.kinds_for_check(check_type):
+            known = ", ".join(("file", *kinds.CHECK_TYPES, "http"))
+            raise ObservationError(f"unknown check type {check_type!r}; known: {known}")
+        raise ObservationError(
+            f"service {spec['service']!r} runs {kinds.server_kind(svc)}, which has no {check_type} check"
+        )
+    return kinds.observer(kind, check_type)(stack, spec, svc, timeout)
 
 
 def _http(stack: Stack, spec: Mapping[str, Any], *, timeout: float) -> tuple[str, str | None]:

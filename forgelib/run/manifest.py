@@ -16,7 +16,9 @@ from typing import Any
 
 from forgelib import connect
 from forgelib.errors import ForgeError
-from forgelib.resolved import ResolvedConfig
+from forgelib.kinds import Kind
+from forgelib.kinds import registry as kinds
+from forgelib.resolved import ResolvedConfig, ServiceConfig
 from forgelib.spec.models import HOST, EnvironmentManifest
 
 MANIFEST_VERSION = 1
@@ -74,10 +76,10 @@ def build(
             entry["ports"][f"{cport}/{m['proto']}"] = port
             if m["proto"] == "tcp" and cport not in _HTTP_PORTS_NOT:
                 entry["urls"][str(cport)] = f"http://{entry['host']}:{port}"
-        kind = svc.server_kind
+        kind = kinds.detect(svc)
         if kind is not None:
-            entry["kind"] = kind
-            entry.update(_connection(kind, name, config, environment, compose, inside))
+            entry["kind"] = kind.name
+            entry.update(_connection(kind, name, svc, environment, compose, inside))
         services[name] = entry
     return {
         "version": MANIFEST_VERSION,
@@ -97,21 +99,20 @@ def build(
 
 
 def _connection(
-    kind: str,
+    kind: Kind,
     name: str,
-    config: Mapping[str, Any],
+    svc: ServiceConfig,
     environment: EnvironmentManifest,
     compose: connect.PortLookup,
     inside: bool,
 ) -> dict[str, Any]:
-    """The connection strings of a postgres/redis service, or why there are none (its port is not
-    published to the host: only a reset service's, or one the compose file publishes, is)."""
+    """The connection strings of a service of a kind forge connects to, or why there are none (its port is
+    not published to the host: only a reset service's, or one the compose file publishes, is)."""
+    client = kinds.client(kind)
+    if client is None:
+        return {}
     try:
-        if kind == "postgres":
-            opts = connect.binding_options(environment, name)
-            pg = connect.postgres_params(compose, name, config, opts, inside=inside)
-            return {"postgres": {"dsn": pg.dsn(), "url": pg.url()}}
-        rd = connect.redis_params(compose, name, config, inside=inside)
-        return {"redis": {"url": rd.url()}}
+        opts = connect.binding_options(environment, name)
+        return {kind.name: client.connection_strings(svc, opts, connect.address(compose, name, inside))}
     except ForgeError as e:
-        return {kind: None, "note": f"no connection string: {e}"}
+        return {kind.name: None, "note": f"no connection string: {e}"}

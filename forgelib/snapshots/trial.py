@@ -99,7 +99,7 @@ class TrialGoldens:
                 self._note(b.service, "none", reason=f"image {cfg.image!r} is not on the engine yet")
                 continue
             key = make_key(
-                kind=b.seed.kind.value,
+                kind=str(b.seed.kind),
                 recipe_version=b.recipe.RECIPE_VERSION,
                 image_id=image,
                 seed_digest=b.seed.digest,

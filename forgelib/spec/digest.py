@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from forgelib.errors import ForgeError
-from forgelib.spec.models import SeedKind
+from forgelib.kinds import DIRECTORY_SEEDS
 
 PREFIX = "sha256:"
 
@@ -98,13 +98,13 @@ def dir_sha256(path: Path | str) -> str:
     return h.hexdigest()
 
 
-def seed_digest(path: Path, kind: SeedKind) -> str:
-    """``sha256:<hex>`` of a seed: the directory digest for ``filesystem_dir``, the file's bytes otherwise.
+def seed_digest(path: Path, kind: str) -> str:
+    """``sha256:<hex>`` of a seed: the directory digest for a directory seed kind, the file's bytes otherwise.
 
     Raises ``DigestError`` when the seed cannot be read or holds a special file.
     """
     try:
-        if kind is SeedKind.FILESYSTEM_DIR:
+        if kind in DIRECTORY_SEEDS:
             return PREFIX + dir_sha256(path)
         return PREFIX + file_sha256(path)
     except OSError as e:

@@ -13,16 +13,11 @@ from types import MappingProxyType
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.kinds import SEED_KINDS
 from forgelib.mcp.names import DEFAULT_TOOLS
 
-
-class SeedKind(StrEnum):
-    """Kinds of seed. The registry in ``forgelib.kinds.registry`` and ``schemas/`` must list exactly these."""
-
-    SQL_DUMP = "sql_dump"
-    FILESYSTEM_DIR = "filesystem_dir"
-    REDIS_DUMP = "redis_dump"
-    BARE = "bare"
+# Kinds of seed: the names the kinds accept (``forgelib.kinds``), e.g. ``SeedKind.SQL_DUMP``.
+SeedKind = StrEnum("SeedKind", {name.upper(): name for name in SEED_KINDS})  # type: ignore[misc]
 
 
 class Isolation(StrEnum):
@@ -39,7 +34,7 @@ def frozen_map(d: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 class Seed:
     name: str
     path: Path  # absolute, resolved, inside the project root
-    kind: SeedKind
+    kind: str  # a SeedKind
     digest: str  # "sha256:<hex>", verified against the bytes at load
 
 

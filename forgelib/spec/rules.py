@@ -8,24 +8,27 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.kinds import CHECK_TYPES as KIND_CHECK_TYPES
+from forgelib.kinds import DIRECTORY_SEEDS, SHORTHAND
+from forgelib.kinds import registry as kinds
 from forgelib.kinds.registry import REGISTRY
 from forgelib.mcp.names import TOOL_ARGUMENTS
+from forgelib.resolved import ServiceConfig
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import MATCHERS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
 from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
-SHORTHAND_KINDS = {".sql": SeedKind.SQL_DUMP, ".rdb": SeedKind.REDIS_DUMP}
-CHECK_TYPES = ("file", "sql", "redis", "http", "trace")
-_APPENDONLY = re.compile(r"(?:^|[\s\"'])-{0,2}appendonly(?:\s+|=)[\"']?yes\b", re.IGNORECASE)
+SHORTHAND_KINDS = {suffix: SeedKind(kind) for suffix, kind in SHORTHAND.items()}
+# The check types: the file check, those the kinds observe, then http and trace.
+CHECK_TYPES = ("file", *KIND_CHECK_TYPES, "http", "trace")
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -77,7 +80,8 @@ def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[Spe
                 issues.append(
                     doc.issue(
                         at,
-                        f"the shorthand form is only for .sql and .rdb files; write the full form "
+                        f"the shorthand form is only for {' and '.join(SHORTHAND)} files; "
+                        "write the full form "
                         f"{{path: {clip(entry)}, kind: {'|'.join(SeedKind)}}}",
                     )
                 )
@@ -87,7 +91,7 @@ def check_seeds(doc: YamlDoc, root: Path) -> tuple[dict[str, SeedSpec], list[Spe
         resolved, problem = check_project_path(raw, root, root, f"seed {name!r} path")
         if problem is None and resolved is not None:
             problem = _seed_type_problem(name, raw, resolved, kind)
-            if problem is None and kind is SeedKind.FILESYSTEM_DIR:
+            if problem is None and kind in DIRECTORY_SEEDS:
                 problem = _escaping_links(name, raw, resolved, root)
         if problem:
             issues.append(doc.issue(path_at, problem))
@@ -116,13 +120,13 @@ def _escaping_links(name: str, raw: str, path: Path, root: Path) -> str | None:
 def _seed_type_problem(name: str, raw: str, path: Path, kind: SeedKind | None) -> str | None:
     if not path.exists():
         return f"seed {name!r}: {raw} does not exist; fix the path or add the file"
-    if kind is SeedKind.FILESYSTEM_DIR and not path.is_dir():
-        return f"seed {name!r} is kind filesystem_dir but {raw} is not a directory; point it at a directory"
-    if kind is not SeedKind.FILESYSTEM_DIR and not path.is_file():
+    if kind in DIRECTORY_SEEDS and not path.is_dir():
+        return f"seed {name!r} is kind {kind} but {raw} is not a directory; point it at a directory"
+    if kind not in DIRECTORY_SEEDS and not path.is_file():
         shown = kind.value if kind else "file"
         return (
             f"seed {name!r} is kind {shown} but {raw} is not a regular file; "
-            "use kind: filesystem_dir for a directory"
+            f"use kind: {' or '.join(sorted(DIRECTORY_SEEDS))} for a directory"
         )
     return None
 
@@ -267,31 +271,48 @@ def _check_reset(
                 )
             )
     sdef = compose.services.get(name)
-    if seed.kind is SeedKind.REDIS_DUMP and sdef is not None:
-        for key in ("command", "entrypoint"):
-            written = sdef.last(key)
-            if written is not None and _turns_on_appendonly(written.value):
-                issues.append(
-                    written.issue(
-                        f"service {name!r} resets from redis dump {seed.name!r} but its {key} turns on "
-                        "appendonly; with AOF on Redis ignores dump.rdb at startup, so remove "
-                        "'--appendonly yes' (or use isolation: ephemeral)",
-                    )
-                )
+    if sdef is None:
+        return issues
+    svc = service_config(sdef.data(), name)
+    kind = kinds.kind_for_seed(seed.kind, svc)
+    if kind is None:
+        found = kinds.detect(svc)
+        fit = ", ".join(s for k in kinds.KINDS if not k.server or k is found for s in k.seeds)
+        issues.append(
+            env.issue(
+                name,
+                ("reset", "seed"),
+                f"seed {seed.name!r} is kind {seed.kind.value}, but service {name!r} runs "
+                f"{found.name if found else '?'}, which takes seeds of kind {fit}; declare the seed with "
+                "the kind its file is, or bind it to a service that runs "
+                f"{' or '.join(k.name for k in kinds.kinds_for_seed(seed.kind))}",
+            )
+        )
+        return issues
+    rules = kinds.rules(kind)
+    if rules is not None:
+        issues += rules.problems(name, seed.name, sdef)
     return issues
 
 
-def _turns_on_appendonly(command: Any) -> bool:
-    if isinstance(command, list):
-        text = " ".join(str(part) for part in command)
-    elif isinstance(command, str):
-        try:
-            text = " ".join(shlex.split(command))
-        except ValueError:
-            text = command
-    else:
-        return False
-    return bool(_APPENDONLY.search(text))
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
+
+
+def _interpolate(value: str) -> str:
+    """``value`` as compose would read it when the variables it names hold their defaults (or what the
+    environment sets): enough to recognise an image written ``${FORGE_IMAGE_X:-x:16}``."""
+    return _VARIABLE.sub(lambda m: os.environ.get(m[1] or m[3] or "") or (m[2] or ""), value)
+
+
+def service_config(written: Mapping[str, Any], name: str) -> ServiceConfig:
+    """A compose service as written, typed, its image and command interpolated."""
+    raw = dict(written)
+    for key in ("image", "command"):
+        if isinstance(raw.get(key), str):
+            raw[key] = _interpolate(raw[key])
+        elif isinstance(raw.get(key), list):
+            raw[key] = [_interpolate(str(a)) for a in raw[key]]
+    return ServiceConfig.of(raw, name)
 
 
 def check_oracle(
@@ -387,7 +408,7 @@ def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[Spec
         kind = types[0]
         spec = check[kind]
         if kind == "trace":
-            issues.extend(_check_trace(doc, (*at, kind), spec))
+            issues.extend(_check_trace(doc, (*at, kind), spec, services))
             continue
         issues.extend(_check_matchers(doc, (*at, kind), spec, optional=kind == "http"))
         if kind == "http":
@@ -399,7 +420,34 @@ def check_grading(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[Spec
                 )
         if services is not None:
             issues.extend(_service_exists(doc, (*at, kind, "service"), spec["service"], services))
+            issues.extend(
+                _observed(doc, (*at, kind, "service"), f"{kind} check", kind, spec["service"], services)
+            )
     return issues
+
+
+def _observed(
+    doc: YamlDoc, at: JsonPath, what: str, name: str, service: str, services: Mapping[str, Any]
+) -> list[SpecIssue]:
+    """A kind's check type or tool (``name``) aimed at ``service``: refused when the service runs a kind
+    that does not observe it (an sql check on a redis service); a service of no known kind may run it."""
+    serving = kinds.kinds_for_check(name) or kinds.kinds_for_tool(name)
+    raw = services.get(service)
+    if not serving or not isinstance(raw, Mapping):
+        return []
+    svc = service_config(raw, service)
+    found = kinds.detect(svc)
+    if found is None or found in serving:
+        return []
+    theirs = [*found.checks, *(t.name for t in found.tools)]
+    instead = f"; for a {found.name} service use {' or '.join(theirs)}" if theirs else ""
+    return [
+        doc.issue(
+            at,
+            f"{what} needs a {' or '.join(k.name for k in serving)} service, but service {service!r} "
+            f"runs {found.name}; aim it at a service that runs {serving[0].name}{instead}",
+        )
+    ]
 
 
 def _check_components(doc: YamlDoc, services: Mapping[str, Any] | None) -> list[SpecIssue]:
@@ -462,7 +510,9 @@ TRACE_QUESTIONS = ("called", "not_called", "order", "bound")
 _TRACE_OPTIONS = {"on_missing": "order", "on_unbound": "bound"}
 
 
-def _check_trace(doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any]) -> list[SpecIssue]:
+def _check_trace(
+    doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any], services: Mapping[str, Any] | None = None
+) -> list[SpecIssue]:
     """A trace check: exactly one question, its options only with it, call patterns that can match (known
     arguments of their tool, valid regexes), a capture with a group."""
     asked = [q for q in TRACE_QUESTIONS if q in spec]
@@ -486,15 +536,15 @@ def _check_trace(doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any]) -> list[Sp
     ]
     body = spec[question]
     if question in ("called", "not_called"):
-        return issues + _check_call(doc, (*at, question), body)
+        return issues + _check_call(doc, (*at, question), body, services)
     if question == "order":
         return (
             issues
-            + _check_call(doc, (*at, question, "first"), body["first"])
-            + _check_call(doc, (*at, question, "then"), body["then"])
+            + _check_call(doc, (*at, question, "first"), body["first"], services)
+            + _check_call(doc, (*at, question, "then"), body["then"], services)
         )
-    issues += _check_call(doc, (*at, question, "from"), body["from"])
-    issues += _check_call(doc, (*at, question, "into"), body["into"])
+    issues += _check_call(doc, (*at, question, "from"), body["from"], services)
+    issues += _check_call(doc, (*at, question, "into"), body["into"], services)
     try:
         groups = re.compile(body["capture"]).groups
     except re.error as e:
@@ -511,8 +561,14 @@ def _check_trace(doc: YamlDoc, at: JsonPath, spec: Mapping[str, Any]) -> list[Sp
     return issues
 
 
-def _check_call(doc: YamlDoc, at: JsonPath, call: Mapping[str, Any]) -> list[SpecIssue]:
+def _check_call(
+    doc: YamlDoc, at: JsonPath, call: Mapping[str, Any], services: Mapping[str, Any] | None = None
+) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
+    named = str((call.get("args") or {}).get("service", "")).removeprefix("^").removesuffix("$")
+    if services is not None and named in services:  # the pattern names one service
+        what = f"a {call['tool']} call"
+        issues += _observed(doc, (*at, "args", "service"), what, call["tool"], named, services)
     for name, pattern in (call.get("args") or {}).items():
         issues += _check_argument(doc, (*at, "args", name), call["tool"], name, key=True)
         issues += _check_regex(doc, (*at, "args", name), pattern)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from forgelib.errors import SpecIssue
+from forgelib.kinds import DIRECTORY_SEEDS
 from forgelib.spec.composefiles import ComposeSet, ServiceDef, Written
 from forgelib.spec.models import Isolation
 
@@ -122,7 +123,7 @@ def _mounts(cset: ComposeSet, sdef: ServiceDef, iso: Isolation) -> Iterator[Spec
             yield w.issue(
                 f"service {sdef.name!r} ({iso.value}) bind-mounts host path {source} at {target} writable: "
                 "every trial writes the same host files; mount it read-only (:ro) or copy the files in "
-                "with a filesystem_dir seed",
+                f"with a {' or '.join(sorted(DIRECTORY_SEEDS))} seed",
                 severity=WARNING,
             )
 

@@ -15,6 +15,7 @@ from typing import Any, Unpack
 import pytest
 
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
+from forgelib.kinds.registry import server_kind
 from forgelib.mcp import ALL_TOOLS, DEFAULT_TOOLS, read_trace
 from forgelib.mcp.network import TrialNetwork, allowed_peer, stack_network_name
 from forgelib.mcp.tools import (
@@ -113,7 +114,7 @@ def test_bad_arguments_are_a_tool_failure_naming_the_field(tool: str, args: Any,
 
 
 def _kind(raw: dict[str, Any]) -> str | None:
-    return ServiceConfig.of(raw).server_kind
+    return server_kind(ServiceConfig.of(raw))
 
 
 def test_service_kinds_come_from_the_image_then_the_environment_then_the_command() -> None:

@@ -1,1 +1,52 @@
-"""The postgres kind."""
+"""postgres: a PostgreSQL server's state, seeded from a ``sql_dump``, observed by ``sql`` checks and the
+``sql_query`` tool, reached with psycopg."""
+
+from __future__ import annotations
+
+from forgelib.kinds import toolschema as ts
+from forgelib.kinds.kind import Kind, StandIn, ToolSpec
+from forgelib.resolved import ServiceConfig
+
+SEED = "sql_dump"
+ROW_LIMIT = 1000  # rows sql_query returns; more are counted, not sent
+
+
+def _detect(svc: ServiceConfig) -> bool:
+    """The official image's environment contract (``POSTGRES_*``)."""
+    return any(k.startswith("POSTGRES_") for k in svc.environment)
+
+
+SQL_QUERY = ToolSpec(
+    "sql_query",
+    "Run SQL on a postgres service (autocommit; several statements may be separated by ';') and "
+    'return JSON {"columns", "rows", "rowcount", "status", "rows_truncated"}: the last '
+    f"statement's result, at most {ROW_LIMIT} rows. Values that are not JSON types come back as "
+    "strings.",
+    ts.obj(
+        {
+            "service": ts.service("running postgres"),
+            "query": {"type": "string", "minLength": 1, "description": "The SQL."},
+            "database": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Database (default the service's).",
+            },
+            "timeout": ts.TIMEOUT,
+        },
+        ["service", "query"],
+    ),
+)
+
+KIND = Kind(
+    name="postgres",
+    package=__name__,
+    seeds={SEED: "seed"},
+    shorthand={".sql": SEED},
+    images=("postgres", "postgis"),
+    detect=_detect,
+    checks={"sql": "check"},
+    tools=(SQL_QUERY,),
+    tool_module="tool",
+    client="client",
+    stand_in=StandIn("postgres", "forgelib/postgres:15", "FORGE_IMAGE_POSTGRES"),
+)

@@ -9,18 +9,16 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.compose import ImageProcess
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
 from forgelib.kinds import supervisor
 from forgelib.kinds.base import (
-    CONNECT_TIMEOUT,
     ApplyContext,
     Fingerprint,
     SeedTarget,
@@ -28,6 +26,8 @@ from forgelib.kinds.base import (
     no_mount,
 )
 from forgelib.kinds.datadir import PristineDir
+from forgelib.kinds.postgres.client import PostgresParams, connection_params, postgres_credentials
+from forgelib.kinds.postgres.client import direct_port as direct_port  # the Recipe's
 from forgelib.resolved import ServiceConfig
 from forgelib.spec.models import ResetStrategy
 
@@ -42,25 +42,11 @@ else:  # loaded at first use (forgelib.clients says why)
 OPTIONS = frozenset({"user", "database", "strategy"})
 # How a warm stack resets the service (the project's `reset: {strategy: ...}`; see the warm section).
 EXACT, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.TEMPLATE
-DEFAULT_USER = "postgres"
-DEFAULT_PORT = 5432
 
 
 def check(target: SeedTarget) -> None:
     if not target.seed.path.is_file():
         raise target.fail("guard", f"seed {target.seed.name!r} is not a file: {target.seed.path}")
-
-
-def postgres_credentials(options: Mapping[str, Any], environment: Mapping[str, Any]) -> tuple[str, str]:
-    """(user, database): ``options``' user/database, else the service's POSTGRES_USER / POSTGRES_DB.
-
-    Like the official image, the database defaults to the user's name (``postgres`` when neither is set).
-    The seed and the SQL state checks both connect this way, from the *resolved* compose config, so a
-    check reads the database the seed wrote.
-    """
-    user = str(options.get("user") or environment.get("POSTGRES_USER") or DEFAULT_USER)
-    database = str(options.get("database") or environment.get("POSTGRES_DB") or user)
-    return user, database
 
 
 def credentials(ctx: ApplyContext) -> tuple[str, str]:
@@ -247,64 +233,6 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
     why = compatibility(header, versions.server, client)
     if why:
         raise ctx.fail("preflight", f"seed {ctx.seed.name!r} ({ctx.seed.path}): {why}")
-
-
-def direct_port(service_config: ServiceConfig) -> int:
-    """Where the server listens in the container: ``PGPORT`` (the official image honours it), else 5432."""
-    port = service_config.environment.get("PGPORT") or ""
-    return int(port) if port.isdigit() else DEFAULT_PORT
-
-
-# ----------------------------------------------------------------------------------- connection params
-#
-# How forge (and a test, through ``forgelib.connect``) reaches a postgres service directly: defined here
-# only, beside the credentials the seed itself used, so a direct connection logs in as the seed did.
-
-
-@dataclass(frozen=True)
-class PostgresParams:
-    host: str
-    port: int
-    user: str
-    password: str | None
-    dbname: str
-
-    def dsn(self, *, dbname: str | None = None) -> str:
-        """A libpq connection string (``host=127.0.0.1 port=49153 user=app ...``)."""
-        kw: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user}
-        kw["dbname"] = dbname or self.dbname
-        if self.password:
-            kw["password"] = self.password
-        return psycopg.conninfo.make_conninfo(**kw, connect_timeout=CONNECT_TIMEOUT)
-
-    def url(self, *, dbname: str | None = None) -> str:
-        """The same as a ``postgresql://`` URL (for tools that take URLs)."""
-        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
-        return f"postgresql://{auth}@{self.host}:{self.port}/{quote(dbname or self.dbname, safe='')}"
-
-    def connect(self, *, dbname: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
-        """A psycopg connection (autocommit by default: ``CREATE/DROP DATABASE`` need it)."""
-        try:
-            return psycopg.connect(self.dsn(dbname=dbname), autocommit=autocommit)
-        except psycopg.Error as e:
-            where = f"{self.host}:{self.port}/{dbname or self.dbname} as {self.user}"
-            raise ForgeError(f"could not connect to postgres at {where}: {e}") from e
-
-
-def connection_params(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Callable[[int], tuple[str, int]],
-    *,
-    database: str | None = None,
-) -> PostgresParams:
-    """A postgres service's direct connection: its *resolved* compose config, the seed binding's
-    ``options`` (user/database), and ``address`` (container port -> published host and port)."""
-    env = service_config.environment
-    user, db = postgres_credentials(options, env)
-    host, port = address(direct_port(service_config))
-    password = env.get("POSTGRES_PASSWORD")
-    return PostgresParams(host, port, user, str(password) if password else None, database or db)
 
 
 # ---------------------------------------------------------------------------------------------- warm

@@ -1,1 +1,49 @@
-"""The redis kind."""
+"""redis: a Redis (or Valkey) server's keyspace, seeded from a ``redis_dump``, observed by ``redis``
+checks and the ``redis_command`` tool, reached with redis-py."""
+
+from __future__ import annotations
+
+from forgelib.kinds import toolschema as ts
+from forgelib.kinds.kind import Kind, StandIn, ToolSpec
+from forgelib.resolved import ServiceConfig
+
+SEED = "redis_dump"
+
+
+def _detect(svc: ServiceConfig) -> bool:
+    """A server started by its command line."""
+    return bool(svc.command) and svc.command[0].endswith(("redis-server", "valkey-server"))
+
+
+REDIS_COMMAND = ToolSpec(
+    "redis_command",
+    'Run one command on a redis service and return JSON {"reply": ...}: strings, integers, lists '
+    "and null as redis answers (bulk strings decoded as UTF-8).",
+    ts.obj(
+        {
+            "service": ts.service("running redis"),
+            "command": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": 'The command and its arguments, e.g. ["HGETALL", "order:7"].',
+            },
+        },
+        ["service", "command"],
+    ),
+)
+
+KIND = Kind(
+    name="redis",
+    package=__name__,
+    seeds={SEED: "seed"},
+    shorthand={".rdb": SEED},
+    images=("redis", "valkey"),
+    detect=_detect,
+    checks={"redis": "check"},
+    tools=(REDIS_COMMAND,),
+    tool_module="tool",
+    client="client",
+    rules="rules",
+    stand_in=StandIn("redis", "forgelib/redis:7.0", "FORGE_IMAGE_REDIS"),
+)

@@ -17,12 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.kinds.base import (
-    CONNECT_TIMEOUT,
     ApplyContext,
     Fingerprint,
     SeedTarget,
@@ -30,7 +28,9 @@ from forgelib.kinds.base import (
     no_mount,
     no_warm_process,
 )
-from forgelib.resolved import ServiceConfig
+from forgelib.kinds.redis.client import RedisParams, connection_params
+from forgelib.kinds.redis.client import command_option as command_option
+from forgelib.kinds.redis.client import direct_port as direct_port  # the Recipe's
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -41,7 +41,6 @@ OPTIONS: frozenset[str] = frozenset()
 MAGIC = b"REDIS"
 POLL_INTERVAL = 0.2
 LOG_TAIL = 30
-DEFAULT_PORT = 6379
 
 # The newest RDB version each Redis release line can load (from librdb's redis-to-RDB table).
 # Every server loads all older versions ("RDB is forward compatible").
@@ -203,60 +202,6 @@ def _state(ctx: ApplyContext) -> str:
 def _log_tail(ctx: ApplyContext) -> str:
     text = ctx.compose.log_tail(ctx.service, LOG_TAIL)
     return "\n".join(f"  {ln}" for ln in text.splitlines()) or "  (empty)"
-
-
-def direct_port(service_config: ServiceConfig) -> int:
-    """The server's port: ``--port N`` on its command line, else 6379."""
-    value = command_option(service_config, "port")
-    return int(value) if value and value.isdigit() else DEFAULT_PORT
-
-
-def command_option(service_config: ServiceConfig, name: str) -> str | None:
-    """The value of ``--NAME VALUE`` on the service's (resolved) command line, or None."""
-    argv = service_config.command
-    for i, arg in enumerate(argv[:-1]):
-        if arg == f"--{name}":
-            return argv[i + 1]
-    return None
-
-
-# ----------------------------------------------------------------------------------- connection params
-#
-# How forge (and a test, through ``forgelib.connect``) reaches a redis service directly: defined here only.
-
-
-@dataclass(frozen=True)
-class RedisParams:
-    host: str
-    port: int
-    password: str | None = None
-    db: int = 0
-
-    def url(self, *, db: int | None = None) -> str:
-        auth = f":{quote(self.password, safe='')}@" if self.password else ""
-        return f"redis://{auth}{self.host}:{self.port}/{self.db if db is None else db}"
-
-    def client(self, *, db: int | None = None, decode_responses: bool = False) -> redis_lib.Redis:
-        """A ``redis.Redis`` on one connection (``SELECT`` in a pipeline then stays on that connection)."""
-        return redis_lib.Redis(
-            host=self.host,
-            port=self.port,
-            password=self.password,
-            db=self.db if db is None else db,
-            socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_timeout=CONNECT_TIMEOUT * 3,
-            single_connection_client=True,
-            decode_responses=decode_responses,
-        )
-
-
-def connection_params(
-    service_config: ServiceConfig, address: Callable[[int], tuple[str, int]], db: int = 0
-) -> RedisParams:
-    """A redis service's direct connection: its *resolved* compose config (``--port``, ``--requirepass``)
-    and ``address`` (container port -> published host and port)."""
-    host, port = address(direct_port(service_config))
-    return RedisParams(host, port, command_option(service_config, "requirepass"), db)
 
 
 # ---------------------------------------------------------------------------------------------- warm

@@ -11,7 +11,7 @@ import pytest
 
 from forgelib.compose import ComposeProject
 from forgelib.errors import CommandError, CommandTimeout
-from forgelib.kinds.postgres.seed import postgres_credentials
+from forgelib.kinds.postgres.client import postgres_credentials
 from forgelib.run.checks import ReadOnce, evaluate, read_argv, service_environment
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import FILE_TAIL, Result
