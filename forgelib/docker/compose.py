@@ -231,6 +231,7 @@ def labels_override(
     environment: Mapping[str, Mapping[str, str]] | None = None,
     *,
     quiet_health: bool = False,
+    process: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A compose override making one trial's stack independent of every other stack on the engine.
 
@@ -252,6 +253,9 @@ def labels_override(
     ``mounts`` (service -> long-syntax volume entries) and ``environment`` (service -> variables) are added
     to the services: a seed's extra mount and the variable naming it (``Recipe.seed_mount``: ``seeds.bare``).
 
+    ``process`` (service -> ``entrypoint``/``command``): what runs in the service instead of its own
+    process (a warm stack's ``Recipe.warm_process``: ``kinds.supervisor``).
+
     ``quiet_health``: each healthcheck spaced out as ``quiet_healthcheck`` says (forge's own readiness
     decides when a stack is ready; compose's ``up --wait`` would wait for the spaced-out probes).
     """
@@ -272,6 +276,7 @@ def labels_override(
             services[name].setdefault("volumes", []).append(dict(m))
         if (env := (environment or {}).get(name)) is not None:
             services[name]["environment"] = dict(env)
+        services[name].update((process or {}).get(name) or {})
         ports = trial_ports(svc, (loopback or {}).get(name, ()))
         if ports is not None:
             services[name]["ports"] = ports
@@ -331,11 +336,26 @@ def write_override(path: Path, doc: Mapping[str, Any], *, header: str = TRIAL_HE
     return path
 
 
-def inspect_image_volumes(
-    runner: Runner, images: Sequence[str], timeout: float
-) -> dict[str, tuple[str, ...]]:
-    """image -> the VOLUME paths it declares, for those of ``images`` present locally (one ``docker image
-    inspect``; ``images.ImageFacts.volumes`` remembers the answers)."""
+@dataclass(frozen=True)
+class ImageProcess:
+    """What an image starts by default and as whom (its ``docker image inspect`` Config)."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What forge reads of an image: the VOLUME paths it declares and its default process."""
+
+    volumes: tuple[str, ...] = ()
+    process: ImageProcess = ImageProcess()
+
+
+def inspect_images(runner: Runner, images: Sequence[str], timeout: float) -> dict[str, ImageConfig]:
+    """image -> its ``ImageConfig``, for those of ``images`` present locally (one ``docker image
+    inspect``; ``images.ImageFacts`` remembers the answers)."""
     todo = sorted({i for i in images if i})
     if not todo:
         return {}
@@ -345,14 +365,20 @@ def inspect_image_volumes(
         found = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
         found = []
-    out: dict[str, tuple[str, ...]] = {}
+    out: dict[str, ImageConfig] = {}
     for info in found if isinstance(found, list) else []:
-        paths = tuple(sorted((info.get("Config") or {}).get("Volumes") or {}))
+        cfg = info.get("Config") or {}
+        process = ImageProcess(
+            tuple(str(a) for a in cfg.get("Entrypoint") or ()),
+            tuple(str(a) for a in cfg.get("Cmd") or ()),
+            str(cfg.get("User") or ""),
+        )
+        config = ImageConfig(tuple(sorted(cfg.get("Volumes") or {})), process)
         tags = info.get("RepoTags") or []
         # `image: redis` in a compose file is `redis:latest` to the engine.
         for ref in [*tags, *(t.removesuffix(":latest") for t in tags), info.get("Id")]:
             if ref in todo:
-                out[ref] = paths
+                out[ref] = config
     return out
 
 

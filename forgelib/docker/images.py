@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from forgelib.docker import argv as dk
-from forgelib.docker.compose import inspect_image_volumes
+from forgelib.docker.compose import ImageConfig, inspect_images
 from forgelib.errors import CommandError, ForgeError, ProgramNotFound
 from forgelib.kinds import KINDS
 from forgelib.kinds.kind import StandIn
@@ -318,7 +318,7 @@ class ImageFacts:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # trials start together on --workers N: ask Docker once, not per worker
         self._present: frozenset[str] | None = None
-        self._volumes: dict[str, tuple[str, ...]] = {}
+        self._configs: dict[str, ImageConfig] = {}
 
     def env(self, runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """``{VAR: tag}`` for each stand-in that exists locally and whose variable the user has not set.
@@ -345,11 +345,15 @@ class ImageFacts:
         """image -> the VOLUME paths it declares, for the images present locally (one ``docker image
         inspect`` for those not seen before by this owner). An image not present yet (compose will pull or
         build it) is left out: nothing to label until the next trial, which sees it."""
+        return {i: c.volumes for i, c in self.configs(runner, images, timeout).items()}
+
+    def configs(self, runner: Runner, images: Sequence[str], timeout: float) -> dict[str, ImageConfig]:
+        """image -> its VOLUME paths and default process (``volumes``' inspect, the same answers)."""
         with self._lock:
-            todo = [i for i in images if i and i not in self._volumes]
+            todo = [i for i in images if i and i not in self._configs]
             if todo:
-                self._volumes.update(inspect_image_volumes(runner, todo, timeout))
-            return {i: self._volumes[i] for i in images if i in self._volumes}
+                self._configs.update(inspect_images(runner, todo, timeout))
+            return {i: self._configs[i] for i in images if i in self._configs}
 
 
 def _local_stand_ins(runner: Runner) -> frozenset[str] | None:

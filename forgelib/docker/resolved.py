@@ -50,6 +50,10 @@ class ServiceConfig:
     build: bool = False  # compose would build it (``build:``)
     environment: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()  # the list form; a string command split on whitespace
+    # ``entrypoint`` as compose resolved it (a list), None when the service leaves the image's; a string
+    # (compose's config prints lists, but a hand-made dict may not) reads as None too
+    entrypoint: tuple[str, ...] | None = None
+    user: str = ""  # ``user``, empty when the service leaves the image's
     ports: tuple[Mapping[str, Any], ...] = ()  # long syntax (target, published, host_ip, protocol)
     volumes: tuple[Mapping[str, Any], ...] = ()  # long syntax (type, source, target, volume.nocopy)
     depends_on: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # service -> {condition}
@@ -75,6 +79,8 @@ class ServiceConfig:
             build=bool(raw.get("build")),
             environment=_environment(raw.get("environment")),
             command=tuple(str(a) for a in (command if isinstance(command, list) else str(command).split())),
+            entrypoint=tuple(str(a) for a in ep) if isinstance(ep := raw.get("entrypoint"), list) else None,
+            user=str(raw.get("user") or ""),
             ports=_mappings(raw.get("ports")),
             volumes=_mappings(raw.get("volumes")),
             depends_on={str(d): dict(spec or {}) for d, spec in deps.items()}

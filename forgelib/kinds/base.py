@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from forgelib.docker.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject, ImageProcess
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted, RecipeError, tail
 from forgelib.runner import Result
@@ -92,6 +92,11 @@ class SeedMount:
 
 def no_mount(target: SeedTarget) -> SeedMount | None:
     """``seed_mount`` of a kind that works in the running container and mounts nothing."""
+    return None
+
+
+def no_warm_process(target: SeedTarget, service: ServiceConfig, image: ImageProcess | None) -> None:
+    """``warm_process`` of a kind whose warm reset leaves the service's process as it is."""
     return None
 
 
@@ -200,7 +205,15 @@ class Recipe(Protocol):
 
     def seed_mount(self, target: SeedTarget) -> SeedMount | None:
         """What the trial's override mounts in the service for this seed before it starts (a ``SeedMount``:
-        read-only bind, and its variable), or None (``no_mount``): the kind's one say in the override."""
+        read-only bind, and its variable), or None (``no_mount``): the kind's say in every override."""
+        ...
+
+    def warm_process(
+        self, target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
+    ) -> Mapping[str, Any] | None:
+        """What a warm stack's override sets on the service to run its process (``entrypoint``,
+        ``command``: ``kinds.supervisor.wrap``), from its config and its image's defaults (None: not
+        present locally); None leaves them alone (``no_warm_process``): the kind's say in a warm override."""
         ...
 
     @property

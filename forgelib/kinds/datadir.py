@@ -3,8 +3,9 @@
 Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset):
 right after the first seeding the service's container is stopped (its server shuts down cleanly), a helper
 container copies the data directory into its own writable layer, and the service starts again. A reset
-stops the service, has the helper empty the data directory and copy the pristine one back (contents,
-owners, modes; whatever a trial added is gone), and starts the service again.
+stops the service, has the helper put back from the pristine copy what changed in the data directory since
+the last copy (contents, owners, modes; whatever a trial added is gone; ``RESTORE_SCRIPT``), and starts the
+service again.
 
 The helper is created from the service's own image (it has ``sh``, ``find`` and ``cp``), with the service's
 volumes (``--volumes-from``), no network, and never started by anyone else: nothing of it is inside the
@@ -33,14 +34,43 @@ from forgelib.docker import readiness
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.kinds.base import ApplyContext
 
-# First start (no copy yet): keep one; every later start: empty the data directory and copy it back. The
+# First start (no copy yet): keep one, and stamp it. Every later start puts back what changed since the last
+# stamp: a file or directory whose inode changed after it (``find -cnewer``: the ctime, which no one can set
+# back, unlike the mtime ``touch -d`` sets) is copied back from the copy, or removed when the copy has no such
+# path; a changed directory also gets the copy's entries back and loses the ones the copy lacks (a new or
+# removed database, a renamed file). The stamp is taken while the service is stopped, and the script ends only
+# once the clock has moved past it, so whatever its server writes later is newer. Only GNU find tells a ctime
+# (``-cnewer``, ``-printf``): with another find (busybox) the whole directory is emptied and copied back. The
 # copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from.
-_SCRIPT = (
+RESTORE_SCRIPT = (
     'set -e; d="$1"; p=/forge-pristine; '
     'if [ ! -e "$p/.done" ]; then rm -rf "$p/data"; mkdir -p "$p/data"; cp -a "$d/." "$p/data/"; '
-    'touch "$p/.done"; '
-    'else find "$d" -mindepth 1 -delete; cp -a "$p/data/." "$d/"; fi; '
+    'touch "$p/.stamp" "$p/.done"; '
+    'elif find "$d" -maxdepth 0 -cnewer "$p/.stamp" -printf \'\' 2>/dev/null; then '
+    'find "$d" -cnewer "$p/.stamp" -printf \'%P\\0\' > "$p/.list"; touch "$p/.stamp"; '
+    'xargs -0 -r sh -c "$3" forge-restore "$p/data" "$d" < "$p/.list" > "$p/.copy"; '
+    '(cd "$p/data" && xargs -0 -r cp -a --parents -t "$d" < "$p/.copy"); '
+    'touch "$p/.tick"; until [ -n "$(find "$p/.tick" -newer "$p/.stamp")" ]; '
+    'do sleep 0.001; touch "$p/.tick"; done; '
+    'else find "$d" -mindepth 1 -delete; cp -a "$p/data/." "$d/"; touch "$p/.stamp"; fi; '
     '[ -s "$d/$2" ] || { echo "no $2 in $d after the copy" >&2; exit 3; }'
+)
+# One batch of changed paths (relative to the data directory): removed when the copy lacks them; a regular
+# file in both is printed (NUL-ended) for one ``cp --parents`` of them all; a directory in both gets the
+# copy's entries, owner and mode; anything else (a type changed) is replaced by the copy's.
+SYNC_SCRIPT = (
+    'p="$1"; d="$2"; shift 2; '
+    'for r; do t="$d/$r"; s="$p/$r"; '
+    '[ -e "$t" ] || [ -L "$t" ] || continue; '
+    'if [ ! -e "$s" ] && [ ! -L "$s" ]; then rm -rf "$t" || exit 1; continue; fi; '
+    'if [ -f "$s" ] && [ ! -L "$s" ] && [ -f "$t" ] && [ ! -L "$t" ]; then printf "%s\\000" "$r"; '
+    'elif [ -d "$s" ] && [ ! -L "$s" ] && [ -d "$t" ] && [ ! -L "$t" ]; then '
+    'for e in "$t"/* "$t"/.[!.]* "$t"/..?*; do [ -e "$e" ] || [ -L "$e" ] || continue; n="${e##*/}"; '
+    '[ -e "$s/$n" ] || [ -L "$s/$n" ] || rm -rf "$e" || exit 1; done; '
+    'for e in "$s"/* "$s"/.[!.]* "$s"/..?*; do [ -e "$e" ] || [ -L "$e" ] || continue; n="${e##*/}"; '
+    '[ -e "$t/$n" ] || [ -L "$t/$n" ] || cp -a "$e" "$t/$n" || exit 1; done; '
+    'chown --reference="$s" "$t" && chmod --reference="$s" "$t" || exit 1; '
+    'else rm -rf "$t" && cp -a "$s" "$t" || exit 1; fi; done'
 )
 
 
@@ -57,8 +87,7 @@ class PristineDir:
     def capture(cls, ctx: ApplyContext, path: str, *, marker: str = "PG_VERSION") -> PristineDir:
         """Stop the service, keep a copy of ``path`` in a new helper container, start the service again.
         ``marker``: a file every valid data directory holds (checked after each copy)."""
-        if not path.startswith("/") or posixpath.normpath(path) in ("/", ""):
-            raise ctx.fail("prepare", f"data directory {path!r} must be an absolute path other than '/'")
+        check_path(ctx, path)
         compose = ctx.compose
         container = compose.container(ctx.service)
         helper = f"{compose.name}-forge-pristine-{ctx.service}"
@@ -75,7 +104,7 @@ class PristineDir:
         )
         argv = dk.create(
             str(info.get("Image")),
-            ["-c", _SCRIPT, "forge-pristine", path, marker],
+            ["-c", RESTORE_SCRIPT, "forge-pristine", path, marker, SYNC_SCRIPT],
             name=helper,
             network="none",
             user="0",
@@ -91,11 +120,17 @@ class PristineDir:
         p._cycle("prepare")
         return p
 
-    def restore(self) -> None:
-        """Stop the service, put the pristine copy back in place of its data directory, start it again."""
-        self._cycle("reset")
+    @property
+    def restarts_container(self) -> bool:
+        return True  # `docker start` publishes its ports on new host ports
 
-    def _cycle(self, step: str) -> None:
+    def restore(self, *, healthcheck: bool = True) -> None:
+        """Stop the service, put the pristine copy back in place of its data directory, start it again.
+        ``healthcheck=False``: return once it runs, for a kind that waits for its server itself (one
+        connection on the new port says more, and sooner, than the healthcheck's ``docker exec``)."""
+        self._cycle("reset", healthcheck=healthcheck)
+
+    def _cycle(self, step: str, *, healthcheck: bool = True) -> None:
         t = self.ctx.timeouts
         try:
             self._docker(dk.stop([self.container]), timeout=t.teardown)
@@ -118,6 +153,8 @@ class PristineDir:
         # A new host port for every published container port (``docker start`` allocates them anew).
         for key in [k for k in self.ctx.addresses if k[0] == self.ctx.service]:
             del self.ctx.addresses[key]
+        if not healthcheck:
+            return
         try:  # ready as a fresh stack's service is: its own healthcheck passes
             refs = [self.container]
             readiness.wait_ready(self.ctx.compose, [self.ctx.service], refs=refs, timeout=t.compose_up)
@@ -131,6 +168,12 @@ class PristineDir:
         compose.runner.run(
             argv, timeout=compose.timeouts.command if timeout is None else timeout, tag=argv[1]
         )
+
+
+def check_path(ctx: ApplyContext, path: str) -> None:
+    """A data directory must be absolute and not ``/`` (a reset empties what changed in it)."""
+    if not path.startswith("/") or posixpath.normpath(path) in ("/", ""):
+        raise ctx.fail("prepare", f"data directory {path!r} must be an absolute path other than '/'")
 
 
 def _inspect(ctx: ApplyContext, container: str) -> dict[str, Any]:

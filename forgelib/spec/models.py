@@ -42,6 +42,7 @@ class ResetStrategy(StrEnum):
     """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; kinds/postgres/seed.py)."""
 
     EXACT = "exact"  # the data directory restored from a pristine copy outside the service (default)
+    RESTART = "restart"  # exact, the server restarted inside its container: faster, its loop visible
     TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
 
 

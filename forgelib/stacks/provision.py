@@ -26,7 +26,13 @@ from typing import Any
 from forgelib.docker import labels as lab
 from forgelib.docker import readiness
 from forgelib.docker.builds import Builds, build_services
-from forgelib.docker.compose import ComposeProject, labels_override, project_name, write_override
+from forgelib.docker.compose import (
+    ComposeProject,
+    ImageProcess,
+    labels_override,
+    project_name,
+    write_override,
+)
 from forgelib.docker.images import ImageFacts
 from forgelib.docker.readiness import NotReady
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
@@ -337,14 +343,17 @@ class _Provisioning:
         run's image), their images' declared VOLUMEs and the ports published for direct connections."""
         services = _imaged(config, built)
         images = [s.image for s in services.values()]
-        declared = self.ctx.cache.images.volumes(self.ctx.runner, images, self.ctx.timeouts.command)
+        configs = self.ctx.cache.images.configs(self.ctx.runner, images, self.ctx.timeouts.command)
+        declared = {image: c.volumes for image, c in configs.items()}
         loopback = _loopback(bindings, config)
         seed_mounts = _seed_mounts(bindings)
+        process = self.steps.processes(bindings, services, {i: c.process for i, c in configs.items()})
         doc = labels_override(
             config, self.spec.labels, declared, loopback, built,
             mounts={m.service: [m.volume()] for m in seed_mounts.values()},
             environment={m.service: m.env() for m in seed_mounts.values()},
             quiet_health=not readiness.compose_wait(),
+            process=process,
         )  # fmt: skip
         override = write_override(self.spec.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error
@@ -451,6 +460,16 @@ class FreshSteps:
         """Whether ``service`` is seeded by its recipe (else it started seeded)."""
         return True
 
+    def processes(
+        self,
+        bindings: Sequence[_Binding],
+        services: Mapping[str, ServiceConfig],
+        images: Mapping[str, ImageProcess],
+    ) -> dict[str, Mapping[str, Any]]:
+        """service -> what runs in it instead of its own process (the override's ``entrypoint`` and
+        ``command``); ``images``: image -> its default process, for the images present locally."""
+        return {}
+
     def applied(self, b: _Binding, ctx: ApplyContext, restart: Callable[[], None], phase: PhaseTimer) -> None:
         """Right after ``b``'s recipe applied its seed (``restart``: start the service again)."""
 
@@ -479,6 +498,21 @@ class FreshSteps:
 class WarmSteps(FreshSteps):
     """A warm stack's (``forgelib.stacks.warm``): after every recipe's apply, before any dependent starts,
     each seed prepared for in-place resets (``recipe.prepare``) and its baseline fingerprint taken."""
+
+    def processes(
+        self,
+        bindings: Sequence[_Binding],
+        services: Mapping[str, ServiceConfig],
+        images: Mapping[str, ImageProcess],
+    ) -> dict[str, Mapping[str, Any]]:
+        """Each reset service's kind says (``Recipe.warm_process``): a postgres server runs under a loop
+        that restarts it in place for the exact reset (``kinds.supervisor``)."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for b in bindings:
+            svc = services.get(b.service)
+            if svc is not None and (p := b.recipe.warm_process(b.target, svc, images.get(svc.image))):
+                out[b.service] = p
+        return out
 
     def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
         if not applied:

@@ -69,7 +69,7 @@ def _sh(script: str) -> list[str]:
 # The postgres stack's services: `db` resets by data directory (exact: the fingerprint digests the seeded
 # database's rows too), `tdb` by template (the seeded database is recreated whole, so its fingerprint covers
 # only the cluster around it, which that reset leaves).
-EXACT_ONLY = ("db",)
+EXACT_ONLY = ("db", "sdb")  # `sdb`: the same restore, the server restarted in its container
 TEMPLATE = ("tdb",)
 MAINTENANCE = "template1"  # the database forge's postgres recipe connects to when the seeded one is postgres
 
@@ -214,7 +214,7 @@ class Case:
 
 CASES: dict[str, Case] = {
     "postgres": Case(
-        ("db", "tdb"),
+        ("db", "sdb", "tdb"),
         "sql",
         ["psql", "-At", "-U", "postgres", "-c", "select v from t"],
         "seeded",
@@ -275,6 +275,7 @@ def _project(
     (tmp / "mysql.sql").write_text("create table t (v varchar(20)); insert into t values ('seeded');\n")
     services: dict[str, dict[str, Any]] = {
         "db": PG,
+        "sdb": PG,
         "tdb": PG,
         "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
         "ws": {**IDLE, "volumes": ["work:/workspace"]},
@@ -283,6 +284,7 @@ def _project(
     }
     reset: dict[str, str | tuple[str, Mapping[str, Any]]] = {
         "db": "sql",
+        "sdb": ("sql", {"strategy": "restart"}),
         "tdb": ("sql", {"strategy": "template"}),
         "cache": "rdb",
         "ws": "tree",

@@ -56,13 +56,19 @@ def stack(
     redis = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
     project = make_project(
         tmp / "p",
-        {"db": PG, "tdb": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
+        {"db": PG, "sdb": PG, "tdb": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
             "tree": (_tree(tmp / "tree"), SeedKind.FILESYSTEM_DIR),
         },
-        reset={"db": "sql", "tdb": ("sql", {"strategy": "template"}), "cache": "rdb", "ws": "tree"},
+        reset={
+            "db": "sql",
+            "sdb": ("sql", {"strategy": "restart"}),
+            "tdb": ("sql", {"strategy": "template"}),
+            "cache": "rdb",
+            "ws": "tree",
+        },
         volumes={"work": {}},
     )
     # one stack per session (per xdist worker): a fixed name made two sessions on one engine, or `-n 2`,
@@ -187,6 +193,93 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
     ).stdout
     assert "/forge-pristine" not in mounts  # the copy is mounted in the helper only
     assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
+
+
+def test_the_restart_reset_undoes_the_whole_cluster_and_keeps_its_copy_out_of_the_servers_reach(
+    stack: Stack,
+) -> None:
+    """The restart strategy restores as the exact one does (roles, databases, ALTER SYSTEM and extensions
+    gone, the listing the first seeding's). The server restarts in its own
+    container (``kinds.supervisor``): the pristine copy is in that container's ``/forge-pristine``, root's
+    and mode 0700, which the server's OS user (all a trial reaches through the server) cannot list; the
+    server itself, its data directory and /tmp hold nothing of forge's, and no helper container exists."""
+    params = connect.postgres(stack, "sdb")
+    with params.connect() as conn:
+        before = conn.execute(LISTING).fetchone()
+        assert before is not None and not any("forge" in str(v) for v in before)
+        conn.execute("create role intruder login")
+        conn.execute("create database other")
+        conn.execute("create extension pg_trgm")
+        conn.execute("alter system set work_mem = '77MB'")
+        conn.execute("select pg_reload_conf()")
+    assert _reset_and_diff(stack, "sdb") == []
+    with connect.postgres(stack, "sdb").connect() as conn:
+        assert conn.execute(LISTING).fetchone() == before
+    found = stack.compose.exec("sdb", ["sh", "-c", "ls -a /tmp /var/lib/postgresql"]).stdout
+    assert "forge" not in found
+    root = stack.compose.exec("sdb", ["ls", "-a", "/"]).stdout.split()
+    assert [n for n in root if "forge" in n] == ["forge-pristine"]
+    mode = stack.compose.exec("sdb", ["stat", "-c", "%U:%G %a", "/forge-pristine"]).stdout.split()
+    assert mode == ["root:root", "700"]
+    db = stack.compose.container("sdb")
+    as_server = ["docker", "exec", "--user", "postgres", db, "ls", "/forge-pristine"]
+    denied = stack.compose.runner.run(as_server, check=False)
+    assert denied.rc != 0 and "Permission denied" in denied.stderr
+    helper = f"{stack.compose.name}-forge-pristine-sdb"
+    mounts = stack.compose.runner.run(
+        [
+            "docker",
+            "inspect",
+            "--format",
+            "{{range .Mounts}}{{.Destination}} {{end}}",
+            stack.compose.container("sdb"),
+        ]
+    ).stdout
+    assert "/forge-pristine" not in mounts  # in the container's own layer: no volume outlives it
+    assert not stack.compose.inspect([helper]), "no helper: the copy is in the supervised container"
+
+
+# Run by the server's own OS user (COPY TO PROGRAM, as a superuser trial could): a file rewritten with its
+# mtime set back, a file with another mode, a new file, a new directory and a symlink.
+BEHIND_THE_SERVER = (
+    "cp -p PG_VERSION /tmp/forge-v && echo 99 > PG_VERSION && touch -r /tmp/forge-v PG_VERSION"
+    " && chmod 644 pg_ident.conf && echo x > intruder && mkdir -p base/intruder_dir && ln -s /etc/passwd link"
+)
+LOOK = "cat PG_VERSION; stat -c %a pg_ident.conf; ls -a . base | grep -c -e intruder -e link || true"
+
+
+@pytest.mark.parametrize("service", ["db", "sdb"])
+def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: Stack, service: str) -> None:
+    """A reset finds what changed by inode change time, which nobody can set back: a rewritten file whose
+    mtime was forged is put back too (else the server would not even start on PG_VERSION 99), and modes,
+    new files, directories and links are undone (by the helper, ``exact``, and in place, ``restart``)."""
+    with connect.postgres(stack, service).connect() as conn:
+        row = conn.execute("show data_directory").fetchone()
+        assert row is not None
+        pgdata = str(row[0])
+        look = ["sh", "-c", f"cd {pgdata} && {LOOK}"]
+        before = stack.compose.exec(service, look).stdout
+        assert before.split()[1:] == ["600", "0"], before
+        script = f"cd {pgdata} && {BEHIND_THE_SERVER}".replace("'", "''")
+        conn.execute(f"copy (select 1) to program '{script}'")
+    changed = stack.compose.exec(service, look).stdout
+    assert changed.split() == ["99", "644", "3"], changed
+    assert _reset_and_diff(stack, service) == []
+    assert stack.compose.exec(service, look).stdout == before
+
+
+PROCESSES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+
+
+@pytest.mark.parametrize("service", ["db", "sdb"])
+def test_the_exact_reset_leaves_no_process_a_trial_started_in_the_service(stack: Stack, service: str) -> None:
+    """A process a superuser trial starts in the server's container (COPY TO PROGRAM, detached) could go on
+    changing the data directory after the reset: the reset ends it, as stopping the container did."""
+    with connect.postgres(stack, service).connect() as conn:
+        conn.execute("copy (select 1) to program 'nohup sleep 4242 >/dev/null 2>&1 &'")
+    assert "sleep 4242" in stack.compose.exec(service, ["sh", "-c", PROCESSES]).stdout
+    assert _reset_and_diff(stack, service) == []
+    assert "sleep 4242" not in stack.compose.exec(service, ["sh", "-c", PROCESSES]).stdout
 
 
 def test_beyond_the_reset_the_fingerprint_differs(stack: Stack) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from forgelib.docker import compose as c
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.bare import seed as bare
 from forgelib.spec.models import Timeouts
@@ -517,3 +518,18 @@ def test_port_of_a_warm_ephemeral_service_never_falls_back_to_compose(
         served.port("api", 8000)
     assert "proj-api-3" in str(err.value)
     assert [x.argv[1] for x in fake.calls] == ["port"]
+
+
+def test_a_warm_process_replaces_its_services_entrypoint_and_command_only(tmp_path: Path) -> None:
+    from forgelib.kinds import supervisor
+
+    image = c.ImageProcess(("ep.sh",), ("postgres",))
+    wrapped = supervisor.wrap(ServiceConfig.of({"image": "pg"}, "db"), image)
+    assert wrapped is not None
+    out = _override(tmp_path, {"services": {"db": {}, "api": {}}}, process={"db": wrapped})
+    db = out["services"]["db"]
+    # A compose file: every `$` of the loop's script doubled, so compose hands the container one.
+    assert db["entrypoint"][:2] == ["sh", "-c"] and db["entrypoint"][3] == supervisor.MARKER
+    assert db["entrypoint"][2].replace("$$", "$") == supervisor.SUPERVISOR
+    assert db["command"] == ["ep.sh", "postgres"]
+    assert set(out["services"]["api"]) == {"labels"}

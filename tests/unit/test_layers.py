@@ -42,6 +42,7 @@ LAYERS: Layers = (
             "kinds.registry",
             "kinds.base",
             "kinds.datadir",
+            "kinds.supervisor",
             "kinds.*",  # each kind's implementation modules (seed, check, tool, client, rules)
             # the spec's checks against the kinds (which service is of which kind, its ports)
             "spec.rules",

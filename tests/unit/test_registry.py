@@ -78,7 +78,7 @@ def test_an_unknown_reset_strategy_names_the_file_line_and_the_choices(tmp_path:
     (project / "project.yaml").write_text(_with_option(text, "app-db", "strategy").replace("exact", "fast"))
     (problem,) = [str(i) for i in validate_project(str(project)).errors]
     assert "project.yaml:" in problem and ".reset.strategy" in problem, problem
-    assert "'fast' is not one of: exact, template" in problem, problem
+    assert "'fast' is not one of: exact, restart, template" in problem, problem
 
 
 def test_each_kind_owns_its_extra_mount(tmp_path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from forgelib.docker.compose import ComposeProject
+from forgelib.docker.compose import ComposeProject, ImageProcess
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, RecipeError
 from forgelib.kinds.base import ApplyContext, Memo, SeedTarget
@@ -17,6 +18,7 @@ from forgelib.kinds.postgres import seed as sql_dump
 from forgelib.kinds.redis import seed as redis_dump
 from forgelib.kinds.registry import REGISTRY
 from forgelib.kinds.tree import seed as filesystem_dir
+from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import Seed, SeedKind, Timeouts
 from forgelib.testing import FakeRunner
 
@@ -142,6 +144,22 @@ def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing
     box = ("docker", "exec", "p1-box-1")
     fake.expect(*box, "stat", "-c", "%a %u:%g", "/work", exact=True, times=1, stdout="1777 0:0\n")
     assert filesystem_dir.prepare(c) == ("1777", "0:0")
+    # One exec: the wipe, the seed as a tar on stdin, the verifying listing.
+    one = ("sh", "-c", filesystem_dir._RESET_TAR_SH, "forge-reset", "/work", "1777", "0:0")
+    listing = tuple(filesystem_dir.listing_argv("/work"))
+    fed: list[set[str]] = []
+
+    def names(call: Any) -> None:
+        with tarfile.open(call.stdin) as tar:  # read while the reset's temp dir exists
+            fed.append({m.name for m in tar.getmembers() if m.uid == 0 and m.uname == "root"})
+
+    exec_i = ("docker", "exec", "-i", "p1-box-1")
+    fake.expect(*exec_i, *one, *listing, exact=True, times=1, stdout=_listing("/work"), side_effect=names)
+    filesystem_dir.reset(c, ("1777", "0:0"))
+    assert fed == [{p.relative_to(seed).as_posix() for p in walk_tree(seed)}]
+    assert not Path(fake.calls[-1].stdin or "").exists()  # the tar went with its temp dir
+    # Without tar in the image (it exits 86 before touching anything): wipe, `compose cp`, listing.
+    fake.expect(*exec_i, *one, exact=False, times=1, rc=86)
     reset = ("sh", "-c", filesystem_dir._RESET_SH, "forge-reset", "/work", "1777", "0:0")
     fake.expect(*box, *reset, exact=True, times=1)
     fake.expect(*BASE, "cp", f"{seed}/.", "box:/work", exact=True, times=1)
@@ -149,7 +167,7 @@ def test_filesystem_dir_warm_reset_is_apply_from_the_host_seed_and_keeps_nothing
     filesystem_dir.reset(c, ("1777", "0:0"))
     fake.expect(*box, "find", "/work", "-printf", filesystem_dir._LISTING_FORMAT, exact=True, stdout="d\t\n")
     assert set(filesystem_dir.fingerprint(c)) == {"tree"}
-    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 5
+    assert all(call.timeout == 40 for call in fake.calls) and len(fake.calls) == 7
     fake = FakeRunner()
     c = _direct(ctx(fake, seed, SeedKind.FILESYSTEM_DIR, "box", {"target": "/work"}))
     gone = "Error response from daemon: Container abc is not running"
@@ -604,8 +622,8 @@ def test_pristine_dir_keeps_its_copy_in_a_labelled_helper_outside_the_service(
     assert labels[lab.RUN] == "r1" and "other" not in labels and labels[lab.HELPER]
     assert labels[lab.COMPOSE_PROJECT] == "p1" and labels[lab.COMPOSE_CONFIG_HASH]
     assert labels[lab.COMPOSE_SERVICE] != "db"
-    assert create[-6:-3] == ("sha256:img", "-c", datadir._SCRIPT)
-    assert create[-3:] == ("forge-pristine", "/var/lib/postgresql/data", "PG_VERSION")
+    assert create[-7:-4] == ("sha256:img", "-c", datadir.RESTORE_SCRIPT)
+    assert create[-4:] == ("forge-pristine", "/var/lib/postgresql/data", "PG_VERSION", datadir.SYNC_SCRIPT)
     cycle = [call.argv for call in fake.calls if call.argv[1] in ("stop", "start")]
     assert cycle == [
         ("docker", "stop", "p1-db-1"),
@@ -627,3 +645,98 @@ def test_sql_dump_strategy_defaults_to_exact(tmp_path: Path) -> None:
     assert sql_dump.strategy(c) is ResetStrategy.TEMPLATE
     assert ResetBinding("s").strategy is ResetStrategy.EXACT
     assert ResetBinding("s", {"strategy": "template"}).strategy is ResetStrategy.TEMPLATE
+
+
+# ---------------------------------------------------------------------------------------------- supervisor
+
+
+@pytest.mark.parametrize(
+    ("raw", "image", "argv"),
+    [
+        ({}, ImageProcess(("docker-entrypoint.sh",), ("postgres",)), ["docker-entrypoint.sh", "postgres"]),
+        ({"command": ["postgres", "-c", "fsync=off"]}, ImageProcess(("ep",), ("postgres",)),
+         ["ep", "postgres", "-c", "fsync=off"]),
+        # compose's rule: the service's own entrypoint drops the image's CMD
+        ({"entrypoint": ["my-ep"]}, ImageProcess(("ep",), ("postgres",)), ["my-ep"]),
+        ({"entrypoint": ["my-ep"], "command": ["x"]}, ImageProcess(("ep",), ("postgres",)), ["my-ep", "x"]),
+        ({"user": "root"}, ImageProcess(("ep",), ("postgres",), "0"), ["ep", "postgres"]),
+    ],
+)  # fmt: skip
+def test_the_supervisor_runs_what_the_service_would_have_run(
+    raw: dict[str, Any], image: ImageProcess, argv: list[str]
+) -> None:
+    from forgelib.kinds import supervisor
+
+    out = supervisor.wrap(ServiceConfig.of({"image": "pg", **raw}, "db"), image)
+    assert out is not None and out["command"] == argv
+    entrypoint = ["sh", "-c", out["entrypoint"][2], supervisor.MARKER]
+    assert out["entrypoint"] == entrypoint and supervisor.supervised({"Config": {"Entrypoint": entrypoint}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "image"),
+    [
+        ({"user": "postgres"}, ImageProcess(("ep",), ("postgres",))),  # the loop could not hide its copy
+        ({}, ImageProcess(("ep",), ("postgres",), "999:999")),
+        ({}, None),  # the image is not present locally: its entrypoint is unknown
+        ({"command": ["postgres", "-c", "x=$HOME"]}, ImageProcess(("ep",), ())),  # compose would interpolate
+        ({}, ImageProcess((), ())),
+    ],
+)
+def test_the_supervisor_declines_what_it_cannot_run_as_the_service_would(
+    raw: dict[str, Any], image: ImageProcess | None
+) -> None:
+    from forgelib.kinds import supervisor
+
+    assert supervisor.wrap(ServiceConfig.of({"image": "pg", **raw}, "db"), image) is None
+    assert not supervisor.supervised({"Config": {"Entrypoint": ["docker-entrypoint.sh"]}})
+
+
+def test_only_the_restart_postgres_reset_asks_for_the_supervisor(tmp_path: Path) -> None:
+    svc, image = ServiceConfig.of({"image": "pg"}, "db"), ImageProcess(("ep",), ("postgres",))
+    exact = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP)
+    restart = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP, options={"strategy": "restart"})
+    template = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP, options={"strategy": "template"})
+    assert sql_dump.warm_process(restart, svc, image) is not None
+    assert sql_dump.warm_process(exact, svc, image) is None  # the default keeps nothing in the service
+    assert sql_dump.warm_process(template, svc, image) is None
+    for kind, recipe in REGISTRY.items():
+        if kind is not SeedKind.SQL_DUMP:
+            assert recipe.warm_process(restart, svc, image) is None
+
+
+def test_a_supervised_reset_is_one_exec_as_root_and_keeps_the_host_ports(tmp_path: Path) -> None:
+    from forgelib.kinds import datadir, supervisor
+
+    fake = FakeRunner()
+    c = ctx(fake, tmp_path, SeedKind.SQL_DUMP, "db")
+    c.addresses[("db", 5432)] = ("127.0.0.1", 1)
+    info = {"Id": "abc", "Config": {"Entrypoint": ["sh", "-c", "loop", supervisor.MARKER]}}
+    fake.expect("docker", "ps", stdout="abc\n")
+    fake.expect("docker", "inspect", stdout=json.dumps([info]))
+    fake.expect("docker", "exec", times=2)
+    s = supervisor.Supervised.capture(c, "/var/lib/postgresql/data")
+    assert s is not None and not s.restarts_container
+    s.restore()
+    execs = [call.argv for call in fake.calls if call.argv[:2] == ("docker", "exec")]
+    assert [a[:4] for a in execs] == [("docker", "exec", "--user", "0")] * 2
+    # the copy taken after a clean stop (SIGINT), every reset after an immediate one (SIGQUIT)
+    assert [a[-5:] for a in execs] == [
+        (datadir.RESTORE_SCRIPT, "/var/lib/postgresql/data", "PG_VERSION", datadir.SYNC_SCRIPT, sig)
+        for sig in ("INT", "QUIT")
+    ]
+    assert c.addresses == {("db", 5432): ("127.0.0.1", 1)}
+    fake.expect("docker", "exec", rc=3, stderr="failed: no PG_VERSION")
+    with pytest.raises(RecipeError, match=r"^reset step on service 'db': restoring .* no PG_VERSION"):
+        s.restore()
+
+
+def test_an_unsupervised_container_falls_back_to_the_helper(tmp_path: Path) -> None:
+    from forgelib.kinds import supervisor
+
+    fake = FakeRunner()
+    c = ctx(fake, tmp_path, SeedKind.SQL_DUMP, "db")
+    fake.expect("docker", "ps", stdout="abc\n")
+    fake.expect("docker", "inspect", stdout=json.dumps([{"Id": "abc", "Config": {"Entrypoint": ["ep"]}}]))
+    assert supervisor.Supervised.capture(c, "/var/lib/postgresql/data") is None
+    assert not [call for call in fake.calls if call.argv[:2] == ("docker", "exec")]

@@ -13,7 +13,15 @@ import re
 from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
-from forgelib.kinds.base import ApplyContext, Fingerprint, SeedMount, SeedTarget, no_checkpoint, no_golden
+from forgelib.kinds.base import (
+    ApplyContext,
+    Fingerprint,
+    SeedMount,
+    SeedTarget,
+    no_checkpoint,
+    no_golden,
+    no_warm_process,
+)
 
 OPTIONS: frozenset[str] = frozenset()
 MOUNT_ROOT = "/run/forge/seeds"
@@ -63,3 +71,6 @@ SUPPORTS_GOLDEN = False
 checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the service's to capture
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
+
+
+warm_process = no_warm_process  # a bare seed has no reset

@@ -9,12 +9,16 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
+from forgelib.docker.compose import ImageProcess
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
+from forgelib.kinds import supervisor
 from forgelib.kinds.base import (
     ApplyContext,
     Fingerprint,
@@ -37,7 +41,8 @@ else:  # loaded at first use (forgelib.clients says why)
 
 OPTIONS = frozenset({"user", "database", "strategy"})
 # How a warm stack resets the service (the project's `reset: {strategy: ...}`; see the warm section).
-EXACT, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.TEMPLATE
+EXACT, RESTART, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.RESTART, ResetStrategy.TEMPLATE
+DATA_DIRECTORY = (EXACT, RESTART)  # the strategies that restore the whole data directory
 
 
 def check(target: SeedTarget) -> None:
@@ -233,11 +238,16 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
 
 # ---------------------------------------------------------------------------------------------- warm
 #
-# Two strategies (``strategy``). ``exact`` (the default): ``forgelib.kinds.datadir`` keeps the seeded data
-# directory in a helper container's volume, outside the server and its container; every reset stops the
-# server, puts that copy back and starts it again: the server a trial sees is, byte for byte, the one the
-# first seeding left (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps
-# nothing in it. About a second a reset: copying the data directory and the server's restart.
+# Three strategies (``strategy``). ``exact`` (the default): ``forgelib.kinds.datadir`` keeps the seeded data
+# directory in a helper container, outside the server and its container; every reset stops the container,
+# puts back from that copy every file and directory of the data directory that changed since the last
+# reset, and starts it again: the server a trial sees is, byte for byte, the one the first seeding left
+# (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps nothing in it.
+#
+# ``restart``: the same restore, without stopping the container: the server runs under
+# ``forgelib.kinds.supervisor``'s loop, which restarts it in place and keeps the copy in the container's
+# root-only ``/forge-pristine``. Faster (no container stop and start, no helper), but a trial can see the
+# loop and that directory's name, which a fresh stack does not have: an opt-in.
 #
 # ``template``: prepare: right after the dump went in (no dependent connected yet), copy the seeded
 # database into a template database named after the seed digest, closed to connections, and make one
@@ -332,22 +342,34 @@ def strategy(ctx: SeedTarget) -> ResetStrategy:
 
 @dataclass
 class Exact:
-    """What the exact strategy keeps: the pristine data directory, outside the service's container."""
+    """What the exact strategy keeps: the pristine data directory, in the supervised container's own
+    root-only directory (``kinds.supervisor``) or else in a helper container (``kinds.datadir``)."""
 
     params: PostgresParams
-    pristine: PristineDir
+    pristine: PristineDir | supervisor.Supervised
 
     @property
     def restarts_container(self) -> bool:
-        return True
+        return self.pristine.restarts_container
+
+
+def warm_process(
+    target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
+) -> Mapping[str, Any] | None:
+    """Restart strategy: the server under ``kinds.supervisor``'s loop, so a reset restarts the server alone
+    (the copy taken after SIGINT, postgres's fast shutdown; a reset stops it with SIGQUIT, immediate)."""
+    if strategy(target) != RESTART:
+        return None
+    return supervisor.wrap(service, image)
 
 
 def prepare(ctx: ApplyContext) -> Prepared | Exact:
-    if strategy(ctx) == EXACT:
+    if strategy(ctx) in DATA_DIRECTORY:
         path = golden_path(ctx)
         if not path:
             raise ctx.fail("prepare", "the server did not name its data directory (show data_directory)")
-        exact = Exact(_params(ctx), PristineDir.capture(ctx, path))
+        pristine = supervisor.Supervised.capture(ctx, path) or PristineDir.capture(ctx, path)
+        exact = Exact(_params(ctx), pristine)
         _await_server(ctx, exact)
         return exact
     return _prepare_template(ctx)
@@ -403,7 +425,7 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     """Restore the data directory (exact), or swap the ready copy in under the seeded database's name
     (template); see the section comment."""
     if isinstance(prepared, Exact):
-        prepared.pristine.restore()
+        prepared.pristine.restore(healthcheck=False)  # ready: the connection _await_server opens
         _await_server(ctx, prepared)
         return
     assert isinstance(prepared, Prepared)
@@ -480,7 +502,7 @@ _FINGERPRINT: dict[str, str] = {
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
     """``cluster_fingerprint``; with the exact strategy also the seeded database's rows (``seeded_rows``):
     a reset from the pristine data directory is then checked for content too, not only the catalogs."""
-    if strategy(ctx) == EXACT:
+    if strategy(ctx) in DATA_DIRECTORY:
         return golden_fingerprint(ctx)
     return cluster_fingerprint(ctx)
 

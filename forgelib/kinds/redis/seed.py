@@ -26,6 +26,7 @@ from forgelib.kinds.base import (
     SeedTarget,
     fingerprint_part,
     no_mount,
+    no_warm_process,
 )
 from forgelib.kinds.redis.client import RedisParams, connection_params
 from forgelib.kinds.redis.client import command_option as command_option
@@ -406,3 +407,6 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
     except CommandError as e:
         raise ctx.fail("checkpoint", f"SAVE failed: {e}") from e
     return golden_path(ctx)
+
+
+warm_process = no_warm_process  # its reset works in the running server

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import posixpath
 import stat
+import tarfile
+import tempfile
 from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
@@ -21,6 +23,7 @@ from forgelib.kinds.base import (
     fingerprint_part,
     no_golden,
     no_mount,
+    no_warm_process,
 )
 from forgelib.spec.digest import file_sha256, walk_tree
 
@@ -79,9 +82,29 @@ def _copy_and_verify(ctx: ApplyContext, target: str) -> None:
         out = ctx.compose.exec(svc, listing_argv(target), timeout=t).stdout
     except CommandError as e:
         raise ctx.fail("verify", f"could not list {target}: {e}") from e
+    _verify(ctx, target, out)
+
+
+def _verify(ctx: ApplyContext, target: str, out: str) -> None:
+    """``out`` (``listing_argv``'s) must list exactly the seed's entries, each file with the seed's hash."""
     problems = compare(seed_listing(ctx.seed.path, ctx.seed.digest, ctx.memo), parse_listing(out, target))
     if problems:
         raise ctx.fail("verify", f"{target} does not match seed {ctx.seed.name!r}: {problems}")
+
+
+def seed_tar(root: Path, dest: Path) -> Path:
+    """The seed tree as ``docker cp SEED/. svc:T`` puts it in a container: every entry below ``root`` (not
+    ``root`` itself) with its mode, mtime and link target, owned by root (``docker cp`` without ``-a``)."""
+
+    def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in walk_tree(root):
+            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False, filter=as_root)
+    return dest
 
 
 def seed_listing(root: Path, digest: str, memo: Memo) -> Listing:
@@ -147,12 +170,22 @@ def direct_port(service_config: ServiceConfig) -> int | None:
 # container could list and change (only its listing, not its contents, was checked before reuse). The
 # container is never recreated.
 
+# A reset is one exec when the image has ``tar``: the wipe, the seed streamed in as a tar made on the host
+# (``seed_tar``, what ``docker cp`` would send), and the verifying listing.
+
 # mode, owner, group, size, type, link target and path of every entry, the target itself included
 # (NUL-free: a name holding a newline would only shift lines, which still changes the digest).
 _LISTING_FORMAT = "%m %U %G %s %y %l\\t%P\\n"
 
 
 _RESET_SH = 'mkdir -p "$1" && chown "$3" "$1" && chmod "$2" "$1" && find "$1" -mindepth 1 -delete'
+# The same, then the seed from a tar on stdin and the listing ``_verify`` reads: the whole reset in one exec
+# (``docker compose cp`` alone costs a compose CLI start). Without ``tar`` in the image it exits 86 before
+# touching anything, and the reset takes the three calls.
+_NO_TAR = 86
+_RESET_TAR_SH = (
+    f'command -v tar >/dev/null || exit {_NO_TAR}; {_RESET_SH} && tar -x -f - -C "$1" && shift 3 && exec "$@"'
+)
 
 
 def prepare(ctx: ApplyContext) -> tuple[str, str]:
@@ -172,6 +205,15 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     assert isinstance(prepared, tuple)
     mode, owner = prepared
     target = target_dir(ctx).rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="forge-tree-") as tmp:
+        tar = seed_tar(ctx.seed.path, Path(tmp) / "seed.tar")
+        argv = ["sh", "-c", _RESET_TAR_SH, "forge-reset", target, mode, owner, *listing_argv(target)]
+        r = ctx.compose.exec(ctx.service, argv, stdin=tar, timeout=ctx.timeouts.recipe, check=False)
+    if r.rc == 0:
+        _verify(ctx, target, r.stdout)
+        return
+    if r.rc != _NO_TAR:
+        raise ctx.fail("wipe", f"could not put the seed back in {target}: {r.stderr.strip() or r.rc}")
     argv = ["sh", "-c", _RESET_SH, "forge-reset", target, mode, owner]
     try:
         ctx.compose.exec(ctx.service, argv, timeout=ctx.timeouts.recipe)
@@ -203,3 +245,6 @@ seed_mount = no_mount  # it works in the running container: no extra mount
 def checkpoint_path(ctx: ApplyContext) -> str | None:
     """The target directory: the tree is its files, nothing of it lives in memory."""
     return target_dir(ctx).rstrip("/")
+
+
+warm_process = no_warm_process  # its reset works in the running server

@@ -1,0 +1,165 @@
+"""The ``restart`` strategy (opt-in): a warm stack's data-directory service whose server restarts inside its
+own container, the data directory put back in between: the exact restore without stopping, copying
+through a helper and starting the container.
+
+The server is its container's main process (a postgres image's entrypoint ``exec``s it), so stopping the
+server stops the container. With ``strategy: restart`` the trial's override (``wrap``) runs the service's own
+entrypoint and command under a small ``sh`` loop instead (``SUPERVISOR``): it starts them as its child,
+forwards every signal Docker sends it (``docker stop`` ends the server, then the loop, as before), and exits
+with the server's status whenever the server ends on its own. Only a request forge makes (``Supervised``,
+through ``docker exec`` as root) makes it stop the server, put the data directory back
+from its pristine copy (``datadir.RESTORE_SCRIPT``; the first time: keep the copy) and start the same
+command again.
+
+The copy and the loop's files live in ``/forge-pristine`` in the container's own layer, root's and mode
+0700: the server's user (the only one a trial reaches, through the server) can neither read nor change
+them, and the reset's fingerprint checks the restored content anyway. What a trial can see that a fresh
+stack does not have: the directory's name in ``/`` and ``sh`` as the container's first process.
+
+``wrap`` declines (None: the helper container's ``datadir.PristineDir`` is used) when the service runs as
+another user than root (the loop could not keep its files from the server), when the image's entrypoint
+and command are unknown (not present locally), or when they hold a ``$`` (compose would interpolate it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from forgelib.docker import argv as dk
+from forgelib.docker.compose import ImageProcess
+from forgelib.docker.resolved import ServiceConfig
+from forgelib.errors import CommandError
+from forgelib.kinds.base import ApplyContext
+from forgelib.kinds.datadir import RESTORE_SCRIPT, SYNC_SCRIPT, check_path
+
+MARKER = "forge-supervise"  # the loop's $0: how forge recognises a supervised container
+CONTROL = "/forge-pristine"
+
+# Its arguments: the service's own entrypoint and command. A request: ``req`` and its files (the signal that
+# stops the server, the restore script, data directory, marker and sync script, the request's own pid)
+# written, then SIGUSR1; the answer: one line on the ``ack`` FIFO, ``ok`` or why not (then the loop exits 3
+# and the container with it). SIGUSR1 without a request is the server's, as any other signal. Once the
+# server has exited, every other process in the container but the loop and the request is killed, as
+# stopping the container would: nothing a trial started there (``COPY … TO PROGRAM '… &'``) outlives the
+# reset to change the restored data directory.
+SUPERVISOR = (
+    "c=/forge-pristine; "
+    'mkdir -p "$c" && chmod 700 "$c" && rm -f "$c/ack" "$c/req" && mkfifo "$c/ack" && echo "$$" > "$c/pid" '
+    "|| exit 3; "
+    "req=; stop=; pid=; "
+    'fwd() { [ -z "$pid" ] || kill -"$1" "$pid" 2>/dev/null; }; '
+    'trap \'if [ -e "$c/req" ]; then req=1; fwd "$(cat "$c/signal")"; else fwd USR1; fi\' USR1; '
+    "trap 'stop=1; fwd INT' INT; trap 'stop=1; fwd TERM' TERM; trap 'stop=1; fwd QUIT' QUIT; "
+    "trap 'fwd HUP' HUP; trap 'fwd USR2' USR2; "
+    '"$@" & pid=$!; '
+    "while :; do "
+    'wait "$pid"; rc=$?; '
+    'if kill -0 "$pid" 2>/dev/null; then continue; fi; '
+    'if [ -n "$stop" ] || [ -z "$req" ]; then exit "$rc"; fi; '
+    'req=; r=$(cat "$c/rpid"); '
+    'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
+    '[ "$p" = "$$" ] || [ "$p" = "$r" ] || kill -KILL "$p" 2>/dev/null; done; '
+    'if out=$(sh "$c/script" "$(cat "$c/dir")" "$(cat "$c/marker")" "$(cat "$c/sync")" 2>&1); then st=ok; '
+    'else st="failed: $(printf %s "$out" | tr "\\n" " ")"; fi; '
+    'rm -f "$c/req"; echo "$st" > "$c/ack"; '
+    '[ "$st" = ok ] || exit 3; '
+    '"$@" & pid=$!; '
+    "done"
+)
+
+# Run by ``docker exec`` as root: hand the loop a request and wait for its answer.
+_REQUEST = (
+    "c=/forge-pristine; "
+    '[ -p "$c/ack" ] && [ -s "$c/pid" ] || { echo "no forge supervisor in it" >&2; exit 3; }; '
+    'printf %s "$1" > "$c/script"; printf %s "$2" > "$c/dir"; printf %s "$3" > "$c/marker"; '
+    'printf %s "$4" > "$c/sync"; printf %s "$5" > "$c/signal"; echo "$$" > "$c/rpid"; : > "$c/req"; '
+    'kill -USR1 "$(cat "$c/pid")"; '
+    'read -r st < "$c/ack"; [ "$st" = ok ] || { echo "$st" >&2; exit 3; }'
+)
+
+_ROOT = ("", "0", "root")
+
+
+def wrap(service: ServiceConfig, image: ImageProcess | None) -> dict[str, Any] | None:
+    """The override's ``entrypoint`` and ``command`` running ``service``'s own process under the loop, or
+    None when it cannot (see the module's docstring)."""
+    if image is None:
+        return None
+    user = service.user or image.user
+    if user.split(":")[0] not in _ROOT:
+        return None
+    # compose's rule: a service's own entrypoint drops the image's CMD unless it sets a command too
+    own = service.entrypoint
+    entrypoint = own if own is not None else image.entrypoint
+    command = service.command or (() if own is not None else image.cmd)
+    argv = [*entrypoint, *command]
+    if not argv or any("$" in a for a in argv):
+        return None
+    script = SUPERVISOR.replace("$", "$$")  # the override is a compose file: `$$` is a literal `$`
+    return {"entrypoint": ["sh", "-c", script, MARKER], "command": argv}
+
+
+def supervised(info: Mapping[str, Any]) -> bool:
+    """Whether the container (its ``docker inspect``) runs its process under the loop."""
+    ep = (info.get("Config") or {}).get("Entrypoint") or []
+    return len(ep) == 4 and ep[:2] == ["sh", "-c"] and ep[3] == MARKER
+
+
+@dataclass
+class Supervised:
+    """A supervised service's data directory ``path``; its pristine copy is in the container, root's.
+
+    ``stop``: the signal that stops the server cleanly, before the copy is taken. ``kill``: the one that
+    stops it for a reset, at once: whatever the stopped server left (unflushed pages, its pid file) is
+    undone by the restore like a trial's changes, so it needs no shutdown checkpoint; it must still end
+    the server's children before the server exits (postgres's SIGQUIT does)."""
+
+    ctx: ApplyContext
+    path: str
+    container: str
+    marker: str
+    stop: str
+    kill: str
+
+    @classmethod
+    def capture(
+        cls,
+        ctx: ApplyContext,
+        path: str,
+        *,
+        marker: str = "PG_VERSION",
+        stop: str = "INT",
+        kill: str = "QUIT",
+    ) -> Supervised | None:
+        """Keep the copy (the server restarts once), or None when the service's container is not
+        supervised (``wrap`` declined): the caller falls back to ``datadir.PristineDir``."""
+        check_path(ctx, path)
+        container = ctx.compose.container(ctx.service)
+        found = ctx.compose.inspect([container])
+        if not found or not supervised(found[0]):
+            return None
+        s = cls(ctx, path, container, marker, stop, kill)
+        s._request("prepare", stop)
+        return s
+
+    @property
+    def restarts_container(self) -> bool:
+        return False  # the same container, the same host ports
+
+    def restore(self, *, healthcheck: bool = True) -> None:
+        """Stop the server, put back what changed in its data directory, start it again; returns once the
+        loop started it (``healthcheck``: ``PristineDir``'s signature; the kind waits for its server)."""
+        self._request("reset", self.kill)
+
+    def _request(self, step: str, signal: str) -> None:
+        args = [RESTORE_SCRIPT, self.path, self.marker, SYNC_SCRIPT, signal]
+        argv = dk.exec(self.container, ["sh", "-c", _REQUEST, "forge-reset", *args], user="0")
+        try:
+            self.ctx.compose.runner.run(argv, timeout=self.ctx.timeouts.recipe, tag="exec")
+        except CommandError as e:  # the scripts would bury the reason: the loop's answer and the rc only
+            why = e.stderr_tail.strip() or e.reason
+            raise self.ctx.fail(
+                step, f"restoring {self.path} in {self.container} failed ({e.reason}): {why}"
+            ) from e
