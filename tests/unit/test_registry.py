@@ -93,3 +93,27 @@ def test_each_kind_owns_its_extra_mount(tmp_path: Path) -> None:
             assert m.volume() == {"type": "bind", "source": str(seed_file), "target": at, "read_only": True}
         else:
             assert m is None, kind
+
+
+def test_every_kinds_recipe_has_every_member_the_recipe_protocol_names() -> None:
+    """The registry loads each kind's recipe module by name, so nothing static checks it against ``Recipe``:
+    a hook added to the protocol and missed by one kind would fail only when a stack reaches it."""
+    import inspect
+
+    from forgelib.kinds import KINDS
+    from forgelib.kinds import registry as kinds
+    from forgelib.kinds.base import Recipe
+
+    wanted = {
+        name
+        for name, _ in inspect.getmembers(Recipe)
+        if not name.startswith("_") and name not in {"fail"}
+    } | set(Recipe.__annotations__)
+    missing = [
+        f"{kind.name} ({seed_kind}): {name}"
+        for kind in KINDS
+        for seed_kind in kind.seeds
+        for name in sorted(wanted)
+        if not hasattr(kinds.recipe(kind, seed_kind), name)
+    ]
+    assert wanted and not missing, missing

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError, tail
-from forgelib.kinds.base import ApplyContext, Fingerprint, SeedTarget, fingerprint_part, no_mount
+from forgelib.kinds.base import (
+    ApplyContext,
+    Fingerprint,
+    SeedTarget,
+    fingerprint_part,
+    no_mount,
+    no_warm_process,
+)
 from forgelib.kinds.datadir import PristineDir
 from forgelib.kinds.mysql.client import (
     NO_CLIENT,
@@ -304,5 +311,14 @@ def golden_path(ctx: ApplyContext) -> str | None:
 
 
 golden_fingerprint = fingerprint  # it already digests every seeded row
+
+
+def checkpoint_path(ctx: ApplyContext) -> str | None:
+    """The data directory: a copy of it taken while the server is paused is crash-consistent (InnoDB
+    replays its redo log when it starts from the copy, as after a power cut)."""
+    return golden_path(ctx)
+
+
+warm_process = no_warm_process  # the exact reset restarts the container through the helper
 
 seed_mount = no_mount  # it works in the running container: no extra mount
