@@ -1,12 +1,15 @@
 """Checkpoints on the real engine: a stack of postgres, redis, a tree and an ephemeral service is changed
 through its services, checkpointed, forked twice (two keeps CI's time small); each fork observes what the
 source held at capture; changing one fork changes neither the other nor the source; restore brings the
-source back; a changed checkpoint, an unknown id and a stack that is not forge's are refused; nothing is
-left afterwards."""
+source back; a changed checkpoint, an unknown id and a stack that is not forge's are refused; `forge
+snapshots ls` lists the checkpoint and `prune` removes it; nothing is left afterwards."""
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +76,19 @@ def _change(t: Stack, mark: str) -> None:
     _sh(t, "ws", f"echo {mark} > /workspace/{mark}.txt")
 
 
+def _forge(*args: str) -> str:
+    res = subprocess.run(
+        [sys.executable, "-m", "forgelib", *args], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _checkpoint_rows(project: str) -> list[dict[str, object]]:
+    rows = json.loads(_forge("snapshots", "ls", "--project", project, "--json"))
+    return [r for r in rows if r["type"] == "checkpoint"]
+
+
 def _source(opened: stacks.Stacks, tmp_path: Path) -> Stack:
     """A stack of the project's environment, torn down when ``opened`` closes."""
     assert opened.project is not None
@@ -110,6 +126,9 @@ def test_checkpoint_fork_restore_and_nothing_left(
         assert set(ck.services) == {"db", "cache", "ws"}
         assert ck.manifest["source"] == source.name
         assert _observe(source) == at_capture  # the capture changed nothing, and the stack runs again
+        [row] = _checkpoint_rows(opened.project.name)
+        assert (row["id"], row["state"], row["source"]) == (ck.id, "complete", source.name)
+        assert row["services"] == ["cache", "db", "ws"] and isinstance(row["bytes"], int) and row["bytes"] > 0
 
         forks = checkpoints.fork(opened, ck.id, 2, trial_dir=tmp_path / "forks")
         assert forks[0].compose.name != source.compose.name
@@ -139,6 +158,13 @@ def test_checkpoint_fork_restore_and_nothing_left(
             checkpoints.fork(opened, ck.id, 1, trial_dir=tmp_path / "x")
         with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
             checkpoints.restore(opened, source, ck.id)
+
+        # prune takes it whole, changed as it is, once no fork's container runs its images
+        while forks:
+            assert opened.live.teardown(forks.pop().name) is None
+        pruned = json.loads(_forge("snapshots", "prune", "--checkpoint", ck.id, "--json"))
+        assert [(r["id"], r["action"]) for r in pruned] == [(ck.id, "removed")], pruned
+        assert _checkpoint_rows(opened.project.name) == []
     finally:
         for f in forks:  # a fork's container uses its checkpoint's images: it goes first
             assert opened.live.teardown(f.name) is None
