@@ -1,4 +1,5 @@
-"""``forge snapshots ls | prune | verify``: the goldens on this engine, as the user sees and manages them."""
+"""``forge snapshots ls | prune | verify``: the goldens and checkpoints on this engine, as the user sees and
+manages them (the checkpoints' part: ``snapshot_checkpoints``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from forgelib.cli import snapshot_checkpoints as cks
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.errors import EXIT_OK, EXIT_USER, ForgeError, UsageError
@@ -19,18 +21,22 @@ from forgelib.table import align
 
 ACTIONS = ("ls", "prune", "verify")
 USAGE = """usage: forge snapshots ls [--project NAME] [--json]
-       forge snapshots prune (--all | --older-than DAYS | --unused) [--project NAME] [--json]
+       forge snapshots prune (--all | --older-than DAYS | --unused | --checkpoint ID)
+                             [--project NAME] [--json]
        forge snapshots verify [--project NAME] [--json]
 
-ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use
-prune   remove goldens: --all, those taken more than DAYS ago, or --unused ones (no tag names their image
-        any more, or their format is not this forgelib's: no trial can ever restore them); discarded
-        (untagged) goldens always go once the process that captured them is gone (until then it may be a
-        capture in flight); a golden a container is using stays
+ls      every golden: key, service, seed, image, recipe and format versions, size, age, last use; and every
+        checkpoint: id, state, source stack, services, size, age
+prune   remove goldens and checkpoints: --all, those taken more than DAYS ago, or --unused ones (no tag
+        names their image any more, or their format is not this forgelib's: no trial can ever restore
+        them); --checkpoint ID: that one checkpoint only. A checkpoint goes whole (its manifest and every
+        service image). Discarded (untagged) goldens and incomplete or changed checkpoints always go once
+        the process that captured them is gone (until then it may be a capture in flight); a golden or
+        checkpoint a container is using stays
 verify  check every golden can be restored: its format, its image, and its data (every entry readable);
         a golden that fails is discarded, so no trial restores it (exit 1)
---project NAME  only the goldens captured for that project (project.yaml's name): the engine may hold
-        other projects', other users' or concurrent test sessions' goldens"""
+--project NAME  only the goldens and checkpoints captured for that project (project.yaml's name): the engine
+        may hold other projects', other users' or concurrent test sessions' snapshots"""
 
 
 def main_snapshots(
@@ -40,26 +46,40 @@ def main_snapshots(
     unused: bool = False,
     as_json: bool = False,
     project: str | None = None,
+    checkpoint: str | None = None,
 ) -> int:
     if action in ("-h", "--help", "help"):
         print(USAGE)
         return EXIT_OK
     if action not in ACTIONS:
         raise UsageError(f"unknown snapshots action {action!r}: use one of {', '.join(ACTIONS)}\n{USAGE}")
-    if action != "prune" and (all or older_than is not None or unused):
-        raise UsageError(f"--all, --older-than and --unused select what `prune` removes, not `{action}`")
+    if action != "prune" and (all or older_than is not None or unused or checkpoint is not None):
+        raise UsageError(
+            f"--all, --older-than, --unused and --checkpoint select what `prune` removes, not `{action}`"
+        )
     runner = SubprocessRunner()
     if action == "ls":
-        rows = [describe(g, runner) for g in store.list_goldens(runner, project=project)]
+        rows = [
+            {"type": "golden", **describe(g, runner)} for g in store.list_goldens(runner, project=project)
+        ]
+        found = cks.find(runner, project=project)
+        sizes = cks.sizes(runner, found)
+        rows += [cks.describe(f, sizes) for f in found]
         _print(rows, as_json, render_ls)
         return EXIT_OK
     if action == "prune":
-        chosen = [bool(all), older_than is not None, bool(unused)]
+        chosen = [bool(all), older_than is not None, bool(unused), checkpoint is not None]
         if sum(chosen) != 1:
-            raise UsageError("prune needs exactly one of --all, --older-than DAYS, --unused")
+            raise UsageError("prune needs exactly one of --all, --older-than DAYS, --unused, --checkpoint ID")
         if older_than is not None and older_than < 0:
             raise UsageError("--older-than takes a number of days >= 0")
-        report = prune(runner, all=all, older_than=older_than, unused=unused, project=project)
+        report = [] if checkpoint is not None else [
+            {"type": "golden", **r}
+            for r in prune(runner, all=all, older_than=older_than, unused=unused, project=project)
+        ]  # fmt: skip
+        report += cks.prune(
+            runner, all=all, older_than=older_than, unused=unused, checkpoint=checkpoint, project=project
+        )
         _print(report, as_json, render_actions)
         return EXIT_USER if any(r["action"] == "failed" for r in report) else EXIT_OK
     report = verify(runner, project=project)
@@ -103,6 +123,12 @@ def describe(g: store.Golden, runner: Runner | None = None, now: datetime | None
 
 
 def render_ls(rows: list[dict[str, Any]]) -> str:
+    goldens = [r for r in rows if r.get("type", "golden") == "golden"]
+    checkpoints = [r for r in rows if r.get("type") == "checkpoint"]
+    return "\n\n".join([_render_goldens(goldens), "\n".join(cks.render_ls(checkpoints))])
+
+
+def _render_goldens(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no goldens on this engine"
     table = [

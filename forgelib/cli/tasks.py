@@ -256,10 +256,11 @@ def reap(c: Context, dry_run: bool = False, run: str = "", json: bool = False) -
     numbers={"older_than": float},
     help={
         "action": "ls | prune | verify",
-        "all": "prune: every golden",
-        "older_than": "prune: goldens taken more than DAYS days ago",
+        "all": "prune: every golden and checkpoint",
+        "older_than": "prune: goldens and checkpoints taken more than DAYS days ago",
         "unused": "prune: goldens no trial can restore (no tag names their image, or another format)",
-        "project": "only the goldens captured for this project (project.yaml's name)",
+        "checkpoint": "prune: only this checkpoint (its id, ck-...)",
+        "project": "only the goldens and checkpoints captured for this project (project.yaml's name)",
         "json": "print the result as JSON",
     },
 )
@@ -269,10 +270,12 @@ def snapshots(
     all: bool = False,
     older_than: str = "",
     unused: bool = False,
+    checkpoint: str = "",
     project: str = "",
     json: bool = False,
 ) -> None:
-    """Golden snapshots on this engine: ls, prune (--all | --older-than DAYS | --unused), verify."""
+    """Goldens and checkpoints on this engine: ls, prune (--all | --older-than DAYS | --unused |
+    --checkpoint ID), verify."""
     guarded(
         main_snapshots,
         action=action,
@@ -281,6 +284,7 @@ def snapshots(
         unused=unused,
         as_json=json,
         project=project or None,
+        checkpoint=checkpoint or None,
     )
 
 

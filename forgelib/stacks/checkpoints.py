@@ -139,6 +139,7 @@ def capture(project: Project, trial: Stack, runner: Runner, timeouts: Timeouts) 
     if not services:
         raise CheckpointError(f"stack {trial.name} has no running reset service to checkpoint")
     cid = ckstore.new_id()
+    run_id = next((r for i in infos if (r := lab.of_inspect(i).get(lab.RUN))), None)
     others = [c for svc, c in containers.items() if svc not in {s.name for s in services}]
     paused: list[str] = []
     built: list[str] = []
@@ -173,7 +174,7 @@ def capture(project: Project, trial: Stack, runner: Runner, timeouts: Timeouts) 
                 path, fp = meta[s.name]
                 image = ckstore.build_service_image(
                     runner, checkpoint_id=cid, service=s.name, base_image=images[s.name], path=path,
-                    data_tar=d / s.name / "data.tar", labels=ckstore.service_labels(cid, s.name),
+                    data_tar=d / s.name / "data.tar", labels=ckstore.service_labels(cid, s.name, run_id),
                     timeout=timeouts.recipe,
                 )  # fmt: skip
                 built.append(image)

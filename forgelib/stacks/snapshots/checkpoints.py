@@ -147,8 +147,17 @@ def write_manifest(
     return load(runner, checkpoint_id, timeout)
 
 
-def service_labels(checkpoint_id: str, service: str) -> dict[str, str]:
-    return {lab.MANAGED: "true", **lab.current_owner().labels(), CHECKPOINT: checkpoint_id, SERVICE: service}
+def service_labels(checkpoint_id: str, service: str, run_id: str | None = None) -> dict[str, str]:
+    """A service image's labels: forge's, its owner's, and the source stack's run (so that ``forge reap
+    --run`` finds what a capture cut short left of that run's stack)."""
+    run = {lab.RUN: run_id} if run_id else {}
+    return {
+        lab.MANAGED: "true",
+        **lab.current_owner().labels(),
+        **run,
+        CHECKPOINT: checkpoint_id,
+        SERVICE: service,
+    }
 
 
 def image_id(runner: Runner, ref: str, timeout: float) -> str:
