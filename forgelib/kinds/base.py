@@ -328,3 +328,18 @@ def tool_failed(r: Result, what: str) -> str:
 
 def as_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def sql_result(
+    columns: Sequence[Any], rows: Sequence[Sequence[Any]], *, limit: int, rowcount: int, status: str | None
+) -> str:
+    """``sql_query``'s answer, whichever SQL server ran it: at most ``limit`` rows, the rest counted."""
+    return as_json(
+        {
+            "columns": list(columns),
+            "rows": [list(r) for r in rows[:limit]],
+            "rowcount": rowcount,
+            "status": status,
+            "rows_truncated": len(rows) > limit,
+        }
+    )

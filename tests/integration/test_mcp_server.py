@@ -194,7 +194,7 @@ def test_each_kind_of_bad_call_is_a_recorded_tool_error_and_the_server_goes_on(
             ("sql_query", {"service": "app-db", "query": "select * from nope"}),
             'relation "nope" does not exist',
         ),
-        (("sql_query", {"service": "runner", "query": "select 1"}), "not a postgres service"),
+        (("sql_query", {"service": "runner", "query": "select 1"}), "not a postgres or mysql service"),
         (("list_dir", {"service": "runner", "path": "/"}), "tool 'list_dir' is not offered in this trial"),
     ]
     good = ("read_file", {"service": "runner", "path": "/etc/hostname"})

@@ -11,7 +11,7 @@ from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds import toolschema as ts
-from forgelib.kinds.base import ToolContext, ToolFailure, as_json, tool_failed
+from forgelib.kinds.base import ToolContext, ToolFailure, sql_result, tool_failed
 from forgelib.kinds.mysql import ROW_LIMIT
 from forgelib.kinds.mysql.client import MysqlParams, client_argv, credentials, direct_port, message
 
@@ -58,15 +58,7 @@ class Backend:
             raise ToolFailure(tool_failed(r, f"SQL on service {service!r} failed"))
         lines = [line.split("\t") for line in r.stdout.splitlines()]
         columns, rows = (lines[0], lines[1:]) if lines else ([], [])
-        return as_json(
-            {
-                "columns": columns,
-                "rows": rows[:ROW_LIMIT],
-                "rowcount": len(rows),
-                "status": None,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
+        return sql_result(columns, rows, limit=ROW_LIMIT, rowcount=len(rows), status=None)
 
     def close(self) -> None:
         with self._lock:
@@ -114,15 +106,7 @@ class _Conn:
                 columns = [c[0] for c in cur.description] if cur.description else []
                 rows = cur.fetchmany(ROW_LIMIT + 1) if cur.description else []
                 rowcount = cur.rowcount
-        return as_json(
-            {
-                "columns": columns,
-                "rows": [list(r) for r in rows[:ROW_LIMIT]],
-                "rowcount": rowcount,
-                "status": None,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
+        return sql_result(columns, rows, limit=ROW_LIMIT, rowcount=rowcount, status=None)
 
     def close_locked(self) -> None:
         if self._conn is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import toolschema as ts
-from forgelib.kinds.base import ToolContext, ToolFailure, as_json, tool_failed
+from forgelib.kinds.base import ToolContext, ToolFailure, sql_result, tool_failed
 from forgelib.kinds.postgres import ROW_LIMIT
 from forgelib.kinds.postgres.client import direct_port, postgres_credentials
 
@@ -48,15 +48,7 @@ class Backend:
             raise ToolFailure(tool_failed(r, f"SQL on service {service!r} failed"))
         lines = [row for row in csv.reader(io.StringIO(r.stdout)) if row]
         columns, rows = (lines[0], lines[1:]) if lines else ([], [])
-        return as_json(
-            {
-                "columns": columns,
-                "rows": rows[:ROW_LIMIT],
-                "rowcount": len(rows),
-                "status": None,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
+        return sql_result(columns, rows, limit=ROW_LIMIT, rowcount=len(rows), status=None)
 
     def close(self) -> None:
         with self._lock:
@@ -103,15 +95,7 @@ class _Pg:
         cur = self._conn.execute(query)
         columns = [c.name for c in cur.description] if cur.description else []
         rows = cur.fetchmany(ROW_LIMIT + 1) if cur.description else []
-        return as_json(
-            {
-                "columns": columns,
-                "rows": [list(r) for r in rows[:ROW_LIMIT]],
-                "rowcount": cur.rowcount,
-                "status": cur.statusmessage,
-                "rows_truncated": len(rows) > ROW_LIMIT,
-            }
-        )
+        return sql_result(columns, rows, limit=ROW_LIMIT, rowcount=cur.rowcount, status=cur.statusmessage)
 
     def close_locked(self) -> None:
         if self._conn is not None:
