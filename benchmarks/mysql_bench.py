@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 PACK = Path(__file__).resolve().parents[1] / "examples" / "multi_service_mysql_shop"
@@ -64,8 +65,9 @@ def forge_trials(config: str, repeats: int, *extra: str) -> float:
         return elapsed / repeats
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+def main(argv: Sequence[str] = ()) -> None:
+    """``python -m benchmarks mysql [TRIALS]`` (or ``python benchmarks/mysql_bench.py [TRIALS]``)."""
+    n = int(argv[0]) if argv else 3
     try:
         loop_trial()  # builds the api image once, as forge's run does before its first trial
         loop = sum(loop_trial() for _ in range(n)) / n
@@ -82,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
