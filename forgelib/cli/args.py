@@ -49,15 +49,16 @@ LIST_FLAG = "--list"
 
 
 class Command(Task[Callable[..., None]]):
-    """An Invoke task with what forge's program knows of it: ``main`` (the argument ``forge NAME VALUE``
-    takes positionally; its ``--flag`` works too) and ``numbers`` (option -> int or float: checked while
-    parsing, shown as INT / NUMBER). Short flags come from ``SHORT_FLAGS`` only, for ``invoke`` too."""
+    """An Invoke task with what forge's program knows of it: ``main`` (the argument, or arguments in order,
+    ``forge NAME VALUE`` takes positionally; each one's ``--flag`` works too) and ``numbers`` (option -> int
+    or float: checked while parsing, shown as INT / NUMBER). Short flags come from ``SHORT_FLAGS`` only,
+    for ``invoke`` too."""
 
     def __init__(
         self,
         body: Callable[..., Any],
         *,
-        main: str | None = None,
+        main: str | tuple[str, ...] | None = None,
         numbers: Mapping[str, type[int] | type[float]] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -106,6 +107,7 @@ class Option:
 def options(task: Task[Any]) -> list[Option]:
     """The command's arguments in forge's terms, the main one first."""
     main = getattr(task, "main", None)
+    mains: tuple[str, ...] = (main,) if isinstance(main, str) else tuple(main or ())
     numbers: Mapping[str, type] = getattr(task, "numbers", {})
     params = inspect.signature(task.body).parameters
     out = []
@@ -121,12 +123,13 @@ def options(task: Task[Any]) -> list[Option]:
                 kind=kind,
                 help=a.help or "",
                 default=a.default,
-                main=param == main or a.positional,
+                main=param in mains or a.positional,
                 required=params[param].default is inspect.Parameter.empty,
                 repeatable=a.kind is list,
             )
         )
-    return sorted(out, key=lambda o: not o.main)
+    # the positionals in the order the command names them, then the options
+    return sorted(out, key=lambda o: (not o.main, mains.index(o.param) if o.param in mains else 0))
 
 
 @dataclass

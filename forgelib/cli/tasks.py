@@ -129,7 +129,7 @@ def checkpoint(c: Context, stack: str = "", project: str = ".", json: bool = Fal
 
 
 @command(
-    main="stack",
+    main=("stack", "id"),
     help={
         "stack": "the compose project name `forge provision --keep` printed",
         "id": "the checkpoint `forge checkpoint` printed",

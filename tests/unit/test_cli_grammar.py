@@ -147,6 +147,8 @@ def test_numbers_show_as_int_or_number_never_string(program: Any) -> None:
         (["provision", "--profile", "a", "--profile", "b"], {"profile": ["a", "b"]}),
         (["validate", "-jp", "x"], {"json": True, "project": "x"}),
         (["validate", "--", "-odd-dir"], {"project": "-odd-dir"}),
+        (["restore", "forge-abc", "ck1"], {"stack": "forge-abc", "id": "ck1"}),
+        (["restore", "forge-abc", "--id", "ck1"], {"stack": "forge-abc", "id": "ck1"}),
     ],
 )
 def test_the_main_argument_is_positional_and_its_option_still_works(
@@ -166,6 +168,7 @@ def test_the_real_program_validates_a_directory_given_positionally(tmp_path: Pat
     ("argv", "message"),
     [
         (["validate", "a", "b"], "forge validate takes PROJECT only, but was also given 'b'"),
+        (["restore", "s", "c", "x"], "forge restore takes STACK ID only, but was also given 'x'"),
         (["validate", "a", "--project", "b"], "PROJECT is given twice: as 'a' and as --project"),
         (["validate", "-j", "--json"], "--json is given twice"),
         (["engine", "x"], "forge engine takes no arguments, but was given 'x'"),
