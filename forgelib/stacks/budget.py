@@ -136,7 +136,7 @@ def stack_memory(runner: Runner, project: str, *, timeout: float) -> dict[str, i
 class EngineSlots(Protocol):
     """Start places shared by the forge processes on one engine (``stacks.slots.StartSlots``)."""
 
-    def hold(self, stopping: Callable[[], bool] = ...) -> AbstractContextManager[int]: ...
+    def hold(self, stopping: Callable[[], bool] = ...) -> AbstractContextManager[float]: ...
 
 
 class EngineLedger(Protocol):
@@ -215,17 +215,20 @@ class Admission:
         return True
 
     def enter(self) -> float:
-        """Count one more stack, first waiting until it fits; the seconds waited. Raises ``Interrupted``
-        when the run stops meanwhile."""
-        t0 = self.clock()
+        """Count one more stack, first waiting until it fits; the seconds waited (0.0 when it fitted at
+        once: reading the ledger is no wait). Raises ``Interrupted`` when the run stops meanwhile."""
+        waited = 0.0
         with self._cond:
-            while not self._fits(self._held):
-                if self.stopping():
-                    raise Interrupted("stopping: no stack admitted")
-                self._cond.wait(timeout=0.5)
+            if not self._fits(self._held):
+                t0 = self.clock()
+                while not self._fits(self._held):
+                    if self.stopping():
+                        raise Interrupted("stopping: no stack admitted")
+                    self._cond.wait(timeout=0.5)
+                waited = self.clock() - t0
             self._held += 1
             self._publish()
-        return self.clock() - t0
+        return waited
 
     def leave(self) -> None:
         with self._cond:
@@ -238,16 +241,19 @@ class Admission:
         """Hold one of ``starts`` places while a stack comes up, first waiting for one (then for one of the
         engine's ``slots``); yields the seconds waited. Raises ``Interrupted`` when the run stops
         meanwhile."""
-        t0 = self.clock()
+        queued = 0.0  # a place free at once is no wait
         with self._cond:
-            while self.starts is not None and self._starting >= self.starts:
-                if self.stopping():
-                    raise Interrupted("stopping: no stack started")
-                self._cond.wait(timeout=0.5)
+            if self.starts is not None and self._starting >= self.starts:
+                t0 = self.clock()
+                while self._starting >= self.starts:
+                    if self.stopping():
+                        raise Interrupted("stopping: no stack started")
+                    self._cond.wait(timeout=0.5)
+                queued = self.clock() - t0
             self._starting += 1
         try:
-            with self.slots.hold(self.stopping) if self.slots is not None else nullcontext(0):
-                yield self.clock() - t0
+            with self.slots.hold(self.stopping) if self.slots is not None else nullcontext(0.0) as slot_wait:
+                yield queued + slot_wait
         finally:
             with self._cond:
                 self._starting -= 1

@@ -67,26 +67,29 @@ class StartSlots:
         self.poll = poll
 
     @contextlib.contextmanager
-    def hold(self, stopping: Callable[[], bool] = lambda: False) -> Iterator[int]:
-        """Hold a free slot while the block runs, first waiting for one; yields its number. Raises
-        ``Interrupted`` when ``stopping()`` turns true meanwhile."""
+    def hold(self, stopping: Callable[[], bool] = lambda: False) -> Iterator[float]:
+        """Hold a free slot while the block runs, first waiting for one; yields the seconds it waited (0.0
+        when one was free at once: taking a free slot is no wait). Raises ``Interrupted`` when
+        ``stopping()`` turns true meanwhile."""
         fds = [
             os.open(self.directory / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             for i in range(self.slots)
         ]
         held: int | None = None
+        since: float | None = None  # when it first found every slot taken
         try:
             while held is None:
                 held = next((i for i, fd in enumerate(fds) if _try_lock(fd)), None)
                 if held is None:
                     if stopping():
                         raise Interrupted("stopping: no stack started")
+                    since = time.monotonic() if since is None else since
                     time.sleep(self.poll)
             for i, fd in enumerate(fds):  # only the held one stays open
                 if i != held:
                     os.close(fd)
             fds = [fds[held]]
-            yield held
+            yield 0.0 if since is None else time.monotonic() - since
         finally:
             for fd in fds:
                 os.close(fd)  # closing the file drops its lock

@@ -375,3 +375,22 @@ def test_a_fresh_trial_queued_for_a_start_place_is_on_record_as_queueing(
     assert ready["queue"] == waited and ready["memory"] == 0 and ready["provisioning"] == 0.5
     summary = ev.pool_summary([{**handle.source["pool"], "ready": ready}])
     assert summary["start_waits"] == 1 and summary["start_wait_seconds"] == waited and summary["queued"] == 1
+
+
+def test_a_place_or_a_budget_free_at_once_is_no_wait(tmp_path: Path) -> None:
+    """Taking a free start place (in-process and on the engine) or a budget that fits records 0.0, however
+    slow the clock or the lock files: time spent on bookkeeping is not a wait (a trial's `start_wait` and
+    `memory_wait` are counted as waits when they are above zero)."""
+    from forgelib.stacks.slots import MemoryLedger, StartSlots
+
+    ticks = iter(range(1, 1000))
+    adm = Admission(
+        10_000 * MIB,
+        starts=2,
+        slots=StartSlots(tmp_path, 2),
+        ledger=MemoryLedger(tmp_path),
+        clock=lambda: float(next(ticks)),  # every reading a second later than the one before
+    )
+    with adm.starting() as waited:
+        assert waited == 0.0
+    assert adm.enter() == 0.0 and adm.enter() == 0.0
