@@ -144,14 +144,26 @@ def dev_stacks(request: pytest.FixtureRequest, runner: SubprocessRunner, tmp_pat
     the first trial captures the golden, the next restores it). Goldens this test's runs took are removed
     after — only those (by their run label): every golden new since the test began would include other
     sessions' on this engine, even captures still in flight."""
-    from forgelib.stacks.snapshots import store
-
     yield str(request.param)
     if request.param == "snapshots":
-        mine = {d.name for out in tmp_path.glob("runs*") if out.is_dir() for d in out.iterdir() if d.is_dir()}
-        for g in store.list_goldens(runner):
-            if g.labels.get(RUN) in mine:
-                store.remove(runner, g, force_untag=True)
+        remove_goldens_of_runs(runner, tmp_path)
+
+
+def remove_goldens_of_runs(runner: SubprocessRunner, tmp_path: Path) -> None:
+    """Remove the goldens that this test's runs (under ``tmp_path/runs*``) took, and only those."""
+    from forgelib.stacks.snapshots import store
+
+    mine = {d.name for out in tmp_path.glob("runs*") if out.is_dir() for d in out.iterdir() if d.is_dir()}
+    for g in store.list_goldens(runner):
+        if g.labels.get(RUN) in mine:
+            store.remove(runner, g, force_untag=True)
+
+
+@pytest.fixture
+def goldens_removed(runner: SubprocessRunner, tmp_path: Path) -> Iterator[None]:
+    """For a test that runs with ``--snapshots`` itself: the goldens its runs took are removed after."""
+    yield
+    remove_goldens_of_runs(runner, tmp_path)
 
 
 @pytest.fixture

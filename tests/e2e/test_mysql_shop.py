@@ -25,7 +25,9 @@ def test_the_shop_task_passes_on_a_fresh_stack(forge_run: Callable[..., Any]) ->
     assert t.observed("order_1_is_still_shipped") == "shipped"  # the sql check, on a mysql service
 
 
-def test_a_hostile_trial_observes_a_fresh_stack_in_every_mode(forge_run: Callable[..., Any]) -> None:
+def test_a_hostile_trial_observes_a_fresh_stack_in_every_mode(
+    forge_run: Callable[..., Any], goldens_removed: None
+) -> None:
     first: dict[str, str] = {}
     for mode in ("fresh", "warm", "snapshots"):
         run = forge_run(PACK / "run_configs" / "hostile.yaml", *stack_args(mode))
