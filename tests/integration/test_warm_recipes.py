@@ -260,7 +260,9 @@ def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: 
         look = ["sh", "-c", f"cd {pgdata} && {LOOK}"]
         before = stack.compose.exec(service, look).stdout
         assert before.split()[1:] == ["600", "0"], before
-        script = f"cd {pgdata} && {BEHIND_THE_SERVER}".replace("'", "''")
+        # The program reads the row COPY sends it first: one that exits before postgres has written it
+        # makes COPY fail on a broken pipe, now and then.
+        script = f"cat >/dev/null; cd {pgdata} && {BEHIND_THE_SERVER}".replace("'", "''")
         conn.execute(f"copy (select 1) to program '{script}'")
     changed = stack.compose.exec(service, look).stdout
     assert changed.split() == ["99", "644", "3"], changed
@@ -276,7 +278,8 @@ def test_the_exact_reset_leaves_no_process_a_trial_started_in_the_service(stack:
     """A process a superuser trial starts in the server's container (COPY TO PROGRAM, detached) could go on
     changing the data directory after the reset: the reset ends it, as stopping the container did."""
     with connect.postgres(stack, service).connect() as conn:
-        conn.execute("copy (select 1) to program 'nohup sleep 4242 >/dev/null 2>&1 &'")
+        # read the row first (see above), then leave the process behind
+        conn.execute("copy (select 1) to program 'cat >/dev/null; nohup sleep 4242 >/dev/null 2>&1 &'")
     assert "sleep 4242" in stack.compose.exec(service, ["sh", "-c", PROCESSES]).stdout
     assert _reset_and_diff(stack, service) == []
     assert "sleep 4242" not in stack.compose.exec(service, ["sh", "-c", PROCESSES]).stdout
