@@ -253,8 +253,9 @@ def test_a_waiting_workload_provisions_ahead_while_its_stacks_are_held(
     second, got2 = h.acquire_in_background()  # a second one at once, while the first is still coming up
     assert h.waits()  # two provisions already: as many as the cores, the third waits
     h.let_provisions()
-    first.join(10)
-    second.join(10)
+    for thread in (first, second):
+        thread.join(60)
+        assert not thread.is_alive(), "an acquire did not end once its provision was let go"
     assert [decision(t) for t in got + got2] == ["ahead", "ahead"] and len(h.provisioned) == 3
 
 
