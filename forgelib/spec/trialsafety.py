@@ -187,13 +187,41 @@ def _mount(item: Any) -> tuple[str, str, str, bool]:
     if isinstance(item, dict):
         kind = str(item.get("type", "volume"))
         return kind, str(item.get("source", "")), str(item.get("target", "")), bool(item.get("read_only"))
-    parts = str(item).split(":")
+    parts = _volume_fields(str(item))
     if len(parts) == 1:
         return "anonymous", "", parts[0], False
     source, target = parts[0], parts[1]
     options = parts[2].split(",") if len(parts) > 2 else []
     kind = "bind" if source.startswith((".", "/", "~", "$")) else "volume"
     return kind, source, target, "ro" in options
+
+
+def _volume_fields(text: str) -> list[str]:
+    """A short-syntax volume split on its colons, but not those inside ``${...}``: the compose files are
+    read as written (not interpolated), and a variable's default or message can hold a colon
+    (``${DATA:?set DATA}:/data``, ``${DATA:-./data}:/data``). ``$$`` is an escaped dollar sign."""
+    fields: list[str] = []
+    field: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        if text.startswith(("$$", "${"), i):
+            if text[i + 1] == "{":
+                depth += 1
+            field.append(text[i : i + 2])
+            i += 2
+            continue
+        c = text[i]
+        i += 1
+        if c == ":" and not depth:
+            fields.append("".join(field))
+            field = []
+            continue
+        if c == "}" and depth:
+            depth -= 1
+        field.append(c)
+    fields.append("".join(field))
+    return fields
 
 
 def _port_text(item: Any) -> str:

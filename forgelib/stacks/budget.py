@@ -184,11 +184,17 @@ class Admission:
 
     def fits(self, holding: int) -> bool:
         """Whether one more stack fits beside the warm pool's ``holding`` (the pool counts its own stacks:
-        what it holds goes on the ledger as it asks)."""
+        what it holds goes on the ledger as it asks, and as it changes: ``pool_holds``)."""
+        self.pool_holds(holding)
+        return self._fits(holding)
+
+    def pool_holds(self, holding: int) -> None:
+        """The warm pool holds ``holding`` stacks now (those coming up and coming down included): on the
+        ledger at once, so other processes never wait for memory a torn-down stack gave back, nor count
+        without one that is coming up."""
         if self.ledger is not None and holding != self._pool_held:
             self._pool_held = holding
             self._publish()
-        return self._fits(holding)
 
     def _fits(self, holding: int) -> bool:
         """Whether one more stack fits beside ``holding`` of this process's and, with a ledger, beside what

@@ -147,12 +147,12 @@ REDIS_MUTATIONS = (
         "config_changed", ["redis-cli", "CONFIG", "SET", "maxmemory-policy", "allkeys-lru"], ("config",)
     ),
     Mutation(
-        "acl_user_added",  # the reset leaves users: the fingerprint is what replaces such a stack
-        ["redis-cli", "ACL", "SETUSER", "forge-conf", "on"],
-        ("acl",),
-        kept=("cache",),
-        undo=["redis-cli", "ACL", "DELUSER", "forge-conf"],
+        "acl_user_added", ["redis-cli", "ACL", "SETUSER", "forge-conf", "on", ">pw", "~k*", "+get"], ("acl",)
     ),
+    Mutation(
+        "acl_rules_changed", ["redis-cli", "ACL", "SETUSER", "default", "-debug", "(~s* +set)"], ("acl",)
+    ),
+    Mutation("made_a_replica", ["redis-cli", "REPLICAOF", "127.0.0.1", "1"], ("config",)),  # of nothing
     Mutation(
         "function_loaded",
         [

@@ -5,13 +5,14 @@ rows, schema, tables, every database in ``pg_database``, roles, ALTER SYSTEM and
 tablespaces, extensions; every redis index's keys and values, a config value and the ACL users; the
 workspace tree with modes and hashes, dotfiles included; stray background processes), then hunts forge's
 own databases (opens and changes any it finds), vandalises all of it (postgres: a new role, database,
-extension, ALTER SYSTEM too) and leaves a background process writing into the workspace.
-``beyond_reach`` also creates a redis ACL user, which no in-place reset undoes.
+extension, ALTER SYSTEM too; redis: an ACL user, the default user's rules, a function and a script) and
+leaves a background process writing into the workspace. ``beyond_reach`` also sets a password on redis's
+default user, which locks forge's reset out.
 
 Every trial must observe exactly what the first (freshly provisioned) trial observed. With postgres's
 default (exact) reset there is nothing of forge's to find and everything on postgres is undone: the
 within-reach trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a
-replaced stack, redis's fingerprint naming the ACL. The template strategy (an opt-in): its two databases
+replaced stack, its redis reset refused by the server. The template strategy (an opt-in): its two databases
 show, the hunt changes them, and the next trial runs on a replaced stack. Nothing is left on the engine.
 """
 
@@ -78,11 +79,11 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         # within_reach[1..3] and beyond_reach[0] reuse the first stack, reset in place each time ...
         assert [s["reuse"] for s in stacks[:5]] == [0, 1, 2, 3, 4], stacks
         assert all(s["name"] == stacks[0]["name"] and s["replaced"] is None for s in stacks[:5]), stacks
-        # ... and after each beyond-reach trial redis's fingerprint catches the ACL user: a new stack
-        # (postgres's role, database, settings and extension were undone by its exact reset).
+        # ... and after each beyond-reach trial redis's reset cannot get in: a new stack (postgres's role,
+        # database, settings and extension, redis's ACL users and functions were undone by their resets).
         for s in stacks[5:]:
-            assert s["reuse"] == 0 and "changed beyond its reset's reach" in s["replaced"], s
-            assert "'cache'" in s["replaced"] and "acl" in s["replaced"], s
+            assert s["reuse"] == 0 and "'cache'" in s["replaced"], s
+            assert "the seeded credentials no longer open the server" in s["replaced"], s
         assert len({s["name"] for s in stacks}) == 4
 
         summary = json.loads((run_dir / "summary.json").read_text())

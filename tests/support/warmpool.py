@@ -91,8 +91,8 @@ class PoolHarness:
             with lock:
                 self.provisioned.append(spec.name)
             gate = self._gate
-            self._entered.release()
-            if gate is not None:
+            if gate is not None:  # only a held provision counts for `acquire_in_background`
+                self._entered.release()
                 gate.wait(timeout=30)
             with lock:
                 clock.now += provision
@@ -191,8 +191,9 @@ class PoolHarness:
         self._gate = None
 
     def acquire_in_background(self) -> tuple[threading.Thread, list[Stack]]:
-        """An acquire on its own thread that has started provisioning when this returns (its result in the
-        list once the thread is joined)."""
+        """An acquire on its own thread that has started a held provision when this returns (its result in
+        the list once the thread is joined): call it after ``hold_provisions``. Only held provisions count,
+        so an earlier one (the pool's first stack) never stands in for this thread's."""
         out: list[Stack] = []
         thread = threading.Thread(target=lambda: out.append(self.acquire()), daemon=True)
         thread.start()

@@ -253,8 +253,9 @@ def test_a_waiting_workload_provisions_ahead_while_its_stacks_are_held(
     second, got2 = h.acquire_in_background()  # a second one at once, while the first is still coming up
     assert h.waits()  # two provisions already: as many as the cores, the third waits
     h.let_provisions()
-    first.join(10)
-    second.join(10)
+    for thread in (first, second):
+        thread.join(60)
+        assert not thread.is_alive(), "an acquire did not end once its provision was let go"
     assert [decision(t) for t in got + got2] == ["ahead", "ahead"] and len(h.provisioned) == 3
 
 
@@ -394,3 +395,30 @@ def test_a_place_or_a_budget_free_at_once_is_no_wait(tmp_path: Path) -> None:
     with adm.starting() as waited:
         assert waited == 0.0
     assert adm.enter() == 0.0 and adm.enter() == 0.0
+
+
+def test_the_ledger_follows_the_warm_pools_stacks_as_they_come_and_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the pool holds is on the engine's ledger while a stack comes up and is held, and off it once
+    the stack is torn down after its release (the run's last trial), not only at the pool's next ask: the
+    other processes on the engine read this process's line as it is now."""
+    from forgelib.stacks.slots import MemoryLedger
+
+    ours, other = MemoryLedger(tmp_path), MemoryLedger(tmp_path)  # `other`: another process's view
+    try:
+        h = PoolHarness(monkeypatch, trials=1, admission=Admission(None, ledger=ours))
+        h.hold_provisions()
+        thread, got = h.acquire_in_background()
+        assert other.others() == ASSUMED_STACK  # coming up: it counts from the moment it is asked for
+        h.let_provisions()
+        thread.join(60)
+        assert not thread.is_alive() and got
+        assert other.others() == ASSUMED_STACK  # held by the trial
+        h.hold(got[0], 10.0)  # the run's last trial gives it back: the pool tears it down
+        h.settle()
+        assert h.downs() == [got[0].name]
+        assert other.others() == 0
+    finally:
+        ours.close()
+        other.close()

@@ -207,9 +207,13 @@ def _log_tail(ctx: ApplyContext) -> str:
 # ---------------------------------------------------------------------------------------------- warm
 #
 # prepare: right after the seeded server started, read the whole keyspace once on a direct connection —
-# ``DUMP`` and absolute expiry of every key of every database index — plus ``CONFIG GET *`` and the
-# function libraries. reset: restore any configuration a trial changed, ``FLUSHALL``, ``SCRIPT FLUSH``,
-# restore the functions, then pipelined ``RESTORE … ABSTTL`` per database: the server is never restarted.
+# ``DUMP`` and absolute expiry of every key of every database index — plus ``CONFIG GET *``, the ACL users
+# (``ACL LIST``) and the function libraries. reset: put back the ACL users and their rules, make the server
+# a primary again (``REPLICAOF NO ONE``), restore any configuration a trial changed, ``FLUSHALL``,
+# ``SCRIPT FLUSH``, restore the functions, then pipelined ``RESTORE … ABSTTL`` per database; and empty the
+# logs and counters a fresh server starts without (slow log, ACL log, latency, INFO stats), which would
+# show the next trial what this one ran. The server is never restarted. Connection-bound state (client
+# names, subscriptions, MONITOR) goes with the trial's connections and is not touched.
 # Chosen over SWAPDB with a pre-filled spare index, which holds a second copy in memory and cannot cover
 # a seed that uses several indexes; RESTORE of a pack-sized seed is quick. A keyspace over
 # MAX_DUMP_BYTES is not held on the host: its reset falls back to the fresh stop → copy → start path.
@@ -227,6 +231,8 @@ class Prepared:
     config: dict[str, str]
     keyspace: Keyspace | None  # None: larger than MAX_DUMP_BYTES
     functions: bytes | None  # FUNCTION DUMP (None: a server without functions)
+    acl: tuple[str, ...] | None = None  # ACL LIST (None: a server without ACLs)
+    primary: bool = True  # ROLE said master
 
 
 def _cmd(client: Any, *args: Any) -> Any:
@@ -301,7 +307,14 @@ def prepare(ctx: ApplyContext) -> Prepared:
     try:
         client = params.client()
         try:
-            return Prepared(params, _config_of(client), _dump(client, params), _functions(client))
+            return Prepared(
+                params,
+                _config_of(client),
+                _dump(client, params),
+                _functions(client),
+                _acl(client),
+                _is_primary(client),
+            )
         finally:
             client.close()
     except redis_lib.RedisError as e:
@@ -314,7 +327,12 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     try:
         client = p.params.client()
         try:
+            if p.acl is not None:  # first: a trial may have taken a permission the steps below need
+                _restore_acl(client, p.acl)
+            if p.primary and not _is_primary(client):
+                _cmd(client, "REPLICAOF", "NO", "ONE")
             _restore_config(ctx, client, p.config)
+            _forget_history(client)
             if p.keyspace is None:  # too large to hold: the fresh path (the server restarts on the seed)
                 client.close()
                 apply(ctx)
@@ -336,8 +354,69 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
                 pipe.execute()
             finally:
                 c.close()
+    except (redis_lib.AuthenticationError, redis_lib.exceptions.NoPermissionError) as e:
+        raise ctx.fail(
+            "reset",
+            "the seeded credentials no longer open the server, or no longer allow the reset (a trial "
+            f"changed the default user's password or rules, or requirepass): {type(e).__name__}: {e}",
+        ) from e
     except redis_lib.RedisError as e:
         raise ctx.fail("reset", f"{type(e).__name__}: {e}") from e
+
+
+def _acl(client: redis_lib.Redis) -> tuple[str, ...] | None:
+    """``ACL LIST``: one line per user, ``user NAME RULES...``, sorted (None before Redis 6)."""
+    try:
+        return tuple(sorted(_text(x) for x in _cmd(client, "ACL", "LIST")))
+    except redis_lib.ResponseError:
+        return None
+
+
+_ACL_TOKEN = re.compile(r"\([^)]*\)|\S+")  # a selector, ``(~x* +get)``, is one argument with spaces
+_ACL_CLEAR = ("resetpass", "resetkeys", "resetchannels", "clearselectors", "-@all")
+
+
+def _acl_user(line: str) -> tuple[str, list[str]]:
+    """An ``ACL LIST`` line -> (user name, its rules as ``ACL SETUSER`` arguments)."""
+    tokens = _ACL_TOKEN.findall(line)
+    return tokens[1], tokens[2:]
+
+
+def _restore_acl(client: redis_lib.Redis, baseline: tuple[str, ...]) -> None:
+    """Put back the users as ``ACL LIST`` listed them at seeding. A user the trial added goes
+    (``ACL DELUSER`` also closes its connections); one it changed or removed is created again from its
+    listed rules (a new user starts with no rules, so the listing comes back as it was). The default user
+    cannot be deleted: its rules are cleared and set again in one ``ACL SETUSER``."""
+    want = dict(_acl_user(line) for line in baseline)
+    have = dict(_acl_user(line) for line in _acl(client) or ())
+    extra = sorted(set(have) - set(want))
+    if extra:
+        _cmd(client, "ACL", "DELUSER", *extra)
+    for name, rules in sorted(want.items()):
+        if have.get(name) == rules:
+            continue
+        if name == "default":
+            _cmd(client, "ACL", "SETUSER", name, *_ACL_CLEAR, *rules)
+        else:
+            if name in have:
+                _cmd(client, "ACL", "DELUSER", name)
+            _cmd(client, "ACL", "SETUSER", name, *rules)
+
+
+def _is_primary(client: redis_lib.Redis) -> bool:
+    role = _cmd(client, "ROLE")
+    return _text(role[0]) == "master"
+
+
+_HISTORY = (("SLOWLOG", "RESET"), ("ACL", "LOG", "RESET"), ("LATENCY", "RESET"), ("CONFIG", "RESETSTAT"))
+
+
+def _forget_history(client: redis_lib.Redis) -> None:
+    """Empty what a fresh server has not recorded yet and the next trial could read: the slow log (the
+    commands with their arguments), the ACL log, latency events and the INFO counters."""
+    for command in _HISTORY:
+        with contextlib.suppress(redis_lib.ResponseError):  # an older server without one: nothing to empty
+            _cmd(client, *command)
 
 
 def _restore_config(ctx: ApplyContext, client: redis_lib.Redis, baseline: Mapping[str, str]) -> None:
@@ -353,16 +432,18 @@ def _restore_config(ctx: ApplyContext, client: redis_lib.Redis, baseline: Mappin
 
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
-    """What a trial can change on the server, each a named part: ``config`` (``CONFIG GET *``), ``acl``
-    (``ACL LIST``), ``functions`` (``FUNCTION LIST WITHCODE``), ``modules`` (``MODULE LIST``) and
-    ``keyspace`` (every database index's key names and types; the values are rewritten by every reset)."""
+    """What a trial can change on the server, each a named part: ``config`` (``CONFIG GET *``, its
+    ``replicaof`` too), ``acl`` (``ACL LIST``), ``functions`` (``FUNCTION LIST WITHCODE``), ``modules``
+    (``MODULE LIST``) and ``keyspace`` (every database index's key names and types; the values are
+    rewritten by every reset). The reset restores all but ``modules`` (no reset unloads a module) and a
+    default user whose ``sanitize-payload`` flag a trial set (no rule clears it)."""
     params = _params(ctx)
     try:
         client = params.client()
         try:
             out = {
                 "config": fingerprint_part(sorted(_config_of(client).items())),
-                "acl": fingerprint_part(sorted(_text(x) for x in _cmd(client, "ACL", "LIST"))),
+                "acl": fingerprint_part(list(_acl(client) or ())),
                 "modules": fingerprint_part([repr(_cmd(client, "MODULE", "LIST"))]),
             }
             with contextlib.suppress(redis_lib.ResponseError):

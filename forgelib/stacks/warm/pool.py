@@ -259,6 +259,7 @@ class WarmPool:
             with self._cond:
                 self._provisioning[key] -= 1
                 self._freed[key] = time.monotonic()
+                self._holding_changed()
                 self._cond.notify_all()
         if again or stack is None:
             return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
@@ -362,6 +363,7 @@ class WarmPool:
                 room = total < self.workers and fits
                 if evict is not None or room:
                     self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                    self._holding_changed()
                     note["decision"] = "ahead" if ahead else ("grow" if stacks else "first")
                     if memory_since is not None:
                         note["memory_wait"] = time.monotonic() - memory_since
@@ -713,6 +715,7 @@ class WarmPool:
                 if self.admission is not None and not self.admission.fits(total):
                     return
                 self._provisioning[key] = self._provisioning.get(key, 0) + 1
+                self._holding_changed()
                 job = threading.Thread(
                     target=self._spare, args=(task, key, run_id, root), name="forge-warm-spare", daemon=True
                 )
@@ -731,6 +734,7 @@ class WarmPool:
         finally:
             with self._cond:
                 self._provisioning[key] -= 1
+                self._holding_changed()
                 keep = not (self._closing or self.stopping() or self._all_handed())
                 if stack is not None:
                     self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
@@ -797,6 +801,7 @@ class WarmPool:
             stack.gone = True
         with self._cond:
             self._all.pop(stack.name, None)
+            self._holding_changed()
             self._busy.pop(stack.name, None)
             self._resetting.pop(stack.name, None)
             with contextlib.suppress(ValueError):
@@ -806,6 +811,12 @@ class WarmPool:
             self._cond.notify_all()
         if self.stacks is not None:
             self.stacks.discard(_live_name(stack.name))
+
+    def _holding_changed(self) -> None:
+        """The stacks this pool holds (up, coming up or not yet down) changed: the memory ledger says so now,
+        not at the pool's next ask. Under the lock."""
+        if self.admission is not None:
+            self.admission.pool_holds(len(self._all) + sum(self._provisioning.values()))
 
 
 def _spare_root(trial_dir: Path) -> Path | None:

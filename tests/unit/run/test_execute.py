@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import yaml
 
 from forgelib.errors import CommandError, CommandTimeout, ProvisionError
 from forgelib.run import events as ev
+from forgelib.run import execute
 from forgelib.run.execute import RunPlan, run_project
 from forgelib.run.ids import new_run_id
 from forgelib.runner import Result
@@ -178,6 +179,29 @@ def ctrl_c_raises() -> Iterator[None]:
     signal.signal(signal.SIGINT, old)
 
 
+@pytest.fixture
+def ctrl_c(ctrl_c_raises: None, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Press Ctrl-C from a worker's fake exec: delivered once the main thread waits for its trials in the
+    executor's loop, as a person's Ctrl-C comes while a trial runs. Pressed sooner (a worker racing ahead
+    of a main thread slowed by a loaded machine, still inside ``ThreadPoolExecutor.submit``), the
+    KeyboardInterrupt lands before the executor holds that trial's future or thread: the run ends
+    without waiting for the trial, and its record is read before the trial's (``pending``)."""
+    waiting = threading.Event()
+    real_wait = execute.wait
+
+    def wait(*args: Any, **kw: Any) -> Any:
+        waiting.set()
+        return real_wait(*args, **kw)
+
+    monkeypatch.setattr(execute, "wait", wait)
+
+    def press() -> None:
+        assert waiting.wait(60), "the main thread never waited for its trials"
+        _thread.interrupt_main()
+
+    return press
+
+
 @dataclass
 class _SignalsTeardown(FakeBackend):
     """A fake backend that sets ``done`` once it has torn a stack down: an oracle stuck "running" waits
@@ -192,14 +216,14 @@ class _SignalsTeardown(FakeBackend):
 
 
 def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
-    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None
+    tmp_path: Path, fake_backend: Any, ctrl_c: Callable[[], None]
 ) -> None:
     tasks = [widget_task("a")]
     torn_down = threading.Event()
 
     def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
         if argv[0] == "python3" and not torn_down.is_set():
-            _thread.interrupt_main()  # Ctrl-C arrives while trial a[0]'s oracle runs...
+            ctrl_c()  # Ctrl-C arrives while trial a[0]'s oracle runs...
             # ...and the oracle runs on until the main thread's stop removed its stack, as a real exec does
             assert torn_down.wait(60), "the main thread never tore the stack down"
         return good_answer(service, argv, kw)
@@ -229,7 +253,7 @@ def test_ctrl_c_tears_down_live_stacks_and_resume_finishes_the_rest(
 
 @pytest.mark.parametrize("where", ["progress", "append"])
 def test_a_second_ctrl_c_while_the_stop_is_handled_still_leaves_the_interruption_on_record(
-    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, fake_backend: Any, ctrl_c: Callable[[], None], monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     # The hurry (a second KeyboardInterrupt) lands while the first is being handled: as the stop's
     # progress line is printed, or inside the append of run_interrupted itself (waiting for the log's
@@ -249,7 +273,7 @@ def test_a_second_ctrl_c_while_the_stop_is_handled_still_leaves_the_interruption
     def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
         if argv[0] == "python3" and not fired.is_set():
             fired.set()
-            _thread.interrupt_main()
+            ctrl_c()
         return good_answer(service, argv, kw)
 
     def progress(line: str) -> None:
@@ -520,7 +544,7 @@ def test_a_file_many_checks_read_is_read_once_unless_a_check_mutates(
 
 @pytest.mark.parametrize("phase", ["oracle", "grading"])
 def test_an_exec_the_stop_killed_leaves_an_interrupted_trial_with_no_failure_on_record(
-    tmp_path: Path, fake_backend: Any, ctrl_c_raises: None, phase: str
+    tmp_path: Path, fake_backend: Any, ctrl_c: Callable[[], None], phase: str
 ) -> None:
     """Ctrl-C while the oracle (or a check) runs: its exec dies and raises Interrupted, which now reaches the
     executor as it is (no crash, no failure): the trial is interrupted and nothing on record blames the
@@ -533,7 +557,7 @@ def test_an_exec_the_stop_killed_leaves_an_interrupted_trial_with_no_failure_on_
 
     def answer(service: str, argv: tuple[str, ...], kw: Mapping[str, Any]) -> Result:
         if argv[0] == program and not torn_down.is_set():
-            _thread.interrupt_main()
+            ctrl_c()
             assert torn_down.wait(60), "the main thread never tore the stack down"
             raise Interrupted("stop requested (SIGINT): `exec` was stopped")
         return good_answer(service, argv, kw)

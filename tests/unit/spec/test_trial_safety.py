@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from forgelib.spec import trialsafety
 from forgelib.spec.digest import seed_digest
 from forgelib.spec.models import SeedKind
 from forgelib.spec.validate import validate_project
@@ -67,6 +68,13 @@ CASES = {
         "external volume",
     ),
     "writable_bind_mount": ("app", "    volumes: ['./data:/data']\n", "warning", 6, "host path ./data"),
+    "writable_bind_mount_of_a_variable": (  # the colons inside ${...} are not the mount's
+        "app",
+        "    volumes: ['${DATA:?set DATA to a host directory}:/data']\n",
+        "warning",
+        6,
+        "host path ${DATA:?set DATA to a host directory} at /data writable",
+    ),
     "privileged": ("side", "    privileged: true\n", "warning", 8, "privileged"),
 }
 EXTERNALS = (
@@ -92,6 +100,29 @@ def test_each_case_is_refused_or_warned_at_its_line(tmp_path: Path, case: str) -
     assert issue.file.endswith("compose.yaml") and issue.line == lineno, str(issue)
     assert words in issue.message and f"service {service!r}" in issue.message
     assert report.ok is (severity != "error")
+
+
+@pytest.mark.parametrize(
+    ("entry", "mount"),
+    [
+        ("./data:/data", ("bind", "./data", "/data", False)),
+        ("${DATA:?set DATA}:/data:ro", ("bind", "${DATA:?set DATA}", "/data", True)),
+        ("${DATA:-${HOME:-/h}/x:y}:/data", ("bind", "${DATA:-${HOME:-/h}/x:y}", "/data", False)),
+        ("$${literal:/data", ("bind", "$${literal", "/data", False)),  # an escaped $: no interpolation
+        ("cache:/var/cache:rw,z", ("volume", "cache", "/var/cache", False)),
+        ("/scratch", ("anonymous", "", "/scratch", False)),
+    ],
+)
+def test_a_short_volume_is_split_on_the_colons_outside_interpolations(
+    entry: str, mount: tuple[str, str, str, bool]
+) -> None:
+    assert trialsafety._mount(entry) == mount
+
+
+def test_a_read_only_bind_of_a_variable_with_a_colon_passes_without_warnings(tmp_path: Path) -> None:
+    compose = _compose("app", "    volumes: ['${MARKER:?set MARKER to a host directory}:/marker:ro']\n")
+    report = validate_project(str(_project(tmp_path / "p", compose)))
+    assert report.ok and not report.notices, [str(i) for i in report.notices]
 
 
 def test_a_clean_read_only_bind_and_a_shared_external_network_pass_without_errors(tmp_path: Path) -> None:
