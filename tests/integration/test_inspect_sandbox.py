@@ -4,7 +4,8 @@
   one module-scoped postgres-pack stack (its checks are imported below and collected as this module's);
 * ``eval()`` of examples/inspect_postgres_reset in warm mode, 4 epochs, a scripted agent that corrupts the
   database and the workspace every epoch: each epoch's first read sees the seed, every score is correct,
-  the stacks were reused, nothing is left;
+  the stacks were reused, nothing is left; the same of examples/inspect_mysql_shop (MariaDB: rows, a user,
+  a database and a global variable vandalised every epoch), 3 epochs;
 * bad input: an unknown project, a spec that fails validation, a ``default`` that does not exist, a broken
   seed (the sample's error is forge's PROVISION_ERROR, the next sample still runs);
 * Ctrl-C of ``inspect eval`` leaves nothing; ``kill -9`` leaves a stack that ``forge reap`` removes.
@@ -47,6 +48,7 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 PG = ROOT / "examples" / "multi_service_postgres_reset"
 PG_EXAMPLE = ROOT / "examples" / "inspect_postgres_reset"
+MYSQL_EXAMPLE = ROOT / "examples" / "inspect_mysql_shop"
 
 # Checks of inspect's suite this sandbox cannot pass, with why (none today; docs/inspect.md).
 XFAIL: dict[str, str] = {}
@@ -191,6 +193,30 @@ def test_warm_eval_every_epoch_starts_from_the_seed(docker_ready: None, tmp_path
     assert "submission_reads_baseline: passed" in samples[0].scores["forge_scorer"].explanation
     assert {i["mode"] for i in infos} == {"warm"}
     assert len({i["stack"] for i in infos}) == 1 and [i["reuse"] for i in infos] == [0, 1, 2, 3], infos
+    assert lab.is_empty(_left(infos[0]["run_id"])), _left(infos[0]["run_id"])
+
+
+def test_warm_mysql_eval_every_epoch_starts_from_the_seed(docker_ready: None, tmp_path: Path) -> None:
+    example = _load(MYSQL_EXAMPLE / "task.py", "forge_example_mysql_task")
+    log = _eval(example.mysql_shop(stacks="warm"), tmp_path, MYSQL_EXAMPLE, epochs=3, max_samples=1)
+    assert log.status == "success", log.error
+    samples = sorted(log.samples, key=lambda s: s.epoch)
+    assert [s.epoch for s in samples] == [1, 2, 3]
+    infos = [_forge_info(s) for s in samples]
+    for s in samples:
+        reads = [m for m in s.messages if m.role == "tool"]
+        # the seed's rows and user, no loot database, the default max_connections: nothing of the last
+        # epoch's vandalism
+        assert reads[0].text.split("\n") == [
+            "1|shipped", "2|pending", "3|cancelled", "user|reporter", "max_connections|151", "",
+        ], (s.epoch, reads[0].text)  # fmt: skip
+        assert '"item":"kettle"' in reads[1].text.replace(" ", ""), reads[1].text  # order 1 via the api
+        assert reads[2].text.strip() == "vandalised", reads[2].text  # the agent did vandalise it
+        assert {k: v.value for k, v in s.scores.items()} == {"match": "C", "forge_scorer": "C"}, s.scores
+    explanation = samples[0].scores["forge_scorer"].explanation
+    assert "order_1_is_still_shipped: passed" in explanation, explanation
+    assert {i["mode"] for i in infos} == {"warm"}
+    assert len({i["stack"] for i in infos}) == 1 and [i["reuse"] for i in infos] == [0, 1, 2], infos
     assert lab.is_empty(_left(infos[0]["run_id"])), _left(infos[0]["run_id"])
 
 

@@ -1,10 +1,15 @@
 """The mysql kind on the real engine (the MariaDB stand-in): bad input fails with a clear error and leaves
-nothing behind; a golden is captured once and restored with its fingerprint checked; the fingerprint sees
-each sort of change a trial can make (what the exact reset must undo)."""
+nothing behind; a dump far larger than the memory the forge process may grow by is applied, streamed;
+a golden is captured once and restored with its fingerprint checked; the fingerprint sees each sort of
+change a trial can make (what the exact reset must undo)."""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +107,90 @@ def test_a_service_declared_mysql_that_is_not_is_named(
     reason = _fails(_project(tmp_path, SEED, fake), run_id, tmp_path, runner)
     assert "service 'db' has neither the mariadb nor the mysql client, so it is not a MySQL" in reason
     assert "io.forgelib.kind" in reason
+
+
+# ------------------------------------------------------------------------------ a dump larger than memory
+
+MB = 1024 * 1024
+# The dump's size, and the most the forge process's peak RSS may grow by while it digests, preflights and
+# applies it. A dump held whole (read, decoded, or passed as `input=`) grows it by at least the dump's
+# size; streamed from the file into the client's stdin, it barely moves.
+BIG_DUMP_MB = 32
+GROWTH_LIMIT_MB = BIG_DUMP_MB // 4
+
+# A fresh interpreter (argv[1]: JSON of the stack and the dump) that runs the sql_dump recipe the registry
+# picks for the service, as provisioning does, and reports its own peak RSS (children excluded) before
+# and after, as JSON.
+_APPLY = r"""
+import json, resource, sys
+from pathlib import Path
+from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ServiceConfig
+from forgelib.kinds import registry
+from forgelib.kinds.base import ApplyContext
+from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.models import Seed, SeedKind, Timeouts
+
+a = json.loads(sys.argv[1])
+timeouts = Timeouts(recipe=600, command=60)
+compose = ComposeProject(a["name"], tuple(Path(f) for f in a["files"]), SubprocessRunner(), timeouts,
+                         a["image_env"], cwd=Path(a["cwd"]))
+svc = ServiceConfig.of(a["service"], a["service_name"])
+recipe = registry.recipe_for(SeedKind.SQL_DUMP, svc)
+dump = Path(a["dump"])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+seed = Seed("big", dump, SeedKind.SQL_DUMP, seed_digest(dump, SeedKind.SQL_DUMP))
+ctx = ApplyContext(a["service_name"], seed, {}, compose=compose, timeouts=timeouts, service_config=svc)
+recipe.apply(ctx)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"recipe": recipe.__name__, "before_kb": before, "after_kb": after}))
+"""
+
+
+def _big_dump(path: Path, size_mb: int) -> int:
+    """A mysqldump-style dump of ``size_mb`` MiB (extended INSERTs of a thousand rows); its row count."""
+    payload = os.urandom(24).hex()
+    rows = 0
+    with path.open("w") as f:
+        f.write("CREATE TABLE big_rows (id INT PRIMARY KEY, payload CHAR(48) NOT NULL);\n")
+        while f.tell() < size_mb * MB:
+            values = ",".join(f"({rows + i},'{payload}')" for i in range(1000))
+            f.write(f"INSERT INTO big_rows VALUES {values};\n")
+            rows += 1000
+    return rows
+
+
+def test_a_dump_larger_than_memory_is_applied_without_being_read_whole(
+    runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    t = provision(_project(tmp_path, "select 1;\n"), run_id, tmp_path, runner)
+    dump = tmp_path / "big.sql"
+    try:
+        rows = _big_dump(dump, BIG_DUMP_MB)
+        size = dump.stat().st_size
+        assert size >= BIG_DUMP_MB * MB
+        stack = {
+            "name": t.compose.name, "files": [str(f) for f in t.compose.files], "dump": str(dump),
+            "image_env": dict(t.compose.image_env), "cwd": str(t.compose.cwd or t.compose.files[0].parent),
+            "service": dict(t.config["services"]["db"]), "service_name": "db",
+        }  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _APPLY, json.dumps(stack)],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["recipe"] == "forgelib.kinds.mysql.seed", got
+        growth_mb = (got["after_kb"] - got["before_kb"]) / 1024
+        assert growth_mb < GROWTH_LIMIT_MB, f"peak RSS grew {growth_mb:.1f} MB over a {size / MB:.0f} MB dump"
+        with connect.mysql(t, "db", database="app").connect() as conn, conn.cursor() as cur:
+            cur.execute("select count(*), max(id) from big_rows")
+            assert cur.fetchone() == (rows, rows - 1)
+    finally:
+        dump.unlink(missing_ok=True)
+        teardown_trial(t)
+    _gone(runner, run_id)
 
 
 # ------------------------------------------------------------------------------------------------- goldens
