@@ -84,8 +84,9 @@ class ForgeStack:
     ``connect`` take; pass it to them), holding nothing of the stack's own: every stack fact is read from
     it. What the view adds is the test's: the clients opened for the test, closed when it ends; ``exec``
     bounded by the session's command timeout; the project, task and run id it was asked for; the kinds'
-    clients by service (``client``, ``url``) with the named forms the first kinds had (``postgres``,
-    ``mysql``, ``redis`` and their ``_dsn``/``_url``); ``log_tails`` for a failed test's report.
+    clients by service (``client``, ``url``) and typed named forms for postgres, mysql and redis
+    (``postgres``, ``mysql``, ``redis`` and their ``_dsn``/``_url``); ``log_tails`` for a failed test's
+    report.
     """
 
     stack: Stack
@@ -172,7 +173,7 @@ class ForgeStack:
         names the kind of a service forge does not recognise). Closed when the test ends."""
         return self._opened(self._direct(service, lambda: connect.client(self.stack, service, **keywords)))
 
-    # The named forms: what the first kinds' users call (``client``/``url`` with the kind given).
+    # The named forms: typed, with the kind given (so they also reach a service forge does not recognise).
 
     def postgres(
         self, service: str, *, database: str | None = None, autocommit: bool = True
