@@ -207,13 +207,11 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
         if self._task.grading is None:
             return
         from forgelib.inspect.grade import explain, grade_stack  # forge's grading of one stack (no inspect)
-        from forgelib.inspect.stacks import SampleStack
 
         out = self.trial_paths.verifier_dir
         out.mkdir(parents=True, exist_ok=True)
-        stack = SampleStack(trial, self._task, tuple(trial.environment.services), stacks.timeouts)
         try:
-            g = grade_stack(stack, stacks.runner, env={})
+            g = grade_stack(trial, self._task, stacks.runner, env={}, timeouts=stacks.timeouts)
             record: dict[str, Any] = {
                 "pass": g.binary_pass,
                 "score": g.score,

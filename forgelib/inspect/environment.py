@@ -117,7 +117,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
 
     def __init__(self, stack: SampleStack, service: str) -> None:
         super().__init__()
-        self._stack = stack
+        self._sample = stack
         self._service = service
         self._working_dir: str | None = None
 
@@ -165,7 +165,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         if stacks is None:  # task_cleanup came first: the stack is gone with its task
             return
         with anyio.CancelScope(shield=True):  # a stack is handed back or torn down, whatever else happens
-            await _thread(lambda: stacks.release(env._stack, interrupted=interrupted))
+            await _thread(lambda: stacks.release(env._sample, interrupted=interrupted))
 
     @classmethod
     async def task_cleanup(
@@ -217,7 +217,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
             out, err = tmp / "stdout", tmp / "stderr"
             t0 = time.monotonic()
             try:
-                r = self._stack.trial.compose.exec(
+                r = self._sample.stack.compose.exec(
                     self._service, argv, stdin=stdin, env=env, workdir=self._cwd(cwd), user=user,
                     timeout=NO_LIMIT if timeout is None else timeout + KILL_GRACE + HOST_GRACE,
                     check=False, stdout_path=out, stderr_path=err,
@@ -241,7 +241,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         with self._scratch() as tmp:
             src = tmp / "content"
             src.write_bytes(contents.encode("utf-8") if isinstance(contents, str) else contents)
-            r = self._stack.trial.compose.exec(
+            r = self._sample.stack.compose.exec(
                 self._service, ["/bin/sh", "-c", _WRITE, "forge-write", file, str(src.stat().st_size)],
                 stdin=src,
                 timeout=FILE_TIMEOUT, check=False,
@@ -271,7 +271,7 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
     def _read(self, file: str, limit: int) -> bytes:
         with self._scratch() as tmp:
             out = tmp / "content"
-            r = self._stack.trial.compose.exec(
+            r = self._sample.stack.compose.exec(
                 self._service, ["/bin/sh", "-c", _READ, "forge-read", file, str(limit)],
                 timeout=FILE_TIMEOUT, check=False, stdout_path=out,
             )  # fmt: skip
@@ -293,14 +293,14 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
         """``docker exec -it`` into the service's container (a login shell: bash where there is one)."""
-        container = self._stack.trial.compose.container(self._service)
+        container = self._sample.stack.compose.container(self._service)
         shell = "command -v bash >/dev/null && exec bash -l || exec sh -l"
         argv = dk.exec(container, ["sh", "-c", shell], interactive=True, tty=True, user=user)
         return SandboxConnection(
             type="forge",
             command=shlex.join(argv),
             vscode_command=None if user else ["remote-containers.attachToRunningContainer", container],
-            ports=_ports(self._stack.trial.ports.get(self._service, [])),
+            ports=_ports(self._sample.stack.ports.get(self._service, [])),
             container=container,
         )
 
@@ -311,11 +311,11 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
 
     @property
     def stack(self) -> SampleStack:
-        """The sample's forge stack (``forge_scorer`` grades it)."""
-        return self._stack
+        """The sample's view of its forge stack (``.stack``: the ``Stack``; ``forge_scorer`` grades it)."""
+        return self._sample
 
     def _scratch(self) -> _TempDir:
-        base = self._stack.trial.trial_dir
+        base = self._sample.stack.trial_dir
         base.mkdir(parents=True, exist_ok=True)
         return _TempDir(dir=base)
 
@@ -324,14 +324,14 @@ class ForgeSandboxEnvironment(SandboxEnvironment):  # type: ignore[misc]  # Any 
         if cwd is None or cwd.startswith("/"):
             return cwd
         if self._working_dir is None:
-            r = self._stack.trial.compose.exec(self._service, ["/bin/sh", "-c", "pwd"], check=False)
+            r = self._sample.stack.compose.exec(self._service, ["/bin/sh", "-c", "pwd"], check=False)
             self._working_dir = r.stdout.strip() if r.rc == 0 and r.stdout.strip() else "/"
         return f"{self._working_dir.rstrip('/')}/{cwd}"
 
     def _unavailable(self, said: str) -> None:
         if _UNAVAILABLE.search(said):
             raise SandboxUnavailableError(
-                f"service {self._service} of stack {self._stack.name} is not running: {said.strip()}"
+                f"service {self._service} of stack {self._sample.name} is not running: {said.strip()}"
             )
 
 
@@ -346,7 +346,7 @@ def _record(stack: SampleStack, run_id: str) -> None:
     """The sample's transcript says which stack it got and how (fresh, or warm: reused, reset, replaced)."""
     from inspect_ai.log import transcript
 
-    trial = stack.trial
+    trial = stack.stack
     how = dict(trial.source) or {"mode": "fresh"}
     transcript().info(
         {

@@ -17,31 +17,31 @@ from forgelib.errors import ForgeError
 from forgelib.grading.checks import ReadOnce, evaluate
 from forgelib.grading.judge import run_judge
 from forgelib.grading.score import CheckOutcome, ComponentResult, Grade, grade_by, judge_component, mutates
-from forgelib.inspect.stacks import SampleStack
 from forgelib.runner import Result, Runner
-from forgelib.spec.models import Check, Component
-from forgelib.stacks.stack import ServiceAccess
+from forgelib.spec.models import Check, Component, Task, Timeouts
+from forgelib.stacks.stack import ServiceAccess, Stack
 
 
-def grade_stack(stack: SampleStack, runner: Runner, *, env: Mapping[str, str]) -> Grade:
-    """The task's grading.yaml on ``stack``; ``ForgeError`` when the task has none. Trace checks are left
+def grade_stack(
+    stack: Stack, task: Task, runner: Runner, *, env: Mapping[str, str], timeouts: Timeouts
+) -> Grade:
+    """``task``'s grading.yaml on ``stack``; ``ForgeError`` when the task has none. Trace checks are left
     undecided (an inspect sample's tool calls are inspect's, not a forge trace.jsonl)."""
-    task = stack.task
     g = task.grading
     if g is None:
         raise ForgeError(
             f"forge task {task.name!r} has no grading.yaml to score with; name a task that has one "
             "(ForgeConfig(task=...) or the sample's metadata forge_task)"
         )
-    deadline = time.monotonic() + stack.timeouts.grading  # one budget for the sample's checks
+    deadline = time.monotonic() + timeouts.grading  # one budget for the sample's checks
 
     def budget() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    view: ServiceAccess = stack.trial.compose if mutates(g) else ReadOnce(stack.trial.compose)
+    view: ServiceAccess = stack.compose if mutates(g) else ReadOnce(stack.compose)
 
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
-        return [evaluate(view, c, stack.trial.config, timeout=budget()) for c in checks]
+        return [evaluate(view, c, stack.config, timeout=budget()) for c in checks]
 
     def host(
         argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None

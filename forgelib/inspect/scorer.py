@@ -24,13 +24,12 @@ def forge_scorer() -> Scorer:
 
     async def score(state: TaskState, target: Target) -> Score:
         env = sandbox().as_type(ForgeSandboxEnvironment)
-        stack = env.stack
+        sample = env.stack
         facts = {"FORGE_SAMPLE_ID": str(state.sample_id), "FORGE_EPOCH": str(state.epoch)}
+        runner = SubprocessRunner(default_timeout=sample.timeouts.command)
         try:
             g = await anyio.to_thread.run_sync(
-                lambda: grade_stack(
-                    stack, SubprocessRunner(default_timeout=stack.timeouts.command), env=facts
-                )
+                lambda: grade_stack(sample.stack, sample.task, runner, env=facts, timeouts=sample.timeouts)
             )
         except ForgeError as e:
             return Score(value=INCORRECT, explanation=f"forge grading failed: {e}")
@@ -43,8 +42,8 @@ def forge_scorer() -> Scorer:
                 "threshold": g.threshold,
                 "components": dict(g.components),
                 "reasons": list(g.reasons),
-                "stack": stack.name,
-                "task": stack.task.name,
+                "stack": sample.name,
+                "task": sample.task.name,
             },
         )
 

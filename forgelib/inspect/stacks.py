@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, ProvisionError
 from forgelib.runner import Runner
 from forgelib.spec.loader import load_project_config
@@ -95,18 +94,26 @@ def default_service(env: EnvironmentManifest, wanted: str | None, where: str) ->
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SampleStack:
-    """One sample's stack: the provisioned trial and its services, inspect's default first."""
+    """One sample's stack, as the sandbox sees it: a view of the one ``Stack`` handle (``stack``: what
+    grading, the MCP tools and ``connect`` take), holding nothing of the stack's own. What it adds is the
+    sample's: the forge task it runs (grading reads it), which service is inspect's ``default`` sandbox,
+    and the config's timeouts."""
 
-    trial: Stack
+    stack: Stack
     task: Task
-    services: tuple[str, ...]
+    default: str
     timeouts: Timeouts
 
     @property
     def name(self) -> str:
-        return self.trial.name
+        return self.stack.name
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The stack's services, inspect's default first (inspect takes the first as ``sandbox()``)."""
+        return (self.default, *(s for s in self.stack.services if s != self.default))
 
 
 class TaskStacks:
@@ -167,14 +174,12 @@ class TaskStacks:
             if task_name is None or task_name == self.settings.task
             else default_service(task.environment, self.settings.default, f"{self.where}, task {task.name}")
         )
-        trial = self.hosted.acquire(task)
-        services = [s for s in ResolvedConfig.of(trial.config).services if s != default]
-        return SampleStack(trial, task, (default, *services), self.settings.timeouts)
+        return SampleStack(self.hosted.acquire(task), task, default, self.settings.timeouts)
 
     def release(self, stack: SampleStack, *, interrupted: bool) -> None:
         """The sample is over: a warm stack goes back to its pool (reset before its next sample); a fresh
         one, or any stack of an interrupted sample (not graceful: never reused), is torn down."""
-        self.hosted.release(stack.trial, graceful=not interrupted)
+        self.hosted.release(stack.stack, graceful=not interrupted)
 
     def close(self) -> None:
         """``task_cleanup``: every stack of the task torn down (warm pool, shared stacks, any sample's stack

@@ -322,6 +322,46 @@ class ToolBackend(Protocol):
     def close(self) -> None: ...
 
 
+# ------------------------------------------------------------------------------------- direct clients
+
+# Where a container port of a service is reached: (host, port) published on the host, or (service name,
+# port) from inside the stack (``forgelib.stacks.connect.address``).
+Address = Callable[[int], tuple[str, int]]
+
+
+class Client(Protocol):
+    """A kind's client module (``Kind.client``): how forge, a test or an agent reaches a service of the
+    kind directly. Each function takes the service as compose resolved it, its seed binding's ``options``
+    (user, database, ...; empty when unbound) and ``address``, plus the kind's own keywords (postgres and
+    mysql: ``database``; redis: ``db``; ``client`` also takes how to open it: ``autocommit``,
+    ``decode_responses``). ``forgelib.stacks.connect`` dispatches to it by the service's kind, so a kind
+    registered with a client is reachable from ``connect`` and the pytest fixture with no code outside its
+    package."""
+
+    def params(
+        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
+    ) -> Any:
+        """The connection's parameters (a frozen value with at least ``url()``)."""
+
+    def client(
+        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
+    ) -> Any:
+        """An open client (a connection with ``close()``): psycopg, PyMySQL, redis-py."""
+
+    def url(
+        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
+    ) -> str:
+        """The connection as a URL, for code that connects itself."""
+
+    def connection_strings(
+        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address
+    ) -> dict[str, str]:
+        """What the agent's manifest gives for the service."""
+
+
+CLIENT_MEMBERS = ("params", "client", "url", "connection_strings")  # what test_registry checks each has
+
+
 def tool_failed(r: Result, what: str) -> str:
     return f"{what}: {tail(r.stderr or r.stdout, 5).strip() or f'exit status {r.rc}'}"
 

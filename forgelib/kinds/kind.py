@@ -49,8 +49,9 @@ class Kind:
 
     ``seeds``: seed kind (the spec's ``kind:``) -> module of this package that is its recipe;
     ``checks``: check type -> module whose ``observe`` answers it; ``tools``: the MCP tools it backs, each
-    answered by ``tool_module``'s ``Backend``; ``client``: the module with ``connection_params`` (None: no
-    direct connection); ``rules``: the module whose ``problems`` checks a seed bound to a service."""
+    answered by ``tool_module``'s ``Backend``; ``client``: the module that is its ``Client``
+    (``kinds.base``; None: no direct connection); ``rules``: the module whose ``problems`` checks a seed
+    bound to a service."""
 
     name: str
     package: str  # the kind's package (``__name__`` of its ``__init__``)

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import CHECK_TYPES, KINDS, SEED_KINDS, Kind
-from forgelib.kinds.base import Recipe
+from forgelib.kinds.base import Client, Recipe
 from forgelib.kinds.kind import ToolSpec
 from forgelib.spec.models import SeedKind
 
@@ -139,9 +139,10 @@ def observer(kind: Kind, check_type: str) -> Observer:
     return fn
 
 
-def client(kind: Kind) -> ModuleType | None:
-    """``kind``'s client module (``connection_params``), or None when forge never connects to it."""
-    return kind.module(kind.client) if kind.client else None
+def client(kind: Kind) -> Client | None:
+    """``kind``'s client module (a ``Client``: ``forgelib.kinds.base``), or None when forge never connects
+    to it."""
+    return cast(Client, kind.module(kind.client)) if kind.client else None
 
 
 def tool_backend(kind: Kind) -> Any:

@@ -113,7 +113,7 @@ class ToolServer:
         self.tools = tools
         self.token = secrets.token_urlsafe(32)
         self.trace_path = trace_path
-        self._toolbox = Toolbox(stack.compose, stack.config, services)
+        self._toolbox = Toolbox(stack, services)
         self._trace = TraceWriter(trace_path, fsync=fsync)
         host, port = self._listen("127.0.0.1")
         self.url = f"http://{host}:{port}{PATH}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 from forgelib.kinds import registry as kinds
 from forgelib.kinds.base import ToolBackend, ToolFailure, as_json, tool_failed
@@ -30,7 +30,7 @@ from forgelib.kinds.kind import ToolSpec
 from forgelib.kinds.toolschema import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from forgelib.mcp.names import ALL_TOOLS, BODY_LIMIT, FILE_LIMIT, OUTPUT_LIMIT, SPECS
 from forgelib.runner import Result
-from forgelib.stacks.stack import ServiceAccess
+from forgelib.stacks.stack import Stack
 
 LIST_LIMIT = 10_000  # entries list_dir returns
 MAX_RESULT = 2 * FILE_LIMIT + 64 * 1024  # bytes of any result (a redis value, wide rows): else an error
@@ -70,23 +70,19 @@ def validate(tool: str, arguments: Any) -> dict[str, Any]:
 class Toolbox:
     """The tools bound to one trial's stack. Thread-safe: the server runs each call on a worker thread.
 
-    ``compose``: exec and port of the trial's stack (``stacks.stack.ServiceAccess``); ``config``: its
-    resolved compose config; ``services``: the services the tools may touch (default every one in
-    ``config``)."""
+    ``stack``: the trial's stack (its commands and published ports, and each service as compose resolved
+    it, typed); ``services``: the services the tools may touch (default every one of the stack)."""
 
-    def __init__(
-        self, compose: ServiceAccess, config: Mapping[str, Any], services: Collection[str] | None = None
-    ) -> None:
-        self._compose = compose
-        all_services = ResolvedConfig.of(config).services
-        names = sorted(all_services) if services is None else sorted(services)
-        unknown = [s for s in names if s not in all_services]
+    def __init__(self, stack: Stack, services: Collection[str] | None = None) -> None:
+        self._stack = stack
+        names = sorted(stack.services) if services is None else sorted(services)
+        unknown = [s for s in names if s not in stack.services]
         if unknown:
             raise ForgeError(
                 f"the stack has no service {', '.join(map(repr, unknown))}; "
-                f"services: {', '.join(sorted(all_services))}"
+                f"services: {', '.join(sorted(stack.services))}"
             )
-        self._services: dict[str, ServiceConfig] = {n: all_services[n] for n in names}
+        self._services: dict[str, ServiceConfig] = {n: stack.service(n) for n in names}
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._backends: dict[str, ToolBackend] = {}  # kind name -> its tool backend, made at first use
@@ -156,7 +152,7 @@ class Toolbox:
 
     def _run(self, service: str, argv: Sequence[str], timeout: float, input: str | None = None) -> Result:
         try:
-            return self._compose.exec(service, argv, timeout=timeout, check=False, input=input)
+            return self._stack.exec(service, argv, timeout=timeout, check=False, input=input)
         except Interrupted:
             raise ToolFailure("forge is stopping this trial") from None
         except CommandTimeout as e:
@@ -171,7 +167,7 @@ class Toolbox:
         key = (service, port)
         if key not in self._ports:
             try:
-                self._ports[key] = self._compose.port(service, port)
+                self._ports[key] = self._stack.port(service, port)
             except Interrupted:
                 raise ToolFailure("forge is stopping this trial") from None
             except ForgeError:

@@ -10,9 +10,11 @@ cheap to import: nothing here is loaded until a test asks for ``forge_stack``.
   test, a scope's backend with a warm pool for module/session scope; every backend shares the process's
   shared stacks and cache, so an all-``shared`` environment is one stack for the session whichever scope
   asks. Every stack goes back through the backend it came from.
-* ``ForgeStack`` — what a test gets: ``exec`` (through the runner seam), ``url``/``port`` (published ports),
-  ``postgres``/``mysql``/``redis`` (direct loopback clients) and ``log_tails`` for the report of a failed
-  test.
+* ``ForgeStack`` — what a test gets: a view of the one ``Stack`` handle (``forge_stack.stack``) that adds
+  only the test's side: ``exec`` (through the runner seam, the session's timeout), ``url``/``port``
+  (published ports), ``client``/``url`` (any kind's direct loopback client, by the service's kind) with
+  the named ``postgres``/``mysql``/``redis``, the clients closed when the test ends, and ``log_tails``
+  for the report of a failed test.
 """
 
 from __future__ import annotations
@@ -25,15 +27,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from forgelib.docker.labels import owned_temp_dir
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds import KINDS
 from forgelib.runner import Result, Runner, SubprocessRunner
 from forgelib.spec.models import Project, Task, Timeouts
-from forgelib.stacks import DockerBackend, Stacks
+from forgelib.stacks import DockerBackend, Stacks, connect
 from forgelib.stacks import open as open_stacks
 from forgelib.stacks.live import LiveStacks, StopState
 from forgelib.stacks.provision import DEFAULT_TASK
@@ -68,13 +69,27 @@ class ProvisionFailed(Exception):
 
 
 _P = TypeVar("_P")
+_C = TypeVar("_C", bound="_Closeable")
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
 
 
 @dataclass(repr=False)
 class ForgeStack:
-    """One provisioned stack, as a test sees it (the ``forge_stack`` fixture's value)."""
+    """One provisioned stack, as a test sees it (the ``forge_stack`` fixture's value).
 
-    trial: Stack
+    A view of one ``Stack`` (``stack``: the one handle, which ``forge run``, grading, the MCP tools and
+    ``connect`` take; pass it to them), holding nothing of the stack's own: every stack fact is read from
+    it. What the view adds is the test's: the clients opened for the test, closed when it ends; ``exec``
+    bounded by the session's command timeout; the project, task and run id it was asked for; the kinds'
+    clients by service (``client``, ``url``) and typed named forms for postgres, mysql and redis
+    (``postgres``, ``mysql``, ``redis`` and their ``_dsn``/``_url``); ``log_tails`` for a failed test's
+    report.
+    """
+
+    stack: Stack
     project: Project
     task: Task | None
     run_id: str
@@ -86,20 +101,25 @@ class ForgeStack:
         return f"<ForgeStack {self.name}: {self.project.name} {task}>"
 
     @property
+    def trial(self) -> Stack:
+        """``stack``, by the name the fixture's users may already write."""
+        return self.stack
+
+    @property
     def name(self) -> str:
         """The compose project name (``docker compose -p NAME ...`` reaches the stack by hand)."""
-        return self.trial.name
+        return self.stack.name
 
     @property
     def services(self) -> tuple[str, ...]:
-        return tuple(ResolvedConfig.of(self.trial.config).services)
+        return self.stack.services
 
     @property
     def bare_seeds(self) -> Mapping[str, Path]:
         """service -> the absolute host path of its seed's extra mount (``Recipe.seed_mount``: a ``bare``
         seed, mounted read-only in the service at ``/run/forge/seeds/<seed>``, named by ``FORGE_SEED_<SEED>``
         there)."""
-        return {svc: m.host_path for svc, m in self.trial.bare_seeds.items()}
+        return {svc: m.host_path for svc, m in self.stack.bare_seeds.items()}
 
     def exec(
         self,
@@ -115,7 +135,7 @@ class ForgeStack:
     ) -> Result:
         """``docker compose exec`` in ``service`` through the runner; a non-zero exit raises
         ``CommandError`` (with argv, rc and output tails) unless ``check=False``."""
-        return self.trial.compose.exec(
+        return self.stack.compose.exec(
             service,
             argv,
             input=input,
@@ -128,14 +148,32 @@ class ForgeStack:
 
     def port(self, service: str, container_port: int) -> tuple[str, int]:
         """(host, port) where the host reaches ``service:container_port`` (the port must be published)."""
-        return self.trial.compose.port(service, container_port)
+        return self.stack.port(service, container_port)
 
-    def url(self, service: str, container_port: int, path: str = "") -> str:
-        """``http://127.0.0.1:PORT`` (plus ``path``) for ``service``'s published ``container_port``."""
+    def url(self, service: str, container_port: int | None = None, path: str = "", **keywords: Any) -> str:
+        """``http://127.0.0.1:PORT`` (plus ``path``) for ``service``'s published ``container_port``; with no
+        port, the service's connection URL as its kind writes it (``postgresql://``, ``mysql://``,
+        ``redis://``; the kind's keywords: ``database``, ``db``), for code under test that connects itself."""
+        if container_port is None:
+            if path:
+                raise ForgeError(f"url({service!r}, path={path!r}): a path needs the container port it is on")
+            return self._direct(service, lambda: connect.url(self.stack, service, **keywords))
+        if keywords:
+            raise ForgeError(
+                f"url({service!r}, {container_port}): {', '.join(keywords)} apply to no HTTP URL"
+            )
         host, port = self.port(service, container_port)
         if path and not path.startswith("/"):
             path = "/" + path
         return f"http://{host}:{port}{path}"
+
+    def client(self, service: str, **keywords: Any) -> Any:
+        """A client of ``service`` on its loopback port, as its kind opens one (psycopg, PyMySQL,
+        redis-py; the kind's keywords: ``database``/``autocommit``, ``db``/``decode_responses``; ``kind=``
+        names the kind of a service forge does not recognise). Closed when the test ends."""
+        return self._opened(self._direct(service, lambda: connect.client(self.stack, service, **keywords)))
+
+    # The named forms: typed, with the kind given (so they also reach a service forge does not recognise).
 
     def postgres(
         self, service: str, *, database: str | None = None, autocommit: bool = True
@@ -143,18 +181,12 @@ class ForgeStack:
         """A psycopg connection to ``service`` on its loopback port, as its seed connected (user, database
         and password from the resolved compose config). Autocommit by default; closed when the test ends
         (``with`` closes it sooner)."""
-        from forgelib.stacks import connect
-
-        conn = self._direct(service, lambda: connect.postgres(self.trial, service, database=database))
-        client = conn.connect(autocommit=autocommit)
-        self.on_release(client.close)
-        return client
+        params = self._direct(service, lambda: connect.postgres(self.stack, service, database=database))
+        return self._opened(params.connect(autocommit=autocommit))
 
     def postgres_dsn(self, service: str, *, database: str | None = None) -> str:
         """The libpq connection string of ``postgres`` (for code under test that connects itself)."""
-        from forgelib.stacks import connect
-
-        return self._direct(service, lambda: connect.postgres(self.trial, service, database=database)).dsn()
+        return self._direct(service, lambda: connect.postgres(self.stack, service, database=database)).dsn()
 
     def mysql(
         self, service: str, *, database: str | None = None, autocommit: bool = True
@@ -162,33 +194,25 @@ class ForgeStack:
         """A PyMySQL connection to a MySQL/MariaDB ``service`` on its loopback port, as its seed connected
         (root, or the binding's ``user``, password from the resolved compose config). Autocommit by
         default; closed when the test ends."""
-        from forgelib.stacks import connect
-
-        params = self._direct(service, lambda: connect.mysql(self.trial, service, database=database))
-        client = params.connect(autocommit=autocommit)
-        self.on_release(client.close)
-        return client
+        params = self._direct(service, lambda: connect.mysql(self.stack, service, database=database))
+        return self._opened(params.connect(autocommit=autocommit))
 
     def mysql_url(self, service: str, *, database: str | None = None) -> str:
         """The ``mysql://`` URL of ``mysql`` (for code under test that connects itself)."""
-        from forgelib.stacks import connect
-
-        return self._direct(service, lambda: connect.mysql(self.trial, service, database=database)).url()
+        return self._direct(service, lambda: connect.mysql(self.stack, service, database=database)).url()
 
     def redis(self, service: str, *, db: int = 0, decode_responses: bool = False) -> redis.Redis:
         """A ``redis.Redis`` client of ``service`` on its loopback port (its ``--requirepass``, if any);
         closed when the test ends."""
-        from forgelib.stacks import connect
-
-        params = self._direct(service, lambda: connect.redis(self.trial, service, db=db))
-        client = params.client(decode_responses=decode_responses)
-        self.on_release(client.close)
-        return client
+        params = self._direct(service, lambda: connect.redis(self.stack, service, db=db))
+        return self._opened(params.client(decode_responses=decode_responses))
 
     def redis_url(self, service: str, *, db: int = 0) -> str:
-        from forgelib.stacks import connect
+        return self._direct(service, lambda: connect.redis(self.stack, service, db=db)).url()
 
-        return self._direct(service, lambda: connect.redis(self.trial, service, db=db)).url()
+    def _opened(self, client: _C) -> _C:
+        self.on_release(client.close)
+        return client
 
     def _direct(self, service: str, params: Callable[[], _P]) -> _P:
         try:
@@ -204,7 +228,7 @@ class ForgeStack:
 
     def log_tails(self, lines: int = DEFAULT_LOG_TAIL) -> dict[str, str]:
         """service -> its last ``lines`` log lines (never raises: it explains a failure)."""
-        return {svc: self.trial.compose.log_tail(svc, lines) for svc in self.services}
+        return {svc: self.stack.compose.log_tail(svc, lines) for svc in self.services}
 
     def on_release(self, closer: Callable[[], object]) -> None:
         """Run ``closer`` when the test that holds the stack ends (clients opened for it are closed)."""

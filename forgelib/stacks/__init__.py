@@ -9,6 +9,7 @@
 * ``backends`` — ``DockerBackend``: the one decision which stack a trial gets (``_source``: the run's
   shared stack, a warm one, a fresh one) over ``FreshSource`` / ``SharedSource`` / ``WarmSource``.
 * ``shared`` — ``SharedStacks``: a run's shared stacks (all-``shared`` environments), one per compose file.
+* ``stack`` — ``Stack``: the one handle on a provisioned stack, which every consumer takes.
 
 Only this package builds backends, warm pools, shared stacks and budgets
 (tests/unit/test_backend_construction.py). The stacks themselves come up through ``forgelib.stacks.provision``
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     )
     from forgelib.stacks.session import SCOPES, Mode, Scope, Stacks, open
     from forgelib.stacks.shared import SharedStacks
+    from forgelib.stacks.stack import Stack
 
 # The package's face is loaded on first use, not at import: the layer's own modules (provision, the warm
 # pool, goldens) import their siblings through this package, and an eager face would import the backends,
@@ -44,6 +46,7 @@ _FACE = {
     "heal_leftovers": "backends",
     **dict.fromkeys(("SCOPES", "Mode", "Scope", "Stacks", "open"), "session"),
     "SharedStacks": "shared",
+    "Stack": "stack",
 }
 
 
@@ -63,6 +66,7 @@ __all__ = [
     "Scope",
     "SharedSource",
     "SharedStacks",
+    "Stack",
     "StackSource",
     "Stacks",
     "WarmSource",

@@ -1,39 +1,41 @@
-"""Direct loopback connections to a provisioned stack's postgres, mysql and redis services.
+"""Direct connections to a provisioned stack's services, dispatched by each service's kind.
 
 The override forge generates for every stack publishes the port of each reset service whose recipe talks
-to it directly (``sql_dump``: postgres, ``redis_dump``: redis; see ``Recipe.direct_port``) on
-**127.0.0.1 at a random host port**. This module turns a provisioned stack and its *resolved* compose
-config into a psycopg connection / DSN or a ``redis.Redis`` client / URL, with the credentials the seed
-itself used. It only looks the stack up: each kind's parameters are built by its seed module, their one
-owner (``sql_dump.connection_params``: the binding's ``user``/``database``, else
-``POSTGRES_USER``/``POSTGRES_DB``, the password from ``POSTGRES_PASSWORD``, the port from ``PGPORT``;
-``redis_dump.connection_params``: ``--port``, ``--requirepass``).
+to it directly (``Recipe.direct_port``) on **127.0.0.1 at a random host port**. This module turns a
+``Stack`` and one of its services into that service's connection parameters, an open client or a URL,
+with the credentials the seed itself used. It only looks the stack up and dispatches: the kind recognised
+for the service (``Stack.kind``: its image, or its ``io.forgelib.kind`` label) builds them with its client
+module (``Kind.client``, a ``kinds.base.Client``), their one owner. So a kind registered with a client is
+reachable here, and from the pytest fixture, with no code outside its package::
+
+    with connect.client(stack, "app-db") as conn:           # psycopg, PyMySQL, redis-py: by the kind
+        ...
+    connect.url(stack, "cache", db=1)                        # redis://127.0.0.1:49153/1
+
+``postgres``/``mysql``/``redis`` (and ``postgres_dsn``, ``connect_postgres``, ``redis_url``,
+``redis_client``) are the named forms existing callers use: the same dispatch with the kind given, so they
+also reach a service forge does not recognise, and they return the kind's typed parameters.
 
 A ``compose exec psql`` round trip starts two CLIs and a process; a direct query is one round trip on an
-open connection (benchmarks/README.md, "Figures behind the code's choices"). The warm-stack resets, the
-pytest plugin and golden snapshots connect through here::
-
-    trial = provision_trial(...)
-    with connect.postgres(trial, "app-db").connect() as conn:
-        conn.execute("select 1")
-    connect.redis(trial, "redis").client().ping()
-
-Any service that publishes the port works (a shared one the user published, say): the host port is asked
-of compose (``docker compose port``), one call per lookup, so callers that connect often keep the params.
+open connection (benchmarks/README.md, "Figures behind the code's choices"). Any service that publishes
+the port works (a shared one the user published, say): the host port is asked of compose (``docker
+compose port``), one call per lookup, so callers that connect often keep the params.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.kinds.mysql import client as mysql_client
+from forgelib.kinds import mysql as mysql_kind
+from forgelib.kinds import postgres as postgres_kind
+from forgelib.kinds import redis as redis_kind
+from forgelib.kinds import registry as kinds
+from forgelib.kinds.base import Address, Client
+from forgelib.kinds.kind import Kind
 from forgelib.kinds.mysql.client import MysqlParams
-from forgelib.kinds.postgres import client as sql_dump
 from forgelib.kinds.postgres.client import PostgresParams
-from forgelib.kinds.redis import client as redis_dump
 from forgelib.kinds.redis.client import RedisParams
 from forgelib.spec.models import EnvironmentManifest
 from forgelib.stacks.stack import Stack
@@ -49,47 +51,96 @@ class PortLookup(Protocol):
     def port(self, service: str, container_port: int) -> tuple[str, int]: ...
 
 
-def service_config(config: Mapping[str, Any], service: str) -> ServiceConfig:
-    """One service of a resolved compose config; a clear error when the stack has no such service."""
-    services = ResolvedConfig.of(config).services
-    if service not in services:
-        known = ", ".join(sorted(services)) or "(none)"
-        raise ForgeError(f"the stack has no service {service!r}; services: {known}")
-    return services[service]
-
-
 def binding_options(env: EnvironmentManifest, service: str) -> Mapping[str, Any]:
     """The ``reset:`` options bound to ``service`` (user/database for sql_dump), empty when unbound."""
     svc = env.services.get(service)
     return svc.reset.options if svc is not None and svc.reset is not None else {}
 
 
-# -------------------------------------------------------------------------------------------- postgres
+def address(compose: PortLookup, service: str, inside: bool) -> Address:
+    """Where a container port of ``service`` is reached: its published loopback port, or (``inside``) the
+    service's name and the port itself."""
+    if inside:
+        return lambda port: (service, port)
+    return lambda port: compose.port(service, port)
 
 
-def postgres_params(
-    compose: PortLookup,
-    service: str,
-    config: Mapping[str, Any],
-    options: Mapping[str, Any] | None = None,
-    *,
-    database: str | None = None,
-    inside: bool = False,
-) -> PostgresParams:
-    """Connection parameters for ``service`` from the resolved compose ``config`` (one ``compose port``;
-    ``inside``: as a container on the stack's network reaches it, by service name and container port)."""
-    svc = service_config(config, service)
-    return sql_dump.connection_params(
-        svc, options or {}, address(compose, service, inside), database=database
+# -------------------------------------------------------------------------------- by the service's kind
+
+
+def kind_of(stack: Stack, service: str, kind: Kind | str | None = None) -> tuple[Kind, Client]:
+    """The kind whose client reaches ``service`` and that client: ``kind`` when given (a ``Kind`` or its
+    name), else the kind recognised for the service; a ``ForgeError`` naming the services forge connects
+    to when there is none."""
+    stack.service(service)  # an unknown service: the stack's own error, naming its services
+    if isinstance(kind, str):
+        found = kinds.BY_NAME.get(kind)
+        if found is None:
+            raise ForgeError(f"no kind {kind!r}; kinds: {', '.join(kinds.BY_NAME)}")
+        kind = found
+    chosen = kind if kind is not None else stack.kind(service)
+    module = kinds.client(chosen) if chosen is not None else None
+    if chosen is None or module is None:
+        reachable = [s for s in stack.services if (k := stack.kind(s)) is not None and k.client]
+        what = (
+            f"is a {chosen.name} service, which forge has no client for"
+            if chosen is not None
+            else "is of no kind forge recognises"
+        )
+        raise ForgeError(
+            f"service {service!r} {what}; services forge connects to: {', '.join(reachable) or '(none)'} "
+            f"(a service whose image forge does not recognise can name its kind with the compose label "
+            f"{kinds.DECLARED})"
+        )
+    return chosen, module
+
+
+def params(
+    stack: Stack, service: str, *, kind: Kind | str | None = None, inside: bool = False, **keywords: Any
+) -> Any:
+    """``service``'s connection parameters, as its kind builds them (``inside``: as a container on the
+    stack's network reaches it, by service name and container port)."""
+    _, module = kind_of(stack, service, kind)
+    return module.params(
+        stack.service(service),
+        binding_options(stack.environment, service),
+        address(stack.compose, service, inside),
+        **keywords,
     )
+
+
+def client(stack: Stack, service: str, *, kind: Kind | str | None = None, **keywords: Any) -> Any:
+    """An open client of ``service`` on its loopback port (psycopg, PyMySQL, redis-py: by its kind; the
+    kind's keywords, e.g. ``database``/``autocommit`` or ``db``/``decode_responses``). The caller closes
+    it."""
+    _, module = kind_of(stack, service, kind)
+    return module.client(
+        stack.service(service),
+        binding_options(stack.environment, service),
+        address(stack.compose, service, False),
+        **keywords,
+    )
+
+
+def url(
+    stack: Stack, service: str, *, kind: Kind | str | None = None, inside: bool = False, **keywords: Any
+) -> str:
+    """``service``'s connection as a URL (``postgresql://``, ``mysql://``, ``redis://``: by its kind)."""
+    _, module = kind_of(stack, service, kind)
+    return module.url(
+        stack.service(service),
+        binding_options(stack.environment, service),
+        address(stack.compose, service, inside),
+        **keywords,
+    )
+
+
+# ------------------------------------------------------------------- the named forms (existing callers)
 
 
 def postgres(stack: Stack, service: str, *, database: str | None = None) -> PostgresParams:
     """Parameters for a postgres service of a provisioned stack, as its seed connected."""
-    opts = binding_options(stack.environment, service)
-    return sql_dump.connection_params(
-        stack.service(service), opts, address(stack.compose, service, False), database=database
-    )
+    return cast(PostgresParams, params(stack, service, kind=postgres_kind.KIND, database=database))
 
 
 def postgres_dsn(stack: Stack, service: str, *, database: str | None = None) -> str:
@@ -102,53 +153,14 @@ def connect_postgres(
     return postgres(stack, service, database=database).connect(autocommit=autocommit)
 
 
-# ----------------------------------------------------------------------------------------------- mysql
-
-
-def mysql_params(
-    compose: PortLookup,
-    service: str,
-    config: Mapping[str, Any],
-    options: Mapping[str, Any] | None = None,
-    *,
-    database: str | None = None,
-    inside: bool = False,
-) -> MysqlParams:
-    """Connection parameters for a MySQL/MariaDB ``service`` (the credentials its seed used: root, or the
-    binding's ``user``; ``M*_ROOT_PASSWORD`` and friends from the resolved compose ``config``)."""
-    svc = service_config(config, service)
-    return mysql_client.connection_params(
-        svc, options or {}, address(compose, service, inside), database=database
-    )
-
-
 def mysql(stack: Stack, service: str, *, database: str | None = None) -> MysqlParams:
     """Parameters for a mysql service of a provisioned stack, as its seed connected."""
-    opts = binding_options(stack.environment, service)
-    return mysql_params(stack.compose, service, stack.config, opts, database=database)
-
-
-# ----------------------------------------------------------------------------------------------- redis
-
-
-def redis_params(
-    compose: PortLookup, service: str, config: Mapping[str, Any], db: int = 0, *, inside: bool = False
-) -> RedisParams:
-    svc = service_config(config, service)
-    return redis_dump.connection_params(svc, address(compose, service, inside), db)
-
-
-def address(compose: PortLookup, service: str, inside: bool) -> Callable[[int], tuple[str, int]]:
-    """Where a container port of ``service`` is reached: its published loopback port, or (``inside``) the
-    service's name and the port itself."""
-    if inside:
-        return lambda port: (service, port)
-    return lambda port: compose.port(service, port)
+    return cast(MysqlParams, params(stack, service, kind=mysql_kind.KIND, database=database))
 
 
 def redis(stack: Stack, service: str, *, db: int = 0) -> RedisParams:
     """Parameters for a redis service of a provisioned stack."""
-    return redis_dump.connection_params(stack.service(service), address(stack.compose, service, False), db)
+    return cast(RedisParams, params(stack, service, kind=redis_kind.KIND, db=db))
 
 
 def redis_url(stack: Stack, service: str, *, db: int = 0) -> str:
@@ -160,17 +172,21 @@ def redis_client(stack: Stack, service: str, *, db: int = 0) -> redis_lib.Redis:
 
 
 __all__ = [
+    "MysqlParams",
     "PostgresParams",
     "RedisParams",
     "Stack",
+    "address",
     "binding_options",
+    "client",
     "connect_postgres",
+    "kind_of",
+    "mysql",
+    "params",
     "postgres",
     "postgres_dsn",
-    "postgres_params",
     "redis",
     "redis_client",
-    "redis_params",
     "redis_url",
-    "service_config",
+    "url",
 ]

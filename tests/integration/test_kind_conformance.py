@@ -8,6 +8,7 @@ is skipped with the kind's reason, never edited per kind. A new kind adds its ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -444,7 +445,7 @@ def test_the_mcp_backend_answers_its_tools(stack: Stack, seeded: dict[str, str],
     if not kind.tools or case.tool is None:
         pytest.skip(f"{name} backs no MCP tool")
     tool, args, holds = case.tool
-    box = Toolbox(stack.compose, stack.config)
+    box = Toolbox(stack)
     try:
         for service in case.services:
             result = box.call(tool, {**args, "service": service})
@@ -469,6 +470,27 @@ def test_the_client_connects(stack: Stack, name: str) -> None:
             assert cur.fetchone() == ("seeded",)
     else:
         assert connect.redis(stack, service).client().ping()
+
+
+@pytest.mark.parametrize("name", KIND_IDS)
+def test_the_client_is_reached_by_the_services_kind(stack: Stack, name: str) -> None:
+    """``connect.client``/``url`` with no kind named: dispatched by the kind recognised for the service,
+    to the same connection as the named form."""
+    kind = kinds.by_name(name)
+    if kinds.client(kind) is None:
+        pytest.skip(f"{name}: forge never connects to it directly")
+    service = CASES[name].services[0]
+    assert stack.kind(service) is kind
+    assert connect.url(stack, service) == connect.params(stack, service, kind=kind).url()
+    with contextlib.closing(connect.client(stack, service)) as client:
+        if name == "redis":
+            assert client.ping()
+        elif name == "postgres":
+            assert client.execute("select v from t").fetchone() == ("seeded",)
+        else:
+            with client.cursor() as cur:
+                cur.execute("select v from t")
+                assert cur.fetchone() == ("seeded",)
 
 
 def _golden_trial(

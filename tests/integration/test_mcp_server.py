@@ -13,6 +13,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,7 @@ class Unpublished:
 def test_sql_query_runs_psql_in_the_container_when_the_port_is_not_published(
     pack_stack: Stack,
 ) -> None:
-    box = Toolbox(Unpublished(pack_stack.compose), pack_stack.config)
+    box = Toolbox(replace(pack_stack, compose=Unpublished(pack_stack.compose)))  # type: ignore[arg-type]
     out = json.loads(box.call("sql_query", {"service": "app-db", "query": "select id, name from widgets"}))
     assert out["columns"] == ["id", "name"] and out["rows"] == [["1", "baseline"]]  # psql's text
     with pytest.raises(ToolFailure, match='relation "nope" does not exist'):

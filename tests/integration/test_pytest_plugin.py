@@ -168,6 +168,10 @@ def test_postgres_pack(forge_stack):
     record("postgres_pack", forge_stack)
     with urllib.request.urlopen(forge_stack.url("widgets-api", 8000, "/widgets/1"), timeout=30) as r:
         assert json.load(r) == {{"id": 1, "name": "baseline"}}
+    conn = forge_stack.client("app-db")  # closed when the test ends
+    assert conn.execute("select name from widgets where id = 1").fetchone() == ("baseline",)
+    assert forge_stack.url("app-db").startswith("postgresql://")
+    assert forge_stack.stack is forge_stack.trial and forge_stack.stack.kind("app-db").name == "postgres"
     mutate_after_baseline(forge_stack, "pack")
 """,
         test_session_scope=f"""
@@ -189,6 +193,9 @@ def test_cache_pack(forge_stack):
     record("cache_pack", forge_stack)
     cached = json.loads(forge_stack.redis("redis").get("order:4021"))
     assert cached["status"] == "processing"
+    # the kind's client and URL by the service alone, the same connection as the named forms
+    assert json.loads(forge_stack.client("redis", decode_responses=True).get("order:4021")) == cached
+    assert forge_stack.url("redis") == forge_stack.redis_url("redis")
     with urllib.request.urlopen(forge_stack.url("orders-api", 8000, "/orders/4021/source"), timeout=30) as r:
         assert json.load(r)["status"] == "shipped"
 """,

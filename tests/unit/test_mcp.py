@@ -31,6 +31,7 @@ from forgelib.mcp.tools import (
 )
 from forgelib.mcp.trace import TraceWriter, truncate_utf8
 from forgelib.runner import Result
+from forgelib.stacks.stack import Stack
 
 # ------------------------------------------------------------------------------------------------ trace
 
@@ -177,6 +178,11 @@ class ScriptedStack:
 CONFIG = {"services": {"runner": {"image": "forgelib/python:3.11"}, "db": {"image": "postgres:16"}}}
 
 
+def _stack(access: ScriptedStack) -> Stack:
+    """A ``Stack`` of ``CONFIG`` whose commands and ports are ``access``'s."""
+    return Stack("p", None, access, {}, {}, Path("/t"), config=CONFIG)  # type: ignore[arg-type]
+
+
 def _result(rc: int = 0, stdout: str = "", stderr: str = "") -> Result:
     return Result(("x",), rc, stdout, stderr, 0.01)
 
@@ -189,7 +195,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
             "stopped": Interrupted("interrupted"),  # Ctrl-C: the stop killed (or refused) the exec
         }
     )
-    box = Toolbox(stack, CONFIG)
+    box = Toolbox(_stack(stack))
     cases = [
         ("read_file", {"service": "ghost", "path": "/x"}, "no service 'ghost' in this trial's stack"),
         ("read_file", {"service": "runner", "path": "/nope"}, "No such file or directory"),
@@ -211,7 +217,7 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
 
 def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as_an_argument() -> None:
     stack = ScriptedStack({"head": _result(stdout="x" * (FILE_LIMIT + 1)), "sh": _result()})
-    box = Toolbox(stack, CONFIG)
+    box = Toolbox(_stack(stack))
     with pytest.raises(ToolFailure, match="larger than"):
         box.call("read_file", {"service": "runner", "path": "/big"})
     assert box.call("write_file", {"service": "runner", "path": "/a b; rm -rf /", "content": "é"}) == (
@@ -222,26 +228,24 @@ def test_a_file_larger_than_the_limit_is_an_error_and_a_write_passes_the_path_as
 
 def test_no_result_is_larger_than_the_limit() -> None:
     huge = "\n".join("x" * 300 for _ in range(LIST_LIMIT))  # 10,000 entries of 300 bytes: 3 MB
-    box = Toolbox(ScriptedStack({"ls": _result(stdout=huge)}), CONFIG)
+    box = Toolbox(_stack(ScriptedStack({"ls": _result(stdout=huge)})))
     with pytest.raises(ToolFailure, match=f"the result is {len(huge)} bytes; at most {MAX_RESULT}"):
         box.call("list_dir", {"service": "runner", "path": "/"})
 
 
 def test_a_toolbox_is_scoped_to_the_services_it_is_given() -> None:
-    box = Toolbox(ScriptedStack({}), CONFIG, services=["runner"])
+    box = Toolbox(_stack(ScriptedStack({})), services=["runner"])
     with pytest.raises(ToolFailure, match=r"services: runner$"):
         box.call("list_dir", {"service": "db", "path": "/"})
     with pytest.raises(ForgeError, match="no service 'x'"):
-        Toolbox(ScriptedStack({}), CONFIG, services=["x"])
+        Toolbox(_stack(ScriptedStack({})), services=["x"])
 
 
 # ------------------------------------------------------------------------------------ the server's guard
 
 
-class Trial:
-    def __init__(self) -> None:
-        self.compose = ScriptedStack({"ls": _result(stdout="a\nb/\n")})
-        self.config = CONFIG
+def _trial() -> Stack:
+    return _stack(ScriptedStack({"ls": _result(stdout="a\nb/\n")}))
 
 
 def _post(url: str, token: str | None) -> tuple[int, str]:
@@ -260,7 +264,7 @@ def _post(url: str, token: str | None) -> tuple[int, str]:
 def test_a_request_without_the_trials_token_gets_401_and_close_frees_the_port(tmp_path: Path) -> None:
     from forgelib.mcp import ToolServer
 
-    with ToolServer.start(Trial(), trace_path=tmp_path / "trace.jsonl") as srv:
+    with ToolServer.start(_trial(), trace_path=tmp_path / "trace.jsonl") as srv:
         assert srv.stack_url is None and srv.tools == DEFAULT_TOOLS
         assert _post(srv.url, None)[0] == 401
         assert _post(srv.url, srv.token + "x")[0] == 401
@@ -276,5 +280,5 @@ def test_an_unknown_tool_name_is_refused_at_start(tmp_path: Path) -> None:
     from forgelib.mcp import ToolServer
 
     with pytest.raises(ForgeError, match="unknown MCP tool"):
-        ToolServer.start(Trial(), tools=["read_file", "rm_rf"], trace_path=tmp_path / "t.jsonl")
+        ToolServer.start(_trial(), tools=["read_file", "rm_rf"], trace_path=tmp_path / "t.jsonl")
     assert not (tmp_path / "t.jsonl").exists()

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.kinds.base import CONNECT_TIMEOUT
+from forgelib.kinds.base import CONNECT_TIMEOUT, Address
 
 if TYPE_CHECKING:
     import psycopg
@@ -87,8 +87,45 @@ def connection_params(
     return PostgresParams(host, port, user, str(password) if password else None, database or db)
 
 
+# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to.
+
+
+def params(
+    service_config: ServiceConfig,
+    options: Mapping[str, Any],
+    address: Address,
+    /,
+    *,
+    database: str | None = None,
+) -> PostgresParams:
+    return connection_params(service_config, options, address, database=database)
+
+
+def client(
+    service_config: ServiceConfig,
+    options: Mapping[str, Any],
+    address: Address,
+    /,
+    *,
+    database: str | None = None,
+    autocommit: bool = True,
+) -> psycopg.Connection[Any]:
+    return params(service_config, options, address, database=database).connect(autocommit=autocommit)
+
+
+def url(
+    service_config: ServiceConfig,
+    options: Mapping[str, Any],
+    address: Address,
+    /,
+    *,
+    database: str | None = None,
+) -> str:
+    return params(service_config, options, address, database=database).url()
+
+
 def connection_strings(
-    service_config: ServiceConfig, options: Mapping[str, Any], address: Callable[[int], tuple[str, int]]
+    service_config: ServiceConfig, options: Mapping[str, Any], address: Address
 ) -> dict[str, str]:
     """What the agent's manifest gives for the service: a libpq DSN and a URL."""
     pg = connection_params(service_config, options, address)

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
-from forgelib.kinds.base import CONNECT_TIMEOUT
+from forgelib.kinds.base import CONNECT_TIMEOUT, Address
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -69,8 +69,36 @@ def connection_params(
     return RedisParams(host, port, command_option(service_config, "requirepass"), db)
 
 
+# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to. A
+# redis service has no binding options: its port and password are on its command line.
+
+
+def params(
+    service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, *, db: int = 0
+) -> RedisParams:
+    return connection_params(service_config, address, db)
+
+
+def client(
+    service_config: ServiceConfig,
+    options: Mapping[str, Any],
+    address: Address,
+    /,
+    *,
+    db: int = 0,
+    decode_responses: bool = False,
+) -> redis_lib.Redis:
+    return params(service_config, options, address, db=db).client(decode_responses=decode_responses)
+
+
+def url(
+    service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, *, db: int = 0
+) -> str:
+    return params(service_config, options, address, db=db).url()
+
+
 def connection_strings(
-    service_config: ServiceConfig, options: Mapping[str, Any], address: Callable[[int], tuple[str, int]]
+    service_config: ServiceConfig, options: Mapping[str, Any], address: Address
 ) -> dict[str, str]:
     """What the agent's manifest gives for the service: a ``redis://`` URL."""
     return {"url": connection_params(service_config, address).url()}

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import CommandTimeout, ProvisionError
 from forgelib.grading.checks import ExecOptions
 from forgelib.run.execute import TrialRequest
 from forgelib.runner import Result
 from forgelib.spec.models import Check, EnvironmentManifest, Grading, Oracle, Task
+from forgelib.stacks.stack import Stack
 
 Answer = Callable[[str, tuple[str, ...], Mapping[str, Any]], Result]
 
@@ -76,6 +78,17 @@ class FakeHandle:
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: Mapping[str, Any] = field(default_factory=dict)
     pooled: bool = False
+
+    # What consumers read of a Stack's services and how they reach them: Stack's own code, over the fake.
+    @property
+    def resolved(self) -> ResolvedConfig:
+        return ResolvedConfig.of(self.config)
+
+    services = Stack.services
+    service = Stack.service
+    kind = Stack.kind
+    exec = Stack.exec
+    port = Stack.port
 
 
 @dataclass
