@@ -174,7 +174,9 @@ def test_a_tagged_kill_kills_the_whole_process_group(tmp_path: Path) -> None:
     t = threading.Thread(target=run)
     t.start()
     deadline = time.monotonic() + 60
-    while not pidfile.exists():  # the grandchild has started (the pid file appears whole: mv)
+    # The grandchild has started (the pid file appears whole: mv) and the runner has registered its leader:
+    # the child can write the file before the thread that started it gets to register it.
+    while not (pidfile.exists() and runner.running()):
         assert time.monotonic() < deadline and t.is_alive(), "sh never started its grandchild"
         time.sleep(0.01)
     grandchild = int(pidfile.read_text())
