@@ -214,7 +214,10 @@ class Executor:
         downs = ThreadPoolExecutor(max_workers=max(1, self.s.workers), thread_name_prefix="forge-down")
         self._teardowns = downs
         try:
-            futures = [pool.submit(self.run_trial, task, idx) for task, idx in trials]
+            # One by one into the list `_interrupt` cancels: a Ctrl-C between two submits still finds every
+            # trial submitted so far.
+            for task, idx in trials:
+                futures.append(pool.submit(self.run_trial, task, idx))
             pending: set[Future[TrialResult]] = set(futures)
             while pending:
                 # A signal must not raise inside `wait` (see StopState.defer): it is recorded there and
