@@ -116,7 +116,7 @@ def test_a_failing_setup_fails_its_trials_with_its_reason_and_the_run_goes_on(
     assert summary["totals"]["errors_by_stage"] == {"setup": 2}
     for trial, grade in _trials(run_dir, "broken_setup"):
         assert (trial["status"], trial["termination_reason"]) == ("error", "PROVISION_ERROR")
-        assert trial["provision_stage"] == "setup" and trial["compose_project"] is None
+        assert trial["error"]["stage"] == "setup" and trial["compose_project"] is None
         reason = grade["reasons"][0]
         assert "setup of task 'broken_setup' failed" in reason
         assert "the widget feed is unreachable" in reason and "loading widgets" in reason
