@@ -136,7 +136,7 @@ class TaskSetups:
             lock = self._locks.setdefault(task.name, threading.Lock())
         with lock:
             done = self._done.get(task.name)
-            if done is None or done.interrupted:
+            if done is None:
                 done = self._done[task.name] = self._run(task)
             return done
 

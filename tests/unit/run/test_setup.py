@@ -148,3 +148,29 @@ def test_an_interrupted_setup_tears_down_and_says_so() -> None:
     assert walked == ["provision", "run", "teardown", "done"] and p.interrupted and p.ok is False
     with pytest.raises(ValueError):
         setup_advance(p, Outcome.OK)
+
+
+def test_a_stop_during_the_setup_tears_its_stack_down_and_takes_no_checkpoint(
+    tmp_path: Path, fake_backend: Any
+) -> None:
+    from forgelib.run.setup import TaskSetups
+
+    stop = [False]
+    backend = fake_backend(on_provision=lambda task, index: stop.__setitem__(0, True))
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    class Sink:
+        def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+            events.append((kind, fields))
+            return fields
+
+    setups = TaskSetups(
+        backend, Sink(), run_id="r1", run_dir=tmp_path, say=lambda line: None,
+        stopping=lambda: stop[0], log_tail_lines=10,
+    )  # fmt: skip
+    task = _with_setup()
+    res = setups.result(task)
+    assert res.interrupted and not res.ok and res.checkpoint is None
+    assert backend.checkpoints == [] and backend.torn_down == ["proj-r1-read_widget-setup"]
+    assert backend.stacks[("read_widget", SETUP_INDEX)].calls == []  # the step itself never ran
+    assert setups.result(task) is res and len(events) == 1  # asked again: the same answer, not a rerun
