@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import harness as bs
 from forgelib.docker import argv as dk
+from forgelib.run.results import RecordedTrial
 from forgelib.runner import SubprocessRunner
 from forgelib.stacks.snapshots import checkpoints as ckstore
 
@@ -33,7 +34,11 @@ NAME = "setup"
 PROJECT = bs.REPO / "tests/fixtures/setup_project"
 SETUP = PROJECT / "run_configs/setup.yaml"
 INLINE = PROJECT / "run_configs/inline.yaml"
-PHASES = ("setup_wait", "compose_config", "checkpoint_plan", "up_seeded", "up_rest", "provision", "solve")
+PHASES = (
+    "setup_wait", "memory_wait", "start_wait", "compose_config", "checkpoint_plan", "up_seeded", "recipe",
+    "up_rest", "checkpoint_verify",
+    "provision", "solve", "grading", "teardown",
+)  # fmt: skip
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -50,6 +55,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     marker.chmod(0o777)
     env = {"FORGE_TEST_MARKER_DIR": str(marker)}
     arms: dict[str, list[bs.ForgeRun]] = {"setup": [], "inline": []}
+    trials: dict[str, list[RecordedTrial]] = {"setup": [], "inline": []}  # read before the runs' files go
     checkpoints: list[str] = []
     try:
         for _ in range(args.rounds):
@@ -59,6 +65,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                     extra=("--stacks", "fresh", "--no-snapshots"),
                 )  # fmt: skip
                 arms[arm].append(run)
+                trials[arm] += run.trials()
                 checkpoints += [str(s.get("checkpoint")) for s in (run.summary.get("setups") or {}).values()]
                 print(f"{arm}: run {run.wall:.1f} s", file=sys.stderr, flush=True)
     finally:
@@ -71,20 +78,20 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         raise SystemExit(f"checkpoints of the setup runs were left: {left}")
     rows: list[dict[str, Any]] = []
     for arm, runs in arms.items():
-        trials = [t for r in runs for t in r.trials()]
+        done = trials[arm]
         setups = [s for r in runs for s in (r.summary.get("setups") or {}).values()]
         rows.append(
             {
                 "arm": arm,
                 "runs": len(runs),
-                "trials": len(trials),
+                "trials": len(done),
                 "run_wall_s": round(bs.median([r.wall for r in runs]), 2),
-                "trial_wall_median_s": round(bs.median([t.wall_seconds for t in trials]), 2),
+                "trial_wall_median_s": round(bs.median([t.wall_seconds for t in done]), 2),
                 "setup_once_s": round(bs.median([float(s["seconds"]) for s in setups]), 2)
                 if setups
                 else None,
                 "setup_steps_s": setups[0]["timings"] if setups else None,
-                "phase_medians_s": bs.phase_medians(trials, PHASES),
+                "phase_medians_s": bs.phase_medians(done, PHASES),
             }
         )
     setup_row, inline_row = rows

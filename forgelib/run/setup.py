@@ -93,6 +93,7 @@ class _Walk:
     tail: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     teardown_error: str | None = None
+    sent_away: bool = False  # the stack's teardown runs in the background
 
 
 class TaskSetups:
@@ -151,13 +152,8 @@ class TaskSetups:
             if outcome is None:
                 step_t0 = time.monotonic()
                 outcome = self._step(p, w)
-                if (
-                    w.stack is not None
-                    or p.step is not SetupStep.TEARDOWN
-                    or not p.ok
-                    or not self._background
-                ):
-                    w.timings[p.step.value] = time.monotonic() - step_t0  # (not a teardown sent away)
+                if not (p.step is SetupStep.TEARDOWN and w.sent_away):  # that one took no time here
+                    w.timings[p.step.value] = time.monotonic() - step_t0
                 if outcome is not Outcome.OK and self.stopping():
                     outcome = Outcome.INTERRUPTED
             nxt = setup_advance(p, outcome)
@@ -225,6 +221,7 @@ class TaskSetups:
                     )
 
             self._background(down)
+            w.sent_away = True
             return Outcome.OK
         # A failure is recorded beside the setup; the reaper owns what is left.
         w.teardown_error = self._teardown_stack(stack)
