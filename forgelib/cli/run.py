@@ -24,6 +24,7 @@ from forgelib.run.options import RunOptions
 from forgelib.runner import SubprocessRunner, merged_env
 from forgelib.spec.loader import load_agent, load_project_config, load_run_config
 from forgelib.spec.models import Agent, Project, RunConfig, Task
+from forgelib.spec.rules import warm_setup_refusal
 from forgelib.spec.validate import print_notices
 from forgelib.stacks.live import LiveStacks, interruptible
 from forgelib.table import align
@@ -47,6 +48,8 @@ def main_run(options: RunOptions) -> int:
     plan = build_plan(cfg, project, options, agent=solver)
     use_snapshots = options.use_snapshots(cfg.snapshots)
     if joining is not None:
+        if any(t.setup is not None for t in plan.tasks):
+            raise UsageError("--cluster does not run tasks with a setup step yet; run them without --cluster")
         state = _run_on_cluster(joining, plan, project, cfg.profiles, use_snapshots)
     else:
         if plan.stacks == "warm" or use_snapshots:
@@ -154,6 +157,10 @@ def build_plan(
     if not tasks and not options.resume:
         raise UsageError(f"{project.path}: the project has no tasks to run")
     out = Path(options.output).resolve() if options.output else (cfg.output or project.root / "runs")
+    mode = options.stacks or cfg.stacks
+    for task in tasks if mode == "warm" else ():
+        if task.setup is not None:
+            raise UsageError(warm_setup_refusal(task.name, task.path))
     return RunPlan(
         tasks=project.tasks if options.resume else tasks,
         repeats=options.repeats or cfg.repeats,
@@ -168,7 +175,7 @@ def build_plan(
         config=str(cfg.path),
         junit=Path(options.junit).resolve() if options.junit else None,
         report=write_report if options.report else None,
-        stacks=options.stacks or cfg.stacks,
+        stacks=mode,
         agent=agent,
     )
 

@@ -244,6 +244,9 @@ class ClusterBackend:
     def launch_host(self, argv: Any, **kwargs: Any) -> Any:
         raise ForgeError("bug: a cluster run has no command agents (forge run refuses --agent there)")
 
+    def checkpoint(self, trial: Stack, run_id: str) -> str:
+        raise ForgeError("bug: a cluster run has no setup steps (forge run refuses them there)")
+
     def discard_leftovers(self, run_id: str) -> None:
         self.cluster.reap(run_id)
 

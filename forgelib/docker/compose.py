@@ -64,13 +64,17 @@ def sanitize_name(raw: str, *, key: str | None = None) -> str:
     return f"{head}-{digest}" if head else f"f{digest}"
 
 
-def project_name(project: str, run_id: str, task: str, trial_index: int | None, attempt: int = 1) -> str:
+def project_name(
+    project: str, run_id: str, task: str, trial_index: int | None, attempt: int = 1, *, tail: str = ""
+) -> str:
     """The compose project name of one trial (``trial_index=None``: the run's shared stack for ``task``);
-    a retried trial's later attempts get ``-a<attempt>`` (a fresh project).
+    a retried trial's later attempts get ``-a<attempt>`` (a fresh project). ``tail``: another stack of the
+    task's than a trial's (``setup``: the one its setup step runs on).
 
     Long project and task names are shortened first, so the run id and trial index stay readable.
     """
-    tail = "shared" if trial_index is None else str(trial_index) + (f"-a{attempt}" if attempt > 1 else "")
+    if not tail:
+        tail = "shared" if trial_index is None else str(trial_index) + (f"-a{attempt}" if attempt > 1 else "")
     full = f"{project}-{run_id}-{task}-{tail}"
     return sanitize_name(f"{project[:_PART]}-{run_id}-{task[:_PART]}-{tail}", key=full)
 

@@ -64,6 +64,7 @@ def build(
         "pool": summary["pool"],
         "phases": distributions(state.records()),
         "skipped_events": summary["skipped_events"],
+        "setups": summary["setups"],
         "trials": trials,
     }
 

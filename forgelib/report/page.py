@@ -28,6 +28,7 @@ from forgelib.errors import EXIT_OK, ForgeError, UsageError
 from forgelib.report.data import build
 from forgelib.run.events import EVENTS_FILE, RunState, fold, read_events
 from forgelib.run.results import trial_dir
+from forgelib.run.setup import SETUP_FILE, SETUPS_DIR
 from forgelib.runner import file_tail
 
 REPORT_FILE = "report.html"
@@ -115,10 +116,28 @@ def _meta(data: Mapping[str, Any]) -> str:
         f"<div>project <code>{_e(run.get('project') or '?')}</code> · config "
         f"<code>{_e(run.get('config') or '?')}</code></div><div>{line} · solved by {solved}</div>"
     )
+    out += "".join(_setup(task, rec) for task, rec in sorted((data.get("setups") or {}).items()))
     skipped = data.get("skipped_events") or {}
     if skipped.get("unreadable_lines") or skipped.get("unknown_kinds"):
         out += f"<div class='warn'>skipped events this version cannot read: {_e(json.dumps(skipped))}</div>"
     return out
+
+
+def _setup(task: str, rec: Mapping[str, Any]) -> str:
+    """A task's setup step (run once for its trials): how it ended, each step's time, its files."""
+    steps = ", ".join(f"{_e(k)} {_secs(float(v))} s" for k, v in (rec.get("timings") or {}).items())
+    if rec.get("ok"):
+        verdict = f"checkpoint <code>{_e(rec.get('checkpoint'))}</code>"
+    else:
+        verdict = f"<b class='error'>failed</b>: {_e(rec.get('error') or '?')}"
+    where = f"{SETUPS_DIR}/{quote(task)}/"
+    links = " ".join(
+        f"<a href='{where}{name}'>{name}</a>" for name in (SETUP_FILE, "setup.stdout", "setup.stderr")
+    )
+    return (
+        f"<div>setup of task <code>{_e(task)}</code>: {verdict} · {_secs(rec.get('seconds'))} s ({steps}) · "
+        f"{links}</div>"
+    )
 
 
 def _session(s: Mapping[str, Any]) -> str:

@@ -65,6 +65,9 @@ WARM_EPHEMERAL_RECREATED = "warm_ephemeral_recreated"
 # trial waited for that reset to end): how a trial got its stack
 STACK_ACQUIRED = "stack_acquired"
 RUN_FINISHED = "run_finished"
+# task, ok, checkpoint, seconds, timings (provision, run, checkpoint, teardown), error, log_tail,
+# interrupted, teardown_error, dir: a task's setup step ended (run/setup.py); its trials fork the checkpoint
+SETUP_FINISHED = "setup_finished"
 
 TrialKey = tuple[str, int]  # (task name, trial index)
 Observer = Callable[[Mapping[str, Any]], None]
@@ -260,6 +263,7 @@ class RunState:
     goldens_discarded: int = 0
     unreadable_lines: int = 0
     acquired: list[dict[str, Any]] = field(default_factory=list)  # the stack_acquired events, in order
+    setups: dict[str, dict[str, Any]] = field(default_factory=dict)  # task -> its last setup_finished
 
     def pending(self) -> list[TrialKey]:
         """Trials in plan order that did not finish: never started, cut off by a kill, interrupted."""
@@ -407,6 +411,8 @@ def apply(s: RunState, e: Mapping[str, Any]) -> None:
             s.goldens_discarded += 1
         elif kind == STACK_ACQUIRED:
             s.acquired.append(dict(e))
+        elif kind == SETUP_FINISHED:
+            s.setups[str(e["task"])] = {k: v for k, v in e.items() if k not in ("kind", "ts", "v")}
         elif kind == WARM_EPHEMERAL_RECREATED:
             pass  # the record is the event itself: nothing a trial's state depends on
         elif kind == "_unreadable":
@@ -483,6 +489,7 @@ def summarize(s: RunState) -> dict[str, Any]:
         "goldens_discarded": s.goldens_discarded,
         "ready": ready_summary(recs),
         "pool": pool_summary(s.acquired),
+        "setups": {task: dict(rec) for task, rec in sorted(s.setups.items())},
     }
 
 

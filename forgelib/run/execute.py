@@ -56,6 +56,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
+from forgelib.run.setup import STAGE, TaskSetups
 from forgelib.runner import Result, secret_values
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 from forgelib.stacks.live import LiveStacks, StopState
@@ -83,6 +84,11 @@ class Backend(Protocol):
 
     def discard_leftovers(self, run_id: str) -> None:
         """Remove stacks of ``run_id`` whose owner died (a killed run being resumed)."""
+        ...
+
+    def checkpoint(self, trial: Stack, run_id: str) -> str:
+        """Checkpoint a task's setup stack as the run's own (removed by ``finish_run``); its id. A trial
+        provisioned with ``checkpoint=`` that id starts from a fork of it."""
         ...
 
     def run_host(
@@ -200,6 +206,16 @@ class Executor:
         self._interrupted_recorded = False  # RUN_INTERRUPTED is in the log (once)
         self._teardowns: ThreadPoolExecutor | None = None  # fresh stacks come down here, off the workers
         self._downs: list[Future[tuple[Outcome, bool | None]]] = []
+        # Each task's setup step, once (run/setup.py): its stack is registered like a trial's, so a stop
+        # tears it down too.
+        self._setups = TaskSetups(
+            backend, events, run_id=settings.run_id, run_dir=settings.run_dir, say=self.say,
+            stopping=self.stopping, log_tail_lines=settings.log_tail_lines,
+            register=lambda st: self._stacks.add(
+                st.name, lambda graceful: self.backend.teardown(st, graceful=graceful), started=True
+            ),
+            teardown=lambda st: self._stacks.teardown(st.name), background=self._in_background,
+        )  # fmt: skip
 
     # -------------------------------------------------------------------------------------- the pool
 
@@ -259,6 +275,19 @@ class Executor:
         # Tearing the stacks down now also ends whatever the workers are exec'ing in them.
         self._stacks.teardown_all()
         pool.shutdown(wait=True, cancel_futures=True)
+
+    def _in_background(self, fn: Callable[[], None]) -> None:
+        """``fn`` on the teardown pool (the run waits for it as for a trial's ``down``), or now when there
+        is none or the run is stopping."""
+        if self._teardowns is None or self.stopping():
+            fn()
+            return
+
+        def call() -> tuple[Outcome, bool | None]:
+            fn()
+            return Outcome.OK, None
+
+        self._downs.append(self._teardowns.submit(call))
 
     def _record_interrupted(self) -> None:
         if not self._interrupted_recorded:  # flagged once written: a Ctrl-C cutting the append short retries
@@ -328,15 +357,24 @@ class Executor:
 
     def _provision(self, t: _Trial) -> tuple[Outcome, bool | None]:
         t0 = time.monotonic()
+        request: TrialRequest = {
+            "run_id": self.s.run_id,
+            "trial_index": t.index,
+            "trial_dir": t.dir,
+            "on_phase": lambda phase, secs: self._provision_phase(t, phase, secs),
+            "attempt": t.attempt,
+        }
+        if t.task.setup is not None:  # every trial of the task starts from its setup's checkpoint
+            setup = self._setups.result(t.task)
+            t.timings["setup_wait"] = time.monotonic() - t0
+            if setup.interrupted:
+                return Outcome.INTERRUPTED, None
+            if not setup.ok:
+                return self._provision_failed(t, STAGE, setup.reason(), t0)
+            request["checkpoint"] = setup.checkpoint
+            t0 = time.monotonic()  # the stack's own provisioning starts now (the wait is setup_wait)
         try:
-            handle = self.backend.provision(
-                t.task,
-                run_id=self.s.run_id,
-                trial_index=t.index,
-                trial_dir=t.dir,
-                on_phase=lambda phase, secs: self._provision_phase(t, phase, secs),
-                attempt=t.attempt,
-            )
+            handle = self.backend.provision(t.task, **request)
         except Interrupted:  # the stop's doing, not the pack's: no provision stage on record
             t.timings["provision"] = time.monotonic() - t0
             return Outcome.INTERRUPTED, None

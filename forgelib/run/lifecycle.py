@@ -250,3 +250,54 @@ def error_stage(t: Termination, provision_stage: str | None = None) -> str | Non
 def stage_name(stage: str) -> str:
     """An ``error_stage`` as recorded, under today's name (an old log's ``oracle`` is ``solve``)."""
     return Phase.SOLVE.value if stage == LEGACY_SOLVE_PHASE else stage
+
+
+# ------------------------------------------------------------------------------------ a task's setup
+
+
+class SetupStep(StrEnum):
+    """A task's ``setup:``, once per run, before its first trial gets a stack (``forgelib.run.setup``):
+
+        PROVISION -> RUN -> CHECKPOINT -> TEARDOWN -> DONE
+            |          |         |            ^
+            |          +---------+--(failed)--+      (the setup stack goes whatever happened)
+            +--(failed)--> DONE                      (provisioning tore its stack down itself)
+
+    Its end decides every trial of the task: the checkpoint they fork (``ok``), or the failure each of them
+    is recorded with (a provision error at stage ``setup``, the solver never run)."""
+
+    PROVISION = "provision"
+    RUN = "run"
+    CHECKPOINT = "checkpoint"
+    TEARDOWN = "teardown"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class SetupProgress:
+    step: SetupStep = SetupStep.PROVISION
+    stack_up: bool = False
+    ok: bool | None = None  # known once a step failed, or once the checkpoint exists
+    interrupted: bool = False
+    failed_step: SetupStep | None = None
+
+
+def setup_advance(p: SetupProgress, outcome: Outcome) -> SetupProgress:
+    """The setup's state after its current step ended with ``outcome``. A teardown's own failure is
+    recorded beside the setup; its verdict stands (the checkpoint was taken before it)."""
+    if p.step is SetupStep.DONE:
+        raise ValueError("a finished setup does not advance")
+    if p.step is SetupStep.TEARDOWN:
+        return replace(p, step=SetupStep.DONE, stack_up=False)
+    if outcome is not Outcome.OK:
+        failed = replace(
+            p, ok=False, failed_step=p.step, interrupted=p.interrupted or outcome is Outcome.INTERRUPTED
+        )
+        if p.step is SetupStep.PROVISION:
+            return replace(failed, step=SetupStep.DONE, stack_up=False)
+        return replace(failed, step=SetupStep.TEARDOWN)
+    if p.step is SetupStep.PROVISION:
+        return replace(p, step=SetupStep.RUN, stack_up=True)
+    if p.step is SetupStep.RUN:
+        return replace(p, step=SetupStep.CHECKPOINT)
+    return replace(p, step=SetupStep.TEARDOWN, ok=True)  # CHECKPOINT

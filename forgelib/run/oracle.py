@@ -43,17 +43,19 @@ def run_oracle(
     timeout: float,
     out_dir: Path | None = None,
     extra_env: Mapping[str, str] | None = None,
+    stem: str = "oracle",
 ) -> OracleResult:
-    """Run ``oracle``; its output goes to ``out_dir/oracle.{stdout,stderr}`` when given (streamed there,
+    """Run ``oracle``; its output goes to ``out_dir/<stem>.{stdout,stderr}`` when given (streamed there,
     never held in memory: the result keeps the last ``runner.FILE_TAIL`` bytes of each). ``extra_env``: what
-    forge tells the oracle (a bare seed's path); the task's own ``env`` wins on a clash."""
+    forge tells the oracle (a bare seed's path); the task's own ``env`` wins on a clash. A task's ``setup:``
+    step runs the same way (``stem="setup"``)."""
     argv = list(oracle.command) if oracle.command is not None else list(oracle.interpreter)
     stdin = oracle.script if oracle.command is None else None
     shown = " ".join(argv) + (f" < {stdin}" if stdin else "")
     stdout_path = stderr_path = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stdout_path, stderr_path = out_dir / "oracle.stdout", out_dir / "oracle.stderr"
+        stdout_path, stderr_path = out_dir / f"{stem}.stdout", out_dir / f"{stem}.stderr"
         stdout_path.write_bytes(b"")  # there even when docker cannot exec at all
         stderr_path.write_bytes(b"")
     try:

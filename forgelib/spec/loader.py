@@ -357,6 +357,9 @@ class _ProjectLoader:
         before = len(self.issues)
         script, issues = rules.check_oracle(doc, services, self.root)
         self.issues.extend(issues)
+        reset = [s.name for s in environment.reset_services()] if environment is not None else None
+        setup_script, issues = rules.check_setup(doc, services, reset, self.root)
+        self.issues.extend(issues)
         grading = self._grading_for(doc, services, self._ports(environment))
         if environment is None or len(self.issues) > before:
             return None
@@ -370,6 +373,7 @@ class _ProjectLoader:
             instruction=data.get("instruction", ""),
             tools=tuple(data["tools"]) if "tools" in data else DEFAULT_TOOLS,
             tools_declared="tools" in data,
+            setup=_oracle(data.get("setup"), setup_script),
         )
 
     def _ports(self, environment: EnvironmentManifest | None) -> dict[str, ServicePorts] | None:
@@ -531,6 +535,11 @@ def collect_run_config(
                         f"no task named {name!r} in the project{hint}; tasks: {', '.join(known)}",
                     )
                 )
+    if project is not None and data.get("stacks") == "warm":
+        chosen = set(data.get("tasks") or [t.name for t in project.tasks])
+        for task in project.tasks:
+            if task.setup is not None and task.name in chosen:
+                issues.append(doc.issue(("stacks",), rules.warm_setup_refusal(task.name, task.path)))
     agent = _agent(data["agent"], path) if isinstance(data.get("agent"), dict) else None
     if agent is not None and project is not None:
         issues += check_agent_where(agent, doc, ("agent", "where"), project, data.get("tasks") or ())

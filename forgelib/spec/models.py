@@ -198,6 +198,9 @@ class Task:
     # task.yaml named them (then even its oracle gets a server, and its run a trace).
     tools: tuple[str, ...] = DEFAULT_TOOLS
     tools_declared: bool = False
+    # task.yaml `setup:`: run once per task on one stack (the oracle's fields); its end state is
+    # checkpointed and every trial of the task starts from a fork of it (docs/checkpoints.md).
+    setup: Oracle | None = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import MATCHERS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
-from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
+from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip, display_path
 
 SHORTHAND_KINDS = {suffix: SeedKind(kind) for suffix, kind in SHORTHAND.items()}
 # The check types: the file check, those the kinds observe, then http and trace.
@@ -361,36 +361,65 @@ def service_config(written: Mapping[str, Any], name: str) -> ServiceConfig:
 
 
 def check_oracle(
-    doc: YamlDoc, services: Mapping[str, Any] | None, root: Path
+    doc: YamlDoc, services: Mapping[str, Any] | None, root: Path, key: str = "oracle"
 ) -> tuple[Path | None, list[SpecIssue]]:
-    """``oracle``: exactly one of command/script, a script inside the project, a service that exists."""
-    oracle = doc.get(("oracle",))
+    """``oracle`` (or ``setup``, ``key``: the same fields): exactly one of command/script, a script inside
+    the project, a service that exists."""
+    oracle = doc.get((key,))
     if not isinstance(oracle, dict):
         return None, []
     issues = []
     script: Path | None = None
     has = [k for k in ("command", "script") if k in oracle]
+    what = "an oracle" if key == "oracle" else f"a {key} step"
     if len(has) != 1:
         issues.append(
             doc.issue(
-                ("oracle",),
-                "an oracle needs exactly one of command (argv run in the service) or script "
+                (key,),
+                f"{what} needs exactly one of command (argv run in the service) or script "
                 f"(a host file streamed to interpreter); found {' and '.join(has) or 'neither'}",
             )
         )
     if "interpreter" in oracle and "script" not in oracle:
-        issues.append(doc.issue(("oracle", "interpreter"), "interpreter only applies to script; remove it"))
+        issues.append(doc.issue((key, "interpreter"), "interpreter only applies to script; remove it"))
     if "script" in oracle:
-        resolved, problem = check_project_path(oracle["script"], doc.file.parent, root, "oracle script")
+        resolved, problem = check_project_path(oracle["script"], doc.file.parent, root, f"{key} script")
         if problem is None and resolved is not None and not resolved.is_file():
-            problem = f"oracle script {oracle['script']!r} is not a file (paths are relative to task.yaml)"
+            problem = f"{key} script {oracle['script']!r} is not a file (paths are relative to task.yaml)"
         if problem:
-            issues.append(doc.issue(("oracle", "script"), problem))
+            issues.append(doc.issue((key, "script"), problem))
         else:
             script = resolved
     if services is not None:
-        issues.extend(_service_exists(doc, ("oracle", "service"), oracle["service"], services))
+        issues.extend(_service_exists(doc, (key, "service"), oracle["service"], services))
     return script, issues
+
+
+def check_setup(
+    doc: YamlDoc, services: Mapping[str, Any] | None, reset: Sequence[str] | None, root: Path
+) -> tuple[Path | None, list[SpecIssue]]:
+    """``setup``: the oracle's rules, and a stack with a reset service, the only kind a checkpoint
+    captures (``reset``: the task's reset services; None when its environment did not load)."""
+    script, issues = check_oracle(doc, services, root, "setup")
+    if isinstance(doc.get(("setup",)), dict) and reset is not None and not reset:
+        issues.append(
+            doc.issue(
+                ("setup",),
+                "the task's stack has no reset service, so nothing of what setup leaves would reach a "
+                "trial (a checkpoint captures reset services; the others start fresh from their image); "
+                "give the service setup writes to `isolation: reset` with a seed, or remove setup",
+            )
+        )
+    return script, issues
+
+
+def warm_setup_refusal(task: str, path: Path) -> str:
+    """Why a task with ``setup:`` does not run on warm stacks (the run config's check and ``--stacks``)."""
+    return (
+        f"task {task!r} ({display_path(path)}) has a setup step, which warm stacks do not support yet "
+        "(their in-place reset returns to the seed, not to the setup's checkpoint); run it with "
+        "`stacks: fresh` (the default; --snapshots also works) or leave it out of this run's tasks"
+    )
 
 
 def _service_exists(doc: YamlDoc, at: JsonPath, name: str, services: Mapping[str, Any]) -> list[SpecIssue]:

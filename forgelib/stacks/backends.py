@@ -34,10 +34,12 @@ from forgelib.stacks.provision import (
     TrialSpec,
     capture_logs,
     out_of_networks,
+    provision_stack,
     provision_trial,
     teardown_trial,
 )
 from forgelib.stacks.reaper import reap_dead_owners
+from forgelib.stacks.runcheckpoints import RunCheckpoints
 from forgelib.stacks.shared import SharedStacks
 from forgelib.stacks.stack import Stack, TrialRequest
 from forgelib.stacks.warm import WarmPool
@@ -63,10 +65,16 @@ class FreshSource:
     ctx: StackContext
     admission: Admission | None = None
 
+    checkpoints: RunCheckpoints | None = None  # where a fork's checkpoint is found (``trial.checkpoint``)
+
     def acquire(self, task: Task, trial: TrialSpec) -> Stack:
-        return _admitted(
-            self.ctx, self.admission, trial, lambda: provision_trial(self.ctx, trial), start=True
-        )
+        def make() -> Stack:
+            if trial.checkpoint is None:
+                return provision_trial(self.ctx, trial)
+            steps = (self.checkpoints or RunCheckpoints()).steps(self.ctx, trial.checkpoint)
+            return provision_stack(self.ctx, trial.stack(self.ctx), steps, on_phase=trial.on_phase)
+
+        return _admitted(self.ctx, self.admission, trial, make, start=True)
 
     def release(self, trial: Stack, *, graceful: bool) -> float:
         try:
@@ -161,19 +169,30 @@ class DockerBackend:
     shared: SharedStacks | None = field(default_factory=SharedStacks)
     admission: Admission | None = None  # the run's memory budget (fresh and shared stacks; the pool's own)
     pool: WarmPool | None = None  # --stacks warm
+    checkpoints: RunCheckpoints = field(default_factory=RunCheckpoints)  # the run's own (tasks' setups)
 
-    def _source(self, env: EnvironmentManifest) -> StackSource:
+    def _source(self, env: EnvironmentManifest, *, own: bool = False) -> StackSource:
         """Which stack a trial of ``env`` gets — decided here only, from the environment and the backend,
         so a stack given back goes to the source it came from: all ``shared`` services, the run's shared
-        stack; else a warm stack when the backend has a pool; else a fresh one."""
+        stack; else a warm stack when the backend has a pool; else a fresh one. ``own``: a stack of its own
+        whatever the mode (a task's setup stack, a fork of its checkpoint)."""
         if self.shared is not None and not env.requires_per_trial:
             return SharedSource(self.ctx, self.shared, self.admission)
-        if self.pool is not None:
+        if self.pool is not None and not own:
             return WarmSource(self.pool)
-        return FreshSource(self.ctx, self.admission)
+        return FreshSource(self.ctx, self.admission, self.checkpoints)
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> Stack:
-        return self._source(task.environment).acquire(task, TrialSpec(task, **trial))
+        spec = TrialSpec(task, **trial)
+        own = spec.setup or spec.checkpoint is not None
+        if own and self.pool is not None:  # the run config's check and `forge run` refuse it first
+            raise ForgeError(f"task {task.name!r}: a setup step does not run on warm stacks")
+        return self._source(task.environment, own=own).acquire(task, spec)
+
+    def checkpoint(self, trial: Stack, run_id: str) -> str:
+        """Checkpoint ``trial`` (a task's setup stack) as ``run_id``'s own: removed as the run ends
+        (``finish_run``), or by ``forge reap`` once this process is gone. Its id."""
+        return self.checkpoints.take(self.ctx, trial, run_id)
 
     def teardown(self, trial: Stack, *, graceful: bool = True) -> float:
         """Give the stack back to its source: torn down (fresh), left up (shared), reset for the next trial
@@ -233,7 +252,10 @@ class DockerBackend:
                 if self.shared is not None:
                     self.shared.teardown_run(run_id)
             finally:
-                self.ctx.cache.builds.finish(self.ctx.runner, self.ctx.timeouts.command)
+                try:
+                    self.checkpoints.finish(self.ctx)
+                finally:
+                    self.ctx.cache.builds.finish(self.ctx.runner, self.ctx.timeouts.command)
 
 
 STACK_MODES = ("fresh", "warm")

@@ -126,8 +126,16 @@ def checkpoint(stacks: Stacks, trial: Stack) -> Checkpoint:
     return capture(project, trial, stacks.runner, stacks.timeouts)
 
 
-def capture(project: Project, trial: Stack, runner: Runner, timeouts: Timeouts) -> Checkpoint:
-    """``checkpoint`` without a ``Stacks`` (``forge checkpoint`` on a kept stack)."""
+def capture(
+    project: Project,
+    trial: Stack,
+    runner: Runner,
+    timeouts: Timeouts,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> Checkpoint:
+    """``checkpoint`` without a ``Stacks`` (``forge checkpoint`` on a kept stack); ``labels``: more on its
+    manifest image (a run's own checkpoint: ``snapshots.checkpoints.run_scoped``)."""
     t0 = time.monotonic()
     compose = trial.compose
     infos = compose.inspect()
@@ -193,7 +201,7 @@ def capture(project: Project, trial: Stack, runner: Runner, timeouts: Timeouts) 
                 "paused_seconds": round(paused_s, 3),
                 "seconds": round(time.monotonic() - t0, 3),
             }
-            return ckstore.write_manifest(runner, cid, manifest, d / "manifest", timeouts.recipe)
+            return ckstore.write_manifest(runner, cid, manifest, d / "manifest", timeouts.recipe, labels)
     except BaseException:
         ckstore.remove(runner, cid, timeouts.command)
         raise

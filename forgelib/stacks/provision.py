@@ -56,6 +56,7 @@ from forgelib.stacks.stack import Stack
 
 log = logging.getLogger("forgelib.stacks.provision")
 
+SETUP_TAIL = "setup"  # the compose project name's and trial label's last part of a task's setup stack
 DEFAULT_TASK = "default"  # the trial label's task part when the project's own environment is provisioned
 OVERRIDE_FILE = "compose.forge.yaml"
 LOG_THREADS = 4  # services whose logs are captured at once
@@ -129,6 +130,8 @@ class TrialSpec:
     trial_dir: Path
     on_phase: PhaseCallback | None = None  # (phase, seconds) as each provisioning phase ends
     attempt: int = 1  # > 1: a retry, on its own compose project (never what a failed teardown left)
+    checkpoint: str | None = None  # a fork of this checkpoint (``stacks.checkpoints.CheckpointSteps``)
+    setup: bool = False  # the task's setup stack (``run.setup``), not one of its trials
 
     def environment(self, project: Project) -> EnvironmentManifest:
         return self.task.environment if self.task is not None else project.environment
@@ -136,12 +139,12 @@ class TrialSpec:
     def stack(self, ctx: StackContext) -> StackPlan:
         """This trial's own stack: its compose project name and labels."""
         task = self.task.name if self.task is not None else DEFAULT_TASK
+        tail = SETUP_TAIL if self.setup else ""
+        trial = f"{task}.{SETUP_TAIL}" if self.setup else lab.trial_label(task, self.trial_index)
         return StackPlan(
             self.environment(ctx.project),
-            project_name(ctx.project.name, self.run_id, task, self.trial_index, self.attempt),
-            lab.run_labels(
-                self.run_id, lab.trial_label(task, self.trial_index), kept=ctx.kept, work_dir=ctx.work_dir
-            ),
+            project_name(ctx.project.name, self.run_id, task, self.trial_index, self.attempt, tail=tail),
+            lab.run_labels(self.run_id, trial, kept=ctx.kept, work_dir=ctx.work_dir),
             self.trial_dir,
         )
 

@@ -341,15 +341,17 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
         iid = str(i.get("Id", ""))
         name = f"golden {labels.get(store.KEY, '?')[:12]} ({iid.removeprefix('sha256:')[:12]})"
         found.append(Resource("image", iid, name, labels))
-    # Checkpoints: only the images of incomplete ones (no manifest image: a capture cut short). A complete
-    # checkpoint is the user's to prune, never ours.
+    # Checkpoints: only the images of incomplete ones (no manifest image: a capture cut short) and of a
+    # run's own (a task's setup: its manifest says so). Any other complete checkpoint is the user's to
+    # prune, never ours.
     cp = ["--filter", f"label={checkpoints.CHECKPOINT}"]
     cids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *cp]))
     infos = _inspect(runner, "image", sorted(set(cids)))
     complete = {
-        _labels(i.get("Config") or {}).get(checkpoints.CHECKPOINT)
+        labels.get(checkpoints.CHECKPOINT)
         for i in infos
-        if checkpoints.MANIFEST in _labels(i.get("Config") or {})
+        if checkpoints.MANIFEST in (labels := _labels(i.get("Config") or {}))
+        and labels.get(checkpoints.SCOPE) != checkpoints.RUN_SCOPE
     }
     for i in infos:
         labels = _labels(i.get("Config") or {})

@@ -146,3 +146,5 @@ class TrialRequest(TypedDict, total=False):
     trial_dir: Required[Path]
     on_phase: Callable[[str, float], None] | None  # (phase, seconds) as each provisioning phase ends
     attempt: int  # > 1: a retry, on a fresh stack
+    checkpoint: str | None  # the stack starts as a fork of this checkpoint (a task's setup: run.setup)
+    setup: bool  # the stack a task's setup runs on (its own compose project: ``<task>-setup``)

@@ -39,6 +39,10 @@ PREFIX = CHECKPOINT + "."
 MANIFEST = PREFIX + "manifest"  # canonical JSON (the manifest image only)
 DIGEST = PREFIX + "digest"  # sha256 hex of MANIFEST's text
 SERVICE = PREFIX + "service"  # a service image's service
+# On a manifest image: the checkpoint belongs to a run (a task's setup), not to the user. The run removes it
+# as it ends; once its owner is gone, ``forge reap`` (also ``--run``) does, as with an incomplete one.
+SCOPE = PREFIX + "scope"
+RUN_SCOPE = "run"
 FORMAT = 1  # bump when what a checkpoint holds or how it is restored changes
 _ID = re.compile(r"^ck-[0-9a-f]{12}$")
 _ID_PREFIX = re.compile(r"^ck-[0-9a-f]{12}")
@@ -124,13 +128,20 @@ def build_service_image(
 
 
 def write_manifest(
-    runner: Runner, checkpoint_id: str, manifest: Mapping[str, Any], build: Path, timeout: float
+    runner: Runner,
+    checkpoint_id: str,
+    manifest: Mapping[str, Any],
+    build: Path,
+    timeout: float,
+    extra: Mapping[str, str] | None = None,
 ) -> Checkpoint:
-    """The manifest image, last: from here on the checkpoint is complete."""
+    """The manifest image, last: from here on the checkpoint is complete. ``extra``: more labels (a run's
+    checkpoint: ``run_scoped``)."""
     text = canonical(dict(manifest))
     labels = {
         lab.MANAGED: "true",
         **lab.current_owner().labels(),
+        **(extra or {}),
         CHECKPOINT: checkpoint_id,
         MANIFEST: text,
         DIGEST: hashlib.sha256(text.encode()).hexdigest(),
@@ -158,6 +169,11 @@ def service_labels(checkpoint_id: str, service: str, run_id: str | None = None) 
         CHECKPOINT: checkpoint_id,
         SERVICE: service,
     }
+
+
+def run_scoped(run_id: str) -> dict[str, str]:
+    """A run's own checkpoint's manifest labels: its run, and ``SCOPE`` (see there)."""
+    return {lab.RUN: run_id, SCOPE: RUN_SCOPE}
 
 
 def image_id(runner: Runner, ref: str, timeout: float) -> str:

@@ -91,6 +91,9 @@ class FakeHandle:
     port = Stack.port
 
 
+SETUP_INDEX = -1  # the key of a task's setup stack in FakeBackend's records (its trials count from 0)
+
+
 @dataclass
 class FakeBackend:
     """Provisions FakeStacks; ``fail`` maps (task, index) to a ProvisionError to raise instead."""
@@ -109,13 +112,16 @@ class FakeBackend:
     launch_answer: Callable[[tuple[str, ...], Mapping[str, Any]], Result] = lambda argv, options: ok()
     launches: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    checkpoints: list[str] = field(default_factory=list)  # the stacks checkpointed (tasks' setups)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # every provision's keywords
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> FakeHandle:
         run_id, trial_index, trial_dir = trial["run_id"], trial["trial_index"], trial["trial_dir"]
         on_phase, attempt = trial.get("on_phase"), trial.get("attempt", 1)
-        key = (task.name, trial_index)
+        key = (task.name, SETUP_INDEX if trial.get("setup") else trial_index)
         with self.lock:
             self.provisioned.append(key)
+            self.requests.append({"task": task.name, **trial})
         if self.on_provision is not None:
             self.on_provision(*key)
         if key in self.fail:
@@ -127,7 +133,8 @@ class FakeBackend:
         stack = FakeStack(self.answer)
         with self.lock:
             self.stacks[key] = stack
-        name = f"proj-{run_id}-{task.name}-{trial_index}".lower() + (f"-a{attempt}" if attempt > 1 else "")
+        tail = "setup" if trial.get("setup") else str(trial_index)
+        name = f"proj-{run_id}-{task.name}-{tail}".lower() + (f"-a{attempt}" if attempt > 1 else "")
         return FakeHandle(name, stack, config=task.environment.compose)
 
     def capture_logs(self, trial: Any, dest_dir: Path, tail_lines: int) -> None:
@@ -152,6 +159,11 @@ class FakeBackend:
         with self.lock:
             self.launches.append((tuple(argv), dict(options)))
         return self.launch_answer(tuple(argv), options)
+
+    def checkpoint(self, trial: Any, run_id: str) -> str:
+        with self.lock:
+            self.checkpoints.append(trial.name)
+        return f"ck-{len(self.checkpoints):012x}"
 
     def discard_leftovers(self, run_id: str) -> None:
         self.leftovers_discarded.append(run_id)

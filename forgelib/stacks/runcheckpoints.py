@@ -1,0 +1,56 @@
+"""The checkpoints a run takes for itself: a task's ``setup:`` end state (``forgelib.run.setup``).
+
+``take`` checkpoints the task's setup stack (``stacks.checkpoints.capture``) with the run's labels on its
+manifest (``snapshots.checkpoints.run_scoped``: the run's own, so ``forge reap`` removes it once the run's
+process is gone); ``steps`` gives the fresh pipeline's steps of a trial that forks it (loaded and verified
+once per run, each fork's images and fingerprints checked as every fork's are); ``finish`` removes every
+one the run took, as the run ends (interrupted or not).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from forgelib.errors import ForgeError
+from forgelib.stacks.checkpoints import CheckpointSteps, capture
+from forgelib.stacks.provision import StackContext
+from forgelib.stacks.snapshots import checkpoints as ckstore
+from forgelib.stacks.snapshots.checkpoints import Checkpoint
+from forgelib.stacks.stack import Stack
+
+
+@dataclass
+class RunCheckpoints:
+    """The checkpoints one backend's run took, by id (thread-safe: the run's workers ask at once)."""
+
+    taken: dict[str, Checkpoint] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, ctx: StackContext, trial: Stack, run_id: str) -> str:
+        """Checkpoint ``trial`` (a task's setup stack) for ``run_id``; its id."""
+        ck = capture(ctx.project, trial, ctx.runner, ctx.timeouts, labels=ckstore.run_scoped(run_id))
+        with self.lock:
+            self.taken[ck.id] = ck
+        return ck.id
+
+    def steps(self, ctx: StackContext, checkpoint_id: str) -> CheckpointSteps:
+        """A fork's steps: each captured service on its checkpoint image, its fingerprint checked."""
+        with self.lock:
+            ck = self.taken.get(checkpoint_id)
+        if ck is None:  # not this run's: verified as any other checkpoint is
+            ck = ckstore.load(ctx.runner, checkpoint_id, ctx.timeouts.command)
+        return CheckpointSteps(ck, ctx.runner, ctx.timeouts)
+
+    def finish(self, ctx: StackContext) -> None:
+        """Remove every checkpoint taken here; what could not be removed, raised once all were tried."""
+        with self.lock:
+            ids, self.taken = sorted(self.taken), {}
+        failed = [
+            f"{cid}: {why}" for cid in ids if (why := ckstore.remove(ctx.runner, cid, ctx.timeouts.teardown))
+        ]
+        if failed:
+            raise ForgeError(f"could not remove the run's checkpoint(s): {'; '.join(failed)}")
+
+
+__all__ = ["RunCheckpoints"]

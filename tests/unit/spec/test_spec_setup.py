@@ -1,0 +1,53 @@
+"""task.yaml's ``setup:``: loaded like the oracle, refused without a reset service and on warm stacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forgelib.errors import UsageError
+from forgelib.spec.loader import load_project_config
+from forgelib.spec.models import Oracle
+from forgelib.spec.rules import check_setup
+from forgelib.spec.yamlpos import load_yaml
+
+from ._support import edit
+
+RT = "tasks/read_widget/task.yaml"
+SETUP = "setup:\n  service: app-db\n  command: [sh, -c, 'sleep 1']\n  timeout: 90\n  env: {N: 2}\noracle:\n"
+
+
+def test_a_setup_loads_with_the_oracles_fields(basic: Path) -> None:
+    edit(basic / RT, "oracle:\n", SETUP)
+    task = load_project_config(basic).task("read_widget")
+    assert task.setup == Oracle(
+        service="app-db", command=("sh", "-c", "sleep 1"), timeout=90.0, env={"N": "2"}
+    )
+    assert task.oracle is not None and task.oracle.service == "runner"
+    assert load_project_config(basic).task("warm_cache").setup is None
+
+
+def test_a_setup_on_a_stack_without_a_reset_service_names_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "task.yaml"
+    path.write_text("description: d\nsetup:\n  service: app\n  command: [x]\n")
+    doc, issues = load_yaml(path)
+    assert not issues
+    _, issues = check_setup(doc, {"app": {}}, [], tmp_path)
+    [issue] = issues
+    assert (issue.line, issue.json_path) == (3, "$.setup")
+    assert "no reset service" in issue.message and "isolation: reset" in issue.message
+    _, fine = check_setup(doc, {"app": {}}, ["db"], tmp_path)
+    assert fine == []
+
+
+def test_forge_run_refuses_warm_stacks_for_a_task_with_setup(basic: Path) -> None:
+    from forgelib.cli.run import RunOptions, build_plan
+    from forgelib.spec.loader import load_run_config
+
+    edit(basic / RT, "oracle:\n", SETUP)
+    project = load_project_config(basic)
+    cfg = load_run_config(project.run_configs[0], project)
+    assert build_plan(cfg, project).tasks[0].setup is not None  # fresh: runs
+    with pytest.raises(UsageError, match="has a setup step, which warm stacks do not support yet"):
+        build_plan(cfg, project, RunOptions(stacks="warm"))
