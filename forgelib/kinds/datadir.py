@@ -1,6 +1,7 @@
 """A service's data directory restored whole from a pristine copy that no trial can see or reach.
 
-Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset):
+Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset)
+where ``kinds.supervisor`` cannot run the server under its loop (which restarts it in place instead):
 right after the first seeding the service's container is stopped (its server shuts down cleanly), a helper
 container copies the data directory into its own writable layer, and the service starts again. A reset
 stops the service, has the helper put back from the pristine copy what changed in the data directory since
