@@ -1,6 +1,11 @@
 """The MySQL shop pack: forge's fresh trial against a hand-written compose + ``mariadb < dump`` loop, and
 warm ÷ fresh per trial, in one run (``python benchmarks/mysql_bench.py [TRIALS]``; figures in README.md).
 
+Warm ÷ fresh twice: per run (each run's wall over its trials: the warm run's first provisioning included)
+and per trial (issue 39's goal ≤ 0.3): the median wall of the trials that reused a warm stack against the
+median of the fresh run's trials, each with its teardown (a fresh trial's ``down`` against a warm trial's
+release), and the in-place reset's median.
+
 The loop, per trial: ``docker compose up --wait`` on the pack's own compose file, the dump into the
 server's client, the oracle, the same state check, ``docker compose down --volumes``. forge's trial is
 read from each run's summary (its wall time over the trials).
@@ -10,12 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from forgelib.run.results import read_trials
 
 PACK = Path(__file__).resolve().parents[1] / "examples" / "multi_service_mysql_shop"
 COMPOSE = PACK / "shared" / "environment.compose.yaml"
@@ -48,8 +56,11 @@ def loop_trial() -> float:
     return time.monotonic() - start
 
 
-def forge_trials(config: str, repeats: int, *extra: str) -> float:
-    """Seconds per trial of ``forge run`` (the run's wall time over its trials)."""
+def forge_trials(
+    config: str, repeats: int, *extra: str, walls: list[dict[str, float]] | None = None
+) -> float:
+    """Seconds per trial of ``forge run`` (the run's wall time over its trials); ``walls``: each trial's
+    wall with its teardown, whether it reused a stack, and its reset step, appended."""
     with tempfile.TemporaryDirectory() as out:
         cfg = Path(out) / "c.yaml"
         text = (PACK / "run_configs" / config).read_text().replace("project: ..", f"project: {PACK}")
@@ -62,6 +73,11 @@ def forge_trials(config: str, repeats: int, *extra: str) -> float:
         elapsed = time.monotonic() - start
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert json.loads(proc.stdout)["totals"]["passed"] == repeats
+        if walls is not None:
+            for t in read_trials(next(p for p in Path(out).iterdir() if p.is_dir() and p.name != "c.yaml")):
+                reset = sum(v for k, v in t.timings.items() if k.startswith("reset:"))
+                wall = t.wall_seconds + t.timings.get("teardown", 0.0)
+                walls.append({"wall": wall, "reused": float(bool(t.stack.get("reuse"))), "reset": reset})
         return elapsed / repeats
 
 
@@ -74,12 +90,21 @@ def main(argv: Sequence[str] = ()) -> None:
     finally:
         _run([*LOOP, "down", "--volumes", "--remove-orphans", "--rmi", "local"])
     fresh = forge_trials("dev.yaml", n)
-    hostile_fresh = forge_trials("hostile.yaml", n, "--stacks", "fresh")
-    hostile_warm = forge_trials("hostile.yaml", n, "--stacks", "warm")
+    fresh_walls: list[dict[str, float]] = []
+    warm_walls: list[dict[str, float]] = []
+    hostile_fresh = forge_trials("hostile.yaml", n, "--stacks", "fresh", walls=fresh_walls)
+    hostile_warm = forge_trials("hostile.yaml", n, "--stacks", "warm", walls=warm_walls)
+    fresh_trial = statistics.median(w["wall"] for w in fresh_walls)
+    reused = [w for w in warm_walls if w["reused"]]
+    reused_trial = statistics.median(w["wall"] for w in reused) if reused else float("nan")
+    reset = statistics.median(w["reset"] for w in reused) if reused else float("nan")
     print(json.dumps({
         "trials": n, "loop_s": round(loop, 2), "forge_fresh_s": round(fresh, 2),
         "forge_over_loop": round(fresh / loop, 3), "hostile_fresh_s": round(hostile_fresh, 2),
         "hostile_warm_s": round(hostile_warm, 2), "warm_over_fresh": round(hostile_warm / hostile_fresh, 3),
+        "fresh_trial_s": round(fresh_trial, 3), "reused_trial_s": round(reused_trial, 3),
+        "reused_trials": len(reused), "reset_median_s": round(reset, 3),
+        "trial_warm_over_fresh": round(reused_trial / fresh_trial, 3),
     }))  # fmt: skip
 
 

@@ -258,7 +258,7 @@ def labels_override(
     to the services: a seed's extra mount and the variable naming it (``Recipe.seed_mount``: ``seeds.bare``).
 
     ``process`` (service -> ``entrypoint``/``command``): what runs in the service instead of its own
-    process (a warm stack's ``Recipe.warm_process``: ``kinds.supervisor``).
+    process (a reset service's ``Recipe.warm_process``, in every mode: ``kinds.supervisor``).
 
     ``quiet_health``: each healthcheck spaced out as ``quiet_healthcheck`` says (forge's own readiness
     decides when a stack is ready; compose's ``up --wait`` would wait for the spaced-out probes).

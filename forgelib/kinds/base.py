@@ -96,7 +96,7 @@ def no_mount(target: SeedTarget) -> SeedMount | None:
 
 
 def no_warm_process(target: SeedTarget, service: ServiceConfig, image: ImageProcess | None) -> None:
-    """``warm_process`` of a kind whose warm reset leaves the service's process as it is."""
+    """``warm_process`` of a kind whose reset leaves the service's process as it is."""
     return None
 
 
@@ -211,9 +211,10 @@ class Recipe(Protocol):
     def warm_process(
         self, target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
     ) -> Mapping[str, Any] | None:
-        """What a warm stack's override sets on the service to run its process (``entrypoint``,
-        ``command``: ``kinds.supervisor.wrap``), from its config and its image's defaults (None: not
-        present locally); None leaves them alone (``no_warm_process``): the kind's say in a warm override."""
+        """What every override sets on the service to run its process (``entrypoint``, ``command``:
+        ``kinds.supervisor.wrap``), from its config and its image's defaults (None: not present locally);
+        None leaves them alone (``no_warm_process``). The kind's say in every override (fresh, warm,
+        golden, fork): what runs for its warm reset runs in a fresh stack too, or a trial could tell."""
         ...
 
     @property

@@ -1,6 +1,7 @@
 """A service's data directory restored whole from a pristine copy that no trial can see or reach.
 
-Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset):
+Used by the seed kinds whose server owns a data directory (``sql_dump``'s default, ``exact`` warm reset)
+where ``kinds.supervisor`` cannot run the server under its loop (which restarts it in place instead):
 right after the first seeding the service's container is stopped (its server shuts down cleanly), a helper
 container copies the data directory into its own writable layer, and the service starts again. A reset
 stops the service, has the helper put back from the pristine copy what changed in the data directory since
@@ -41,9 +42,11 @@ from forgelib.kinds.base import ApplyContext
 # removed database, a renamed file). The stamp is taken while the service is stopped, and the script ends only
 # once the clock has moved past it, so whatever its server writes later is newer. Only GNU find tells a ctime
 # (``-cnewer``, ``-printf``): with another find (busybox) the whole directory is emptied and copied back. The
-# copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from.
+# copy is complete only once ``.done`` exists, so a helper killed mid-copy is never restored from. Its
+# arguments: the data directory, the marker file, ``SYNC_SCRIPT``, and where the copy is kept (the
+# helper's ``/forge-pristine`` unless told otherwise: ``kinds.supervisor`` keeps it in ``/forge``).
 RESTORE_SCRIPT = (
-    'set -e; d="$1"; p=/forge-pristine; '
+    'set -e; d="$1"; p="${4:-/forge-pristine}"; '
     'if [ ! -e "$p/.done" ]; then rm -rf "$p/data"; mkdir -p "$p/data"; cp -a "$d/." "$p/data/"; '
     'touch "$p/.stamp" "$p/.done"; '
     'elif find "$d" -maxdepth 0 -cnewer "$p/.stamp" -printf \'\' 2>/dev/null; then '

@@ -1,24 +1,29 @@
-"""The ``restart`` strategy (opt-in): a warm stack's data-directory service whose server restarts inside its
-own container, the data directory put back in between: the exact restore without stopping, copying
-through a helper and starting the container.
+"""A data-directory service's server run under a small ``sh`` loop, the same in every mode forge starts it in,
+so that its exact warm reset can restart the server inside its own container: the data directory put back
+in between, without stopping the container, copying through a helper and starting it again.
 
 The server is its container's main process (a postgres image's entrypoint ``exec``s it), so stopping the
-server stops the container. With ``strategy: restart`` the trial's override (``wrap``) runs the service's own
-entrypoint and command under a small ``sh`` loop instead (``SUPERVISOR``): it starts them as its child,
-forwards every signal Docker sends it (``docker stop`` ends the server, then the loop, as before), and exits
-with the server's status whenever the server ends on its own. Only a request forge makes (``Supervised``,
-through ``docker exec`` as root) makes it stop the server, put the data directory back
-from its pristine copy (``datadir.RESTORE_SCRIPT``; the first time: keep the copy) and start the same
-command again.
+server stops the container. When a kind asks for it (postgres and mysql with the exact reset: their
+``warm_process``), every override forge writes for the service (a fresh stack, a warm one, one from a
+golden, a fork) runs the service's own entrypoint and command under the loop instead (``wrap``:
+``SUPERVISOR``): it starts them as its child, forwards every signal Docker sends it (``docker stop`` ends
+the server, then the loop, as before), and exits with the server's status whenever the server ends on its
+own. Only a request forge makes (``Supervised``, through ``docker exec`` as root) makes it stop the server,
+put the data directory back from its pristine copy (``datadir.RESTORE_SCRIPT``; the first time: keep the
+copy) and start the same command again.
 
-The copy and the loop's files live in ``/forge-pristine`` in the container's own layer, root's and mode
-0700: the server's user (the only one a trial reaches, through the server) can neither read nor change
-them, and the reset's fingerprint checks the restored content anyway. What a trial can see that a fresh
-stack does not have: the directory's name in ``/`` and ``sh`` as the container's first process.
+What a trial can see of it is the same in a fresh stack and a restored one, by construction: the loop as
+the container's first process, with the same command line, and one directory ``/forge`` (root's, mode
+0700) holding one directory ``s`` (root's, 0700) in which the loop keeps its files and the copy. So
+``/forge``'s mode, owner, link count and size never change, whatever a reset keeps in ``s``; the server's
+user (the only one a trial reaches, through the server) can look into neither, and the reset's fingerprint
+checks the restored content anyway.
 
-``wrap`` declines (None: the helper container's ``datadir.PristineDir`` is used) when the service runs as
-another user than root (the loop could not keep its files from the server), when the image's entrypoint
-and command are unknown (not present locally), or when they hold a ``$`` (compose would interpolate it).
+``wrap`` declines (None: the service runs as its image says, and the exact reset falls back to the helper
+container's ``datadir.PristineDir``) when the service runs as another user than root (the loop could not
+keep its files from the server), when the image's entrypoint and command are unknown (not present
+locally), or when they hold a ``$`` (compose would interpolate it). The decision reads only the service's
+config and its image, so it is the same in every mode.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from forgelib.kinds.base import ApplyContext
 from forgelib.kinds.datadir import RESTORE_SCRIPT, SYNC_SCRIPT, check_path
 
 MARKER = "forge-supervise"  # the loop's $0: how forge recognises a supervised container
-CONTROL = "/forge-pristine"
+CONTROL = "/forge"  # root's, 0700, always holding exactly STATE: its stat is the same in every mode
+STATE = "/forge/s"  # the loop's files and the pristine copy
 
 # Its arguments: the service's own entrypoint and command. A request: ``req`` and its files (the signal that
 # stops the server, the restore script, data directory, marker and sync script, the request's own pid)
@@ -43,11 +49,12 @@ CONTROL = "/forge-pristine"
 # and the container with it). SIGUSR1 without a request is the server's, as any other signal. Once the
 # server has exited, every other process in the container but the loop and the request is killed, as
 # stopping the container would: nothing a trial started there (``COPY … TO PROGRAM '… &'``) outlives the
-# reset to change the restored data directory.
+# reset to change the restored data directory. A stop that came during a restore ends the loop instead of
+# starting the server again.
 SUPERVISOR = (
-    "c=/forge-pristine; "
-    'mkdir -p "$c" && chmod 700 "$c" && rm -f "$c/ack" "$c/req" && mkfifo "$c/ack" && echo "$$" > "$c/pid" '
-    "|| exit 3; "
+    "c=/forge/s; "
+    'mkdir -p "$c" && chmod 700 /forge "$c" && rm -f "$c/ack" "$c/req" && mkfifo "$c/ack" '
+    '&& echo "$$" > "$c/pid" || exit 3; '
     "req=; stop=; pid=; "
     'fwd() { [ -z "$pid" ] || kill -"$1" "$pid" 2>/dev/null; }; '
     'trap \'if [ -e "$c/req" ]; then req=1; fwd "$(cat "$c/signal")"; else fwd USR1; fi\' USR1; '
@@ -61,17 +68,19 @@ SUPERVISOR = (
     'req=; r=$(cat "$c/rpid"); '
     'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
     '[ "$p" = "$$" ] || [ "$p" = "$r" ] || kill -KILL "$p" 2>/dev/null; done; '
-    'if out=$(sh "$c/script" "$(cat "$c/dir")" "$(cat "$c/marker")" "$(cat "$c/sync")" 2>&1); then st=ok; '
+    'if out=$(sh "$c/script" "$(cat "$c/dir")" "$(cat "$c/marker")" "$(cat "$c/sync")" "$c" 2>&1); '
+    "then st=ok; "
     'else st="failed: $(printf %s "$out" | tr "\\n" " ")"; fi; '
     'rm -f "$c/req"; echo "$st" > "$c/ack"; '
     '[ "$st" = ok ] || exit 3; '
+    '[ -z "$stop" ] || exit 0; '
     '"$@" & pid=$!; '
     "done"
 )
 
 # Run by ``docker exec`` as root: hand the loop a request and wait for its answer.
 _REQUEST = (
-    "c=/forge-pristine; "
+    "c=/forge/s; "
     '[ -p "$c/ack" ] && [ -s "$c/pid" ] || { echo "no forge supervisor in it" >&2; exit 3; }; '
     'printf %s "$1" > "$c/script"; printf %s "$2" > "$c/dir"; printf %s "$3" > "$c/marker"; '
     'printf %s "$4" > "$c/sync"; printf %s "$5" > "$c/signal"; echo "$$" > "$c/rpid"; : > "$c/req"; '

@@ -41,8 +41,8 @@ class Seed:
 class ResetStrategy(StrEnum):
     """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; kinds/postgres/seed.py)."""
 
-    EXACT = "exact"  # the data directory restored from a pristine copy outside the service (default)
-    RESTART = "restart"  # exact, the server restarted inside its container: faster, its loop visible
+    EXACT = "exact"  # the data directory restored from a pristine copy no trial can reach (default)
+    RESTART = "restart"  # another name for exact (which restarts the server in place where it can)
     TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
 
 

@@ -470,8 +470,16 @@ class FreshSteps:
         images: Mapping[str, ImageProcess],
     ) -> dict[str, Mapping[str, Any]]:
         """service -> what runs in it instead of its own process (the override's ``entrypoint`` and
-        ``command``); ``images``: image -> its default process, for the images present locally."""
-        return {}
+        ``command``); ``images``: image -> its default process, for the images present locally. Each
+        reset service's kind says (``Recipe.warm_process``), the same in every mode (fresh, warm, golden,
+        fork), so that a trial sees the same process in a restored stack as in a fresh one: a postgres
+        server runs under a loop that restarts it in place for the exact reset (``kinds.supervisor``)."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for b in bindings:
+            svc = services.get(b.service)
+            if svc is not None and (p := b.recipe.warm_process(b.target, svc, images.get(svc.image))):
+                out[b.service] = p
+        return out
 
     def applied(self, b: _Binding, ctx: ApplyContext, restart: Callable[[], None], phase: PhaseTimer) -> None:
         """Right after ``b``'s recipe applied its seed (``restart``: start the service again)."""
@@ -501,21 +509,6 @@ class FreshSteps:
 class WarmSteps(FreshSteps):
     """A warm stack's (``forgelib.stacks.warm``): after every recipe's apply, before any dependent starts,
     each seed prepared for in-place resets (``recipe.prepare``) and its baseline fingerprint taken."""
-
-    def processes(
-        self,
-        bindings: Sequence[_Binding],
-        services: Mapping[str, ServiceConfig],
-        images: Mapping[str, ImageProcess],
-    ) -> dict[str, Mapping[str, Any]]:
-        """Each reset service's kind says (``Recipe.warm_process``): a postgres server runs under a loop
-        that restarts it in place for the exact reset (``kinds.supervisor``)."""
-        out: dict[str, Mapping[str, Any]] = {}
-        for b in bindings:
-            svc = services.get(b.service)
-            if svc is not None and (p := b.recipe.warm_process(b.target, svc, images.get(svc.image))):
-                out[b.service] = p
-        return out
 
     def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
         if not applied:

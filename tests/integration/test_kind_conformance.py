@@ -70,7 +70,9 @@ def _sh(script: str) -> list[str]:
 # The postgres stack's services: `db` resets by data directory (exact: the fingerprint digests the seeded
 # database's rows too), `tdb` by template (the seeded database is recreated whole, so its fingerprint covers
 # only the cluster around it, which that reset leaves).
-EXACT_ONLY = ("db", "sdb")  # `sdb`: the same restore, the server restarted in its container
+# `db` runs under forge's loop (the server restarted in its container); `sdb` runs as the server's own user,
+# which the loop declines: the same exact reset, through the helper container.
+EXACT_ONLY = ("db", "sdb")
 TEMPLATE = ("tdb",)
 MAINTENANCE = "template1"  # the database forge's postgres recipe connects to when the seeded one is postgres
 
@@ -276,7 +278,7 @@ def _project(
     (tmp / "mysql.sql").write_text("create table t (v varchar(20)); insert into t values ('seeded');\n")
     services: dict[str, dict[str, Any]] = {
         "db": PG,
-        "sdb": PG,
+        "sdb": {**PG, "user": "postgres"},
         "tdb": PG,
         "cache": {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]},
         "ws": {**IDLE, "volumes": ["work:/workspace"]},
@@ -285,7 +287,7 @@ def _project(
     }
     reset: dict[str, str | tuple[str, Mapping[str, Any]]] = {
         "db": "sql",
-        "sdb": ("sql", {"strategy": "restart"}),
+        "sdb": "sql",
         "tdb": ("sql", {"strategy": "template"}),
         "cache": "rdb",
         "ws": "tree",

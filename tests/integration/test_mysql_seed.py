@@ -239,8 +239,13 @@ CHANGES = {
 def test_the_fingerprint_sees_each_sort_of_change_and_the_reset_undoes_all(
     runner: SubprocessRunner, run_id: str, tmp_path: Path
 ) -> None:
+    """Each change shows in its fingerprint part; the exact reset (MariaDB restarted in place under the
+    supervisor: the same container and host port) undoes them all, and what a trial sees of the container
+    from inside it as the server's user (PID 1, its children, ``ls -la /``, the stat of ``/forge``) is
+    what it sees in a fresh stack of the same project."""
     project = _project(tmp_path, SEED)
     from support.stacks import TIMEOUTS
+    from support.trialview import seen
 
     from forgelib.stacks.provision import StackContext, StackPlan, WarmSteps, provision_stack
 
@@ -248,12 +253,22 @@ def test_the_fingerprint_sees_each_sort_of_change_and_the_reset_undoes_all(
     t: Stack = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
     try:
         (prepared,) = t.prepared
+        port = t.compose.published_ports().get("db")
         for part, statement in CHANGES.items():
             with connect.mysql(t, "db").connect() as conn, conn.cursor() as cur:
                 cur.execute(statement)
             assert part in fingerprint_diff(prepared.baseline, prepared.fingerprint()), part
         prepared.reset()
         assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == []
+        assert not prepared.restarts and t.compose.published_ports().get("db") == port
+        restored = seen(t, "db", "mysql")
+        assert restored[0].rstrip().endswith(" forge-supervise docker-entrypoint.sh mariadbd"), restored
+        assert "forge: 700 root:root 3 4096 directory" in restored, restored
     finally:
         teardown_trial(t)
+    fresh = provision(project, run_id, tmp_path, runner)
+    try:
+        assert seen(fresh, "db", "mysql") == restored
+    finally:
+        teardown_trial(fresh)
     _gone(runner, run_id)

@@ -9,10 +9,14 @@ extension, ALTER SYSTEM too; redis: an ACL user, the default user's rules, a fun
 leaves a background process writing into the workspace. ``beyond_reach`` also sets a password on redis's
 default user, which locks forge's reset out.
 
-Every trial must observe exactly what the first (freshly provisioned) trial observed. With postgres's
-default (exact) reset there is nothing of forge's to find and everything on postgres is undone: the
-within-reach trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a
-replaced stack, its redis reset refused by the server. The template strategy (an opt-in): its two databases
+Every trial must observe exactly what the first (freshly provisioned) trial observed, and that is what
+a trial of a fresh stack (``stacks: fresh``) observes too. The observation includes what the server's own
+OS user sees of postgres's container (through COPY … FROM PROGRAM: PID 1 and its children, ``ls -la /``,
+the stat of ``/forge``): the exact reset restarts the server in place under forge's loop, which runs the
+same in a fresh stack, so fresh and restored are equal there as well. With postgres's default (exact)
+reset there are no databases of forge's to find and everything on postgres is undone: the within-reach
+trials run on the reset stack (reuse 1, 2, 3); every trial after a beyond-reach one runs on a replaced
+stack, its redis reset refused by the server. The template strategy (an opt-in): its two databases
 show, the hunt changes them, and the next trial runs on a replaced stack. Nothing is left on the engine.
 """
 
@@ -59,6 +63,10 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         assert [d[0] for d in first["databases"]] == ["app", "postgres", "template0", "template1"]
         assert first["extensions"] == [["plpgsql"]] and first["system_settings"] == []
         assert first["runner_addresses"] == 1  # and so in every trial: one endpoint answers for `runner`
+        # postgres runs under forge's loop (PID 1), its data directory's copy in root-only /forge
+        pid1 = first["db_container"][0].rstrip()
+        assert pid1.endswith(" forge-supervise docker-entrypoint.sh postgres"), pid1
+        assert "forge: 700 root:root 3 4096 directory" in first["db_container"], first
         assert first_trial["stack"]["reuse"] == 0 and first_trial["stack"]["replaced"] is None
         assert "recipe:db" in first_trial["timings"]
 
@@ -92,6 +100,17 @@ def test_every_warm_trial_observes_what_the_first_fresh_one_did(
         assert sum(e["kind"] == "stack_replaced" for e in events) == 3
     finally:
         left = lab.resources_with_labels(runner, {lab.RUN: run_dir.name})
+        assert lab.is_empty(left), f"leaked: {left}"
+    # A fresh stack's trial (no warm pool, nothing prepared) observes what the restored ones did.
+    rc = main_run(RunOptions(str(CONFIGS / "fresh.yaml"), output=str(tmp_path / "fresh"), as_json=True))
+    (fresh_dir,) = [p for p in (tmp_path / "fresh").iterdir() if p.is_dir()]
+    try:
+        assert rc == 0, (fresh_dir / "summary.json").read_text()
+        fresh_trial, fresh = _trial(fresh_dir, "within_reach", 0)
+        assert fresh_trial["stack"]["reuse"] == 0 and fresh_trial["stack"]["mode"] == "fresh", fresh_trial
+        assert fresh == first
+    finally:
+        left = lab.resources_with_labels(runner, {lab.RUN: fresh_dir.name})
         assert lab.is_empty(left), f"leaked: {left}"
     # Nor an unlabelled volume (the labels above cannot see one): the exact reset's helper once kept its
     # pristine copy on an anonymous volume that `down --remove-orphans` left behind, one per warm stack.

@@ -1,9 +1,10 @@
 """Each seed kind's warm life on the real engine: ``prepare`` after the first seeding, ``reset`` in place,
 ``fingerprint`` equal again after a reset, and different when a trial changed what the reset cannot reach.
 
-One stack for the module (postgres with the default exact reset, postgres with the template strategy,
-redis and a workspace tree): every test vandalises it, resets it and checks; the last ones leave it in
-states only a replacement fixes, so they run last (file order)."""
+One stack for the module (postgres with the default exact reset, supervised in its own container; the same
+run as the postgres user, where the exact reset falls back to the helper container; postgres with the
+template strategy; redis and a workspace tree): every test vandalises it, resets it and checks; the last
+ones leave it in states only a replacement fixes, so they run last (file order)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ import psycopg
 import pytest
 import redis
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
+from support.trialview import seen
 
 from forgelib.docker import labels as lab
 from forgelib.errors import RecipeError
 from forgelib.kinds.base import PreparedSeed, fingerprint_diff
 from forgelib.kinds.postgres import seed as sql_dump
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import SeedKind
+from forgelib.spec.models import Project, SeedKind
 from forgelib.stacks import connect
 from forgelib.stacks.provision import (
+    FreshSteps,
     StackContext,
     StackPlan,
     WarmSteps,
@@ -49,15 +52,21 @@ def _tree(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(
-    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("warm")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    tmp = tmp_path_factory.mktemp("warm-project")
     (tmp / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
     redis = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
-    project = make_project(
+    return make_project(
         tmp / "p",
-        {"db": PG, "sdb": PG, "tdb": PG, "cache": redis, "ws": {**IDLE, "volumes": [f"work:{WS}"]}},
+        # hdb runs as the server's own user: the supervisor declines it (it could not keep its copy from
+        # the server), and its exact reset goes through the helper container
+        {
+            "db": PG,
+            "hdb": {**PG, "user": "postgres"},
+            "tdb": PG,
+            "cache": redis,
+            "ws": {**IDLE, "volumes": [f"work:{WS}"]},
+        },
         seeds={
             "sql": (tmp / "seed.sql", SeedKind.SQL_DUMP),
             "rdb": (RDB, SeedKind.REDIS_DUMP),
@@ -65,13 +74,20 @@ def stack(
         },
         reset={
             "db": "sql",
-            "sdb": ("sql", {"strategy": "restart"}),
+            "hdb": "sql",
             "tdb": ("sql", {"strategy": "template"}),
             "cache": "rdb",
             "ws": "tree",
         },
         volumes={"work": {}},
     )
+
+
+@pytest.fixture(scope="module")
+def stack(
+    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory, project: Project
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("warm")
     # one stack per session (per xdist worker): a fixed name made two sessions on one engine, or `-n 2`,
     # share (and tear down) each other's compose project
     run_id = f"it-warm-recipes-{secrets.token_hex(4)}"
@@ -200,14 +216,10 @@ LISTING = (
 )
 
 
-def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_service(
-    stack: Stack,
-) -> None:
-    """Roles, databases, ALTER SYSTEM and extensions are gone after the exact reset (what the template
-    strategy cannot reach), the listing is the first seeding's, and neither the server nor its container
-    holds anything of forge's (its pristine copy is in the helper's own volume)."""
-    params = connect.postgres(stack, "db")
-    with params.connect() as conn:
+def _vandalise_cluster(trial: Stack, service: str) -> tuple[object, ...]:
+    """Roles, databases, ALTER SYSTEM and extensions changed (what the template strategy cannot reach);
+    the listing before."""
+    with connect.postgres(trial, service).connect() as conn:
         before = conn.execute(LISTING).fetchone()
         assert before is not None and not any("forge" in str(v) for v in before)
         conn.execute("create role intruder login")
@@ -215,67 +227,81 @@ def test_the_exact_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_servi
         conn.execute("create extension pg_trgm")
         conn.execute("alter system set work_mem = '77MB'")
         conn.execute("select pg_reload_conf()")
+    return tuple(before)
+
+
+def test_the_exact_reset_undoes_the_whole_cluster_and_a_trial_sees_a_fresh_stack(
+    stack: Stack, project: Project, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """The exact reset of a supervised server restores the whole cluster (the listing is the first
+    seeding's) in its own container: the same container and host port, no helper. What a trial sees of
+    that container from inside it (PID 1, its children, ``ls -la /``, the stat of ``/forge``) is what it
+    sees in a fresh stack of the same project, which runs the same loop: fresh and restored are equal,
+    not merely free of forge's names. ``/forge`` is root's and mode 0700 (the server's OS user, all a
+    trial reaches through the server, cannot list it), no volume is mounted there, and the server's data
+    directory and /tmp hold nothing of forge's."""
+    port = stack.compose.published_ports().get("db")
+    before = _vandalise_cluster(stack, "db")
     assert _reset_and_diff(stack, "db") == []
+    assert not _seed(stack, "db").restarts  # restarted in place: the host ports stay
+    assert stack.compose.published_ports().get("db") == port
     with connect.postgres(stack, "db").connect() as conn:
         assert conn.execute(LISTING).fetchone() == before
-    found = stack.compose.exec("db", ["sh", "-c", "ls -a / /tmp /var/lib/postgresql"]).stdout
+    restored = seen(stack, "db", "postgres")
+    pid1 = restored[0].rstrip()
+    assert pid1.startswith("pid1: sh -c ") and pid1.endswith(" forge-supervise docker-entrypoint.sh postgres")
+    assert "root: drwx------ 3 root root 4096 forge" in restored, restored
+    assert "forge: 700 root:root 3 4096 directory" in restored, restored
+    fresh_run = f"it-warm-fresh-{secrets.token_hex(4)}"
+    spec = StackPlan(
+        stack.environment, f"itfresh-{fresh_run}", lab.run_labels(fresh_run, "fresh-0"), tmp_path
+    )
+    fresh = provision_stack(StackContext(project, TIMEOUTS, runner), spec, FreshSteps())
+    try:
+        assert fresh.prepared == ()
+        assert seen(fresh, "db", "postgres") == restored
+    finally:
+        teardown_trial(fresh)
+        assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: fresh_run}))
+    found = stack.compose.exec("db", ["sh", "-c", "ls -a /tmp /var/lib/postgresql"]).stdout
     assert "forge" not in found
-    helper = f"{stack.compose.name}-forge-pristine-db"
+    db = stack.compose.container("db")
+    as_server = ["docker", "exec", "--user", "postgres", db, "ls", "/forge"]
+    denied = stack.compose.runner.run(as_server, check=False)
+    assert denied.rc != 0 and "Permission denied" in denied.stderr
+    mounts = stack.compose.runner.run(
+        ["docker", "inspect", "--format", "{{range .Mounts}}{{.Destination}} {{end}}", db]
+    ).stdout
+    assert "/forge" not in mounts  # in the container's own layer: no volume outlives it
+    assert not stack.compose.inspect([f"{stack.compose.name}-forge-pristine-db"]), "no helper container"
+
+
+def test_the_helper_reset_undoes_the_whole_cluster_and_keeps_nothing_in_the_service(
+    stack: Stack,
+) -> None:
+    """Where the supervisor declines (a server run as its own user), the exact reset restores the same
+    (roles, databases, ALTER SYSTEM and extensions gone, the listing the first seeding's) through a helper
+    container, and neither the server nor its container holds anything of forge's: no loop, no ``/forge``
+    (its pristine copy is in the helper's own layer)."""
+    before = _vandalise_cluster(stack, "hdb")
+    assert _reset_and_diff(stack, "hdb") == []
+    with connect.postgres(stack, "hdb").connect() as conn:
+        assert conn.execute(LISTING).fetchone() == before
+    found = stack.compose.exec("hdb", ["sh", "-c", "ls -a / /tmp /var/lib/postgresql"]).stdout
+    assert "forge" not in found
+    assert "forge" not in seen(stack, "hdb", "postgres")[0]  # PID 1 is the server itself
+    helper = f"{stack.compose.name}-forge-pristine-hdb"
     mounts = stack.compose.runner.run(
         [
             "docker",
             "inspect",
             "--format",
             "{{range .Mounts}}{{.Destination}} {{end}}",
-            stack.compose.container("db"),
+            stack.compose.container("hdb"),
         ]
     ).stdout
     assert "/forge-pristine" not in mounts  # the copy is mounted in the helper only
     assert stack.compose.inspect([helper]), "the helper holds the pristine copy"
-
-
-def test_the_restart_reset_undoes_the_whole_cluster_and_keeps_its_copy_out_of_the_servers_reach(
-    stack: Stack,
-) -> None:
-    """The restart strategy restores as the exact one does (roles, databases, ALTER SYSTEM and extensions
-    gone, the listing the first seeding's). The server restarts in its own
-    container (``kinds.supervisor``): the pristine copy is in that container's ``/forge-pristine``, root's
-    and mode 0700, which the server's OS user (all a trial reaches through the server) cannot list; the
-    server itself, its data directory and /tmp hold nothing of forge's, and no helper container exists."""
-    params = connect.postgres(stack, "sdb")
-    with params.connect() as conn:
-        before = conn.execute(LISTING).fetchone()
-        assert before is not None and not any("forge" in str(v) for v in before)
-        conn.execute("create role intruder login")
-        conn.execute("create database other")
-        conn.execute("create extension pg_trgm")
-        conn.execute("alter system set work_mem = '77MB'")
-        conn.execute("select pg_reload_conf()")
-    assert _reset_and_diff(stack, "sdb") == []
-    with connect.postgres(stack, "sdb").connect() as conn:
-        assert conn.execute(LISTING).fetchone() == before
-    found = stack.compose.exec("sdb", ["sh", "-c", "ls -a /tmp /var/lib/postgresql"]).stdout
-    assert "forge" not in found
-    root = stack.compose.exec("sdb", ["ls", "-a", "/"]).stdout.split()
-    assert [n for n in root if "forge" in n] == ["forge-pristine"]
-    mode = stack.compose.exec("sdb", ["stat", "-c", "%U:%G %a", "/forge-pristine"]).stdout.split()
-    assert mode == ["root:root", "700"]
-    db = stack.compose.container("sdb")
-    as_server = ["docker", "exec", "--user", "postgres", db, "ls", "/forge-pristine"]
-    denied = stack.compose.runner.run(as_server, check=False)
-    assert denied.rc != 0 and "Permission denied" in denied.stderr
-    helper = f"{stack.compose.name}-forge-pristine-sdb"
-    mounts = stack.compose.runner.run(
-        [
-            "docker",
-            "inspect",
-            "--format",
-            "{{range .Mounts}}{{.Destination}} {{end}}",
-            stack.compose.container("sdb"),
-        ]
-    ).stdout
-    assert "/forge-pristine" not in mounts  # in the container's own layer: no volume outlives it
-    assert not stack.compose.inspect([helper]), "no helper: the copy is in the supervised container"
 
 
 # Run by the server's own OS user (COPY TO PROGRAM, as a superuser trial could): a file rewritten with its
@@ -287,11 +313,11 @@ BEHIND_THE_SERVER = (
 LOOK = "cat PG_VERSION; stat -c %a pg_ident.conf; ls -a . base | grep -c -e intruder -e link || true"
 
 
-@pytest.mark.parametrize("service", ["db", "sdb"])
+@pytest.mark.parametrize("service", ["db", "hdb"])
 def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: Stack, service: str) -> None:
     """A reset finds what changed by inode change time, which nobody can set back: a rewritten file whose
     mtime was forged is put back too (else the server would not even start on PG_VERSION 99), and modes,
-    new files, directories and links are undone (by the helper, ``exact``, and in place, ``restart``)."""
+    new files, directories and links are undone (in place, supervised, and by the helper)."""
     with connect.postgres(stack, service).connect() as conn:
         row = conn.execute("show data_directory").fetchone()
         assert row is not None
@@ -312,7 +338,7 @@ def test_the_exact_reset_puts_back_files_changed_behind_the_servers_back(stack: 
 PROCESSES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
 
 
-@pytest.mark.parametrize("service", ["db", "sdb"])
+@pytest.mark.parametrize("service", ["db", "hdb"])
 def test_the_exact_reset_leaves_no_process_a_trial_started_in_the_service(stack: Stack, service: str) -> None:
     """A process a superuser trial starts in the server's container (COPY TO PROGRAM, detached) could go on
     changing the data directory after the reset: the reset ends it, as stopping the container did."""

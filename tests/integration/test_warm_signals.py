@@ -41,3 +41,35 @@ def test_sigint_on_a_reused_warm_stack_removes_everything(
         proc.communicate()
         raise
     finished_interrupted(proc, runner, tmp_path, run_id)
+
+
+def test_a_supervised_server_stops_with_its_container_and_ends_it_on_its_own(
+    docker_ready: None, runner: SubprocessRunner, run_id: str, tmp_path: Path
+) -> None:
+    """Under forge's loop (a fresh stack runs it too): ``docker stop`` reaches the server through the loop,
+    which exits with the server's status (0, not the 137 of the stop timeout's SIGKILL); a server that
+    ends on its own ends its container, with its status."""
+    from support.stacks import PG, make_project, provision
+
+    from forgelib.spec.models import SeedKind
+    from forgelib.stacks.provision import teardown_trial
+
+    (tmp_path / "seed.sql").write_text("create table t (v text);\n")
+    seeds = {"sql": (tmp_path / "seed.sql", SeedKind.SQL_DUMP)}
+    project = make_project(tmp_path / "p", {"db": PG}, seeds=seeds, reset={"db": "sql"})
+    trial = provision(project, run_id, tmp_path, runner)
+    try:
+        db = trial.compose.container("db")
+        pid1 = runner.run(["docker", "exec", db, "cat", "/proc/1/cmdline"]).stdout
+        assert "forge-supervise" in pid1
+        runner.run(["docker", "stop", "--time", "120", db], timeout=180)
+        state = runner.run(["docker", "inspect", "--format", "{{.State.ExitCode}}", db]).stdout.strip()
+        assert state == "0", f"the server did not stop on the forwarded signal (exit {state})"
+        runner.run(["docker", "start", db])
+        # the server alone (not the container) stops: postgres's fast shutdown, from its pid file
+        pidfile = "$PGDATA/postmaster.pid"
+        stop = f"until [ -s {pidfile} ]; do sleep 0.1; done; kill -INT $(head -1 {pidfile})"
+        runner.run(["docker", "exec", "--user", "postgres", db, "sh", "-c", stop])
+        assert runner.run(["docker", "wait", db], timeout=120).stdout.strip() == "0"
+    finally:
+        teardown_trial(trial)

@@ -692,17 +692,34 @@ def test_the_supervisor_declines_what_it_cannot_run_as_the_service_would(
     assert not supervisor.supervised({"Config": {"Entrypoint": ["docker-entrypoint.sh"]}})
 
 
-def test_only_the_restart_postgres_reset_asks_for_the_supervisor(tmp_path: Path) -> None:
+def test_the_exact_data_directory_resets_ask_for_the_supervisor_and_the_others_do_not(tmp_path: Path) -> None:
+    """What a kind asks for is the same in every mode (``FreshSteps.processes``): postgres's exact reset
+    (and ``restart``, another name for it) and mysql's ask for the loop; template, redis, a tree and bare
+    seeds leave the service's process alone."""
+    from forgelib.kinds import registry
+
     svc, image = ServiceConfig.of({"image": "pg"}, "db"), ImageProcess(("ep",), ("postgres",))
     exact = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP)
     restart = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP, options={"strategy": "restart"})
     template = ctx(FakeRunner(), tmp_path, SeedKind.SQL_DUMP, options={"strategy": "template"})
-    assert sql_dump.warm_process(restart, svc, image) is not None
-    assert sql_dump.warm_process(exact, svc, image) is None  # the default keeps nothing in the service
+    wrapped = supervisor_wrap(svc, image)
+    assert sql_dump.warm_process(exact, svc, image) == wrapped
+    assert sql_dump.warm_process(restart, svc, image) == wrapped
     assert sql_dump.warm_process(template, svc, image) is None
+    maria = ServiceConfig.of({"image": "forgelib/mariadb:10.11"}, "my")
+    mysql = registry.recipe_for(SeedKind.SQL_DUMP, maria)
+    assert mysql is not None and mysql.warm_process(exact, svc, image) == wrapped
     for kind, recipe in REGISTRY.items():
         if kind is not SeedKind.SQL_DUMP:
-            assert recipe.warm_process(restart, svc, image) is None
+            assert recipe.warm_process(exact, svc, image) is None
+
+
+def supervisor_wrap(svc: ServiceConfig, image: ImageProcess) -> dict[str, Any] | None:
+    from forgelib.kinds import supervisor
+
+    out = supervisor.wrap(svc, image)
+    assert out is not None
+    return out
 
 
 def test_a_supervised_reset_is_one_exec_as_root_and_keeps_the_host_ports(tmp_path: Path) -> None:

@@ -5,11 +5,15 @@ The client reads a script from stdin in batch mode and stops at the first failin
 ``ERROR 1064 (42000) at line 3: ...``: that line and the server's message become the reason. The dump goes
 to stdin straight from the file, so its size never matters.
 
-Warm stacks (``exact``, the only strategy): right after the first seeding the data directory is copied to a
-helper container no trial can see (``forgelib.kinds.datadir.PristineDir``); a reset puts it back and
-restarts the server, so databases, users and grants, every table, and the global variables (a restart
-drops every ``SET GLOBAL``) are what the fresh stack had. The fingerprint digests all of that and is
-compared after every reset.
+Warm stacks (``exact``, the only strategy; ``restart`` is another name for it): right after the first
+seeding the server is stopped cleanly and its data directory copied where no trial can reach it; a reset
+puts back what changed and restarts the server, so databases, users and grants, every table, and the
+global variables (a restart drops every ``SET GLOBAL``) are what the fresh stack had. The fingerprint
+digests all of that and is compared after every reset. Where it can (``supervisor.wrap``: a root
+container, a known entrypoint), the server runs under ``forgelib.kinds.supervisor``'s loop in every mode,
+which restarts it in place and keeps the copy in the container's root-only ``/forge`` (a trial sees the
+same in a fresh stack); elsewhere a helper container keeps the copy and a reset stops and starts the
+service's container (``forgelib.kinds.datadir.PristineDir``).
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
+from forgelib.docker.compose import ImageProcess
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError, tail
+from forgelib.kinds import supervisor
 from forgelib.kinds.base import (
     ApplyContext,
     Fingerprint,
     SeedTarget,
     fingerprint_part,
     no_mount,
-    no_warm_process,
 )
 from forgelib.kinds.datadir import PristineDir
 from forgelib.kinds.mysql.client import (
@@ -49,13 +55,14 @@ else:  # loaded at first use (forgelib.clients says why)
 
 OPTIONS = frozenset({"user", "database", "strategy"})
 EXACT = ResetStrategy.EXACT
+STRATEGIES = (ResetStrategy.EXACT, ResetStrategy.RESTART)  # one strategy, under either name
 MARKER = "ibdata1"  # a file every MySQL/MariaDB data directory holds (the system tablespace)
 
 
 def check(target: SeedTarget) -> None:
     if not target.seed.path.is_file():
         raise target.fail("guard", f"seed {target.seed.name!r} is not a file: {target.seed.path}")
-    if (target.options.get("strategy") or EXACT) != EXACT:
+    if (target.options.get("strategy") or EXACT) not in STRATEGIES:
         raise target.fail("guard", "a mysql service resets with strategy: exact only; remove strategy")
 
 
@@ -145,20 +152,31 @@ def _fail(ctx: ApplyContext, step: str, e: BaseException) -> RecipeError:
 
 @dataclass
 class Exact:
-    """What the exact strategy keeps: the pristine data directory, outside the service's container."""
+    """What the exact strategy keeps: the pristine data directory, in the supervised container's own
+    root-only directory (``kinds.supervisor``) or else in a helper container (``kinds.datadir``)."""
 
-    pristine: PristineDir
+    pristine: PristineDir | supervisor.Supervised
 
     @property
     def restarts_container(self) -> bool:
-        return True
+        return self.pristine.restarts_container
+
+
+def warm_process(
+    target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
+) -> dict[str, Any] | None:
+    """In every mode: the server under ``kinds.supervisor``'s loop, so a reset restarts the server alone."""
+    return supervisor.wrap(service, image)
 
 
 def prepare(ctx: ApplyContext) -> Exact:
     path = golden_path(ctx)
     if not path:
         raise ctx.fail("prepare", "the server did not name its data directory (select @@datadir)")
-    exact = Exact(PristineDir.capture(ctx, path, marker=MARKER))
+    # The copy is taken after SIGTERM (a clean shutdown); a reset stops the server with SIGKILL, at once:
+    # whatever it was writing is undone by the restore with the trial's changes, and it has no children.
+    pristine = supervisor.Supervised.capture(ctx, path, marker=MARKER, stop="TERM", kill="KILL")
+    exact = Exact(pristine or PristineDir.capture(ctx, path, marker=MARKER))
     _await_server(ctx)
     return exact
 
@@ -318,7 +336,5 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
     replays its redo log when it starts from the copy, as after a power cut)."""
     return golden_path(ctx)
 
-
-warm_process = no_warm_process  # the exact reset restarts the container through the helper
 
 seed_mount = no_mount  # it works in the running container: no extra mount

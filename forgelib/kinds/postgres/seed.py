@@ -42,7 +42,6 @@ else:  # loaded at first use (forgelib.clients says why)
 OPTIONS = frozenset({"user", "database", "strategy"})
 # How a warm stack resets the service (the project's `reset: {strategy: ...}`; see the warm section).
 EXACT, RESTART, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.RESTART, ResetStrategy.TEMPLATE
-DATA_DIRECTORY = (EXACT, RESTART)  # the strategies that restore the whole data directory
 
 
 def check(target: SeedTarget) -> None:
@@ -238,16 +237,16 @@ def preflight(ctx: ApplyContext, header: DumpHeader, versions: ServiceVersions) 
 
 # ---------------------------------------------------------------------------------------------- warm
 #
-# Three strategies (``strategy``). ``exact`` (the default): ``forgelib.kinds.datadir`` keeps the seeded data
-# directory in a helper container, outside the server and its container; every reset stops the container,
-# puts back from that copy every file and directory of the data directory that changed since the last
-# reset, and starts it again: the server a trial sees is, byte for byte, the one the first seeding left
-# (databases, roles, settings, ALTER SYSTEM, tablespaces, extensions), and forge keeps nothing in it.
-#
-# ``restart``: the same restore, without stopping the container: the server runs under
-# ``forgelib.kinds.supervisor``'s loop, which restarts it in place and keeps the copy in the container's
-# root-only ``/forge-pristine``. Faster (no container stop and start, no helper), but a trial can see the
-# loop and that directory's name, which a fresh stack does not have: an opt-in.
+# Two strategies (``strategy``). ``exact`` (the default; ``restart`` is another name for it): every reset
+# puts back from a pristine copy of the seeded data directory every file and directory that changed since
+# the last reset: the server a trial sees is, byte for byte, the one the first seeding left (databases,
+# roles, settings, ALTER SYSTEM, tablespaces, extensions). Where it can (``supervisor.wrap``), the server
+# runs under ``forgelib.kinds.supervisor``'s loop in every mode forge starts the service in (fresh, warm,
+# from a golden, a fork), which restarts it in place and keeps the copy in the container's root-only
+# ``/forge``: a trial sees the same loop and the same ``/forge`` in a fresh stack as in a restored one.
+# Elsewhere ``forgelib.kinds.datadir`` keeps the copy in a helper container; a reset stops the service's
+# container, has the helper put back what changed, and starts it again (slower; nothing of forge's in the
+# service).
 #
 # ``template``: prepare: right after the dump went in (no dependent connected yet), copy the seeded
 # database into a template database named after the seed digest, closed to connections, and make one
@@ -337,7 +336,9 @@ def _fail(ctx: ApplyContext, step: str, e: BaseException) -> RecipeError:
 
 
 def strategy(ctx: SeedTarget) -> ResetStrategy:
-    return ResetStrategy(ctx.options.get("strategy") or EXACT)
+    """The reset strategy: ``exact`` or ``template`` (``restart`` is another name for ``exact``)."""
+    found = ResetStrategy(ctx.options.get("strategy") or EXACT)
+    return EXACT if found == RESTART else found
 
 
 @dataclass
@@ -356,15 +357,16 @@ class Exact:
 def warm_process(
     target: SeedTarget, service: ServiceConfig, image: ImageProcess | None
 ) -> Mapping[str, Any] | None:
-    """Restart strategy: the server under ``kinds.supervisor``'s loop, so a reset restarts the server alone
-    (the copy taken after SIGINT, postgres's fast shutdown; a reset stops it with SIGQUIT, immediate)."""
-    if strategy(target) != RESTART:
+    """Exact strategy, in every mode: the server under ``kinds.supervisor``'s loop, so a reset restarts the
+    server alone (the copy taken after SIGINT, postgres's fast shutdown; a reset stops it with SIGQUIT,
+    immediate)."""
+    if strategy(target) != EXACT:
         return None
     return supervisor.wrap(service, image)
 
 
 def prepare(ctx: ApplyContext) -> Prepared | Exact:
-    if strategy(ctx) in DATA_DIRECTORY:
+    if strategy(ctx) == EXACT:
         path = golden_path(ctx)
         if not path:
             raise ctx.fail("prepare", "the server did not name its data directory (show data_directory)")
@@ -502,7 +504,7 @@ _FINGERPRINT: dict[str, str] = {
 def fingerprint(ctx: ApplyContext) -> Fingerprint:
     """``cluster_fingerprint``; with the exact strategy also the seeded database's rows (``seeded_rows``):
     a reset from the pristine data directory is then checked for content too, not only the catalogs."""
-    if strategy(ctx) in DATA_DIRECTORY:
+    if strategy(ctx) == EXACT:
         return golden_fingerprint(ctx)
     return cluster_fingerprint(ctx)
 
