@@ -11,19 +11,25 @@ The same task (``examples/harbor_postgres_reset/postgres_reset``), harbor's orac
   seed mounted as a second init script of app-db (harbor does not read forge's ``project.yaml``, so
   without it the oracle would read the factory row and the arm would skip the seeding the others do);
 * **forge fresh**, **forge goldens** (``--ek goldens=true``), **forge warm** (``--ek stacks=warm``):
-  ``--env forgelib.harbor:ForgeEnvironment`` on the task as it is.
+  ``--env forgelib.harbor:ForgeEnvironment`` on the task as it is;
+* an extra arm, **forge warm, restart reset**: a copy of the task whose app-db resets with the postgres
+  kind's opt-in ``strategy: restart`` (a preview of a fast default reset; never the headline).
 
 Per trial, from harbor's ``result.json``: **start** = ``environment_setup`` (the environment's ``start``),
 **stop** = the trial's ``finished_at`` minus its verifier's ``finished_at`` (harbor records no teardown
 phase; in between it only calls the environment's ``stop`` and closes a bridge this agent does not open).
 A warm trial's stop hands the stack back to its pool; the pool's stacks are torn down as the job ends,
-outside every trial, so the job's wall time (its ``result.json``) is reported too.
+outside every trial, so the job's wall time (its ``result.json``) is reported too. Where a forge trial's
+start and stop go, from its ``forge_stack.json``: ``acquire`` (the stack: provisioned, or a warm one's
+reset waited for) and ``dirs`` (harbor's log directories made in ``main``), ``grade_and_logs`` and
+``release``; harbor's own share is the rest of each window.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,6 +39,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from forgelib.runner import SubprocessRunner
 from forgelib.stacks.snapshots import store
@@ -46,21 +53,25 @@ MAIN_IMAGE = "forgelib/python:3.11"
 IMAGES = {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15", "FORGE_IMAGE_PYTHON": MAIN_IMAGE}
 INIT_MOUNT = "      - ./init.sql:/docker-entrypoint-initdb.d/init.sql:ro\n"
 SEED_MOUNT = "      - ./assets/postgres_baseline.sql:/docker-entrypoint-initdb.d/zz_baseline.sql:ro\n"
+RESET = "reset: {seed: postgres_baseline}"
+RESTART = "reset: {seed: postgres_baseline, strategy: restart}"
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
     args: tuple[str, ...]
-    baseline: bool = False
+    task: str = "as is"  # "baseline": the docker arm's copy; "restart": the restart-reset copy
 
 
 ARMS = (
-    Arm("harbor docker", ("--env", "docker"), baseline=True),
+    Arm("harbor docker", ("--env", "docker"), task="baseline"),
     Arm("forge fresh", ("--env", FORGE_ENV)),
     Arm("forge goldens", ("--env", FORGE_ENV, "--ek", "goldens=true")),
     Arm("forge warm", ("--env", FORGE_ENV, "--ek", "stacks=warm")),
+    Arm("forge warm, restart reset (extra)", ("--env", FORGE_ENV, "--ek", "stacks=warm"), task="restart"),
 )
+HEADLINE = 3  # ARMS[3], forge warm: the goal's arm (the restart arm previews a fast default reset)
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class Trial:
     reward: float | None
     error: str | None
     forge: dict[str, float]  # forge_stack.json's timings (forge arms)
+    phases: dict[str, float]  # forge_stack.json's start and stop steps, and harbor's share of each window
 
 
 @dataclass(frozen=True)
@@ -106,8 +118,30 @@ def baseline_task(into: Path) -> Path:
     return task
 
 
+def restart_task(into: Path) -> Path:
+    """The task with app-db reset by the postgres kind's opt-in restart strategy."""
+    task = into / "restart" / TASK.name
+    shutil.copytree(TASK, task, symlinks=False)
+    spec = task / "environment" / "project.yaml"
+    text = spec.read_text()
+    assert RESET in text, f"{spec}: app-db's reset binding changed; update RESET"
+    spec.write_text(text.replace(RESET, RESTART, 1))
+    return task
+
+
+def _phases(record: dict[str, Any], start: float, stop: float | None) -> dict[str, float]:
+    """The record's start and stop steps, and harbor's share of each window (the rest of it)."""
+    steps = {**record.get("start", {}), **record.get("stop", {})}
+    out = {k: float(v) for k, v in steps.items()}
+    if "start" in record:
+        out["harbor (start)"] = start - sum(float(v) for v in record["start"].values())
+    if "stop" in record and stop is not None:
+        out["harbor (stop)"] = stop - sum(float(v) for v in record["stop"].values())
+    return out
+
+
 def run_arm(harbor: Path, arm: Arm, task: Path, jobs: Path, trials: int, env: dict[str, str]) -> Job:
-    name = arm.name.replace(" ", "-")
+    name = re.sub(r"[^a-z0-9]+", "-", arm.name).strip("-")
     argv = [str(harbor), "run", "-p", str(task), *arm.args, "-a", "oracle", "-k", str(trials), "-n", "1"]
     argv += ["-o", str(jobs), "--job-name", name, "-q"]
     began = time.monotonic()
@@ -130,9 +164,14 @@ def run_arm(harbor: Path, arm: Arm, task: Path, jobs: Path, trials: int, env: di
             stop = (_ts(r["finished_at"]) - _ts(verifier["finished_at"])).total_seconds()
         rewards = (r.get("verifier_result") or {}).get("rewards") or {}
         error = (r.get("exception_info") or {}).get("exception_message")
-        record = path.parent / "forge_stack.json"
-        forge = json.loads(record.read_text()).get("timings", {}) if record.is_file() else {}
-        found.append(Trial(_ts(r["started_at"]), start or 0.0, stop, rewards.get("reward"), error, forge))
+        where = path.parent / "forge_stack.json"
+        record = json.loads(where.read_text()) if where.is_file() else {}
+        phases = _phases(record, start or 0.0, stop)
+        trial = Trial(
+            _ts(r["started_at"]), start or 0.0, stop, rewards.get("reward"), error, record.get("timings", {}),
+            phases,
+        )  # fmt: skip
+        found.append(trial)
     found.sort(key=lambda t: t.started)
     return Job(arm, found, wall)
 
@@ -141,11 +180,12 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def _where(trials: list[Trial]) -> str:
-    """The mean of each forge timing over these trials, largest first (what a start spends)."""
-    keys = sorted({k for t in trials for k in t.forge})
-    means = {k: _mean([t.forge.get(k, 0.0) for t in trials]) for k in keys}
-    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(means.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+def _where(trials: list[Trial], field: str = "forge") -> str:
+    """The mean of each forge timing (or start and stop step) over these trials, largest first."""
+    got = [getattr(t, field) for t in trials]
+    keys = sorted({k for g in got for k in g})
+    means = {k: _mean([g.get(k, 0.0) for g in got]) for k in keys}
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(means.items(), key=lambda kv: -kv[1]) if v >= 0.005)
 
 
 def remove_new_goldens(before: set[str]) -> None:
@@ -185,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     with tempfile.TemporaryDirectory(prefix="forge-harbor-bench-") as tmp:
         try:
-            base = baseline_task(Path(tmp))
+            tasks = {"baseline": baseline_task(Path(tmp)), "restart": restart_task(Path(tmp)), "as is": TASK}
             for arm in ARMS:
-                job = run_arm(harbor, arm, base if arm.baseline else TASK, Path(tmp) / "jobs", trials, env)
+                job = run_arm(harbor, arm, tasks[arm.task], Path(tmp) / "jobs", trials, env)
                 jobs.append(job)
                 print(f"{arm.name}: {len(job.trials)} trials, job {job.wall:.1f} s, load {os.getloadavg()}")
         finally:
@@ -226,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{job.arm.name}, forge's timings: trial 1: {_where(job.trials[:1])}; "
             f"later: {_where(job.trials[1:])}"
         )
+        print(
+            f"{job.arm.name}, start and stop steps: trial 1: {_where(job.trials[:1], 'phases')}; "
+            f"later: {_where(job.trials[1:], 'phases')}"
+        )
+    print(f"headline: {jobs[HEADLINE].arm.name}; {jobs[-1].arm.name} previews a fast default reset")
     print(f"\nload before {load_before}, after {load_after}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = {
@@ -236,7 +281,14 @@ def main(argv: list[str] | None = None) -> int:
             j.arm.name: {
                 "job_seconds": j.wall,
                 "trials": [
-                    {"start": t.start, "stop": t.stop, "reward": t.reward, "error": t.error, "forge": t.forge}
+                    {
+                        "start": t.start,
+                        "stop": t.stop,
+                        "reward": t.reward,
+                        "error": t.error,
+                        "forge": t.forge,
+                        "phases": t.phases,
+                    }
                     for t in j.trials
                 ],
             }

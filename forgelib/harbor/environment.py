@@ -31,7 +31,9 @@ import json
 import shlex
 import tempfile
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -138,6 +140,7 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._trial: Stack | None = None
         self._stacks: hs.TaskStacks | None = None
+        self._record: dict[str, Any] = {}  # forge_stack.json as the start wrote it
         super().__init__(*args, **kwargs)
         opts = self.options
         assert isinstance(opts, ForgeOptions)
@@ -178,14 +181,22 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
             if self._stacks is not None:
                 self._stacks.release(trial, graceful=False)
 
+        t0 = time.monotonic()
         self._trial = await _in_thread(acquire, on_abandon=abandon)
         stacks = self._stacks
         assert stacks is not None
         record = hs.describe(self._trial, stacks.run_id)
         self.logger.debug("forge stack %s (%s, reuse %s)", record["stack"], record["mode"], record["reuse"])
+        self._write_record(record)
+        acquired = time.monotonic()
+        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        self._record = {**record, "start": _seconds(acquire=acquired - t0, dirs=time.monotonic() - acquired)}
+        self._write_record(self._record)
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        """The trial's ``forge_stack.json``: its stack, and what its start and stop spent where."""
         where = self.trial_paths.trial_dir / STACK_FILE
         where.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        await self.ensure_dirs(self._mount_targets(writable_only=True))
 
     async def stop(self, delete: bool) -> None:
         trial, stacks = self._trial, self._stacks
@@ -194,11 +205,21 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
             return
 
         def finish() -> None:
+            t0 = time.monotonic()
             try:
-                self._grade(trial, stacks)
-                capture_logs(trial, self.trial_paths.trial_dir / "forge", LOG_TAIL_LINES)
+                # Both read the stack as the trial left it, neither changes it: side by side, then the
+                # release (a warm stack's reset starts there).
+                out = self.trial_paths.trial_dir / "forge"
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-harbor-logs") as ex:
+                    logs = ex.submit(capture_logs, trial, out, LOG_TAIL_LINES)
+                    self._grade(trial, stacks)
+                    logs.result()
             finally:
+                graded = time.monotonic()
                 stacks.release(trial)
+            if self._record:
+                stop = _seconds(grade_and_logs=graded - t0, release=time.monotonic() - graded)
+                self._write_record({**self._record, "stop": stop})
 
         await _in_thread(finish)
 
@@ -356,6 +377,10 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
         if r.rc != 0:
             said = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.rc}").splitlines()[-1]
             raise RuntimeError(f"{shlex.join(argv)} failed: {said}")
+
+
+def _seconds(**steps: float) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in steps.items()}
 
 
 def _text(path: Path) -> str | None:

@@ -111,7 +111,20 @@ class TaskStacks(HostedStacks):
             host="the harbor run",
             runner=runner,
         )
-        self.start()
+        # Healing removes dead owners' leftovers only, and the clients are needed by the first reset at the
+        # earliest: both on a thread while the first trial's stack comes up (``close`` waits for it).
+        self._starting = threading.Thread(target=self._start, name="forge-harbor-start", daemon=True)
+        self._starting.start()
+
+    def _start(self) -> None:
+        try:
+            self.start()
+        except Exception as e:  # noqa: BLE001  # a courtesy to earlier runs; the resets load what they use
+            log.warning("forge: starting the harbor run's stacks: %s", e)
+
+    def close(self) -> None:
+        self._starting.join()
+        super().close()
 
 
 _registry: dict[tuple[Path, Mode], TaskStacks] = {}

@@ -1,9 +1,9 @@
 """harbor's ``forge`` environment on the real engine: the BaseEnvironment contract on one fresh stack of
 the example task (exec's cwd/env/user/timeout, files and directories both ways, per-service operations),
-then harbor's own CLI running the vandal task with warm stacks.
+then harbor's own CLI running the vandal task with warm stacks and the example with goldens.
 
-One stack for the contract checks (module scope), one ``harbor run`` for the warm proof: this file is
-the whole harbor suite and runs in .ci/run's Python 3.12 venv.
+One stack for the contract checks (module scope), one ``harbor run`` per mode proof: this file is the
+whole harbor suite and runs in .ci/run's Python 3.12 venv.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +24,13 @@ from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from forgelib.harbor import ForgeEnvironment
+from forgelib.runner import SubprocessRunner
+from forgelib.stacks.snapshots import store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "harbor_postgres_reset"
 HARBOR = Path(sys.executable).with_name("harbor")
+PROJECT = "harbor_postgres_reset"  # the example's project.yaml name: its goldens carry it
 
 pytestmark = pytest.mark.integration
 
@@ -72,12 +77,27 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         assert _ours(run_id) == [], "the stack outlived stop()"
 
 
-def _ours(run_id: str) -> list[str]:
+def _ours(run_id: str, kind: str = "container") -> list[str]:
+    """The run's containers (or volumes, networks) still on the engine, by forge's run label."""
+    argv = ["docker", "ps", "-a", "--format", "{{.Names}}"] if kind == "container" else ["docker", kind, "ls"]
+    if kind != "container":
+        argv += ["--format", "{{.Name}}"]
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=io.forgelib.run={run_id}", "--format", "{{.Names}}"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [*argv, "--filter", f"label=io.forgelib.run={run_id}"], capture_output=True, text=True, check=True
+    )
     return out.stdout.split()
+
+
+def _harbor_run(task: Path, jobs: Path, job: str, *args: str) -> list[Path]:
+    """``harbor run`` of ``task`` with the oracle agent on the forge environment; its trial directories."""
+    run = subprocess.run(
+        [str(HARBOR), "run", "-p", str(task), "--env", "forgelib.harbor:ForgeEnvironment", *args,
+         "-a", "oracle", "-n", "1", "-o", str(jobs), "--job-name", job, "-y"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # offline: no model price list fetch
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return sorted(d for d in (jobs / job).iterdir() if d.is_dir())
 
 
 def test_exec_honours_cwd_env_user_and_the_task_workdir(env: Env) -> None:
@@ -139,15 +159,7 @@ def test_the_stack_carries_forges_labels(env: Env) -> None:
 def test_harbor_run_warm_resets_the_vandals_damage_between_attempts(tmp_path: Path) -> None:
     """harbor's CLI, oracle agent, -k 3 warm: one stack for every attempt, and each attempt's first
     observation (rewarded by the task's verifier) is a fresh stack's, though the one before wrecked it."""
-    run = subprocess.run(
-        [str(HARBOR), "run", "-p", str(EXAMPLE / "vandal"), "--env", "forgelib.harbor:ForgeEnvironment",
-         "--ek", "stacks=warm", "-a", "oracle", "-k", "3", "-n", "1", "-o", str(tmp_path), "--job-name", "v",
-         "-y"],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # offline: no model price list fetch
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    trials = [d for d in (tmp_path / "v").iterdir() if d.is_dir()]
+    trials = _harbor_run(EXAMPLE / "vandal", tmp_path, "v", "--ek", "stacks=warm", "-k", "3")
     assert len(trials) == 3
     expected = (EXAMPLE / "vandal" / "tests" / "expected_first_seen.txt").read_text()
     stacks = set()
@@ -165,3 +177,51 @@ def test_harbor_run_warm_resets_the_vandals_damage_between_attempts(tmp_path: Pa
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert str(next(iter(stacks))) not in left
+
+
+def test_harbor_run_with_goldens_captures_one_golden_and_restores_it(tmp_path: Path) -> None:
+    """harbor's CLI, oracle agent, -k 3 with goldens: every reward 1.0; the first trial captures app-db's
+    golden and the others start app-db from that same golden (forge's records, the golden's labels); the
+    golden stays on the engine as docs/harbor.md says (a cache for later runs, `forge snapshots prune`),
+    and nothing else of the run does."""
+    # A copy of the example whose app-db config differs in one environment variable: a golden key of its
+    # own, so its first trial captures (another run's golden of the example would be restored instead).
+    task = tmp_path / "task"
+    shutil.copytree(EXAMPLE / "postgres_reset", task)
+    compose = task / "environment" / "docker-compose.yaml"
+    marker = f"FORGE_TEST_RUN: {uuid.uuid4().hex}"
+    db = "      POSTGRES_DB: app\n"
+    text = compose.read_text()
+    assert db in text, f"{compose}: app-db's environment changed; update this test"
+    compose.write_text(text.replace(db, f"{db}      {marker}\n", 1))
+    runner = SubprocessRunner()
+    before = {g.id for g in store.list_goldens(runner, project=PROJECT)}
+    ours: list[store.Golden] = []
+    try:
+        trials = _harbor_run(task, tmp_path / "jobs", "g", "--ek", "goldens=true", "-k", "3")
+        ours = [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before]
+        assert len(trials) == 3
+        records = [json.loads((t / "forge_stack.json").read_text()) for t in trials]
+        for t in trials:
+            assert (t / "verifier" / "reward.txt").read_text().strip() == "1", t
+            assert json.loads((t / "verifier" / "forge_grade.json").read_text())["pass"] is True, t
+        assert {r["mode"] for r in records} == {"fresh"}
+        assert len({r["stack"] for r in records}) == 3  # a stack of its own per trial
+        outcomes = sorted(r["goldens"]["app-db"]["outcome"] for r in records)
+        assert outcomes == ["captured", "restored", "restored"], records
+        keys = {r["goldens"]["app-db"]["golden"] for r in records}
+        assert len(keys) == 1, records  # every trial's golden is the one the first captured
+        # Kept, as the docs say: one golden image of this project, labelled with that key and service.
+        assert len(ours) == 1, ours
+        assert ours[0].key.startswith(keys.pop())
+        assert ours[0].labels[store.SERVICE] == "app-db"
+        run_ids = {r["run_id"] for r in records}
+        assert len(run_ids) == 1
+        run_id = run_ids.pop()
+        for kind in ("container", "volume", "network"):
+            assert _ours(run_id, kind) == [], f"{kind}s of {run_id} left"
+    finally:
+        for g in ours or [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before]:
+            assert store.remove(runner, g) is None
+            store.forget(g.key)
+    assert [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before] == []

@@ -498,7 +498,13 @@ class WarmPool:
 
     def _recycle(self, stack: PooledStack, on_phase: PhaseCallback | None) -> dict[str, float]:
         """Reset, verify, recreate: the timings of each step (``reset:<svc>``, ``fingerprint:<svc>``,
-        ``recreate``, ``ready``). Raises ``DirtyStack``/``ForgeError`` unless the stack is provably clean."""
+        ``recreate``, ``ready``). Raises ``DirtyStack``/``ForgeError`` unless the stack is provably clean.
+
+        Once the reset services are reset, a reset ahead (``on_phase`` None: off every trial's path) starts
+        the ephemeral successors beside the fingerprints instead of after them: they start against the
+        reset state either way, and a stack the fingerprints cannot prove clean comes down with them, so
+        nothing they saw outlives it. A late reset, on its trial's path, keeps the steps in sequence (they
+        are that trial's ready breakdown, whose parts add up)."""
         timings: dict[str, float] = {}
 
         def timed(phase: str, step: Callable[[], _T]) -> _T:
@@ -517,15 +523,38 @@ class WarmPool:
             # `docker start` published them on new host ports: trial.yaml records the ones it runs on
             ports = stack.compose.published_ports()
             stack.ports.update({s: ports.get(s, []) for s in restarted if s in stack.ports})
-        for p in stack.trial.prepared:
-            now = timed(f"fingerprint:{p.ctx.service}", p.fingerprint)
-            differ = fingerprint_diff(p.baseline, now)
-            if differ:
-                raise DirtyStack(
-                    f"service {p.ctx.service!r} changed beyond its reset's reach ({', '.join(differ)} "
-                    "differ from the first seeding)"
-                )
-        stack.ports.update(stack.ephemerals.recycle(timed))
+
+        def verify() -> None:
+            for p in stack.trial.prepared:
+                now = timed(f"fingerprint:{p.ctx.service}", p.fingerprint)
+                differ = fingerprint_diff(p.baseline, now)
+                if differ:
+                    raise DirtyStack(
+                        f"service {p.ctx.service!r} changed beyond its reset's reach ({', '.join(differ)} "
+                        "differ from the first seeding)"
+                    )
+
+        if on_phase is not None or not stack.ephemerals.services or not stack.trial.prepared:
+            verify()
+            stack.ports.update(stack.ephemerals.recycle(timed))
+            return timings
+        failed: list[BaseException] = []
+
+        def verify_beside() -> None:
+            try:
+                verify()
+            except BaseException as e:  # noqa: BLE001  # raised below, on the recycling thread
+                failed.append(e)
+
+        job = threading.Thread(target=verify_beside, name=f"forge-warm-verify-{stack.name}", daemon=True)
+        job.start()
+        try:
+            ports = stack.ephemerals.recycle(timed)
+        finally:
+            job.join()
+            if failed:  # a stack not proven clean says so, whatever the successors did
+                raise failed[0]
+        stack.ports.update(ports)
         return timings
 
     # ------------------------------------------------------------------------------------------ release
