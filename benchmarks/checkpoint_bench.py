@@ -80,6 +80,13 @@ def change(t: Stack, mark: str) -> None:
     t.compose.exec("runner", ["sh", "-c", f"echo {mark} > /work/notes/{mark}.md"], timeout=60)
 
 
+def where_it_goes(timings: Sequence[dict[str, float]]) -> str:
+    """Each phase's median over ``timings`` (one stack's each), the longest first."""
+    names = {k for t in timings for k in t}
+    med = {k: bs.median([t[k] for t in timings if k in t]) for k in names}
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
+
+
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__)
     ap.add_argument("--rounds", type=int, default=bs.env_int("FORGE_BENCH_CHECKPOINT_ROUNDS", 2))
@@ -92,6 +99,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     fork_s: list[float] = []
     fresh_s: list[float] = []
     restores: dict[str, dict[str, list[float]]] = {"source": {}, "fork": {}}
+    phases: dict[str, list[dict[str, float]]] = {"fork": [], "fresh": []}
     with tempfile.TemporaryDirectory(prefix="forge-ckbench-") as tmp:
         work = Path(tmp)
         project = cache_pack(work / "pack")
@@ -123,6 +131,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                             made = [fresh(n + i) for i in range(args.forks)]
                             n += args.forks
                             fresh_s.append(time.monotonic() - t0)
+                        phases[arm] += [t.timings for t in made]
                         if arm == "fork" and r == 0:
                             fork = made.pop(0)  # the fork whose restores are timed
                         for t in made:
@@ -175,10 +184,11 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     notes = [
         f"a fresh provision (the baseline) {per_fresh:.2f} s; restore samples per kind and stack: "
         f"{args.rounds * args.restores}",
+        *(f"{arm} stack phases (median s): {where_it_goes(ts)}" for arm, ts in phases.items()),
         "left on the engine: " + (", ".join(n for names in left.values() for n in names) or "nothing"),
     ]
-    return bs.report(NAME, rows, meta={**meta, "samples": {"fork": fork_s, "fresh": fresh_s,
-                                                           "restore": restores}}, notes=notes)  # fmt: skip
+    samples = {"fork": fork_s, "fresh": fresh_s, "restore": restores, "phases": phases}
+    return bs.report(NAME, rows, meta={**meta, "samples": samples}, notes=notes)
 
 
 if __name__ == "__main__":

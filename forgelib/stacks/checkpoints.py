@@ -27,6 +27,7 @@ running (``forge provision --keep``): another live process's stack changes under
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -298,7 +299,8 @@ def fork(
 ) -> list[Stack]:
     """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
     files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
-    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``."""
+    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``.
+    ``run_id``: their run label (``forge reap --run``); a new one per call by default."""
     project = stacks.project
     if project is None:
         raise ForgeError("fork: stacks opened without a project")
@@ -311,7 +313,8 @@ def fork(
         )
     backend = stacks.backend
     ctx: StackContext = backend.ctx
-    run_id = run_id or f"fork-{ck.id}-{lab.current_owner().pid}"
+    # a run of its own per call: two forks of one checkpoint in one process never share a project name
+    run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
     env = _environment(project, ck)
     out = []
     for i in range(n):
