@@ -23,7 +23,8 @@ from forgelib.stacks.stack import Stack
 
 def kept_stack(project: Project, name: str, runner: SubprocessRunner, timeouts: Timeouts) -> Stack:
     """The live stack ``name`` (``forge provision --keep``'s) of ``project``, as provisioning returned it:
-    its compose files and the override in its work directory."""
+    its compose files and the override in its work directory (and the images a restore recreated services
+    from)."""
     if not name or not is_valid_name(name):
         raise UsageError(f"{name!r} is not a compose project name (the one `forge provision --keep` printed)")
     mine = {lab.COMPOSE_PROJECT: name, lab.MANAGED: "true"}
@@ -34,7 +35,9 @@ def kept_stack(project: Project, name: str, runner: SubprocessRunner, timeouts: 
             f"no forge stack named {name!r} with its files on this host (`forge provision --keep` prints it)"
         )
     env = project.environment
-    compose = ComposeProject(name, (*env.compose_files, override), runner, timeouts)
+    restored = override.parent / checkpoints.RESTORE_FILE  # a service `forge restore` recreated
+    files = (*env.compose_files, override, *([restored] if restored.is_file() else []))
+    compose = ComposeProject(name, files, runner, timeouts)
     config = compose.config()
     compose = compose.with_secrets(config)
     return Stack(

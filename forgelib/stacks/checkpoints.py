@@ -27,16 +27,19 @@ running (``forge provision --keep``): another live process's stack changes under
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker import readiness
-from forgelib.docker.compose import project_name
+from forgelib.docker.compose import ComposeProject, project_name, write_override
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError, ProvisionError, RecipeError
 from forgelib.kinds import registry as kinds
@@ -153,7 +156,7 @@ def capture(
     built: list[str] = []
     manifest: dict[str, Any] = {}
     try:
-        with store.build_dir() as d:
+        with store.build_dir(run_id) as d:
             pause_t0 = time.monotonic()
             try:
                 _pause(runner, others, paused, timeouts)
@@ -304,7 +307,8 @@ def fork(
 ) -> list[Stack]:
     """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
     files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
-    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``."""
+    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``.
+    ``run_id``: their run label (``forge reap --run``); a new one per call by default."""
     project = stacks.project
     if project is None:
         raise ForgeError("fork: stacks opened without a project")
@@ -317,7 +321,8 @@ def fork(
         )
     backend = stacks.backend
     ctx: StackContext = backend.ctx
-    run_id = run_id or f"fork-{ck.id}-{lab.current_owner().pid}"
+    # a run of its own per call: two forks of one checkpoint in one process never share a project name
+    run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
     env = _environment(project, ck)
     out = []
     for i in range(n):
@@ -352,11 +357,12 @@ def _environment(project: Project, ck: Checkpoint) -> EnvironmentManifest:
 # ------------------------------------------------------------------------------------------- restore
 
 _RESTORE = 'set -e; s="$1"; t="$2"; find "$t" -mindepth 1 -delete; cp -a "$s/." "$t/"'
+RESTORE_FILE = "compose.restore.yaml"  # in a stack's directory: the images its recreated services run
 
 
 def restore(stacks: Stacks, trial: Stack, checkpoint_id: str) -> Stack:
     """Roll ``trial``'s captured services back to ``checkpoint_id`` in place; the trial with its published
-    ports read again (a restarted container gets new host ports)."""
+    ports read again (a restarted container gets new host ports) and ``timings["restore:<service>"]``."""
     project = stacks.project
     if project is None:
         raise ForgeError("restore: stacks opened without a project")
@@ -366,7 +372,15 @@ def restore(stacks: Stacks, trial: Stack, checkpoint_id: str) -> Stack:
 def roll_back(
     project: Project, trial: Stack, checkpoint_id: str, runner: Runner, timeouts: Timeouts
 ) -> Stack:
-    """``restore`` without a ``Stacks`` (``forge restore`` on a kept stack)."""
+    """``restore`` without a ``Stacks`` (``forge restore`` on a kept stack).
+
+    A captured directory on a **volume** (a stack provisioned from its seeds: the image's ``VOLUME`` or the
+    compose file's) is refilled from the checkpoint image by a helper container while the service is
+    stopped. A directory in the container's **own layer** (a fork's, whose checkpoint image has no
+    ``VOLUME`` there, or a tree outside any volume) is put back by recreating the service's container from
+    the checkpoint image (``compose up --force-recreate --no-deps``, the image named in ``RESTORE_FILE``):
+    that container then holds exactly what a fork's would, so changes the trial made elsewhere in that
+    container's file system go too."""
     ck = ckstore.load(runner, checkpoint_id, timeouts.command)
     compose = trial.compose
     infos = compose.inspect()
@@ -375,7 +389,9 @@ def roll_back(
     by_name = {s.name: s for s in _services(project, trial, timeouts)}
     if ck.manifest.get("project") != project.name or set(ck.services) - set(by_name):
         raise CheckpointError(f"checkpoint {ck.id} is not of this stack's project and services")
+    timings = dict(trial.timings)
     for svc, rec in sorted(ck.services.items()):
+        t0 = time.monotonic()
         found = served.get(svc) or []
         if not found:
             raise CheckpointError(f"stack {trial.name} has no container for service {svc!r}")
@@ -384,34 +400,78 @@ def roll_back(
             raise CheckpointError(
                 f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
             )
-        container = str(info.get("Id"))
-        path = str(rec["path"])
-        target, volume = _volume_at(info, path)
-        runner.run(dk.stop([container]), timeout=timeouts.teardown, tag="stop")
-        try:
-            argv = dk.run(
-                str(rec["image"]),
-                ["-c", _RESTORE, "forge-restore", path, target],
-                rm=True, network="none", user="0", entrypoint="sh",
-                mount=f"type=volume,src={volume},dst=/forge-restore",
-                label=[f"{k}={v}" for k, v in sorted(_helper_labels(info).items())],
-            )  # fmt: skip
-            runner.run(argv, timeout=timeouts.recipe, tag="run")
-        finally:
-            runner.run(dk.start([container]), timeout=timeouts.compose_up, tag="start")
+        on_volume = _volume_at(info, str(rec["path"]))
+        if on_volume is None:
+            compose = _recreate(trial, compose, svc, str(rec["image"]), timeouts)
+        else:
+            _refill(runner, compose, svc, info, rec, on_volume, timeouts)
         s = by_name[svc]
         s.ctx.addresses.clear()
-        readiness.wait_ready(compose, [svc], refs=[container], timeout=timeouts.compose_up)
         try:
-            _verify(s.recipe, s.ctx, rec, ck.id)
+            _verify(s.recipe, dataclasses.replace(s.ctx, compose=compose), rec, ck.id)
         except ProvisionError as e:
             raise CheckpointError(e.reason) from e
-    return dataclasses.replace(trial, ports=compose.published_ports())
+        timings[f"restore:{svc}"] = time.monotonic() - t0
+    return dataclasses.replace(trial, compose=compose, ports=compose.published_ports(), timings=timings)
 
 
-def _volume_at(info: Mapping[str, Any], path: str) -> tuple[str, str]:
-    """Where ``path`` lies in the helper (under ``/forge-restore``) and the name of the volume holding it.
-    A directory in the container's own layer (a fork's) is not restored in place: fork again instead."""
+def _refill(
+    runner: Runner,
+    compose: ComposeProject,
+    svc: str,
+    info: Mapping[str, Any],
+    rec: Mapping[str, Any],
+    on_volume: tuple[str, str],
+    timeouts: Timeouts,
+) -> None:
+    """Stop the service, empty the volume under its directory and copy the captured one in, start it."""
+    container = str(info.get("Id"))
+    target, volume = on_volume
+    runner.run(dk.stop([container]), timeout=timeouts.teardown, tag="stop")
+    try:
+        argv = dk.run(
+            str(rec["image"]),
+            ["-c", _RESTORE, "forge-restore", str(rec["path"]), target],
+            rm=True, network="none", user="0", entrypoint="sh",
+            mount=f"type=volume,src={volume},dst=/forge-restore",
+            label=[f"{k}={v}" for k, v in sorted(_helper_labels(info).items())],
+        )  # fmt: skip
+        runner.run(argv, timeout=timeouts.recipe, tag="run")
+    finally:
+        runner.run(dk.start([container]), timeout=timeouts.compose_up, tag="start")
+    readiness.wait_ready(compose, [svc], refs=[container], timeout=timeouts.compose_up)
+
+
+def _recreate(
+    trial: Stack, compose: ComposeProject, svc: str, image: str, timeouts: Timeouts
+) -> ComposeProject:
+    """Recreate ``svc``'s container from ``image`` (written into the stack's ``RESTORE_FILE``, the last of
+    its compose files); the compose project with that file."""
+    path = trial.trial_dir / RESTORE_FILE
+    doc = restore_images(trial.trial_dir)
+    doc[svc] = image
+    write_override(path, {"services": {k: {"image": v} for k, v in sorted(doc.items())}}, header=_RESTORED)
+    compose = compose.with_files(*[f for f in compose.files if f != path], path)
+    compose.up([svc], wait=False, no_deps=True, force_recreate=True, timeout=timeouts.compose_up)
+    readiness.wait_ready(compose, [svc], timeout=timeouts.compose_up)
+    return compose
+
+
+_RESTORED = "the images of services forge restore recreated from a checkpoint"
+
+
+def restore_images(trial_dir: Path) -> dict[str, str]:
+    """service -> image: what ``RESTORE_FILE`` in ``trial_dir`` names (empty when there is none)."""
+    try:
+        doc = yaml.safe_load((trial_dir / RESTORE_FILE).read_text()) or {}
+    except FileNotFoundError:
+        return {}
+    return {str(k): str(v.get("image")) for k, v in (doc.get("services") or {}).items()}
+
+
+def _volume_at(info: Mapping[str, Any], path: str) -> tuple[str, str] | None:
+    """Where ``path`` lies in the helper (under ``/forge-restore``) and the name of the volume holding it;
+    None when it is in the container's own layer."""
     best: Mapping[str, Any] | None = None
     for m in info.get("Mounts") or []:
         dest = str(m.get("Destination", "")).rstrip("/")
@@ -419,10 +479,7 @@ def _volume_at(info: Mapping[str, Any], path: str) -> tuple[str, str]:
         if covers and (best is None or len(dest) > len(str(best.get("Destination", "")))):
             best = m
     if best is None:
-        raise CheckpointError(
-            f"{path} of {str(info.get('Name', '')).lstrip('/')} is not on a volume, so it cannot be restored "
-            "in place; fork the checkpoint into a new stack instead"
-        )
+        return None
     rel = path[len(str(best.get("Destination", "")).rstrip("/")) :]
     return "/forge-restore" + rel, str(best.get("Name"))
 
@@ -434,4 +491,14 @@ def _helper_labels(info: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointSteps", "capture", "checkpoint", "fork", "restore"]
+__all__ = [
+    "RESTORE_FILE",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointSteps",
+    "capture",
+    "checkpoint",
+    "fork",
+    "restore",
+    "restore_images",
+]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -347,9 +348,12 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     cp = ["--filter", f"label={checkpoints.CHECKPOINT}"]
     cids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(run_id), *cp]))
     infos = _inspect(runner, "image", sorted(set(cids)))
+    # every manifest image: it carries no run label, so a run's filter would hide it
+    manifests = ["--filter", f"label={checkpoints.MANIFEST}"]
+    mids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(None), *manifests]))
     complete = {
         labels.get(checkpoints.CHECKPOINT)
-        for i in infos
+        for i in [*infos, *_inspect(runner, "image", sorted(set(mids) - set(cids)))]
         if checkpoints.MANIFEST in (labels := _labels(i.get("Config") or {}))
         and labels.get(checkpoints.SCOPE) != checkpoints.RUN_SCOPE
     }
@@ -383,7 +387,21 @@ def _remove(runner: Runner, r: Resource) -> str | None:
         return str(e).splitlines()[0]
     if res.rc == 0 or _gone(res.stderr):
         return None
+    if "already in progress" in res.stderr:  # another reaper (a `forge run` healing the engine) removes it
+        return _removed_meanwhile(runner, r)
     return (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
+
+
+def _removed_meanwhile(runner: Runner, r: Resource) -> str | None:
+    """None once the removal another process started is over (its network can go next), else why not."""
+    deadline = time.monotonic() + REMOVE_TIMEOUT
+    while time.monotonic() < deadline:
+        argv = dk.inspect([r.id], kind=r.kind, format="{{.Id}}")
+        res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
+        if res.rc != 0 and _gone(res.stderr):
+            return None
+        time.sleep(0.2)
+    return f"another process's removal of it did not end in {REMOVE_TIMEOUT:.0f} s"
 
 
 # --------------------------------------------------------------------------------------------- reporting
@@ -489,8 +507,8 @@ def reap(
                 o.action = "failed"
         if o.action == "removed":
             o.removed += [f"directory {w}" for w in _work_dirs(project) if remove_work_dir(w)]
+    _reap_build_dirs(report, facts, run_id)
     if run_id is None:
-        _reap_build_dirs(report, facts)
         _reap_owned_dirs(report, facts, projects, OWNED_DIRS)
     return report
 
@@ -552,16 +570,19 @@ def reap_owned_dirs(prefix: str) -> list[str]:
     return [d for o in report.outcomes for d in o.removed]
 
 
-def _reap_build_dirs(report: ReapReport, facts: HostFacts) -> None:
-    """A golden capture killed mid-write leaves its host build directory (the image itself is only tagged
-    once whole): removed once its owner, named in the directory, is provably gone."""
+def _reap_build_dirs(report: ReapReport, facts: HostFacts, run_id: str | None) -> None:
+    """A golden or checkpoint capture killed mid-write leaves its host build directory (the image itself is
+    only tagged once whole): removed once its owner, named in the directory, is provably gone; with
+    ``run_id``, only a checkpoint capture's of that run's stack."""
 
     def alive(pid: str, start: str) -> bool:
         return facts.boot_id is None or facts.pid_start_time(int(pid)) == start
 
-    for d in store.stale_build_dirs(alive):
-        o = ReapOutcome(f"(golden build {d.name})", "-", "-", "would remove" if report.dry_run else "removed",
-                    "owner_gone", "a golden capture whose owner is not running left it")  # fmt: skip
+    for d in store.stale_build_dirs(alive, run_id):
+        what = "checkpoint" if store.build_run(d) else "golden"
+        o = ReapOutcome(f"({what} build {d.name})", store.build_run(d) or "-", "-",
+                    "would remove" if report.dry_run else "removed",
+                    "owner_gone", f"a {what} capture whose owner is not running left it")  # fmt: skip
         if not report.dry_run:
             shutil.rmtree(d, ignore_errors=True)
         o.removed.append(f"directory {d}")

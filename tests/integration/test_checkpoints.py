@@ -1,9 +1,11 @@
-"""Checkpoints on the real engine: a stack of postgres, redis, a tree and an ephemeral service is changed
-through its services, checkpointed, forked twice (two keeps CI's time small); each fork observes what the
-source held at capture; changing one fork changes neither the other nor the source; restore brings the
-source back; a changed checkpoint, an unknown id and a stack that is not forge's are refused; `forge
-snapshots ls` lists the checkpoint and `prune` removes it; nothing is left afterwards, also after a
-process is killed (-9) in the middle of a capture and `forge reap` runs."""
+"""Checkpoints on the real engine. The cache pack (postgres, redis, two HTTP services, a workspace) is
+changed through its services, checkpointed and forked 4 times; each fork observes what the source held at
+capture (rows, schema, roles, keys, files, the services' answers); changing one fork changes no other and
+not the source; restore brings a fork and the source back in place; a changed checkpoint and an unknown
+id are refused; `forge snapshots ls` lists the checkpoint and `prune` removes it; nothing is left
+afterwards. A stack that is not forge's is refused. A process killed (-9) in the middle of a capture or
+of a fork leaves nothing after `forge reap --run` (a complete checkpoint stays: it is pruned, not reaped).
+One source stack serves the whole cache-pack proof: CI's time."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
 from forgelib import stacks
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
+from forgelib.spec.digest import seed_digest
+from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project, SeedKind, Task
 from forgelib.stacks import checkpoints
 from forgelib.stacks.provision import DEFAULT_TASK
@@ -31,8 +37,6 @@ from forgelib.stacks.snapshots import store
 from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
-
-PSQL = ["psql", "-U", "postgres", "-Atc"]
 
 
 def _project(tmp: Path, name: str) -> Project:
@@ -62,23 +66,6 @@ def _project(tmp: Path, name: str) -> Project:
 
 def _sh(t: Stack, svc: str, cmd: str) -> str:
     return t.compose.exec(svc, ["sh", "-c", cmd], timeout=30).stdout.strip()
-
-
-def _observe(t: Stack) -> dict[str, str]:
-    """Rows, schema, roles, keys and files, as a trial would read them."""
-    return {
-        "rows": _sh(t, "db", "psql -U postgres -Atc 'select v from t order by v'"),
-        "schema": _sh(t, "db", "psql -U postgres -Atc '\\d t'"),
-        "roles": _sh(t, "db", "psql -U postgres -Atc 'select rolname from pg_roles order by 1'"),
-        "keys": _sh(t, "cache", "redis-cli --raw KEYS '*' | sort; redis-cli --raw GET forge:k"),
-        "files": _sh(t, "ws", "cd /workspace && find . -type f | sort | xargs -r md5sum"),
-    }
-
-
-def _change(t: Stack, mark: str) -> None:
-    _sh(t, "db", f"psql -U postgres -c \"insert into t values ('{mark}')\"")
-    _sh(t, "cache", f"redis-cli SET forge:k {mark}")
-    _sh(t, "ws", f"echo {mark} > /workspace/{mark}.txt")
 
 
 def _forge(*args: str) -> str:
@@ -115,67 +102,180 @@ def opened(tmp_path: Path) -> Iterator[stacks.Stacks]:
     assert not [n for kind in left.values() for n in kind if name in n], left
 
 
-def test_checkpoint_fork_restore_and_nothing_left(
-    opened: stacks.Stacks, tmp_path: Path, runner: SubprocessRunner
+# The cache pack, as shipped but for its workspace: the pack's runner is ephemeral (no seed), so a fork would
+# start it empty; here it is reset from a tree seed at /work/notes, so that its files are captured. The
+# orders cache's TTL is a day (the pack's 300 s could lapse between capture and a fork's reading).
+CACHE_PACK = Path(__file__).resolve().parents[2] / "examples/multi_service_cache_debug"
+
+
+def _cache_pack(tmp: Path, name: str) -> Project:
+    root = tmp / "pack"
+    shutil.copytree(CACHE_PACK, root)
+    notes = root / "assets/notes"
+    notes.mkdir()
+    (notes / "README.md").write_text("the agent's notes\n")
+    doc = yaml.safe_load((root / "project.yaml").read_text())
+    doc["name"] = name
+    digest = seed_digest(notes, SeedKind.FILESYSTEM_DIR)
+    doc["assets"]["seeds"]["notes"] = {"path": "assets/notes", "kind": "filesystem_dir", "digest": digest}
+    services = doc["default_environment"]["services"]
+    services["runner"] = {"isolation": "reset", "reset": {"seed": "notes", "target": "/work/notes"}}
+    (root / "project.yaml").write_text(yaml.safe_dump(doc))
+    compose_file = root / "shared/environment.compose.yaml"
+    compose = yaml.safe_load(compose_file.read_text())
+    compose["services"]["orders-api"]["environment"]["CACHE_TTL_SECONDS"] = "86400"
+    compose_file.write_text(yaml.safe_dump(compose))
+    return load_project_config(root)
+
+
+APP_SQL = "psql -U app -d app -Atc"
+# the agent's workstation's reads and writes through the two HTTP services (cache-admin's ttl counts down:
+# left out)
+HTTP_GET = """python3 -c '
+import json, sys, urllib.request
+d = json.load(urllib.request.urlopen(sys.argv[1], timeout=20))
+d.pop("ttl", None)
+print(json.dumps(d, sort_keys=True))' """
+HTTP_POST = """python3 -c '
+import json, sys, urllib.request
+h = {"Content-Type": "application/json"}
+r = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers=h)
+print(urllib.request.urlopen(r, timeout=20).read().decode())' """
+
+
+def _observe_pack(t: Stack) -> dict[str, str]:
+    """Rows, schema, roles, keys and files of the cache pack, and what its two services answer."""
+    return {
+        "rows": _sh(t, "app-db", f"{APP_SQL} 'select * from orders order by id' "
+                                 f"-c 'select * from order_status_updates order by id'"),
+        "schema": _sh(t, "app-db", f"{APP_SQL} '\\d orders' -c '\\dt'"),
+        "roles": _sh(t, "app-db", f"{APP_SQL} 'select rolname from pg_roles order by 1'"),
+        "keys": _sh(t, "redis", "for k in $(redis-cli --raw KEYS '*' | sort); do echo \"$k\"; "
+                                "redis-cli --raw GET \"$k\"; done"),
+        "files": _sh(t, "runner", "cd /work/notes && find . -type f | sort | xargs -r md5sum"),
+        "api": _sh(t, "runner", f"{HTTP_GET} http://orders-api:8000/orders/4022/source"),
+        "admin": _sh(t, "runner", f"{HTTP_GET} http://cache-admin:8000/cache/order:4021"),
+    }  # fmt: skip
+
+
+def _change_pack(t: Stack, order: int, status: str, note: str) -> None:
+    """A status update through orders-api (a row and its audit row), its read (the cache fills), a note."""
+    _sh(t, "runner", f'{HTTP_POST} http://orders-api:8000/orders/{order} \'{{"status": "{status}"}}\'')
+    _sh(t, "runner", f"{HTTP_GET} http://orders-api:8000/orders/{order}")
+    _sh(t, "runner", f"echo {note} > /work/notes/{note}.md")
+
+
+def _ours_left(runner: SubprocessRunner, names: set[str], run_ids: set[str], ids: list[str]) -> list[str]:
+    """Containers, networks and volumes (anonymous ones too: by their compose project) of stacks ``names``,
+    checkpoint images of ``ids``, and host build directories of runs ``run_ids``."""
+    left = []
+    for kind, fmt in (("container", "{{.Names}}"), ("network", "{{.Name}}"), ("volume", "{{.Name}}")):
+        argv = ["docker", kind, "ls", "--format", fmt + ' {{.Label "com.docker.compose.project"}}']
+        if kind == "container":
+            argv.insert(3, "-a")
+        for line in runner.run(argv, timeout=60).stdout.splitlines():
+            name, _, project = line.partition(" ")
+            if project.strip() in names or any(n in name for n in names):
+                left.append(f"{kind} {name}")
+    for cid in ids:
+        flt = ["--filter", f"label={ckstore.CHECKPOINT}={cid}"]
+        found = runner.run(["docker", "image", "ls", "-q", *flt], timeout=60).stdout.split()
+        left += [f"image {i}" for i in found]
+    base = store.state_dir()
+    builds = sorted(base.glob(store.BUILD_DIR + "*")) if base.is_dir() else []
+    return left + [f"build dir {d}" for d in builds if store.build_run(d) in run_ids]
+
+
+def test_the_cache_pack_checkpointed_forked_4_times_and_restored_leaves_nothing(
+    tmp_path: Path, runner: SubprocessRunner
 ) -> None:
-    assert opened.project is not None
-    source = _source(opened, tmp_path)
+    """The proof on the cache pack (postgres, redis, two HTTP services, a workspace), one shared source."""
+    name = f"ckpack{secrets.token_hex(3)}"
+    project = _cache_pack(tmp_path, name)
     ids: list[str] = []
-    forks: list[Stack] = []
+    names: set[str] = set()
+    run_ids: set[str] = set()
+    removed: list[str | None] = []
     try:
-        _change(source, "before")
-        _sh(source, "db", "psql -U postgres -c 'create role forge_r; alter table t add column w int'")
-        at_capture = _observe(source)
-        ck = checkpoints.checkpoint(opened, source)
-        ids.append(ck.id)
-        assert set(ck.services) == {"db", "cache", "ws"}
-        assert ck.manifest["source"] == source.name
-        assert _observe(source) == at_capture  # the capture changed nothing, and the stack runs again
-        [row] = _checkpoint_rows(opened.project.name)
-        assert (row["id"], row["state"], row["source"]) == (ck.id, "complete", source.name)
-        assert row["services"] == ["cache", "db", "ws"] and isinstance(row["bytes"], int) and row["bytes"] > 0
+        with stacks.open(project, scope="stack", timeouts=TIMEOUTS, signals=False) as opened:
+            source = _source(opened, tmp_path)
+            names.add(source.name)
+            run_ids.add(source.labels[lab.RUN])
+            seeded = _observe_pack(source)
+            _change_pack(source, 4022, "shipped", "diagnosis")
+            ddl = "'create role analyst' -c 'alter table orders add column note text'"
+            _sh(source, "app-db", f"{APP_SQL} {ddl}")
+            at_capture = _observe_pack(source)
+            assert at_capture != seeded and "order:4022" in at_capture["keys"]
+            assert "diagnosis.md" in at_capture["files"]
+            assert "analyst" in at_capture["roles"] and "note" in at_capture["schema"]
 
-        forks = checkpoints.fork(opened, ck.id, 2, trial_dir=tmp_path / "forks")
-        assert forks[0].compose.name != source.compose.name
-        assert len({f.name for f in forks}) == 2
-        for f in forks:
-            assert _observe(f) == at_capture
-            assert f.snapshots["db"]["outcome"] == "forked"
-        # independent: a change to one fork reaches neither the other nor the source
-        _change(forks[0], "fork0")
-        assert _observe(forks[1]) == at_capture
-        assert _observe(source) == at_capture
-        assert _observe(forks[0]) != at_capture
+            ck = checkpoints.checkpoint(opened, source)
+            ids.append(ck.id)
+            # the reset services; the two HTTP services are not captured: a fork starts them fresh
+            assert set(ck.services) == {"app-db", "redis", "runner"}
+            assert ck.manifest["source"] == source.name
+            # the capture changed nothing, and the stack runs again
+            assert _observe_pack(source) == at_capture
+            [row] = _checkpoint_rows(name)
+            assert (row["id"], row["state"], row["source"]) == (ck.id, "complete", source.name)
+            assert row["services"] == ["app-db", "redis", "runner"]
+            assert isinstance(row["bytes"], int) and row["bytes"] > 0
 
-        # restore: the source changed after capture comes back to it
-        _change(source, "after")
-        assert _observe(source) != at_capture
-        source = checkpoints.restore(opened, source, ck.id)
-        assert _observe(source) == at_capture
+            fork_run = f"fork-{secrets.token_hex(3)}"
+            run_ids.add(fork_run)
+            forks = checkpoints.fork(opened, ck.id, 4, trial_dir=tmp_path / "forks", run_id=fork_run)
+            names |= {f.name for f in forks}
+            assert len(names) == 5
+            for f in forks:
+                assert _observe_pack(f) == at_capture
+                assert {f.snapshots[s]["outcome"] for s in ck.services} == {"forked"}
+            # independent: a change to one fork reaches no other fork and not the source
+            _change_pack(forks[0], 4017, "returned", "fork0")
+            changed = _observe_pack(forks[0])
+            assert changed != at_capture and "fork0.md" in changed["files"]
+            for other in [*forks[1:], source]:
+                assert _observe_pack(other) == at_capture
 
-        # refused: an unknown id, a checkpoint whose image changed, a stack that is not forge's
-        with pytest.raises(ckstore.CheckpointError, match="no checkpoint"):
-            checkpoints.fork(opened, "ck-000000000000", 1, trial_dir=tmp_path / "x")
-        with pytest.raises(ckstore.CheckpointError, match="not a checkpoint id"):
-            checkpoints.fork(opened, "nonsense", 1, trial_dir=tmp_path / "x")
-        runner.run(["docker", "tag", "forgelib/redis:7.0", ckstore.tag_of(ck.id, "cache")], timeout=30)
-        with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
-            checkpoints.fork(opened, ck.id, 1, trial_dir=tmp_path / "x")
-        with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
-            checkpoints.restore(opened, source, ck.id)
+            # restore in place: a fork (its state in its containers' own layers: recreated from the images)
+            forks[0] = checkpoints.restore(opened, forks[0], ck.id)
+            assert _observe_pack(forks[0]) == at_capture
+            assert {f"restore:{s}" for s in ck.services} <= set(forks[0].timings)
+            # and the source (postgres, redis on volumes: refilled; the workspace in its layer: recreated)
+            _change_pack(source, 4021, "lost", "after")
+            _sh(source, "app-db", f"{APP_SQL} 'drop role analyst' -c 'alter table orders drop column note'")
+            assert _observe_pack(source) != at_capture
+            source = checkpoints.restore(opened, source, ck.id)
+            assert _observe_pack(source) == at_capture
+            _change_pack(source, 4021, "lost", "again")  # a second restore of the recreated workspace
+            source = checkpoints.restore(opened, source, ck.id)
+            assert _observe_pack(source) == at_capture
+            for f in forks[1:]:
+                assert _observe_pack(f) == at_capture
 
-        # prune takes it whole, changed as it is, once no fork's container runs its images
-        while forks:
-            assert opened.live.teardown(forks.pop().name) is None
-        pruned = json.loads(_forge("snapshots", "prune", "--checkpoint", ck.id, "--json"))
-        assert [(r["id"], r["action"]) for r in pruned] == [(ck.id, "removed")], pruned
-        assert _checkpoint_rows(opened.project.name) == []
-    finally:
-        for f in forks:  # a fork's container uses its checkpoint's images: it goes first
-            assert opened.live.teardown(f.name) is None
-        for cid in ids:
-            assert ckstore.remove(runner, cid) is None
-    assert not [c for c in ckstore.list_checkpoints(runner) if (c if isinstance(c, str) else c.id) in ids]
+            # refused: an unknown id, a checkpoint whose image changed, a stack that is not forge's
+            with pytest.raises(ckstore.CheckpointError, match="no checkpoint"):
+                checkpoints.fork(opened, "ck-000000000000", 1, trial_dir=tmp_path / "x")
+            with pytest.raises(ckstore.CheckpointError, match="not a checkpoint id"):
+                checkpoints.fork(opened, "nonsense", 1, trial_dir=tmp_path / "x")
+            runner.run(["docker", "tag", "forgelib/redis:7.0", ckstore.tag_of(ck.id, "redis")], timeout=30)
+            with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
+                checkpoints.fork(opened, ck.id, 1, trial_dir=tmp_path / "x")
+            with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
+                checkpoints.restore(opened, source, ck.id)
+
+            # prune takes it whole, changed as it is, once no container runs its images: the forks', and the
+            # source's workspace, recreated from it
+            for t in [*forks, source]:
+                assert opened.live.teardown(t.name) is None
+            pruned = json.loads(_forge("snapshots", "prune", "--checkpoint", ck.id, "--json"))
+            assert [(r["id"], r["action"]) for r in pruned] == [(ck.id, "removed")], pruned
+            assert _checkpoint_rows(name) == []
+        assert not opened.left
+    finally:  # after the stacks: a container of theirs may run its images
+        removed = [ckstore.remove(runner, cid) for cid in ids]  # pruned already, unless an assertion failed
+    assert removed == [None] * len(ids)
+    assert _ours_left(runner, names, run_ids, ids) == []
 
 
 def test_a_stack_that_is_not_forges_is_refused(
@@ -230,6 +330,16 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
+def _reap(run_id: str, *, check: bool = True) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "forgelib", "reap", "--run", run_id],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0 or not check, res.stdout + res.stderr
+
+
 def _of_run(runner: SubprocessRunner, run_id: str) -> dict[str, list[str]]:
     """Containers, networks, volumes and checkpoint images of ``run_id``."""
     left = lab.resources_with_labels(runner, {lab.RUN: run_id})
@@ -242,8 +352,8 @@ def test_kill_9_mid_checkpoint_then_reap_leaves_nothing(
     tmp_path: Path, runner: SubprocessRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kill -9 of a process mid-capture (one service image built, no manifest), then `forge reap --run`:
-    no checkpoint image, container, network or volume of it is left. Its host build directory (the copied
-    data) is an unscoped `forge reap`'s; here it is in this test's state dir, provably its dead owner's."""
+    no checkpoint image, container, network or volume of it is left, nor its host build directory (the
+    copied data, in this test's state dir: provably its dead owner's, and of that run)."""
     name, run_id = f"ck{secrets.token_hex(3)}", f"ckkill-{secrets.token_hex(3)}"
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the child inherits it
     tests = str(Path(__file__).resolve().parents[1])
@@ -272,21 +382,88 @@ def test_kill_9_mid_checkpoint_then_reap_leaves_nothing(
         assert not [
             c for c in ckstore.list_checkpoints(runner) if isinstance(c, ckstore.Checkpoint) and c.id == cid
         ]
-        reap = subprocess.run(
-            [sys.executable, "-m", "forgelib", "reap", "--run", run_id],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert reap.returncode == 0, reap.stdout + reap.stderr
-        assert _of_run(runner, run_id) == {"containers": [], "networks": [], "volumes": [], "images": []}
         alive = lambda pid, start: lab.pid_start_time(int(pid)) == start  # noqa: E731
-        assert [d.name.split("-")[1] for d in store.stale_build_dirs(alive)] == [str(child.pid)]
+        assert [d.name.split("-")[1] for d in store.stale_build_dirs(alive, run_id)] == [str(child.pid)]
+        _reap(run_id)
+        assert _of_run(runner, run_id) == {"containers": [], "networks": [], "volumes": [], "images": []}
+        assert store.stale_build_dirs(alive) == []  # the copied data went with the run
         assert not [c for c in ckstore.list_checkpoints(runner) if (c if isinstance(c, str) else c.id) == cid]
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=60)
-        subprocess.run(
-            [sys.executable, "-m", "forgelib", "reap", "--run", run_id], capture_output=True, timeout=300
-        )
+        _reap(run_id, check=False)
+
+
+# A process that provisions the stack of `_project`, checkpoints it and forks it twice; the first fork holds
+# once its services are up and verified (the kill lands mid-fork), saying so in a file.
+FORK_THEN_HOLD = """
+import signal, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/integration"]
+from support.stacks import TIMEOUTS
+from test_checkpoints import _project
+from forgelib import stacks
+from forgelib.spec.models import Task
+from forgelib.stacks import checkpoints
+from forgelib.stacks.provision import DEFAULT_TASK
+
+tmp, name, run_id, fork_run = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+started = checkpoints.CheckpointSteps.started
+
+def started_then_hold(self, *args):
+    started(self, *args)
+    (tmp / "held").write_text(self.checkpoint.id)
+    signal.pause()
+
+checkpoints.CheckpointSteps.started = started_then_hold
+with stacks.open(_project(tmp, name), scope="stack", timeouts=TIMEOUTS, signals=False) as opened:
+    task = Task(DEFAULT_TASK, opened.project.path, "", opened.project.environment)
+    trial = opened.backend.provision(task, run_id=run_id, trial_index=0, trial_dir=tmp)
+    ck = checkpoints.checkpoint(opened, trial)
+    checkpoints.fork(opened, ck.id, 2, trial_dir=tmp / "forks", run_id=fork_run)
+"""
+
+
+def test_kill_9_mid_fork_then_reap_leaves_nothing_and_the_checkpoint_whole(
+    tmp_path: Path, runner: SubprocessRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 of a process in the middle of a fork (its first stack up), then `forge reap --run` of the
+    fork's run and of the source's: no container, network or volume of either is left, and the complete
+    checkpoint is not the reaper's (it still forks) until it is pruned."""
+    name, token = f"ck{secrets.token_hex(3)}", secrets.token_hex(3)
+    run_id, fork_run = f"ckfk-{token}", f"ckfk-fork-{token}"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the child inherits it
+    tests = str(Path(__file__).resolve().parents[1])
+    argv = [sys.executable, "-c", FORK_THEN_HOLD, tests, str(tmp_path), name, run_id, fork_run]
+    err = tmp_path / "child.stderr"
+    with err.open("w") as out:
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out, text=True)
+    held, cid = tmp_path / "held", ""
+    try:
+        for _ in range(1200):  # the observable event: the first fork is up
+            if held.exists() or child.poll() is not None:
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=0.5)
+        assert held.exists(), f"the fork ended early (rc {child.poll()}): {err.read_text()[-2000:]}"
+        cid = held.read_text()
+        for pid in [child.pid, *_children(child.pid)]:
+            os.kill(pid, signal.SIGKILL)
+        child.wait(timeout=60)
+        assert _of_run(runner, fork_run)["containers"], "the kill left no fork to reap"
+        for run in (fork_run, run_id):
+            _reap(run)
+        nothing: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+        assert {k: v for k, v in _of_run(runner, fork_run).items() if k != "images"} == nothing
+        assert {k: v for k, v in _of_run(runner, run_id).items() if k != "images"} == nothing
+        assert set(ckstore.load(runner, cid).services) == {"db", "cache", "ws"}  # complete: kept
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=60)
+        if cid:
+            assert ckstore.remove(runner, cid) is None
+        for run in (fork_run, run_id):
+            _reap(run, check=False)
+    assert _of_run(runner, run_id)["images"] == []

@@ -13,6 +13,7 @@ from forgelib.docker import builds
 from forgelib.docker import labels as lab
 from forgelib.stacks import reaper as custody
 from forgelib.stacks.reaper import FoundProject, HostFacts, Resource, decide, parse_owner, plan_removal
+from forgelib.stacks.snapshots import checkpoints as ckstore
 from forgelib.stacks.snapshots import store
 from forgelib.testing import ANY, FakeRunner
 
@@ -391,8 +392,12 @@ def test_run_scoping_adds_a_label_filter() -> None:
     r.expect("docker", ANY, ANY, ANY, stdout="")
     custody.reap(r, run_id="my-run", facts=facts())
     listings = [a for a in r.argvs() if "--quiet" in a]
-    # containers, networks, volumes, untagged goldens, incomplete checkpoints, built images
-    assert len(listings) == 6
+    # containers, networks, volumes, untagged goldens, incomplete checkpoints, built images; and every
+    # checkpoint manifest (no run label: they tell a complete checkpoint's images, which stay, from others)
+    manifests = [a for a in listings if f"label={ckstore.MANIFEST}" in a]
+    assert len(listings) == 7 and len(manifests) == 1
+    assert f"label={lab.RUN}=my-run" not in manifests[0]
+    listings.remove(manifests[0])
     assert all(f"label={lab.RUN}=my-run" in a and f"label={lab.MANAGED}=true" in a for a in listings)
 
 
@@ -418,6 +423,26 @@ def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.
     assert o.removed == ["volume dead_data", "volume dead_cache"]  # already gone counts as removed
     assert report.failed and "failed 1" in report.table()
 
+
+
+def test_a_removal_another_reaper_has_in_progress_is_waited_for_and_counts_as_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dead = {"pid": "300", "start": "1", "project": "dead"}
+    proj = FoundProject("dead", (container("d1", **dead), network("dead_default", **dead)))
+    monkeypatch.setattr(custody, "discover", lambda runner, run_id=None: [proj])
+    monkeypatch.setattr(custody.time, "sleep", lambda s: None)
+    r = FakeRunner()
+    r.expect("docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", ANY, stdout="")
+    busy = "Error response from daemon: removal of container id-d1 is already in progress\n"
+    r.expect("docker", "rm", "--force", "--volumes", "id-d1", rc=1, stderr=busy)
+    r.expect("docker", "container", "inspect", "--format", "{{.Id}}", "id-d1", stdout="id-d1\n", times=2)
+    r.expect("docker", "container", "inspect", rc=1, stderr="Error: No such container: id-d1\n")
+    r.expect("docker", "network", "rm", stdout="")
+    (o,) = custody.reap(r, facts=facts()).outcomes
+    assert o.action == "removed" and o.errors == [] and o.removed == ["container d1", "network dead_default"]
+    inspects = [a for a in r.argvs() if list(a[:3]) == ["docker", "container", "inspect"]]
+    assert len(inspects) == 3  # until it was gone, and no longer
 
 def test_container_removed_between_listing_and_inspect_is_skipped() -> None:
     r = FakeRunner()
@@ -533,6 +558,24 @@ def test_a_capture_build_dir_of_a_dead_owner_is_removed_and_a_live_ones_kept(
     assert not dead.exists() and live.exists()
     assert [o.project for o in report.outcomes] == [f"(golden build {dead.name})"]
 
+
+
+def test_reap_of_one_run_removes_that_runs_dead_checkpoint_build_dir_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    base = store.state_dir()
+    mine, other = base / "build-300-1-aaaaaa", base / "build-301-1-bbbbbb"
+    golden = base / "build-302-1-cccccc"
+    live = base / "build-100-5000-dddddd"  # this run's too, but its owner runs: a capture in flight
+    for d, run in ((mine, "r1"), (other, "r2"), (golden, None), (live, "r1")):
+        d.mkdir(parents=True)
+        (d / "data.tar").write_bytes(b"half")
+        if run:
+            (d / store.BUILD_RUN).write_text(run)
+    report = custody.reap(scripted([]), run_id="r1", facts=facts())
+    assert not mine.exists() and other.exists() and golden.exists() and live.exists()
+    assert [(o.project, o.run) for o in report.outcomes] == [(f"(checkpoint build {mine.name})", "r1")]
 
 def test_an_untagged_golden_still_in_use_is_kept_not_failed() -> None:
     dead = _golden_image("sha256:used", pid="300", start="1")

@@ -74,6 +74,7 @@ CREATED = PREFIX + "created"
 DATA_BYTES = PREFIX + "bytes"  # the captured data directory's size (the image's size includes its base)
 ENTRIES = PREFIX + "entries"  # files and directories in it, the directory itself included (verify)
 BUILD_DIR = "build-"  # <state>/goldens/build-<pid>-<start time>-<random>: a capture in progress
+BUILD_RUN = ".forge-run"  # in a build directory: the run whose stack it captures (a checkpoint's)
 LOCK_POLL = 0.2
 
 
@@ -300,28 +301,42 @@ def golden_labels(
 
 
 @contextlib.contextmanager
-def build_dir() -> Iterator[Path]:
+def build_dir(run_id: str | None = None) -> Iterator[Path]:
     """A host directory for one capture, named for its owner so ``forge reap`` can tell a dead one's;
-    removed however the capture ends."""
+    removed however the capture ends. ``run_id``: the run whose stack is captured (a checkpoint's), written
+    in the directory so that ``forge reap --run`` finds it too."""
     me = lab.current_owner()
     d = state_dir() / f"{BUILD_DIR}{me.pid}-{me.start_time}-{secrets.token_hex(3)}"
     d.mkdir(parents=True)
     try:
+        if run_id:
+            (d / BUILD_RUN).write_text(run_id)
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def stale_build_dirs(alive: Callable[[str, str], bool]) -> list[Path]:
-    """Build directories whose owner (pid, start time in the name) is no longer ``alive``."""
+def stale_build_dirs(alive: Callable[[str, str], bool], run_id: str | None = None) -> list[Path]:
+    """Build directories whose owner (pid, start time in the name) is no longer ``alive``; with
+    ``run_id``, only those of a capture of that run's stack."""
     base = state_dir()
     out = []
     for d in sorted(base.glob(BUILD_DIR + "*")) if base.is_dir() else []:
         pid, _, rest = d.name.removeprefix(BUILD_DIR).partition("-")
         start = rest.rpartition("-")[0]
+        if run_id is not None and build_run(d) != run_id:
+            continue
         if pid.isdigit() and not alive(pid, start):
             out.append(d)
     return out
+
+
+def build_run(d: Path) -> str | None:
+    """The run a build directory's capture is of (a checkpoint's), or None (a golden's)."""
+    try:
+        return (d / BUILD_RUN).read_text()
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- removal
