@@ -246,9 +246,22 @@ class Recipe(Protocol):
         with the stack's other services paused, right before this one is paused and copied."""
         ...
 
+    def checkpoint_settle(self, ctx: ApplyContext, copy_dir: str) -> Sequence[str] | None:
+        """The command that brings a checkpoint's copy of ``checkpoint_path`` to the state a clean stop
+        leaves, so that no fork pays a crash recovery: run once at capture, in a throwaway container of
+        the service's own image (no network, as the directory's owner, stdin empty) with the copy at
+        ``copy_dir``; a non-zero exit fails the checkpoint. None (``no_settle``): the copy is used as
+        taken."""
+        ...
+
 
 def no_checkpoint(ctx: ApplyContext) -> str | None:
     """``checkpoint_path`` of a kind whose state is not in its service (``bare``: a read-only mount)."""
+    return None
+
+
+def no_settle(ctx: ApplyContext, copy_dir: str) -> Sequence[str] | None:
+    """``checkpoint_settle`` of a kind whose copy needs nothing run on it (redis's dump, a tree)."""
     return None
 
 

@@ -5,9 +5,11 @@ are paused (``docker pause``: nothing they do reaches a database meanwhile), eac
 what it holds in memory to its files and names the directory holding its state (``checkpoint_path`` of
 its kind: postgres's data directory, redis's ``dir`` after ``SAVE``, a tree's target) and its fingerprint
 is read (``golden_fingerprint``), then the reset services are paused too, their directories copied out
-(``docker cp``), and everything unpaused. The stack is paused only for the copies; the images are built
-after. Services that are not reset (ephemeral: an HTTP app, a workspace without a seed) are not captured:
-a fork starts them fresh from their image, as every new stack does. Stored as
+(``docker cp``), and everything unpaused. The stack is paused only for the copies; after, each copy is
+settled by its kind (``checkpoint_settle``: postgres's crash recovery, run once in a helper container
+rather than in every fork) and the images are built. Services that are not reset (ephemeral: an HTTP
+app, a workspace without a seed) are not captured: a fork starts them fresh from their image, as every
+new stack does. Stored as
 ``forgelib.stacks.snapshots.checkpoints`` says (images on the engine, a verified manifest).
 
 **fork** brings up ``n`` new stacks through the fresh pipeline (``provision_stack``) with
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -180,6 +183,9 @@ def capture(
             finally:
                 _unpause(runner, paused, timeouts)
             paused_s = time.monotonic() - pause_t0
+            for s in services:
+                info = served[s.name][0]
+                _settle(runner, s, info, images[s.name], meta[s.name][0], d / s.name / "data.tar", timeouts)
             captured: dict[str, Any] = {}
             for s in services:
                 path, fp = meta[s.name]
@@ -208,6 +214,59 @@ def capture(
     except BaseException:
         ckstore.remove(runner, cid, timeouts.command)
         raise
+
+
+SETTLE_PARENT = "/tmp"  # where a settle helper holds the copy: a directory every image has, and no VOLUME
+
+
+def _settle(
+    runner: Runner,
+    s: _Service,
+    info: Mapping[str, Any],
+    image: str,
+    path: str,
+    tar: Path,
+    timeouts: Timeouts,
+) -> None:
+    """Run the kind's ``checkpoint_settle`` on the copy in ``tar`` (replaced by the settled copy): a
+    helper container of the service's image, as the copy's owner, without network, stdin empty; removed
+    on every path (and labelled like the service, so ``forge reap`` finds one a kill -9 left)."""
+    copy_dir = f"{SETTLE_PARENT}/{Path(path).name}"
+    argv = s.recipe.checkpoint_settle(s.ctx, copy_dir)
+    if not argv:
+        return
+    uid = _owner(tar)
+    # this process's, not the source stack's owner (a kept stack's may be gone): no reaper takes it meanwhile
+    labels = {**_helper_labels(info), **lab.current_owner().labels(), lab.HELPER: "checkpoint-settle"}
+    name = f"forge-settle-{secrets.token_hex(6)}"
+    create = dk.create(
+        image, list(argv[1:]),
+        name=name, network="none", user=str(uid), entrypoint=argv[0],
+        label=[f"{k}={v}" for k, v in sorted(labels.items())],
+    )  # fmt: skip
+    try:
+        runner.run(create, timeout=timeouts.command, tag="create")
+        runner.run(
+            dk.cp("-", f"{name}:{SETTLE_PARENT}", archive=True), stdin=tar, timeout=timeouts.recipe, tag="cp"
+        )
+        res = runner.run(dk.start([name], attach=True), timeout=timeouts.recipe, check=False, tag="settle")
+        if res.rc != 0:
+            lines = res.stderr.strip().splitlines() or res.stdout.strip().splitlines()
+            said = lines[-1] if lines else f"rc={res.rc}"
+            raise CheckpointError(f"service {s.name!r}: settling its captured copy failed: {said}")
+        runner.run(dk.cp(f"{name}:{copy_dir}", "-"), timeout=timeouts.recipe, stdout_path=tar, tag="cp")
+    finally:
+        runner.run(dk.rm([name], force=True, volumes=True), timeout=timeouts.command, check=False, tag="rm")
+
+
+def _owner(tar: Path) -> int:
+    """The uid owning the copy's top directory (``docker cp`` puts it first in its tar). Alone, not with
+    its gid: ``docker cp --archive`` looks the container's user up in the image's passwd database."""
+    with tarfile.open(tar, "r|") as tf:
+        top = tf.next()
+    if top is None:
+        raise CheckpointError(f"the captured copy {tar} is empty")
+    return top.uid
 
 
 def _pause(runner: Runner, refs: Sequence[str], paused: list[str], timeouts: Timeouts) -> None:

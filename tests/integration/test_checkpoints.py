@@ -68,6 +68,12 @@ def _sh(t: Stack, svc: str, cmd: str) -> str:
     return t.compose.exec(svc, ["sh", "-c", cmd], timeout=30).stdout.strip()
 
 
+def _service_log(runner: SubprocessRunner, t: Stack, svc: str) -> str:
+    [info] = t.compose.served([svc])[svc]
+    res = runner.run(["docker", "logs", str(info["Id"])], timeout=30)
+    return res.stdout + res.stderr
+
+
 def _forge(*args: str) -> str:
     res = subprocess.run(
         [sys.executable, "-m", "forgelib", *args], capture_output=True, text=True, timeout=300
@@ -230,6 +236,10 @@ def test_the_cache_pack_checkpointed_forked_4_times_and_restored_leaves_nothing(
             for f in forks:
                 assert _observe_pack(f) == at_capture
                 assert {f.snapshots[s]["outcome"] for s in ck.services} == {"forked"}
+                # settled at capture: a fork's postgres starts from a cleanly shut-down directory
+                log = _service_log(runner, f, "app-db")
+                assert "database system is ready to accept connections" in log, log
+                assert "database system was interrupted" not in log and "redo starts" not in log, log
             # independent: a change to one fork reaches no other fork and not the source
             _change_pack(forks[0], 4017, "returned", "fork0")
             changed = _observe_pack(forks[0])

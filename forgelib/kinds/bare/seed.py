@@ -20,6 +20,7 @@ from forgelib.kinds.base import (
     SeedTarget,
     no_checkpoint,
     no_golden,
+    no_settle,
     no_warm_process,
 )
 
@@ -69,6 +70,7 @@ RECIPE_VERSION = 1
 SUPPORTS_GOLDEN = False
 
 checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the service's to capture
+checkpoint_settle = no_settle
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 

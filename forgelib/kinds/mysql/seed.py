@@ -34,6 +34,7 @@ from forgelib.kinds.base import (
     SeedTarget,
     fingerprint_part,
     no_mount,
+    no_settle,
 )
 from forgelib.kinds.datadir import PristineDir
 from forgelib.kinds.mysql.client import (
@@ -335,6 +336,9 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
     """The data directory: a copy of it taken while the server is paused is crash-consistent (InnoDB
     replays its redo log when it starts from the copy, as after a power cut)."""
     return golden_path(ctx)
+
+
+checkpoint_settle = no_settle  # each fork's InnoDB replays its redo log as it starts
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount

@@ -572,6 +572,15 @@ seed_mount = no_mount  # it works in the running container: no extra mount
 
 
 def checkpoint_path(ctx: ApplyContext) -> str | None:
-    """The data directory: a copy of it taken while the server is paused is crash-consistent (the
-    server replays its WAL when it starts from the copy, as after a power cut)."""
+    """The data directory: a copy of it taken while the server is paused is crash-consistent (a server
+    started from it replays its WAL, as after a power cut); ``checkpoint_settle`` does that replay once,
+    at capture, so the forks start from a cleanly shut-down directory."""
     return golden_path(ctx)
+
+
+def checkpoint_settle(ctx: ApplyContext, copy_dir: str) -> list[str]:
+    """The single-user backend on the copy: it runs the crash recovery (and, with postgres's default
+    ``recovery_init_sync_method``, its fsync of every file) and, at the end of its empty stdin, writes a
+    shutdown checkpoint. A fork then starts without recovery and without any setting a trial could see.
+    ``template1``: a database every cluster has (recovery runs before it is looked up)."""
+    return ["postgres", "--single", "-D", copy_dir, "template1"]

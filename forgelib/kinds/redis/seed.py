@@ -26,6 +26,7 @@ from forgelib.kinds.base import (
     SeedTarget,
     fingerprint_part,
     no_mount,
+    no_settle,
     no_warm_process,
 )
 from forgelib.kinds.redis.client import RedisParams, connection_params
@@ -488,6 +489,9 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
     except CommandError as e:
         raise ctx.fail("checkpoint", f"SAVE failed: {e}") from e
     return golden_path(ctx)
+
+
+checkpoint_settle = no_settle  # the dump SAVE wrote is complete: nothing to replay
 
 
 warm_process = no_warm_process  # its reset works in the running server

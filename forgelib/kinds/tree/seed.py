@@ -23,6 +23,7 @@ from forgelib.kinds.base import (
     fingerprint_part,
     no_golden,
     no_mount,
+    no_settle,
     no_warm_process,
 )
 from forgelib.spec.digest import file_sha256, walk_tree
@@ -245,6 +246,9 @@ seed_mount = no_mount  # it works in the running container: no extra mount
 def checkpoint_path(ctx: ApplyContext) -> str | None:
     """The target directory: the tree is its files, nothing of it lives in memory."""
     return target_dir(ctx).rstrip("/")
+
+
+checkpoint_settle = no_settle  # files only: nothing to replay
 
 
 warm_process = no_warm_process  # its reset works in the running server
