@@ -90,22 +90,40 @@ def descendants(pid: int) -> list[int]:
 
 def kill_tree(*procs: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM each of ``procs`` and everything below them (all at once, so their graceful stops overlap),
-    then SIGKILL what is left after ``grace`` seconds."""
+    then SIGKILL what is left after ``grace`` seconds.
+
+    Each process is known by its pid *and* its start time: a pid whose process ended is soon another
+    process's (pids wrap quickly on a machine starting containers all day): a SIGKILL sent to the number
+    alone, after the grace, can kill whatever was just given it (an engine's hook, another test's child)."""
     pids = [p for proc in procs for p in (proc.pid, *descendants(proc.pid))]
+    known = [(p, start) for p in pids if (start := _started(p))]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, sig)
+        for p, start in known:
+            if _started(p) == start:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, sig)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and _any_alive(known):
             for proc in procs:  # reap our own children so they stop counting as alive
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=0.2 / len(procs))
-        if not any(_alive(p) for p in pids):
+        if not _any_alive(known):
             break
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time (field 22 of its stat), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _any_alive(known: list[tuple[int, str]]) -> bool:
+    return any(_alive(p) and _started(p) == start for p, start in known)
 
 
 def _alive(pid: int) -> bool:
