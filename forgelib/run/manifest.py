@@ -16,7 +16,7 @@ from typing import Any
 
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.kinds import Kind
+from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
 from forgelib.spec.models import HOST
 from forgelib.stacks import connect
@@ -25,7 +25,8 @@ from forgelib.stacks.stack import Stack
 MANIFEST_VERSION = 1
 # trial.yaml's spelling of a published port: 127.0.0.1:49153->5432/tcp
 _PUBLISHED = re.compile(r"^(?P<host>[^\s]+):(?P<hport>\d+)->(?P<cport>\d+)/(?P<proto>\w+)$")
-_HTTP_PORTS_NOT = frozenset({5432, 6379, 3306, 27017})  # servers that do not speak HTTP: no URL for them
+# Servers that do not speak HTTP, so no URL for them: each kind's own port, and mongodb's (no kind yet).
+_HTTP_PORTS_NOT = frozenset({27017, *(k.port for k in KINDS if k.port is not None)})
 
 
 @dataclass(frozen=True)
