@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         run_id = trial.labels.get(lab.RUN, "")
         try:
             call_rows = asyncio.run(measure_calls(trial, tmp, args.rounds))
-            net = TrialNetwork.inspect(runner, str(stack_network_name(trial.name, trial.config)))
+            net = TrialNetwork.inspect(runner, str(stack_network_name(trial)))
             start_rows = [
                 measure_start(trial, None, tmp, args.starts),
                 measure_start(trial, net, tmp, args.starts),

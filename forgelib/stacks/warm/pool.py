@@ -50,7 +50,6 @@ from typing import Any, TypeVar
 
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import fingerprint_diff
 from forgelib.spec.models import EnvironmentManifest, Task
@@ -479,7 +478,7 @@ class WarmPool:
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
             trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
-        images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
+        images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
