@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 else:  # loaded at first use (forgelib.clients says why)
     redis_lib = deferred("redis")
 
+COMMAND_TIMEOUT = CONNECT_TIMEOUT * 3  # how long a command's answer may take
+
 
 def direct_port(service_config: ServiceConfig) -> int:
     """The server's port: ``--port N`` on its command line, else 6379."""
@@ -53,7 +55,7 @@ class RedisParams:
             password=self.password,
             db=self.db if db is None else db,
             socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_timeout=CONNECT_TIMEOUT * 3,
+            socket_timeout=COMMAND_TIMEOUT,
             single_connection_client=True,
             decode_responses=decode_responses,
         )
