@@ -465,8 +465,10 @@ def roll_back(
                 f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
             )
         s = by_name[svc]
-        if _in_place(s, dataclasses.replace(s.ctx, compose=compose), info, rec, ck.id):
+        verified = _in_place(s, dataclasses.replace(s.ctx, compose=compose), info, rec, ck.id)
+        if verified is not None:
             timings[f"restore:{svc}"] = time.monotonic() - t0
+            timings[f"restore_verify:{svc}"] = verified
             continue
         restarted = True
         on_volume = _volume_at(info, str(rec["path"]))
@@ -475,22 +477,25 @@ def roll_back(
         else:
             _refill(runner, compose, svc, info, rec, on_volume, timeouts)
         s.ctx.addresses.clear()
+        t1 = time.monotonic()
         try:
             _verify(s.recipe, dataclasses.replace(s.ctx, compose=compose), rec, ck.id)
         except ProvisionError as e:
             raise CheckpointError(e.reason) from e
         timings[f"restore:{svc}"] = time.monotonic() - t0
+        timings[f"restore_verify:{svc}"] = time.monotonic() - t1
     ports = compose.published_ports() if restarted else trial.ports
     return dataclasses.replace(trial, compose=compose, ports=ports, timings=timings)
 
 
 def _in_place(
     s: _Service, ctx: ApplyContext, info: Mapping[str, Any], rec: Mapping[str, Any], cid: str
-) -> bool:
+) -> float | None:
     """The kind's restore of the live service in place (``Recipe.checkpoint_restore``), its fingerprint
-    checked: True when that put it back at the checkpoint. False when the kind cannot here, or when the
-    fingerprint still differs (what the kind does not restore in place changed: redis's configuration);
-    the caller then restores through the checkpoint's image, which puts back everything."""
+    checked: how long that check took, when it put the service back at the checkpoint. None when the kind
+    cannot here, or when the fingerprint still differs (what the kind does not restore in place changed:
+    redis's configuration); the caller then restores through the checkpoint's image, which puts back
+    everything."""
     image = str(rec["image"])
     copy = CheckpointCopy(
         image=image, path=str(rec["path"]), key=image.removeprefix("sha256:"),
@@ -499,14 +504,15 @@ def _in_place(
     _published(ctx, info)
     try:
         if not s.recipe.checkpoint_restore(ctx, copy):
-            return False
+            return None
     except RecipeError as e:
         raise CheckpointError(f"restoring {s.name!r} of {ctx.compose.name} to checkpoint {cid}: {e}") from e
+    t0 = time.monotonic()
     try:
         _verify(s.recipe, ctx, rec, cid)
     except ProvisionError:
-        return False
-    return True
+        return None
+    return time.monotonic() - t0
 
 
 def _published(ctx: ApplyContext, info: Mapping[str, Any]) -> None:
