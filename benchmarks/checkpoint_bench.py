@@ -6,9 +6,13 @@
   from the seeds one after another (``backend.provision``), the two arms alternated round by round; the
   teardowns are outside both;
 - **restore in place** per kind (targets: postgres ≤ 0.5 s, redis and tree ≤ 0.2 s), alternated with the
-  change it undoes: on the source (postgres and redis on volumes: refilled; the workspace in its layer:
-  recreated) and on a fork (every service in its layer: recreated); each ``restore:<service>`` timing
-  (the service back and its fingerprint checked). Its baseline, in the same run, is a fresh provision.
+  change it undoes, on the source and on a fork; each ``restore:<service>`` timing (the service back and
+  its fingerprint checked; ``restore_verify:<service>``: the check's part). Two arms, alternated restore
+  by restore (the first swapped each time), each on its own source and fork: **in place** (each kind's
+  own restore: ``Recipe.checkpoint_restore``) and **image** (``_in_place`` declined: the volume refilled
+  or the container recreated from the checkpoint image, as before). The image arm's source is a stack
+  from the seeds, put at the checkpoint first (not timed). A fresh provision, in the same run, is the
+  other baseline.
 
 The pack is made checkpointable by ``checkpoint_pack.py`` (its workspace reset from a tree seed, the
 orders cache's TTL a day), as in tests/integration/test_checkpoints.py. Size: ``--rounds``
@@ -19,11 +23,12 @@ is left: the stacks go with ``stacks.open``, the checkpoints are removed at the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,8 @@ from forgelib.stacks.stack import Stack
 NAME = "checkpoint"
 KINDS = {"app-db": ("postgres", 0.5), "redis": ("redis", 0.2), "runner": ("tree", 0.2)}
 FORK_TARGET = 0.3
+IN_PLACE, IMAGE = "in_place", "image"  # restore arms: each kind's own restore, or through the image only
+ARMS = (IN_PLACE, IMAGE)
 SQL = ["psql", "-U", "app", "-d", "app", "-c"]
 
 
@@ -50,6 +57,17 @@ def change(t: Stack, mark: str) -> None:
                                     f"values (4021, 'shipped', '{mark}')"], timeout=60)  # fmt: skip
     t.compose.exec("redis", ["redis-cli", "SET", f"bench:{mark}", mark], timeout=60)
     t.compose.exec("runner", ["sh", "-c", f"echo {mark} > /work/notes/{mark}.md"], timeout=60)
+
+
+@contextlib.contextmanager
+def image_path() -> Iterator[None]:
+    """Restores through the checkpoint's image only (no kind restores in place): the arm to compare."""
+    saved = checkpoints._in_place
+    checkpoints._in_place = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        checkpoints._in_place = saved
 
 
 def where_it_goes(timings: Sequence[dict[str, float]]) -> str:
@@ -70,7 +88,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     ids: list[str] = []
     fork_s: list[float] = []
     fresh_s: list[float] = []
-    restores: dict[str, dict[str, list[float]]] = {"source": {}, "fork": {}}
+    # arm -> where -> service -> seconds (and the fingerprint check's part of them)
+    restores: dict[str, dict[str, dict[str, list[float]]]] = {a: {"source": {}, "fork": {}} for a in ARMS}
+    verifies: dict[str, dict[str, dict[str, list[float]]]] = {a: {"source": {}, "fork": {}} for a in ARMS}
     phases: dict[str, list[dict[str, float]]] = {"fork": [], "fresh": []}
     with tempfile.TemporaryDirectory(prefix="forge-ckbench-") as tmp:
         work = Path(tmp)
@@ -91,7 +111,14 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 ck = checkpoints.checkpoint(opened, source)
                 capture_s = time.monotonic() - t0
                 ids.append(ck.id)
-                n = 1
+                # the image arm's own source: a stack from the seeds, put at the checkpoint (not timed)
+                with image_path():
+                    source_img = checkpoints.restore(opened, fresh(1), ck.id)
+                stacks_: dict[tuple[str, str], Stack] = {
+                    ("source", IN_PLACE): source,
+                    ("source", IMAGE): source_img,
+                }
+                n = 2
                 for r in range(args.rounds):
                     # arms alternated, the first one swapped every round
                     for arm in ("fork", "fresh") if r % 2 == 0 else ("fresh", "fork"):
@@ -104,21 +131,27 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                             n += args.forks
                             fresh_s.append(time.monotonic() - t0)
                         phases[arm] += [t.timings for t in made]
-                        if arm == "fork" and r == 0:
-                            fork = made.pop(0)  # the fork whose restores are timed
+                        if arm == "fork" and r == 0:  # the forks whose restores are timed, one per arm
+                            stacks_[("fork", IN_PLACE)] = made.pop(0)
+                            stacks_[("fork", IMAGE)] = made.pop(0)
                         for t in made:
                             opened.live.teardown(t.name)
                     for where in ("source", "fork"):
                         for i in range(args.restores):
-                            stack = source if where == "source" else fork
-                            change(stack, f"r{r}{i}")
-                            stack = checkpoints.restore(opened, stack, ck.id)
-                            for svc in KINDS:
-                                restores[where].setdefault(svc, []).append(stack.timings[f"restore:{svc}"])
-                            if where == "source":
-                                source = stack
-                            else:
-                                fork = stack
+                            # the two restore arms alternated, each on its own stack, the first swapped
+                            for rarm in ARMS if (r + i) % 2 == 0 else ARMS[::-1]:
+                                stack = stacks_[(where, rarm)]
+                                change(stack, f"r{r}{i}{rarm[0]}")
+                                with image_path() if rarm == IMAGE else contextlib.nullcontext():
+                                    stack = checkpoints.restore(opened, stack, ck.id)
+                                for svc in KINDS:
+                                    restores[rarm][where].setdefault(svc, []).append(
+                                        stack.timings[f"restore:{svc}"]
+                                    )
+                                    verifies[rarm][where].setdefault(svc, []).append(
+                                        stack.timings.get(f"restore_verify:{svc}", 0.0)
+                                    )
+                                stacks_[(where, rarm)] = stack
         finally:
             for cid in ids:
                 ckstore.remove(runner, cid)
@@ -147,11 +180,16 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         row(f"{k} fresh provisions (s)", bs.median(fresh_s), " ".join(f"{s:.2f}" for s in fresh_s)),
         row(f"fork of {k} ÷ {k} fresh", fork_ratio, "ratio of the medians", FORK_TARGET),
     ]
-    for where, by_svc in restores.items():
+    for where in ("source", "fork"):
         for svc, (kind, target) in KINDS.items():
-            med = bs.median(by_svc.get(svc, []))
-            p95 = bs.percentile(by_svc.get(svc, []), 95)
-            detail = f"p95 {p95:.3f}; ÷ a fresh provision {bs.ratio(med, per_fresh):.3f}"
+            got = restores[IN_PLACE][where].get(svc, [])
+            img = restores[IMAGE][where].get(svc, [])
+            med, p95 = bs.median(got), bs.percentile(got, 95)
+            ver = bs.median(verifies[IN_PLACE][where].get(svc, []))
+            detail = (
+                f"first {got[0] if got else 0:.3f}, p95 {p95:.3f}, fingerprint check {ver:.3f}; "
+                f"through the image {bs.median(img):.3f} (÷ {bs.ratio(med, bs.median(img)):.3f})"
+            )
             rows.append(row(f"restore {kind}, {where} (s)", med, detail, target))
     notes = [
         f"a fresh provision (the baseline) {per_fresh:.2f} s; restore samples per kind and stack: "
@@ -159,7 +197,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         *(f"{arm} stack phases (median s): {where_it_goes(ts)}" for arm, ts in phases.items()),
         "left on the engine: " + (", ".join(n for names in left.values() for n in names) or "nothing"),
     ]
-    samples = {"fork": fork_s, "fresh": fresh_s, "restore": restores, "phases": phases}
+    samples = {"fork": fork_s, "fresh": fresh_s, "restore": restores, "verify": verifies, "phases": phases}
     return bs.report(NAME, rows, meta={**meta, "samples": samples}, notes=notes)
 
 

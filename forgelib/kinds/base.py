@@ -254,6 +254,14 @@ class Recipe(Protocol):
         taken."""
         ...
 
+    def checkpoint_restore(self, ctx: ApplyContext, copy: CheckpointCopy) -> bool:
+        """Put the live service back at a checkpoint's capture **in place**, the way its warm reset
+        restores the seed (``forgelib.stacks.checkpoints.restore``): the same container, its server
+        restarted inside it or not at all; True once done (the caller then checks the fingerprint), False
+        when the kind cannot here (``no_checkpoint_restore``; a data directory not under the loop): the
+        caller restores through the checkpoint's image instead. Raise ``RecipeError`` on a failure."""
+        ...
+
 
 def no_checkpoint(ctx: ApplyContext) -> str | None:
     """``checkpoint_path`` of a kind whose state is not in its service (``bare``: a read-only mount)."""
@@ -268,6 +276,25 @@ def no_settle(ctx: ApplyContext, copy_dir: str) -> Sequence[str] | None:
 def no_golden(ctx: ApplyContext) -> str | None:
     """``golden_path`` of a kind with ``SUPPORTS_GOLDEN = False``: it has no data directory to snapshot."""
     return None
+
+
+@dataclass(frozen=True)
+class CheckpointCopy:
+    """What ``Recipe.checkpoint_restore`` restores from: the checkpoint's image of one service, holding
+    the captured ``path`` (digest-verified before use), and ``key``: hex naming that content (the image
+    ID's), for what a kind stages or keeps of it. ``labels``: the ones a helper container it creates
+    carries (the service's forge labels: ``forge reap`` finds one a kill left)."""
+
+    image: str
+    path: str
+    key: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    info: Mapping[str, Any] = field(default_factory=dict)  # the service container's ``docker inspect``
+
+
+def no_checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
+    """``checkpoint_restore`` of a kind with no in-place restore: the checkpoint's image is used."""
+    return False
 
 
 # ------------------------------------------------------------------------------------- observing

@@ -28,6 +28,8 @@ config and its image, so it is the same in every mode.
 
 from __future__ import annotations
 
+import posixpath
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +38,8 @@ from forgelib.docker import argv as dk
 from forgelib.docker.compose import ImageProcess
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError
-from forgelib.kinds.base import ApplyContext
+from forgelib.kinds import checkpointcopy
+from forgelib.kinds.base import ApplyContext, CheckpointCopy
 from forgelib.kinds.datadir import RESTORE_SCRIPT, SYNC_SCRIPT, check_path
 
 MARKER = "forge-supervise"  # the loop's $0: how forge recognises a supervised container
@@ -162,8 +165,8 @@ class Supervised:
         loop started it (``healthcheck``: ``PristineDir``'s signature; the kind waits for its server)."""
         self._request("reset", self.kill)
 
-    def _request(self, step: str, signal: str) -> None:
-        args = [RESTORE_SCRIPT, self.path, self.marker, SYNC_SCRIPT, signal]
+    def _request(self, step: str, signal: str, script: str = RESTORE_SCRIPT) -> None:
+        args = [script, self.path, self.marker, SYNC_SCRIPT, signal]
         argv = dk.exec(self.container, ["sh", "-c", _REQUEST, "forge-reset", *args], user="0")
         try:
             self.ctx.compose.runner.run(argv, timeout=self.ctx.timeouts.recipe, tag="exec")
@@ -172,3 +175,85 @@ class Supervised:
             raise self.ctx.fail(
                 step, f"restoring {self.path} in {self.container} failed ({e.reason}): {why}"
             ) from e
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+#
+# A checkpoint's restore in place is the same request with another copy: the checkpoint's captured
+# directory, staged once per container in ``STATE`` (``c-<key>/data``, complete once ``.done`` exists),
+# where the loop restores from. ``RESTORE_SCRIPT`` pointed there: the first time (no ``.stamp`` yet, so
+# ``find -cnewer`` fails) it empties the data directory and copies the whole capture in; every later
+# restore from the same copy puts back only what changed since the last one, as the warm reset does. A
+# warm reset or a restore from another copy in between changes the files it touches after this copy's
+# stamp, so those are put back too. The clock is then moved past the stamp, as the warm reset's
+# incremental path does, so that nothing the restarted server writes shares the stamp's tick.
+_STAGED_SCRIPT = (
+    'set -- "$1" "$2" "$3" "$4/c-{key}"; '
+    '[ -e "$4/.done" ] || {{ echo "no staged copy in $4" >&2; exit 3; }}; {restore}; {tick}'
+)
+_TICK = (
+    'p="$4"; touch "$p/.tick"; until [ -n "$(find "$p/.tick" -newer "$p/.stamp")" ]; '
+    'do sleep 0.001; touch "$p/.tick"; done'
+)
+# Put a copy ``docker cp`` wrote into ``$1`` (its top directory named ``$3``) in place as ``$2``.
+_STAGE_SCRIPT = (
+    'set -e; t="$1"; p="$2"; b="$3"; [ "$b" = data ] || mv "$t/$b" "$t/data"; '
+    '[ -d "$t/data" ]; touch "$t/.done"; rm -rf "$p"; mv "$t" "$p"'
+)
+_staged_lock = threading.Lock()
+_staged: set[tuple[str, str]] = set()  # (container ID, key): staged by this process
+
+
+def restore_copy(
+    ctx: ApplyContext,
+    info: Mapping[str, Any],
+    copy: CheckpointCopy,
+    *,
+    marker: str = "PG_VERSION",
+    kill: str = "QUIT",
+) -> bool:
+    """Put the data directory ``copy.path`` of the supervised container ``info`` (its ``docker
+    inspect``) back at ``copy``'s content, in place: staged first if this container has no copy of it
+    (``checkpointcopy.read``, ``docker cp`` in), then the loop's request with the staged copy. False
+    when the container is not supervised (the caller restores another way); returns once the loop
+    started the server again (the kind waits for it)."""
+    check_path(ctx, copy.path)
+    if not supervised(info):
+        return False
+    container = str(info.get("Id"))
+    key = "".join(c for c in copy.key if c in "0123456789abcdef")[:32]
+    if not key:
+        raise ctx.fail("restore", f"checkpoint copy key {copy.key!r} holds no hex digits")
+    staged = f"{STATE}/c-{key}"
+    _stage(ctx, container, copy, key, staged)
+    s = Supervised(ctx, copy.path, container, marker, "INT", kill)
+    script = _STAGED_SCRIPT.format(key=key, restore=RESTORE_SCRIPT, tick=_TICK)
+    s._request("restore", kill, script)
+    return True
+
+
+def _stage(ctx: ApplyContext, container: str, copy: CheckpointCopy, key: str, staged: str) -> None:
+    with _staged_lock:
+        if (container, key) in _staged:
+            return
+    runner, t = ctx.compose.runner, ctx.timeouts
+    probe = dk.exec(container, ["test", "-e", f"{staged}/.done"], user="0")
+    if runner.run(probe, timeout=t.command, check=False, tag="exec").rc != 0:
+        tmp = f"{STATE}/t-{key}"
+        try:
+            prep = dk.exec(
+                container, ["sh", "-c", 'rm -rf "$1" && mkdir -p "$1"', "forge-stage", tmp], user="0"
+            )
+            runner.run(prep, timeout=t.command, tag="exec")
+            with checkpointcopy.as_file(checkpointcopy.read(ctx, copy)) as tar:
+                cp = dk.cp("-", f"{container}:{tmp}", archive=True)
+                runner.run(cp, stdin=tar, timeout=t.recipe, tag="cp")
+            top = posixpath.basename(copy.path.rstrip("/"))
+            done = dk.exec(container, ["sh", "-c", _STAGE_SCRIPT, "forge-stage", tmp, staged, top], user="0")
+            runner.run(done, timeout=t.recipe, tag="exec")
+        except CommandError as e:
+            raise ctx.fail(
+                "restore", f"could not stage {copy.path} of {copy.image} in {container}: {e}"
+            ) from e
+    with _staged_lock:
+        _staged.add((container, key))

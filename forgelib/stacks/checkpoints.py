@@ -18,9 +18,10 @@ layer: no volume is shared with the source or another fork), needs no recipe, an
 equal the one taken at capture. Each fork is registered with the ``Stacks`` it came from, so leaving
 ``stacks.open`` (or Ctrl-C) tears it down.
 
-**restore** puts a live stack's captured services back at the checkpoint in place: each service is stopped,
-a helper container from the checkpoint image empties the volume holding the directory and copies the
-captured one into it, the service starts again and its fingerprint is checked.
+**restore** puts a live stack's captured services back at the checkpoint in place: each by its kind's own
+restore of the running service (``Recipe.checkpoint_restore``: the operation its warm reset uses, from
+the checkpoint's copy instead of the seed's), its fingerprint checked; where the kind cannot, or the
+fingerprint still differs, through the checkpoint's image (``roll_back`` says how).
 
 A stack is checkpointed only when it is forge's (labelled) and owned by this process or by one no longer
 running (``forge provision --keep``): another live process's stack changes under it.
@@ -46,7 +47,7 @@ from forgelib.docker.compose import ComposeProject, project_name, write_override
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError, ProvisionError, RecipeError
 from forgelib.kinds import registry as kinds
-from forgelib.kinds.base import ApplyContext, Fingerprint, Memo, Recipe, fingerprint_diff
+from forgelib.kinds.base import ApplyContext, CheckpointCopy, Fingerprint, Memo, Recipe, fingerprint_diff
 from forgelib.runner import Runner
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
 from forgelib.stacks.provision import (
@@ -433,12 +434,15 @@ def roll_back(
 ) -> Stack:
     """``restore`` without a ``Stacks`` (``forge restore`` on a kept stack).
 
-    A captured directory on a **volume** (a stack provisioned from its seeds: the image's ``VOLUME`` or the
-    compose file's) is refilled from the checkpoint image by a helper container while the service is
-    stopped. A directory in the container's **own layer** (a fork's, whose checkpoint image has no
-    ``VOLUME`` there, or a tree outside any volume) is put back by recreating the service's container from
-    the checkpoint image (``compose up --force-recreate --no-deps``, the image named in ``RESTORE_FILE``):
-    that container then holds exactly what a fork's would, so changes the trial made elsewhere in that
+    Each service is first restored by its kind in its running container (``_in_place``): the same
+    container, its ports kept. Where that is declined or leaves the fingerprint different, through the
+    checkpoint's image: a captured directory on a **volume** (a stack provisioned from its seeds: the
+    image's ``VOLUME`` or the compose file's) is refilled from the checkpoint image by a helper container
+    while the service is stopped. A directory in the container's **own layer** (a fork's, whose
+    checkpoint image has no ``VOLUME`` there, or a tree outside any volume) is put back by recreating the
+    service's container from the checkpoint image (``compose up --force-recreate --no-deps``, the image
+    named in ``RESTORE_FILE``): that container then holds exactly what a fork's would, so changes the
+    trial made elsewhere in that
     container's file system go too."""
     ck = ckstore.load(runner, checkpoint_id, timeouts.command)
     compose = trial.compose
@@ -449,6 +453,7 @@ def roll_back(
     if ck.manifest.get("project") != project.name or set(ck.services) - set(by_name):
         raise CheckpointError(f"checkpoint {ck.id} is not of this stack's project and services")
     timings = dict(trial.timings)
+    restarted = False
     for svc, rec in sorted(ck.services.items()):
         t0 = time.monotonic()
         found = served.get(svc) or []
@@ -459,19 +464,74 @@ def roll_back(
             raise CheckpointError(
                 f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
             )
+        s = by_name[svc]
+        verified = _in_place(s, dataclasses.replace(s.ctx, compose=compose), info, rec, ck.id)
+        if verified is not None:
+            timings[f"restore:{svc}"] = time.monotonic() - t0
+            timings[f"restore_verify:{svc}"] = verified
+            continue
+        restarted = True
         on_volume = _volume_at(info, str(rec["path"]))
         if on_volume is None:
             compose = _recreate(trial, compose, svc, str(rec["image"]), timeouts)
         else:
             _refill(runner, compose, svc, info, rec, on_volume, timeouts)
-        s = by_name[svc]
         s.ctx.addresses.clear()
+        t1 = time.monotonic()
         try:
             _verify(s.recipe, dataclasses.replace(s.ctx, compose=compose), rec, ck.id)
         except ProvisionError as e:
             raise CheckpointError(e.reason) from e
         timings[f"restore:{svc}"] = time.monotonic() - t0
-    return dataclasses.replace(trial, compose=compose, ports=compose.published_ports(), timings=timings)
+        timings[f"restore_verify:{svc}"] = time.monotonic() - t1
+    ports = compose.published_ports() if restarted else trial.ports
+    return dataclasses.replace(trial, compose=compose, ports=ports, timings=timings)
+
+
+def _in_place(
+    s: _Service, ctx: ApplyContext, info: Mapping[str, Any], rec: Mapping[str, Any], cid: str
+) -> float | None:
+    """The kind's restore of the live service in place (``Recipe.checkpoint_restore``), its fingerprint
+    checked: how long that check took, when it put the service back at the checkpoint. None when the kind
+    cannot here, or when the fingerprint still differs (what the kind does not restore in place changed:
+    redis's configuration); the caller then restores through the checkpoint's image, which puts back
+    everything."""
+    image = str(rec["image"])
+    copy = CheckpointCopy(
+        image=image, path=str(rec["path"]), key=image.removeprefix("sha256:"),
+        labels=_helper_labels(info), info=info,
+    )  # fmt: skip
+    _published(ctx, info)
+    try:
+        if not s.recipe.checkpoint_restore(ctx, copy):
+            return None
+    except RecipeError as e:
+        raise CheckpointError(f"restoring {s.name!r} of {ctx.compose.name} to checkpoint {cid}: {e}") from e
+    t0 = time.monotonic()
+    try:
+        _verify(s.recipe, ctx, rec, cid)
+    except ProvisionError:
+        return None
+    return time.monotonic() - t0
+
+
+def _published(ctx: ApplyContext, info: Mapping[str, Any]) -> None:
+    """The loopback publications of the service's container, from its ``docker inspect``, into
+    ``ctx.addresses``: a restore in place keeps the container and its ports, so none is asked again."""
+    ports = (info.get("NetworkSettings") or {}).get("Ports") or {}
+    for mapping, binds in ports.items():
+        number, _, proto = str(mapping).partition("/")
+        if proto != "tcp" or not number.isdigit():
+            continue
+        for b in binds or []:
+            port = str(b.get("HostPort", ""))
+            if port.isdigit() and int(port):
+                host = str(b.get("HostIp") or "127.0.0.1")
+                ctx.addresses[(ctx.service, int(number))] = (
+                    "127.0.0.1" if host in ("0.0.0.0", "::", "") else host,
+                    int(port),
+                )
+                break
 
 
 def _refill(

@@ -142,6 +142,11 @@ def _change_pack(t: Stack, order: int, status: str, note: str) -> None:
     _sh(t, "runner", f"echo {note} > /work/notes/{note}.md")
 
 
+def _containers(t: Stack) -> dict[str, str]:
+    """service -> the ID of its running container."""
+    return {svc: str(found[0]["Id"]) for svc, found in t.compose.served().items() if found}
+
+
 def _ours_left(runner: SubprocessRunner, names: set[str], run_ids: set[str], ids: list[str]) -> list[str]:
     """Containers, networks and volumes (anonymous ones too: by their compose project) of stacks ``names``,
     checkpoint images of ``ids``, and host build directories of runs ``run_ids``."""
@@ -218,19 +223,30 @@ def test_the_cache_pack_checkpointed_forked_4_times_and_restored_leaves_nothing(
             for other in [*forks[1:], source]:
                 assert _observe_pack(other) == at_capture
 
-            # restore in place: a fork (its state in its containers' own layers: recreated from the images)
+            # restore in place, each kind's own way in its running container (postgres restarted by the
+            # supervisor loop, redis's keys put back by its commands, the tree unpacked): a fork
+            before = _containers(forks[0])
             forks[0] = checkpoints.restore(opened, forks[0], ck.id)
             assert _observe_pack(forks[0]) == at_capture
             assert {f"restore:{s}" for s in ck.services} <= set(forks[0].timings)
-            # and the source (postgres, redis on volumes: refilled; the workspace in its layer: recreated)
+            assert _containers(forks[0]) == before
+            # and the source
             _change_pack(source, 4021, "lost", "after")
             _sh(source, "app-db", f"{APP_SQL} 'drop role analyst' -c 'alter table orders drop column note'")
             assert _observe_pack(source) != at_capture
+            before = _containers(source)
             source = checkpoints.restore(opened, source, ck.id)
             assert _observe_pack(source) == at_capture
-            _change_pack(source, 4021, "lost", "again")  # a second restore of the recreated workspace
+            _change_pack(source, 4021, "lost", "again")  # a second restore: what changed since the first
             source = checkpoints.restore(opened, source, ck.id)
             assert _observe_pack(source) == at_capture
+            assert _containers(source) == before
+            # what redis's in-place restore leaves alone (its configuration) changed: restarted from the image
+            _sh(source, "redis", "redis-cli CONFIG SET maxmemory-policy allkeys-lru && redis-cli SET extra 1")
+            source = checkpoints.restore(opened, source, ck.id)
+            assert _observe_pack(source) == at_capture
+            assert _sh(source, "redis", "redis-cli CONFIG GET maxmemory-policy").split()[-1] == "noeviction"
+            assert _containers(source)["app-db"] == before["app-db"]
             for f in forks[1:]:
                 assert _observe_pack(f) == at_capture
 
@@ -245,8 +261,7 @@ def test_the_cache_pack_checkpointed_forked_4_times_and_restored_leaves_nothing(
             with pytest.raises(ckstore.CheckpointError, match="changed since capture"):
                 checkpoints.restore(opened, source, ck.id)
 
-            # prune takes it whole, changed as it is, once no container runs its images: the forks', and the
-            # source's workspace, recreated from it
+            # prune takes it whole, changed as it is, once no container runs its images (the forks')
             for t in [*forks, source]:
                 assert opened.live.teardown(t.name) is None
             pruned = json.loads(_forge("snapshots", "prune", "--checkpoint", ck.id, "--json"))

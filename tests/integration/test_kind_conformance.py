@@ -27,14 +27,16 @@ from forgelib.kinds.base import ApplyContext, Fingerprint, PreparedSeed, fingerp
 from forgelib.mcp.tools import Toolbox
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, SeedKind
-from forgelib.stacks import connect
+from forgelib.stacks import checkpoints, connect
 from forgelib.stacks.provision import (
+    FreshSteps,
     StackContext,
     StackPlan,
     WarmSteps,
     provision_stack,
     teardown_trial,
 )
+from forgelib.stacks.snapshots import checkpoints as ckstore
 from forgelib.stacks.snapshots import store
 from forgelib.stacks.stack import Stack
 
@@ -558,3 +560,59 @@ def test_a_golden_restores_the_seeded_state(
         assert restored[service][0] == {"outcome": "restored", "golden": took["golden"]}, service
         assert fingerprint_diff(fingerprint, restored[service][1]) == [], service
         assert probe == restored[service][2] == seeded[service], service
+
+
+# The services a checkpoint restores in place, in the same container: postgres under the supervisor loop
+# (``db``: not ``sdb``, which runs as the postgres user, nor ``tdb``, on the template strategy: those go
+# through the checkpoint's image), redis, the tree. mysql has no in-place restore.
+IN_PLACE = {"db", "cache", "ws"}
+
+
+@pytest.fixture(scope="module")
+def checkpointed(
+    docker_ready: None, runner: SubprocessRunner, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A fresh stack of every kind a checkpoint captures, checkpointed right after its seeding."""
+    tmp = tmp_path_factory.mktemp("kinds-ck")
+    services = [s for k in KINDS if "checkpoint" not in k.unsupported for s in CASES[k.name].services]
+    name = f"kck{secrets.token_hex(3)}"
+    project = _project(tmp, only=services, name=name)
+    run_id = f"it-kinds-ck-{secrets.token_hex(4)}"
+    spec = StackPlan(
+        project.environment, f"{name}-{run_id}", lab.run_labels(run_id, "kinds-0"), tmp / "stack"
+    )
+    trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, FreshSteps())
+    held: dict[str, Any] = {"project": project, "trial": trial, "id": None}
+    try:
+        held["id"] = checkpoints.capture(project, trial, runner, TIMEOUTS).id
+        yield held
+    finally:
+        teardown_trial(held["trial"])
+        if held["id"]:
+            assert ckstore.remove(runner, held["id"]) is None
+        assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
+
+
+@pytest.mark.parametrize("name", KIND_IDS)
+def test_a_checkpoint_restores_the_captured_state_in_place(
+    checkpointed: dict[str, Any], runner: SubprocessRunner, name: str
+) -> None:
+    """Changed after the capture, the kind's services are rolled back to it (their fingerprints equal
+    the capture's, or the restore raises); those the kind restores in place keep their containers."""
+    kind = kinds.by_name(name)
+    _skip_unless(kind, "checkpoint")
+    case = CASES[name]
+    trial: Stack = checkpointed["trial"]
+    at_capture = {s: _probe(trial, s, case) for s in case.services}
+    before = {s: str(f[0]["Id"]) for s, f in trial.compose.served(list(case.services)).items()}
+    for service in case.services:
+        trial.compose.exec(service, case.change, timeout=30)
+        assert _probe(trial, service, case) != at_capture[service], service
+    trial = checkpoints.roll_back(checkpointed["project"], trial, checkpointed["id"], runner, TIMEOUTS)
+    checkpointed["trial"] = trial
+    after = {s: str(f[0]["Id"]) for s, f in trial.compose.served(list(case.services)).items()}
+    for service in case.services:
+        assert _probe(trial, service, case) == at_capture[service], service
+        assert f"restore:{service}" in trial.timings, service
+        if service in IN_PLACE:
+            assert after[service] == before[service], service

@@ -43,6 +43,7 @@ LAYERS: Layers = (
             "kinds.base",
             "kinds.datadir",
             "kinds.supervisor",
+            "kinds.checkpointcopy",
             "kinds.*",  # each kind's implementation modules (seed, check, tool, client, rules)
             # the spec's checks against the kinds (which service is of which kind, its ports)
             "spec.rules",

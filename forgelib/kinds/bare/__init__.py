@@ -14,5 +14,6 @@ KIND = Kind(
         "fingerprint": "a bare seed is a read-only host mount: no state in a container to fingerprint",
         "golden": "applying a bare seed is already the copy a golden would restore",
         "reset": "nothing in a container to restore: the mount is read-only",
+        "checkpoint": "nothing of the service's to capture: the seed is a read-only host mount",
     },
 )

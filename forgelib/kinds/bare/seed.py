@@ -19,6 +19,7 @@ from forgelib.kinds.base import (
     SeedMount,
     SeedTarget,
     no_checkpoint,
+    no_checkpoint_restore,
     no_golden,
     no_settle,
     no_warm_process,
@@ -71,6 +72,7 @@ SUPPORTS_GOLDEN = False
 
 checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the service's to capture
 checkpoint_settle = no_settle
+checkpoint_restore = no_checkpoint_restore  # restored through the checkpoint's image
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 

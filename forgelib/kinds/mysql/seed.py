@@ -33,6 +33,7 @@ from forgelib.kinds.base import (
     Fingerprint,
     SeedTarget,
     fingerprint_part,
+    no_checkpoint_restore,
     no_mount,
     no_settle,
 )
@@ -339,6 +340,7 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 
 checkpoint_settle = no_settle  # each fork's InnoDB replays its redo log as it starts
+checkpoint_restore = no_checkpoint_restore  # restored through the checkpoint's image
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount

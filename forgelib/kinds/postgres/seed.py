@@ -21,6 +21,7 @@ from forgelib.errors import CommandError, ForgeError, Interrupted, RecipeError
 from forgelib.kinds import supervisor
 from forgelib.kinds.base import (
     ApplyContext,
+    CheckpointCopy,
     Fingerprint,
     SeedTarget,
     fingerprint_part,
@@ -380,12 +381,16 @@ def prepare(ctx: ApplyContext) -> Prepared | Exact:
 def _await_server(ctx: ApplyContext, exact: Exact) -> None:
     """Until the restarted server takes connections (a service without a healthcheck counts as ready as
     soon as it runs), on its new host port."""
-    exact.params = _params(ctx)
+    exact.params = _wait_for_server(ctx)
+
+
+def _wait_for_server(ctx: ApplyContext) -> PostgresParams:
+    params = _params(ctx)
     deadline = time.monotonic() + ctx.timeouts.compose_up
     while True:
         try:
-            with exact.params.connect():
-                return
+            with params.connect():
+                return params
         except Interrupted:
             raise
         except (psycopg.Error, ForgeError) as e:
@@ -598,3 +603,14 @@ def checkpoint_settle(ctx: ApplyContext, copy_dir: str) -> list[str]:
     shutdown checkpoint. A fork then starts without recovery and without any setting a trial could see.
     ``template1``: a database every cluster has (recovery runs before it is looked up)."""
     return ["postgres", "--single", "-D", copy_dir, "template1"]
+
+
+def checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
+    """In place, as the exact warm reset: the server under ``kinds.supervisor``'s loop is stopped at once
+    (SIGQUIT), its data directory put back at the checkpoint's copy (staged in the container once) and
+    started again; returns once it takes connections. False where the loop does not run (the template
+    strategy, or ``supervisor.wrap`` declined)."""
+    if not supervisor.restore_copy(ctx, copy.info, copy):
+        return False
+    _wait_for_server(ctx)
+    return True

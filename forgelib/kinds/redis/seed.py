@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,9 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
+from forgelib.docker import argv as dk
+from forgelib.docker import labels as lab
 from forgelib.errors import CommandError, ForgeError, Interrupted
+from forgelib.kinds import checkpointcopy
 from forgelib.kinds.base import (
     ApplyContext,
+    CheckpointCopy,
     Fingerprint,
     SeedTarget,
     fingerprint_part,
@@ -508,6 +513,104 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 
 checkpoint_settle = no_settle  # the dump SAVE wrote is complete: nothing to replay
+
+
+# A checkpoint's restore in place is the warm reset's, from the checkpoint's keyspace instead of the
+# seed's: ``FLUSHALL``, ``SCRIPT FLUSH``, the functions, pipelined ``RESTORE … ABSTTL``; the logs and
+# counters a restarted server would not have emptied. The keyspace is read once per checkpoint and process
+# (``checkpointcopy.kept``) from a throwaway server loading the checkpoint's dump: a container of its
+# image, published on loopback only, removed on every path. What the dump does not hold (the
+# configuration, the ACL users) is not touched: a trial that changed them fails the fingerprint check,
+# and the caller then restarts the server from the checkpoint's image, which puts them back.
+_LOADER_PORT = 6379
+
+
+@dataclass(frozen=True)
+class _Saved:
+    keyspace: Keyspace | None  # None: larger than MAX_DUMP_BYTES
+    functions: bytes | None
+
+
+def checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
+    """The server's keyspace and functions put back at the checkpoint's, in the running server (see the
+    section's comment); False when the checkpoint's keyspace is too large to hold (the caller restarts
+    the server from the checkpoint's image)."""
+    p = _params(ctx)
+    try:
+        client = p.client()
+        try:
+            dbfile = _text(_config_of(client).get("dbfilename") or "dump.rdb")
+            saved = checkpointcopy.kept(
+                ("redis", copy.key, dbfile), lambda: _read_checkpoint(ctx, copy, dbfile)
+            )
+            if saved.keyspace is None:
+                return False
+            _forget_history(client)
+            _cmd(client, "FLUSHALL")
+            _cmd(client, "SCRIPT", "FLUSH")
+            if saved.functions is not None:
+                _cmd(client, "FUNCTION", "FLUSH")
+                if saved.functions:
+                    _cmd(client, "FUNCTION", "RESTORE", saved.functions)
+        finally:
+            client.close()
+        _restore_keyspace(p, saved.keyspace)
+    except redis_lib.RedisError as e:
+        raise ctx.fail("restore", f"{type(e).__name__}: {e}") from e
+    return True
+
+
+def _restore_keyspace(params: RedisParams, keyspace: Keyspace) -> None:
+    for db, records in keyspace.items():
+        c = params.client(db=db)
+        try:
+            pipe = c.pipeline(transaction=False)
+            for key, payload, expires in records:
+                args = ["RESTORE", key, expires, payload, "REPLACE"]
+                _cmd(pipe, *args, *(["ABSTTL"] if expires else []))
+            pipe.execute()
+        finally:
+            c.close()
+
+
+def _read_checkpoint(ctx: ApplyContext, copy: CheckpointCopy, dbfile: str) -> _Saved:
+    """The keyspace and functions of the checkpoint's dump, as a server loading it holds them."""
+    runner, t = ctx.compose.runner, ctx.timeouts
+    name = f"forge-ckread-{secrets.token_hex(6)}"
+    labels = {**copy.labels, lab.HELPER: "checkpoint-read"}
+    server = [
+        "--dir", copy.path, "--dbfilename", dbfile, "--save", "", "--appendonly", "no",
+        "--port", str(_LOADER_PORT), "--protected-mode", "no",
+    ]  # fmt: skip
+    argv = dk.run(
+        copy.image, server,
+        name=name, detach=True, entrypoint="redis-server", publish=f"127.0.0.1::{_LOADER_PORT}",
+        label=[f"{k}={v}" for k, v in sorted(labels.items())],
+    )  # fmt: skip
+    try:
+        runner.run(argv, timeout=t.compose_up, tag="run")
+        out = runner.run(dk.port(name, f"{_LOADER_PORT}/tcp"), timeout=t.command, tag="port").stdout
+        port = (out.strip().splitlines() or [""])[0].rpartition(":")[2]
+        if not port.isdigit():
+            raise ctx.fail("restore", f"the checkpoint's loader {name} published no port ({out.strip()!r})")
+        params = RedisParams("127.0.0.1", int(port))
+        deadline = clock() + t.recipe
+        while True:
+            try:
+                client = params.client()
+                try:
+                    _cmd(client, "PING")
+                    return _Saved(_dump(client, params), _functions(client))
+                finally:
+                    client.close()
+            except (redis_lib.ConnectionError, redis_lib.BusyLoadingError) as e:
+                if clock() >= deadline:
+                    raise ctx.fail("restore", f"the checkpoint's dump did not load in {name}: {e}") from e
+                sleep(0.02)
+    except CommandError as e:
+        raise ctx.fail("restore", f"could not load the checkpoint's dump ({copy.image}): {e}") from e
+    finally:
+        runner.run(dk.rm([name], force=True, volumes=True), timeout=t.command, check=False, tag="rm")
 
 
 warm_process = no_warm_process  # its reset works in the running server

@@ -7,6 +7,7 @@ directory itself), then verify: the container's listing and file hashes must equ
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import stat
 import tarfile
@@ -15,8 +16,10 @@ from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandError
+from forgelib.kinds import checkpointcopy
 from forgelib.kinds.base import (
     ApplyContext,
+    CheckpointCopy,
     Fingerprint,
     Memo,
     SeedTarget,
@@ -252,3 +255,57 @@ checkpoint_settle = no_settle  # files only: nothing to replay
 
 
 warm_process = no_warm_process  # its reset works in the running server
+
+
+# A checkpoint's restore in place is the warm reset's one exec with the checkpoint's tree: its tar
+# (``docker cp``'s, read out of the checkpoint's image once per process: ``checkpointcopy``) is unpacked
+# over the emptied target from its parent, so the target's own mode and owner come back with it, and the
+# listing that follows must hold exactly the tar's entries with its files' hashes.
+_RESTORE_TAR_SH = (
+    f"command -v tar >/dev/null || exit {_NO_TAR}; "
+    'mkdir -p "$1" && find "$1" -mindepth 1 -delete && tar -x -f - -C "$2" && shift 2 && exec "$@"'
+)
+
+
+def checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
+    """The target emptied and the checkpoint's tree unpacked in it, in the running container, its
+    listing checked against the tree's (see the section's comment); False when the image has no ``tar``
+    (the caller recreates the container from the checkpoint's image)."""
+    target = copy.path.rstrip("/")
+    data = checkpointcopy.read(ctx, copy)
+    expected = tar_listing(data, posixpath.basename(target))
+    argv = ["sh", "-c", _RESTORE_TAR_SH, "forge-restore", target, posixpath.dirname(target) or "/"]
+    with checkpointcopy.as_file(data) as tar:
+        r = ctx.compose.exec(
+            ctx.service, [*argv, *listing_argv(target)], stdin=tar, timeout=ctx.timeouts.recipe, check=False
+        )
+    if r.rc == _NO_TAR:
+        return False
+    if r.rc != 0:
+        raise ctx.fail(
+            "restore", f"could not put the checkpoint's tree back in {target}: {r.stderr.strip() or r.rc}"
+        )
+    problems = compare(expected, parse_listing(r.stdout, target))
+    if problems:
+        raise ctx.fail("restore", f"{target} does not match the checkpoint's tree: {problems}")
+    return True
+
+
+def tar_listing(data: bytes, top: str) -> Listing:
+    """``docker cp``'s tar of a directory named ``top`` as ``listing_argv`` reports it: every entry below
+    ``top``, a regular file with its sha256."""
+    out: Listing = {}
+
+    def add(info: tarfile.TarInfo, tf: tarfile.TarFile) -> None:
+        name = info.name.rstrip("/")
+        if name == top or not name.startswith(top + "/"):
+            return
+        rel = name[len(top) + 1 :]
+        if info.isreg() or info.islnk():
+            f = tf.extractfile(info)
+            out[rel] = hashlib.sha256(f.read() if f is not None else b"").hexdigest()
+        else:
+            out[rel] = None
+
+    checkpointcopy.entries(data, add)
+    return out
