@@ -69,7 +69,6 @@ ARMS = (
     Arm("forge fresh", ("--env", FORGE_ENV)),
     Arm("forge goldens", ("--env", FORGE_ENV, "--ek", "goldens=true")),
     Arm("forge warm", ("--env", FORGE_ENV, "--ek", "stacks=warm")),
-    Arm("forge warm, restart reset (extra)", ("--env", FORGE_ENV, "--ek", "stacks=warm"), task="restart"),
 )
 HEADLINE = 3  # ARMS[3], forge warm: the goal's arm (the restart arm previews a fast default reset)
 

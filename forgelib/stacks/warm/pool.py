@@ -188,6 +188,9 @@ class WarmPool:
         self._closing = False
         self._drained = False  # ``no_more``: only reruns may still ask
         self._dirty: list[PooledStack] = []  # given back since then, not reset (``PooledStack.dirty``)
+        # service -> what its ephemeral successors are furnished with before they start (``Ephemerals``):
+        # set by a host before its first trial asks.
+        self.furnish: dict[str, Path] = {}
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -425,6 +428,8 @@ class WarmPool:
             info["reset_ahead"] = {k: round(v, 3) for k, v in stack.reset.items()}
         if stack.spare:
             info["spare"] = True
+        if stack.ephemerals.current_furnished:  # its successors came furnished (``WarmPool.furnish``)
+            info["furnished"] = sorted(stack.ephemerals.current_furnished)
         with self._lock:
             if note:  # the pool's decision for this trial (forge records it as a `stack_acquired` event)
                 info["pool"] = {**note, "stacks": len(self._all), "busy": len(self._busy) + 1}
@@ -483,6 +488,7 @@ class WarmPool:
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
+        stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
         stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack
