@@ -215,20 +215,30 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
 
         def finish() -> None:
             t0 = time.monotonic()
+            took: dict[str, float] = {}
+
+            def timed(step: str, fn: Callable[[], None]) -> None:
+                began = time.monotonic()
+                try:
+                    fn()
+                finally:
+                    took[step] = time.monotonic() - began
+
             try:
                 # Both read the stack as the trial left it, neither changes it: side by side, then the
                 # release (a warm stack's reset starts there).
                 out = self.trial_paths.trial_dir / "forge"
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-harbor-logs") as ex:
-                    logs = ex.submit(capture_logs, trial, out, LOG_TAIL_LINES)
-                    self._grade(trial, stacks)
+                    logs = ex.submit(timed, "logs", lambda: capture_logs(trial, out, LOG_TAIL_LINES))
+                    timed("grade", lambda: self._grade(trial, stacks))
                     logs.result()
             finally:
                 graded = time.monotonic()
                 stacks.release(trial)
             if self._record:
+                # grade_and_logs is the window; grade and logs, inside it side by side, each its own.
                 stop = _seconds(grade_and_logs=graded - t0, release=time.monotonic() - graded)
-                self._write_record({**self._record, "stop": stop})
+                self._write_record({**self._record, "stop": stop, "stop_parts": _seconds(**took)})
 
         await _in_thread(finish)
 
