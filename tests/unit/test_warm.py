@@ -449,3 +449,22 @@ def test_a_successor_is_furnished_with_its_services_directories_before_it_starts
     with pytest.raises(ForgeError, match="could not furnish main's successor: no such container"):
         eph._furnish({"main": "c3"})
     assert eph.furnished == {"c1"}
+
+
+def test_a_new_warm_stack_records_its_wait_for_a_start_place_as_queueing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A warm pool's new stack holds one of the engine's start places while it comes up, as a fresh one
+    does: a wait for one is the trial's ``start_wait``, part of its ``stack_wait``, not its provisioning."""
+    from forgelib.stacks.budget import Admission
+
+    admission = Admission(None, starts=1)
+    admission.measure = lambda *a, **k: None  # type: ignore[method-assign]
+    pool = _harness(monkeypatch, admission=admission)
+    held = admission.starting()
+    held.__enter__()  # another stack is coming up
+    threading.Timer(0.3, held.__exit__, (None, None, None)).start()
+    trial = pool.acquire()
+    waited = trial.timings["start_wait"]
+    assert waited >= 0.2 and trial.source["pool"]["start_wait"] == waited
+    assert trial.timings["stack_wait"] >= waited

@@ -268,7 +268,12 @@ class WarmPool:
             return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if self.admission is not None:
             self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
-        handle = self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)
+        timings = {**queued, **stack.trial.timings}
+        started = float(stack.trial.timings.get("start_wait", 0.0))
+        if started:  # waiting for one of the engine's start places is queueing too (``stack_wait``)
+            timings["stack_wait"] = round(queued["stack_wait"] + started, 3)
+            note["start_wait"] = started
+        handle = self._handle(stack, trial_dir, timings, replaced, note)
         self._maybe_spare()
         return handle
 
@@ -482,8 +487,11 @@ class WarmPool:
         labels = lab.run_labels(run_id, lab.trial_label(tag, n))
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
-        with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
+        place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
+        with place as waited:
             trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
+        if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
+            trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
