@@ -1,6 +1,8 @@
 """forge as a harbor environment against harbor's own docker environment (issue 40), in one run:
-``python benchmarks/harbor_bench.py [TRIALS]`` from a Python >= 3.12 venv with ``pip install -e '.[harbor]'``
-(figures in README.md, section "harbor"). Not part of CI.
+``python benchmarks/harbor_bench.py [TRIALS [ARMS [ROUNDS]]]`` from a Python >= 3.12 venv with ``pip install
+-e '.[harbor]'`` (figures in README.md, section "harbor"). Not part of CI. ``ARMS``: a comma list of
+``docker,fresh,goldens,warm`` (default: all; docker is always run, first, as each round's reference);
+``ROUNDS``: the arms run in turn that many times (default 1).
 
 The same task (``examples/harbor_postgres_reset/postgres_reset``), harbor's oracle agent, ``-k TRIALS -n 1``
 (default 4), one ``harbor run`` per arm:
@@ -11,9 +13,7 @@ The same task (``examples/harbor_postgres_reset/postgres_reset``), harbor's orac
   seed mounted as a second init script of app-db (harbor does not read forge's ``project.yaml``, so
   without it the oracle would read the factory row and the arm would skip the seeding the others do);
 * **forge fresh**, **forge goldens** (``--ek goldens=true``), **forge warm** (``--ek stacks=warm``):
-  ``--env forgelib.harbor:ForgeEnvironment`` on the task as it is;
-* an extra arm, **forge warm, restart reset**: a copy of the task whose app-db resets with the postgres
-  kind's opt-in ``strategy: restart`` (a preview of a fast default reset; never the headline).
+  ``--env forgelib.harbor:ForgeEnvironment`` on the task as it is.
 
 Per trial, from harbor's ``result.json``: **start** = ``environment_setup`` (the environment's ``start``),
 **stop** = the trial's ``finished_at`` minus its verifier's ``finished_at`` (harbor records no teardown
@@ -21,8 +21,9 @@ phase; in between it only calls the environment's ``stop`` and closes a bridge t
 A warm trial's stop hands the stack back to its pool; the pool's stacks are torn down as the job ends,
 outside every trial, so the job's wall time (its ``result.json``) is reported too. Where a forge trial's
 start and stop go, from its ``forge_stack.json``: ``acquire`` (the stack: provisioned, or a warm one's
-reset waited for) and ``dirs`` (harbor's log directories made in ``main``), ``grade_and_logs`` and
-``release``; harbor's own share is the rest of each window.
+reset waited for) and ``dirs`` (harbor's log directories made in ``main``; 0 when a reused ``main`` came
+with them), ``grade_and_logs`` (``grade`` and ``logs`` side by side) and ``release``; harbor's own share is
+the rest of each window; and the reset ahead that readied a reused trial's stack (off its path).
 """
 
 from __future__ import annotations
@@ -53,25 +54,22 @@ MAIN_IMAGE = "forgelib/python:3.11"
 IMAGES = {"FORGE_IMAGE_POSTGRES": "forgelib/postgres:15", "FORGE_IMAGE_PYTHON": MAIN_IMAGE}
 INIT_MOUNT = "      - ./init.sql:/docker-entrypoint-initdb.d/init.sql:ro\n"
 SEED_MOUNT = "      - ./assets/postgres_baseline.sql:/docker-entrypoint-initdb.d/zz_baseline.sql:ro\n"
-RESET = "reset: {seed: postgres_baseline}"
-RESTART = "reset: {seed: postgres_baseline, strategy: restart}"
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
     args: tuple[str, ...]
-    task: str = "as is"  # "baseline": the docker arm's copy; "restart": the restart-reset copy
+    key: str
+    task: str = "as is"  # "baseline": the docker arm's copy
 
 
 ARMS = (
-    Arm("harbor docker", ("--env", "docker"), task="baseline"),
-    Arm("forge fresh", ("--env", FORGE_ENV)),
-    Arm("forge goldens", ("--env", FORGE_ENV, "--ek", "goldens=true")),
-    Arm("forge warm", ("--env", FORGE_ENV, "--ek", "stacks=warm")),
-    Arm("forge warm, restart reset (extra)", ("--env", FORGE_ENV, "--ek", "stacks=warm"), task="restart"),
+    Arm("harbor docker", ("--env", "docker"), "docker", task="baseline"),
+    Arm("forge fresh", ("--env", FORGE_ENV), "fresh"),
+    Arm("forge goldens", ("--env", FORGE_ENV, "--ek", "goldens=true"), "goldens"),
+    Arm("forge warm", ("--env", FORGE_ENV, "--ek", "stacks=warm"), "warm"),  # the goal's arm
 )
-HEADLINE = 3  # ARMS[3], forge warm: the goal's arm (the restart arm previews a fast default reset)
 
 
 @dataclass(frozen=True)
@@ -83,6 +81,7 @@ class Trial:
     error: str | None
     forge: dict[str, float]  # forge_stack.json's timings (forge arms)
     phases: dict[str, float]  # forge_stack.json's start and stop steps, and harbor's share of each window
+    reset: dict[str, float]  # a reused warm trial's reset ahead, step by step (off its path)
 
 
 @dataclass(frozen=True)
@@ -118,21 +117,11 @@ def baseline_task(into: Path) -> Path:
     return task
 
 
-def restart_task(into: Path) -> Path:
-    """The task with app-db reset by the postgres kind's opt-in restart strategy."""
-    task = into / "restart" / TASK.name
-    shutil.copytree(TASK, task, symlinks=False)
-    spec = task / "environment" / "project.yaml"
-    text = spec.read_text()
-    assert RESET in text, f"{spec}: app-db's reset binding changed; update RESET"
-    spec.write_text(text.replace(RESET, RESTART, 1))
-    return task
-
-
 def _phases(record: dict[str, Any], start: float, stop: float | None) -> dict[str, float]:
     """The record's start and stop steps, and harbor's share of each window (the rest of it)."""
     steps = {**record.get("start", {}), **record.get("stop", {})}
     out = {k: float(v) for k, v in steps.items()}
+    out.update({k: float(v) for k, v in record.get("stop_parts", {}).items()})
     if "start" in record:
         out["harbor (start)"] = start - sum(float(v) for v in record["start"].values())
     if "stop" in record and stop is not None:
@@ -140,8 +129,15 @@ def _phases(record: dict[str, Any], start: float, stop: float | None) -> dict[st
     return out
 
 
-def run_arm(harbor: Path, arm: Arm, task: Path, jobs: Path, trials: int, env: dict[str, str]) -> Job:
-    name = re.sub(r"[^a-z0-9]+", "-", arm.name).strip("-")
+def _reset(record: dict[str, Any]) -> dict[str, float]:
+    ahead = record.get("reset_ahead") or {}
+    return {k: float(v) for k, v in ahead.items() if k != "ended_at"}
+
+
+def run_arm(
+    harbor: Path, arm: Arm, task: Path, jobs: Path, trials: int, env: dict[str, str], round_: int = 1
+) -> Job:
+    name = re.sub(r"[^a-z0-9]+", "-", arm.name).strip("-") + f"-{round_}"
     argv = [str(harbor), "run", "-p", str(task), *arm.args, "-a", "oracle", "-k", str(trials), "-n", "1"]
     argv += ["-o", str(jobs), "--job-name", name, "-q"]
     began = time.monotonic()
@@ -169,7 +165,7 @@ def run_arm(harbor: Path, arm: Arm, task: Path, jobs: Path, trials: int, env: di
         phases = _phases(record, start or 0.0, stop)
         trial = Trial(
             _ts(r["started_at"]), start or 0.0, stop, rewards.get("reward"), error, record.get("timings", {}),
-            phases,
+            phases, _reset(record),
         )  # fmt: skip
         found.append(trial)
     found.sort(key=lambda t: t.started)
@@ -202,9 +198,16 @@ def remove_new_goldens(before: set[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``argv``: ``[TRIALS]``; None when run as a script, a list from ``python -m benchmarks``."""
+    """``argv``: ``[TRIALS [ARMS [ROUNDS]]]``; None when run as a script, a list from ``python -m
+    benchmarks``."""
     args = sys.argv[1:] if argv is None else argv
     trials = int(args[0]) if args else 4
+    keys = set(args[1].split(",")) if len(args) > 1 else {a.key for a in ARMS}
+    unknown = keys - {a.key for a in ARMS}
+    if unknown:
+        sys.exit(f"unknown arm(s) {', '.join(sorted(unknown))}; the arms: {', '.join(a.key for a in ARMS)}")
+    arms = [a for a in ARMS if a.key in keys or a.key == "docker"]
+    rounds = int(args[2]) if len(args) > 2 else 1
     harbor = Path(sys.executable).parent / "harbor"
     if not harbor.is_file():  # harbor needs Python >= 3.12; forgelib's own venv is 3.11
         why = f"harbor is not installed beside {sys.executable}: run from a Python >= 3.12 venv with "
@@ -215,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(why)
     env = {**os.environ, **IMAGES, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)}
     load_before = os.getloadavg()
-    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cpus, load {load_before}")
-    jobs: list[Job] = []
+    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cpus, load {load_before}, -k {trials}")
+    jobs: list[tuple[int, Job]] = []
     goldens = {g.id for g in store.list_goldens(SubprocessRunner(), project=PROJECT)}
     if goldens:
         print(
@@ -225,11 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     with tempfile.TemporaryDirectory(prefix="forge-harbor-bench-") as tmp:
         try:
-            tasks = {"baseline": baseline_task(Path(tmp)), "restart": restart_task(Path(tmp)), "as is": TASK}
-            for arm in ARMS:
-                job = run_arm(harbor, arm, tasks[arm.task], Path(tmp) / "jobs", trials, env)
-                jobs.append(job)
-                print(f"{arm.name}: {len(job.trials)} trials, job {job.wall:.1f} s, load {os.getloadavg()}")
+            tasks = {"baseline": baseline_task(Path(tmp)), "as is": TASK}
+            for r in range(1, rounds + 1):
+                for arm in arms:
+                    job = run_arm(harbor, arm, tasks[arm.task], Path(tmp) / "jobs", trials, env, r)
+                    jobs.append((r, job))
+                    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+                    print(f"round {r}, {arm.name}: {len(job.trials)} trials, {job.wall:.1f} s, load {load}")
         finally:
             remove_new_goldens(goldens)
     load_after = os.getloadavg()
@@ -237,15 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     def cycle(t: Trial) -> float:
         return t.start + (t.stop or 0.0)
 
-    ref = _mean([cycle(t) for t in jobs[0].trials])
-    ref_start = _mean([t.start for t in jobs[0].trials])
     print()
     print(
-        "| arm | n | rewards | start s (each) | stop s (each) | start+stop mean | ÷ harbor docker | "
-        "start ÷ docker | later trials start+stop ÷ docker | job s |"
+        "| round | arm | rewards | start s (each) | stop s (each) | start+stop mean | ÷ harbor docker | "
+        "later trials ÷ docker | job s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for job in jobs:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r, job in jobs:
+        ref_job = next(j for rr, j in jobs if rr == r and j.arm.key == "docker")
+        ref = _mean([cycle(t) for t in ref_job.trials])
         ts = job.trials
         later = _mean([cycle(t) for t in ts[1:]])
         each_start = " ".join(f"{t.start:.2f}" for t in ts)
@@ -253,32 +258,37 @@ def main(argv: list[str] | None = None) -> int:
         rewards = " ".join("x" if t.reward is None else f"{t.reward:g}" for t in ts)
         mean = _mean([cycle(t) for t in ts])
         print(
-            f"| {job.arm.name} | {len(ts)} | {rewards} | {each_start} | {each_stop} | {mean:.2f} | "
-            f"{mean / ref:.3f} | {_mean([t.start for t in ts]) / ref_start:.3f} | {later / ref:.3f} | "
-            f"{job.wall:.1f} |"
+            f"| {r} | {job.arm.name} | {rewards} | {each_start} | {each_stop} | {mean:.2f} | "
+            f"{mean / ref:.3f} | {later / ref:.3f} | {job.wall:.1f} |"
         )
         for t in ts:
             if t.error:
                 print(f"  {job.arm.name} trial error: {t.error[:300]}")
     print()
-    for job in jobs[1:]:
+    for r, job in jobs:
+        if job.arm.key == "docker":
+            continue
         print(
-            f"{job.arm.name}, forge's timings: trial 1: {_where(job.trials[:1])}; "
+            f"round {r}, {job.arm.name}, forge's timings: trial 1: {_where(job.trials[:1])}; "
             f"later: {_where(job.trials[1:])}"
         )
         print(
-            f"{job.arm.name}, start and stop steps: trial 1: {_where(job.trials[:1], 'phases')}; "
+            f"round {r}, {job.arm.name}, start and stop steps: trial 1: {_where(job.trials[:1], 'phases')}; "
             f"later: {_where(job.trials[1:], 'phases')}"
         )
-    print(f"headline: {jobs[HEADLINE].arm.name}; {jobs[-1].arm.name} previews a fast default reset")
+        if job.arm.key == "warm":
+            print(f"round {r}, {job.arm.name}, reset ahead (off the path): {_where(job.trials[1:], 'reset')}")
     print(f"\nload before {load_before}, after {load_after}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = {
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%MZ}",
         "cpus": os.cpu_count(),
         "load": [load_before, load_after],
-        "arms": {
-            j.arm.name: {
+        "trials_per_job": trials,
+        "jobs": [
+            {
+                "round": r,
+                "arm": j.arm.name,
                 "job_seconds": j.wall,
                 "trials": [
                     {
@@ -288,14 +298,15 @@ def main(argv: list[str] | None = None) -> int:
                         "error": t.error,
                         "forge": t.forge,
                         "phases": t.phases,
+                        "reset": t.reset,
                     }
                     for t in j.trials
                 ],
             }
-            for j in jobs
-        },
+            for r, j in jobs
+        ],
     }
-    (RESULTS / "harbor.json").write_text(json.dumps(raw, indent=2))
+    (RESULTS / f"harbor-k{trials}.json").write_text(json.dumps(raw, indent=2))
     return 0
 
 

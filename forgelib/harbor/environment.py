@@ -20,7 +20,9 @@ How harbor's contract is met:
   ``verifier/forge_grade.json``, and every service's log tail to ``forge/services/``.
 - capabilities: ``docker_compose`` only (per-service operations reach every service of the stack). Not
   ``mounted``: a warm stack outlives a trial, so its containers cannot bind one trial's host directories;
-  harbor downloads the log directories instead. No network policies, GPUs, TPUs, Windows or SSH streams:
+  harbor downloads the log directories instead. A reused warm stack's ``main`` comes with them made
+  (mode 777, as ``ensure_dirs`` makes them), copied into it before it started, off the trial's path.
+  No network policies, GPUs, TPUs, Windows or SSH streams:
   forge does not provide them, so harbor refuses such tasks before start.
 """
 
@@ -172,9 +174,11 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
             raise self._problem
         _close_with_loop()
         mode, spec, task = self._mode, self._spec, self._task
+        dirs = self._mount_targets(writable_only=True)
 
         def acquire() -> Stack:
             self._stacks = hs.stacks_for(spec, mode)
+            self._stacks.furnish(hs.MAIN, dirs)
             return self._stacks.acquire(task)
 
         def abandon(trial: Stack) -> None:
@@ -189,7 +193,12 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
         self.logger.debug("forge stack %s (%s, reuse %s)", record["stack"], record["mode"], record["reuse"])
         self._write_record(record)
         acquired = time.monotonic()
-        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        # A reused warm stack's main came with harbor's log directories, made while it was not yet
+        # started (``TaskStacks.furnish``); any other makes them now, as harbor's environments do.
+        furnished = stacks.furnished(self._trial, hs.MAIN, dirs)
+        if not furnished:
+            await self.ensure_dirs(dirs)
+        record["furnished"] = furnished
         self._record = {**record, "start": _seconds(acquire=acquired - t0, dirs=time.monotonic() - acquired)}
         self._write_record(self._record)
 
@@ -206,20 +215,30 @@ class ForgeEnvironment(BaseEnvironment):  # type: ignore[misc]  # Any where harb
 
         def finish() -> None:
             t0 = time.monotonic()
+            took: dict[str, float] = {}
+
+            def timed(step: str, fn: Callable[[], None]) -> None:
+                began = time.monotonic()
+                try:
+                    fn()
+                finally:
+                    took[step] = time.monotonic() - began
+
             try:
                 # Both read the stack as the trial left it, neither changes it: side by side, then the
                 # release (a warm stack's reset starts there).
                 out = self.trial_paths.trial_dir / "forge"
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-harbor-logs") as ex:
-                    logs = ex.submit(capture_logs, trial, out, LOG_TAIL_LINES)
-                    self._grade(trial, stacks)
+                    logs = ex.submit(timed, "logs", lambda: capture_logs(trial, out, LOG_TAIL_LINES))
+                    timed("grade", lambda: self._grade(trial, stacks))
                     logs.result()
             finally:
                 graded = time.monotonic()
                 stacks.release(trial)
             if self._record:
+                # grade_and_logs is the window; grade and logs, inside it side by side, each its own.
                 stop = _seconds(grade_and_logs=graded - t0, release=time.monotonic() - graded)
-                self._write_record({**self._record, "stop": stop})
+                self._write_record({**self._record, "stop": stop, "stop_parts": _seconds(**took)})
 
         await _in_thread(finish)
 

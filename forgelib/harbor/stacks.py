@@ -17,9 +17,9 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from forgelib.errors import ForgeError
@@ -111,10 +111,40 @@ class TaskStacks(HostedStacks):
             host="the harbor run",
             runner=runner,
         )
+        self._furnish_lock = threading.Lock()
+        self._furnished: dict[str, tuple[str, ...]] = {}  # service -> the dirs its successors come with
         # Healing removes dead owners' leftovers only, and the clients are needed by the first reset at the
         # earliest: both on a thread while the first trial's stack comes up (``close`` waits for it).
         self._starting = threading.Thread(target=self._start, name="forge-harbor-start", daemon=True)
         self._starting.start()
+
+    def furnish(self, service: str, dirs: Sequence[str]) -> None:
+        """Have the warm pool make ``dirs`` (absolute paths, mode 777, as harbor's ``ensure_dirs`` does) in
+        each successor of ``service`` before it starts, off every trial's path. The first caller's dirs
+        hold for the run; fresh stacks and dirs that are not plain absolute paths are left to the caller."""
+        pool = self.backend.pool
+        if pool is None or not dirs or any(not _plain(d) for d in dirs):
+            return
+        with self._furnish_lock:
+            if service in self._furnished:
+                return
+            where = self.root() / f"furnish-{service}"
+            for d in dirs:
+                path = where / d.lstrip("/")
+                path.mkdir(parents=True, exist_ok=True)
+                for parent in path.relative_to(where).parents:  # as `mkdir -p` under umask 022 makes them
+                    if parent != Path():
+                        (where / parent).chmod(0o755)
+            for d in dirs:
+                (where / d.lstrip("/")).chmod(0o777)
+            self._furnished[service] = tuple(dirs)
+            pool.furnish[service] = where
+
+    def furnished(self, trial: Stack, service: str, dirs: Sequence[str]) -> bool:
+        """Whether ``trial``'s ``service`` container came with ``dirs`` made (``furnish``)."""
+        with self._furnish_lock:
+            made = self._furnished.get(service)
+        return made == tuple(dirs) and service in trial.source.get("furnished", ())
 
     def _start(self) -> None:
         try:
@@ -168,6 +198,12 @@ def _at_exit(fn: Callable[[], None]) -> None:
 _at_exit(close_all)
 
 
+def _plain(path: str) -> bool:
+    """An absolute path below the root with no ``..``: one that names a directory to copy in."""
+    parts = PurePosixPath(path).parts
+    return path.startswith("/") and len(parts) > 1 and all(p not in ("..", ".", "") for p in parts[1:])
+
+
 def describe(trial: Stack, run_id: str) -> dict[str, Any]:
     """What a trial's record says about its stack: which, how it came (fresh, or warm: reused, reset,
     replaced), its goldens and timings."""
@@ -177,6 +213,7 @@ def describe(trial: Stack, run_id: str) -> dict[str, Any]:
         "run_id": run_id,
         "mode": how.get("mode", "fresh"),
         "reuse": how.get("reuse", 0),
+        "reset_ahead": how.get("reset_ahead"),
         "replaced": how.get("replaced"),
         "services": sorted(trial.environment.services),
         "goldens": {svc: dict(g) for svc, g in trial.snapshots.items()},

@@ -2,15 +2,17 @@
 (``run.checks.evaluate`` observes, ``run.grading`` scores: checks, gates, weighted components, alternatives;
 ``run.judge`` for a judge). No inspect here; ``forgelib.inspect.scorer`` turns the grade into a Score.
 
-The walk over grading.yaml is ``run.grading.grade_by``, the one ``forge run`` uses. Checks run one after
-another (a sample's grading is a handful of reads; ``forge run`` runs them on a thread pool, a speed-up
-this adapter does not need), each a ``ReadOnce`` read unless a check may change state.
+The walk over grading.yaml is ``run.grading.grade_by``, the one ``forge run`` uses. As there, a group of
+checks is observed at once (each a ``ReadOnce`` read: a ``docker exec`` or a request, mostly waiting) unless
+a check may change state, when they run one after another in their order. A harbor trial's stop waits for
+this grade before its stack is reset.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from forgelib.errors import ForgeError
@@ -20,6 +22,8 @@ from forgelib.grading.score import CheckOutcome, ComponentResult, Grade, grade_b
 from forgelib.runner import Result, Runner
 from forgelib.spec.models import Check, Component, Task, Timeouts
 from forgelib.stacks.stack import ServiceAccess, Stack
+
+CHECK_THREADS = 8  # observations of one grade at once (forge run's width)
 
 
 def grade_stack(
@@ -38,10 +42,18 @@ def grade_stack(
     def budget() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    view: ServiceAccess = stack.compose if mutates(g) else ReadOnce(stack.compose)
+    in_order = mutates(g)
+    view: ServiceAccess = stack.compose if in_order else ReadOnce(stack.compose)
 
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
-        return [evaluate(view, c, stack.resolved, timeout=budget()) for c in checks]
+        def one(c: Check) -> CheckOutcome:
+            return evaluate(view, c, stack.resolved, timeout=budget())
+
+        if in_order or len(checks) < 2:
+            return [one(c) for c in checks]
+        width = min(CHECK_THREADS, len(checks))
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="forge-check") as pool:
+            return list(pool.map(one, checks))
 
     def host(
         argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None

@@ -169,6 +169,9 @@ def test_harbor_run_warm_resets_the_vandals_damage_between_attempts(tmp_path: Pa
         record = json.loads((t / "forge_stack.json").read_text())
         stacks.add(record["stack"])
         assert record["mode"] == "warm"
+        # A reused attempt's main came with harbor's log directories (made before it started, off the
+        # trial's path); first_seen.txt above shows them as the first attempt's ensure_dirs made them.
+        assert record["furnished"] is (record["reuse"] > 0), record
         grade = json.loads((t / "verifier" / "forge_grade.json").read_text())
         assert grade["pass"] is False  # forge's grading.yaml saw the damage before the reset
     assert len(stacks) == 1

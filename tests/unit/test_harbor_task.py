@@ -66,3 +66,13 @@ def test_a_spec_that_fails_validation_reads_file_and_line(tmp_path: Path) -> Non
         load_task(env)
     assert "project.yaml:" in str(e.value)
     assert "resett" in str(e.value)
+
+
+def test_only_plain_absolute_directories_are_furnished_ahead() -> None:
+    """harbor's log directories are made in a warm stack's next main before it starts; a path that does not
+    plainly name one directory is left to harbor's own ``ensure_dirs``."""
+    from forgelib.harbor.stacks import _plain
+
+    assert _plain("/logs/agent") and _plain("/logs/verifier/")
+    for odd in ("logs/agent", "/", "/logs/../etc", "C:\\logs"):
+        assert not _plain(odd), odd

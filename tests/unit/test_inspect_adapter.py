@@ -108,3 +108,32 @@ def test_explanation_says_undecided_never_failed() -> None:
     text = explain(grade([ok, trace], 1.0))
     assert f"- gate called: undecided: {why}" in text.splitlines()
     assert "failed" not in text and text.startswith("forge grade: pass, score 1.000")
+
+
+def test_a_grade_observes_its_read_only_checks_at_once_and_keeps_their_order(tmp_path: Path) -> None:
+    """Two file checks in two services: each one's ``docker exec`` waits at a barrier only the other can
+    pass, so the grade completes only if both are under way at once; the outcomes keep the file's order."""
+    import threading
+
+    from forgelib.docker.compose import ComposeProject
+    from forgelib.inspect.grade import grade_stack
+    from forgelib.spec.loader import load_grading
+    from forgelib.stacks.stack import Stack
+    from forgelib.testing import FakeRunner
+
+    (tmp_path / "grading.yaml").write_text(
+        "checks:\n"
+        "  - {name: a, file: {service: main, path: /a.txt, equals: one}}\n"
+        "  - {name: b, file: {service: db, path: /b.txt, equals: two}}\n"
+    )
+    grading = load_grading(tmp_path / "grading.yaml", {"main": {}, "db": {}})
+    env = _env({"main": {}, "db": {}})
+    task = m.Task("t", tmp_path / "task.yaml", "", env, grading=grading)
+    both = threading.Barrier(2, timeout=30)
+    fake = FakeRunner()
+    fake.expect("docker", "exec", "p-main-1", stdout="one\n", side_effect=lambda _: both.wait())
+    fake.expect("docker", "exec", "p-db-1", stdout="two\n", side_effect=lambda _: both.wait())
+    compose = ComposeProject("p", (), fake, direct=True)
+    stack = Stack("p", env, compose, {}, {}, tmp_path)
+    g = grade_stack(stack, task, fake, env={}, timeouts=m.Timeouts())
+    assert [(o.name, o.passed, o.observed) for o in g.checks] == [("a", True, "one"), ("b", True, "two")]

@@ -422,3 +422,49 @@ def test_spares_are_counted_with_the_reset_time_or_until_one_is_timed_the_warm_p
     assert len(h.provisioned) == 2 + spares and sorted(h.pool.names()) == sorted(h.provisioned)
     h.hold(a, 1.0)
     assert decision(h.acquire(trial_dir=tmp_path / "trials" / "t" / "2")) == "spare"  # clean, never used
+
+
+def test_a_successor_is_furnished_with_its_services_directories_before_it_starts(tmp_path: Path) -> None:
+    """A host's directories (harbor's /logs/*) go into the created, never-started successor by ``docker
+    cp`` of each top-level entry to the container's root; a copy that fails leaves it unfurnished (the
+    host then makes them itself) and says why."""
+    from forgelib.docker.compose import ComposeProject
+    from forgelib.errors import ForgeError
+    from forgelib.stacks.warm.ephemeral import Ephemerals
+    from forgelib.testing import FakeRunner
+
+    where = tmp_path / "furnish"
+    (where / "logs" / "agent").mkdir(parents=True)
+    (where / "logs" / "verifier").mkdir()
+    fake = FakeRunner()
+    trial = dataclasses.replace(
+        _trial({"main": {"image": "img"}}, {}, {}), compose=ComposeProject("p1", (), fake)
+    )
+    eph = Ephemerals(trial, [["main"]], [], furnish={"main": where})
+    fake.expect("docker", "cp", times=1)
+    eph._furnish({"main": "c1", "other": "c2"})  # a service with nothing to furnish is left alone
+    assert [c.argv for c in fake.calls] == [("docker", "cp", str(where / "logs"), "c1:/")]
+    assert eph.furnished == {"c1"}
+    fake.expect("docker", "cp", rc=1, stderr="no such container")
+    with pytest.raises(ForgeError, match="could not furnish main's successor: no such container"):
+        eph._furnish({"main": "c3"})
+    assert eph.furnished == {"c1"}
+
+
+def test_a_new_warm_stack_records_its_wait_for_a_start_place_as_queueing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A warm pool's new stack holds one of the engine's start places while it comes up, as a fresh one
+    does: a wait for one is the trial's ``start_wait``, part of its ``stack_wait``, not its provisioning."""
+    from forgelib.stacks.budget import Admission
+
+    admission = Admission(None, starts=1)
+    admission.measure = lambda *a, **k: None  # type: ignore[method-assign]
+    pool = _harness(monkeypatch, admission=admission)
+    held = admission.starting()
+    held.__enter__()  # another stack is coming up
+    threading.Timer(0.3, held.__exit__, (None, None, None)).start()
+    trial = pool.acquire()
+    waited = trial.timings["start_wait"]
+    assert waited >= 0.2 and trial.source["pool"]["start_wait"] == waited
+    assert trial.timings["stack_wait"] >= waited

@@ -29,6 +29,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from forgelib.docker import argv as dk
@@ -87,6 +88,13 @@ class Ephemerals:
     current: dict[str, str] = field(default_factory=dict)
     networks: dict[str, list[str]] = field(default_factory=dict)  # service -> its current one's networks
     retired: list[str] = field(default_factory=list)  # frozen, off every network, not yet removed
+    # service -> a host directory mirroring absolute paths (``<dir>/logs/agent`` is ``/logs/agent``) copied
+    # into each of its successors while it is created and not started, off every trial's path: what a host
+    # would otherwise make in the container as its trial starts (harbor's log directories).
+    furnish: dict[str, Path] = field(default_factory=dict)
+    furnished: set[str] = field(default_factory=set)  # ids of the successors furnished so far
+    # The ephemeral services whose current container was furnished (``recycle``).
+    current_furnished: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # A new stack's: the containers compose's `up` made first.
@@ -138,6 +146,7 @@ class Ephemerals:
                     self.services, wait=False, no_deps=True, no_start=True, no_recreate=True, scale=scale
                 )
                 succ.ids = self._created()
+                self._furnish(succ.ids)
             except (ForgeError, OSError, ValueError) as e:  # `_retire` makes them the usual way
                 succ.error = str(e)
 
@@ -171,6 +180,8 @@ class Ephemerals:
         ``recreate``) and waited for (``ready``), wave by wave; the published ports of the ephemeral
         services' new containers. Raises ``ForgeError`` when they could not be made ready."""
         fresh = timed("successors", self._successors) if self.waves else None
+        ids = {s: str(i.get("Id")) for s, i in (fresh or {}).items()}
+        self.current_furnished = frozenset(s for s, cid in ids.items() if cid in self.furnished)
         for wave in self.waves:
             if fresh is not None:  # created in the background, proven never started: start them
                 timed("recreate", functools.partial(self._start, [fresh[s]["Id"] for s in wave]))
@@ -247,10 +258,24 @@ class Ephemerals:
                 # Every container of the services replaced by one, whatever spares are left.
                 self.compose.up(self.services, wait=False, no_deps=True, force_recreate=True, no_start=True)
                 ids = self._created()
+                self._furnish(ids)
             succ.infos = self._inspect(ids.values())
             succ.ids = {svc: str(i.get("Id")) for svc, i in succ.infos.items()}
         except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
             succ.error = str(e)
+
+    def _furnish(self, ids: Mapping[str, str]) -> None:
+        """Copy each service's ``furnish`` directory into its created, never-started successor (``docker
+        cp`` works on a stopped container); raises ``ForgeError`` when a copy fails."""
+        for svc, cid in ids.items():
+            src = self.furnish.get(svc)
+            if src is None:
+                continue
+            for top in sorted(src.iterdir()):
+                res = self.runner.run(dk.cp(str(top), f"{cid}:/"), timeout=self.timeouts.command, check=False)
+                if res.rc != 0:
+                    raise ForgeError(f"could not furnish {svc}'s successor: {res.stderr.strip()[-300:]}")
+            self.furnished.add(cid)
 
     def _inspect(self, refs: Iterable[str]) -> dict[str, dict[str, Any]]:
         """service -> the ``docker inspect`` record of these containers (one per service; raises if one is

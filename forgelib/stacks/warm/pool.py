@@ -187,6 +187,9 @@ class WarmPool:
         self._closing = False
         self._drained = False  # ``no_more``: only reruns may still ask
         self._dirty: list[PooledStack] = []  # given back since then, not reset (``PooledStack.dirty``)
+        # service -> what its ephemeral successors are furnished with before they start (``Ephemerals``):
+        # set by a host before its first trial asks.
+        self.furnish: dict[str, Path] = {}
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -264,7 +267,12 @@ class WarmPool:
             return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
         if self.admission is not None:
             self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
-        handle = self._handle(stack, trial_dir, {**queued, **stack.trial.timings}, replaced, note)
+        timings = {**queued, **stack.trial.timings}
+        started = float(stack.trial.timings.get("start_wait", 0.0))
+        if started:  # waiting for one of the engine's start places is queueing too (``stack_wait``)
+            timings["stack_wait"] = round(queued["stack_wait"] + started, 3)
+            note["start_wait"] = started
+        handle = self._handle(stack, trial_dir, timings, replaced, note)
         self._maybe_spare()
         return handle
 
@@ -424,6 +432,8 @@ class WarmPool:
             info["reset_ahead"] = {k: round(v, 3) for k, v in stack.reset.items()}
         if stack.spare:
             info["spare"] = True
+        if stack.ephemerals.current_furnished:  # its successors came furnished (``WarmPool.furnish``)
+            info["furnished"] = sorted(stack.ephemerals.current_furnished)
         with self._lock:
             if note:  # the pool's decision for this trial (forge records it as a `stack_acquired` event)
                 info["pool"] = {**note, "stacks": len(self._all), "busy": len(self._busy) + 1}
@@ -476,12 +486,16 @@ class WarmPool:
         labels = lab.run_labels(run_id, lab.trial_label(tag, n))
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
-        with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
+        place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
+        with place as waited:
             trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
+        if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
+            trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
+        stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
         stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack

@@ -9,6 +9,7 @@ q() { psql -X -tA -c "$1"; }
   echo "tables=$(q "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'public'")"
   echo "workspace=$(ls -A /work | tr '\n' ' ')"
   echo "todo=$(cat /work/TODO 2>/dev/null || echo '(missing)')"
+  echo "logs=$(stat -c '%n:%a:%U' /logs /logs/* | tr '\n' ' ')"
 } > /logs/agent/first_seen.txt
 cat /logs/agent/first_seen.txt
 q "UPDATE widgets SET name = 'vandalised'; INSERT INTO widgets SELECT g, 'junk' FROM generate_series(2, 500) g; CREATE TABLE graffiti (x int)" >/dev/null
