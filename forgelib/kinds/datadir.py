@@ -77,41 +77,6 @@ SYNC_SCRIPT = (
 )
 
 
-# A batch of changed regular files (``SYNC_SCRIPT``'s NUL-ended list on stdin, relative to both trees; its
-# arguments: the copy and the data directory) put back in place instead of rewritten whole: each file is
-# read beside its copy in blocks and only the blocks that differ are written back, then its length, owner,
-# mode and times are the copy's, as ``cp -a`` leaves them. The content is the copy's byte for byte, by
-# construction (every block compared, the length set); what a data directory's server rewrites in a big file
-# is a few blocks (MariaDB's redo log is 96 MiB, a trial writes a few hundred KiB of it), so a reset reads
-# the file instead of writing all of it again. Perl, because a shell has no way to compare and write a
-# block in place; without perl the files are copied whole (``RESTORE_SCRIPT``).
-PATCH_SCRIPT = (
-    "use strict; use warnings; use Fcntl qw(SEEK_SET); "
-    "my ($p, $d) = @ARGV; my $B = 65536; local $/ = qq(\\0); "
-    "while (my $r = <STDIN>) { chomp $r; my ($s, $t) = (qq($p/$r), qq($d/$r)); "
-    "open(my $S, qq(<:raw), $s) or die qq($s: $!\\n); open(my $T, qq(+<:raw), $t) or die qq($t: $!\\n); "
-    "my @st = stat($S); my $off = 0; "
-    "while (1) { my $n = sysread($S, my $x, $B); defined $n or die qq($s: $!\\n); last if !$n; "
-    "my $m = sysread($T, my $y, $n); defined $m or die qq($t: $!\\n); "
-    "if ($m != $n || $x ne $y) { sysseek($T, $off, SEEK_SET) or die qq($t: $!\\n); "
-    "my $w = syswrite($T, $x); defined $w && $w == $n or die qq($t: short write\\n); } "
-    "$off += $n; sysseek($T, $off, SEEK_SET) or die qq($t: $!\\n); } "
-    "truncate($T, $off) or die qq($t: $!\\n); close($T) or die qq($t: $!\\n); "
-    "chown($st[4], $st[5], $t) or die qq($t: $!\\n); chmod($st[2] & 07777, $t) or die qq($t: $!\\n); "
-    "system(qw(touch -r), $s, $t) == 0 or die qq($t: touch failed\\n); }"
-)
-assert "'" not in PATCH_SCRIPT  # it goes into a shell script in single quotes
-# ``RESTORE_SCRIPT`` that puts changed files back in place with ``PATCH_SCRIPT`` where the image has perl
-# (``kinds.mysql``: its redo log); the same arguments.
-_COPY = '(cd "$p/data" && xargs -0 -r cp -a --parents -t "$d" < "$p/.copy"); '
-RESTORE_PATCHING = RESTORE_SCRIPT.replace(
-    _COPY,
-    "if command -v perl >/dev/null 2>&1; "
-    f'then perl -e \'{PATCH_SCRIPT}\' "$p/data" "$d" < "$p/.copy"; else {_COPY}fi; ',
-)
-assert RESTORE_PATCHING != RESTORE_SCRIPT
-
-
 @dataclass
 class PristineDir:
     """The helper container holding ``path``'s pristine copy for ``service`` of ``ctx``'s stack."""
@@ -122,12 +87,9 @@ class PristineDir:
     helper: str  # the helper container (name)
 
     @classmethod
-    def capture(
-        cls, ctx: ApplyContext, path: str, *, marker: str = "PG_VERSION", script: str = RESTORE_SCRIPT
-    ) -> PristineDir:
+    def capture(cls, ctx: ApplyContext, path: str, *, marker: str = "PG_VERSION") -> PristineDir:
         """Stop the service, keep a copy of ``path`` in a new helper container, start the service again.
-        ``marker``: a file every valid data directory holds (checked after each copy); ``script``: the
-        restore (``RESTORE_SCRIPT``, or ``RESTORE_PATCHING``)."""
+        ``marker``: a file every valid data directory holds (checked after each copy)."""
         check_path(ctx, path)
         compose = ctx.compose
         container = compose.container(ctx.service)
@@ -145,7 +107,7 @@ class PristineDir:
         )
         argv = dk.create(
             str(info.get("Image")),
-            ["-c", script, "forge-pristine", path, marker, SYNC_SCRIPT],
+            ["-c", RESTORE_SCRIPT, "forge-pristine", path, marker, SYNC_SCRIPT],
             name=helper,
             network="none",
             user="0",

@@ -9,8 +9,8 @@ golden, a fork) runs the service's own entrypoint and command under the loop ins
 ``SUPERVISOR``): it starts them as its child, forwards every signal Docker sends it (``docker stop`` ends
 the server, then the loop, as before), and exits with the server's status whenever the server ends on its
 own. Only a request forge makes (``Supervised``, through ``docker exec`` as root) makes it stop the server,
-put the data directory back from its pristine copy (``datadir.RESTORE_SCRIPT``, or the kind's
-``RESTORE_PATCHING``; the first time: keep the copy) and start the same command again.
+put the data directory back from its pristine copy (``datadir.RESTORE_SCRIPT``; the first time: keep the
+copy) and start the same command again.
 
 What a trial can see of it is the same in a fresh stack and a restored one, by construction: the loop as
 the container's first process, with the same command line, and one directory ``/forge`` (root's, mode
@@ -131,7 +131,6 @@ class Supervised:
     marker: str
     stop: str
     kill: str
-    script: str = RESTORE_SCRIPT  # or datadir.RESTORE_PATCHING: changed files put back block by block
 
     @classmethod
     def capture(
@@ -142,7 +141,6 @@ class Supervised:
         marker: str = "PG_VERSION",
         stop: str = "INT",
         kill: str = "QUIT",
-        script: str = RESTORE_SCRIPT,
     ) -> Supervised | None:
         """Keep the copy (the server restarts once), or None when the service's container is not
         supervised (``wrap`` declined): the caller falls back to ``datadir.PristineDir``."""
@@ -151,7 +149,7 @@ class Supervised:
         found = ctx.compose.inspect([container])
         if not found or not supervised(found[0]):
             return None
-        s = cls(ctx, path, container, marker, stop, kill, script)
+        s = cls(ctx, path, container, marker, stop, kill)
         s._request("prepare", stop)
         return s
 
@@ -165,7 +163,7 @@ class Supervised:
         self._request("reset", self.kill)
 
     def _request(self, step: str, signal: str) -> None:
-        args = [self.script, self.path, self.marker, SYNC_SCRIPT, signal]
+        args = [RESTORE_SCRIPT, self.path, self.marker, SYNC_SCRIPT, signal]
         argv = dk.exec(self.container, ["sh", "-c", _REQUEST, "forge-reset", *args], user="0")
         try:
             self.ctx.compose.runner.run(argv, timeout=self.ctx.timeouts.recipe, tag="exec")

@@ -9,9 +9,7 @@ Warm stacks (``exact``, the only strategy; ``restart`` is another name for it): 
 seeding the server is stopped cleanly and its data directory copied where no trial can reach it; a reset
 puts back what changed and restarts the server, so databases, users and grants, every table, and the
 global variables (a restart drops every ``SET GLOBAL``) are what the fresh stack had. The fingerprint
-digests all of that and is compared after every reset. A changed file goes back block by block where the
-image has perl (``datadir.RESTORE_PATCHING``: only the blocks that differ from the copy are written, the
-content ends byte for byte the copy's), whole elsewhere. Where it can (``supervisor.wrap``: a root
+digests all of that and is compared after every reset. Where it can (``supervisor.wrap``: a root
 container, a known entrypoint), the server runs under ``forgelib.kinds.supervisor``'s loop in every mode,
 which restarts it in place and keeps the copy in the container's root-only ``/forge`` (a trial sees the
 same in a fresh stack); elsewhere a helper container keeps the copy and a reset stops and starts the
@@ -38,7 +36,7 @@ from forgelib.kinds.base import (
     no_mount,
     no_settle,
 )
-from forgelib.kinds.datadir import RESTORE_PATCHING, PristineDir
+from forgelib.kinds.datadir import PristineDir
 from forgelib.kinds.mysql.client import (
     NO_CLIENT,
     MysqlParams,
@@ -178,12 +176,8 @@ def prepare(ctx: ApplyContext) -> Exact:
         raise ctx.fail("prepare", "the server did not name its data directory (select @@datadir)")
     # The copy is taken after SIGTERM (a clean shutdown); a reset stops the server with SIGKILL, at once:
     # whatever it was writing is undone by the restore with the trial's changes, and it has no children.
-    # Changed files go back block by block (``datadir.RESTORE_PATCHING``): a trial rewrites a few hundred
-    # KiB of the 96 MiB redo log, which a whole copy would write again on every reset.
-    pristine = supervisor.Supervised.capture(
-        ctx, path, marker=MARKER, stop="TERM", kill="KILL", script=RESTORE_PATCHING
-    )
-    exact = Exact(pristine or PristineDir.capture(ctx, path, marker=MARKER, script=RESTORE_PATCHING))
+    pristine = supervisor.Supervised.capture(ctx, path, marker=MARKER, stop="TERM", kill="KILL")
+    exact = Exact(pristine or PristineDir.capture(ctx, path, marker=MARKER))
     _await_server(ctx)
     return exact
 
