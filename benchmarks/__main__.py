@@ -1,17 +1,20 @@
 """``python -m benchmarks [NAME ...]``: run every ``benchmarks/*_bench.py`` module's ``main()``, or only the
-named ones (``digest`` runs ``digest_bench``). ``python -m benchmarks NAME [--option ...]``: one benchmark
-with its options (everything from the first ``-`` argument on goes to that one; with several names options
-are refused). ``--list`` prints the names. Each benchmark prints its table and writes
+named ones (``digest`` runs ``digest_bench``). ``python -m benchmarks NAME [ARG ...]``: one benchmark
+with its arguments (everything from the first argument that cannot be a name on goes to that one: one
+starting with ``-``, or any other that is not a word, such as ``5`` or ``8,150``; with several names
+arguments are refused). ``--list`` prints the names. Each benchmark prints its table and writes
 ``benchmarks/results/<name>.json``; one failing does not stop the others (exit 1 at the end)."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a benchmark's name looks like (a module's)
 
 
 def available() -> list[str]:
@@ -19,8 +22,9 @@ def available() -> list[str]:
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str]]:
-    """The benchmark names (the arguments before the first one starting with ``-``) and the rest."""
-    first = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    """The benchmark names (the arguments before the first one that cannot be a name: ``--rounds``, ``5``)
+    and the rest (a word that names no benchmark stays a name: unknown, and refused)."""
+    first = next((i for i, a in enumerate(argv) if not NAME.fullmatch(a)), len(argv))
     return argv[:first], argv[first:]
 
 
@@ -36,7 +40,7 @@ def main(argv: list[str]) -> int:
         return 2
     if options and len(chosen) != 1:
         where = " ".join(options)
-        print(f"options ({where}) go to one benchmark: name exactly one before them", file=sys.stderr)
+        print(f"arguments ({where}) go to one benchmark: name exactly one before them", file=sys.stderr)
         return 2
     failed = []
     for name in chosen or names:

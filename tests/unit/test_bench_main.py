@@ -38,6 +38,18 @@ def test_one_name_gets_the_remaining_arguments(calls: list[tuple[str, list[str]]
     assert calls == [("cluster", ["--rounds", "3", "--trials", "4"])]
 
 
+def test_an_argument_that_cannot_be_a_name_goes_to_the_benchmark_before_it(
+    calls: list[tuple[str, list[str]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `python -m benchmarks mysql 5`: the 5 is the benchmark's, not a second name
+    assert bm.main(["digest", "5"]) == 0
+    assert bm.main(["cluster", "8,150", "--rounds", "2"]) == 0
+    assert calls == [("digest", ["5"]), ("cluster", ["8,150", "--rounds", "2"])]
+    assert bm.main(["5"]) == 2 and bm.main(["overhead", "digest", "5"]) == 2  # whose is it?
+    assert calls == [("digest", ["5"]), ("cluster", ["8,150", "--rounds", "2"])]
+    assert "name exactly one" in capsys.readouterr().err
+
+
 def test_several_names_run_in_order_without_arguments(calls: list[tuple[str, list[str]]]) -> None:
     assert bm.main(["overhead", "digest"]) == 0
     assert calls == [("overhead", []), ("digest", [])]
