@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -118,17 +118,22 @@ def start(
     services: Sequence[str],
     *,
     timeout: float | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Start the created containers of ``services`` in ``depends_on`` order and wait until every one is
     ready (see the module doc). ``config_services``: the resolved compose config's services (their
     ``depends_on``); a dependency outside ``services`` is up already. Raises ``NotReady`` (readiness) or
-    the failed ``docker start``'s ``CommandError`` (the container could not start at all)."""
+    the failed ``docker start``'s ``CommandError`` (the container could not start at all).
+
+    ``on_ready(service)``: called on the thread that waited for ``service`` as soon as it is ready (its
+    dependents may be starting meanwhile); what it raises fails the whole start, as the service's own
+    failure would (and is what ``start`` raises)."""
     wanted = list(dict.fromkeys(services))
     found = containers(compose, wanted)
     deps = {s: _deps(config_services.get(s) or ServiceConfig(s), wanted) for s in wanted}
     # What a service must reach before it counts as done: exited 0 when a dependent waits for that.
     complete = {d for s in wanted for d, cond in deps[s].items() if cond == COMPLETED}
-    _Waves(compose, found, deps, complete, _limit(compose, timeout)).run(wanted)
+    _Waves(compose, found, deps, complete, _limit(compose, timeout), on_ready).run(wanted)
 
 
 def wait_ready(
@@ -177,8 +182,10 @@ class _Waves:
         deps: Mapping[str, Mapping[str, str]],
         complete: set[str],
         limit: float,
+        on_ready: Callable[[str], None] | None = None,
     ) -> None:
         self.compose = compose
+        self.on_ready = on_ready
         self.runner = compose.runner
         self.found = found
         self.deps = deps
@@ -215,6 +222,8 @@ class _Waves:
             for c in self.found[service]:
                 self._probe(c, complete=service in self.complete)
             self.ready[service].set()
+            if self.on_ready is not None:
+                self.on_ready(service)
         except BaseException:
             self.failed.set()
             raise

@@ -29,11 +29,14 @@ running (``forge provision --keep``): another live process's stack changes under
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import tarfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,8 +71,11 @@ if TYPE_CHECKING:
     from forgelib.stacks.provision import _Binding
     from forgelib.stacks.session import Stacks
 
-FORK_TASK = "fork"
-PAUSE_ATTEMPTS = 3  # the trial label's task part of a fork
+FORK_TASK = "fork"  # the trial label's task part of a fork
+PAUSE_ATTEMPTS = 3
+# Forks of one checkpoint that come up together under one start place: a fork's start is its services'
+# own start alone (no initdb, no recipe, no image of its own to build), a fraction of a fresh stack's.
+FORKS_PER_START = 4
 
 
 @dataclass(frozen=True)
@@ -305,6 +311,8 @@ class CheckpointSteps(FreshSteps):
     runner: Runner
     timeouts: Timeouts
     records_: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what the services' images are now: looked up once for all the forks of one ``fork`` call
+    images_seen: _ImageIds = field(default_factory=lambda: _ImageIds())
 
     def images(self, bindings: Sequence[_Binding], locks: Any) -> list[Any]:
         def plan(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
@@ -323,7 +331,7 @@ class CheckpointSteps(FreshSteps):
         for svc, image in sorted(self.checkpoint.images.items()):
             if svc not in services:
                 continue
-            now = ckstore.image_id(self.runner, services[svc].image, self.timeouts.command)
+            now = self.images_seen.id(self.runner, services[svc].image, self.timeouts.command)
             if now and now != image:
                 raise CheckpointError(
                     f"checkpoint {self.checkpoint.id}: service {svc!r} now runs image {now[:19]}, not the "
@@ -333,19 +341,37 @@ class CheckpointSteps(FreshSteps):
     def needs_recipe(self, service: str) -> bool:
         return service not in self.checkpoint.services
 
+    def ready(self, b: _Binding, ctx: ApplyContext, phase: PhaseTimer) -> None:
+        rec = self.checkpoint.services.get(b.service)
+        if rec is None:
+            return
+        with phase(f"checkpoint_verify:{b.service}", "checkpoint"):
+            _verify(b.recipe, ctx, rec, self.checkpoint.id)
+        self.records_[b.service] = {"outcome": "forked", "checkpoint": self.checkpoint.id}
+
     def started(
         self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
     ) -> None:
         for b in bindings:
-            rec = self.checkpoint.services.get(b.service)
-            if rec is None:
-                continue
-            with phase(f"checkpoint_verify:{b.service}", "checkpoint"):
-                _verify(b.recipe, context(b), rec, self.checkpoint.id)
-            self.records_[b.service] = {"outcome": "forked", "checkpoint": self.checkpoint.id}
+            if b.service not in self.records_:
+                self.ready(b, context(b), phase)
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {k: dict(v) for k, v in self.records_.items()}
+
+
+class _ImageIds:
+    """image reference -> its ID on the engine, each looked up once (thread-safe: forks come up at once)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def id(self, runner: Runner, ref: str, timeout: float) -> str:
+        with self._lock:
+            if ref not in self._ids:
+                self._ids[ref] = ckstore.image_id(runner, ref, timeout)
+            return self._ids[ref]
 
 
 def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str) -> None:
@@ -367,8 +393,15 @@ def fork(
 ) -> list[Stack]:
     """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
     files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
-    ``teardown``). A fork that fails tears itself down, and the forks made before it go with ``stacks``.
-    ``run_id``: their run label (``forge reap --run``); a new one per call by default."""
+    ``teardown``). ``run_id``: their run label (``forge reap --run``); a new one per call by default.
+
+    The forks come up together, in groups of ``FORKS_PER_START``: a group's forks are counted in
+    ``stacks``' memory budget (waiting for room), then the group holds one of its start places (the bound
+    every stack of every forge process on the engine shares: ``Admission.starting``) while all its forks
+    come up at once, as one step; groups take places as any stack does. One checkpoint load and one look
+    at the services' images serve every fork. A fork that fails tears itself down; the others (those
+    already up, and those coming up as it failed) go with ``stacks``, the ones not begun are not begun,
+    and the first failure is raised once every fork under way has ended."""
     project = stacks.project
     if project is None:
         raise ForgeError("fork: stacks opened without a project")
@@ -379,29 +412,108 @@ def fork(
         raise CheckpointError(
             f"checkpoint {ck.id} was taken of project {ck.manifest.get('project')!r}, not {project.name!r}"
         )
-    backend = stacks.backend
-    ctx: StackContext = backend.ctx
+    ctx: StackContext = stacks.backend.ctx
     # a run of its own per call: two forks of one checkpoint in one process never share a project name
     run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
     env = _environment(project, ck)
-    out = []
-    for i in range(n):
-        spec = StackPlan(
+    seen = _ImageIds()
+    specs = [
+        StackPlan(
             env,
             project_name(project.name, run_id, FORK_TASK, i, 1),
             lab.run_labels(run_id, lab.trial_label(FORK_TASK, i), kept=ctx.kept, work_dir=ctx.work_dir),
             trial_dir / f"fork-{i}",
         )
-        steps = CheckpointSteps(ck, stacks.runner, stacks.timeouts)
-        trial = provision_stack(ctx, spec, steps)
-        if not ctx.kept:
-            stacks.live.add(trial.name, _teardown(trial))
-        out.append(trial)
-    return out
+        for i in range(n)
+    ]
+
+    def one(spec: StackPlan) -> Stack:
+        return provision_stack(
+            ctx, spec, CheckpointSteps(ck, stacks.runner, stacks.timeouts, images_seen=seen)
+        )
+
+    groups = [specs[i : i + FORKS_PER_START] for i in range(0, n, FORKS_PER_START)]
+    made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one), groups, main=True)
+    return [trial for group in made for trial in group]
 
 
-def _teardown(trial: Stack) -> Callable[[bool], float]:
-    return lambda graceful: teardown_trial(trial, graceful=graceful)
+def _group(
+    stacks: Stacks, ctx: StackContext, specs: Sequence[StackPlan], one: Callable[[StackPlan], Stack]
+) -> list[Stack]:
+    """``specs``' forks counted in the memory budget, then brought up at once under one start place, each
+    registered with ``stacks`` as it is up (its teardown gives its room back). A kept stack (``forge
+    provision --keep``) is never registered: it outlives this process on purpose."""
+    admission = stacks.admission
+    counted = 0
+    begun: list[StackPlan] = []
+    try:
+        memory = 0.0
+        for _ in specs:
+            memory += admission.enter()
+            counted += 1
+        with admission.starting() as queued:
+            waits = {"memory_wait": round(memory, 3), "start_wait": round(queued, 3)}
+
+            def up(spec: StackPlan) -> Stack:
+                begun.append(spec)
+                try:
+                    trial = one(spec)
+                except BaseException:
+                    admission.leave()
+                    raise
+                trial = dataclasses.replace(trial, timings={**trial.timings, **waits})
+                return trial if ctx.kept else _registered(stacks, trial)
+
+            made = _concurrently(stacks, up, specs, main=False)
+    finally:
+        for _ in range(counted - len(begun)):  # counted, never begun: their room back
+            admission.leave()
+    admission.measure("fresh", ctx.runner, made[0].name, timeout=ctx.timeouts.command)
+    return made
+
+
+def _registered(stacks: Stacks, trial: Stack) -> Stack:
+    try:
+        stacks.live.add(trial.name, _teardown(trial, stacks.admission.leave))
+    except BaseException:  # a stop came while it came up: nobody else will tear it down
+        teardown_trial(trial, graceful=False)
+        stacks.admission.leave()
+        raise
+    return trial
+
+
+def _concurrently(stacks: Stacks, do: Callable[[Any], Any], items: Sequence[Any], *, main: bool) -> list[Any]:
+    """``do(item)`` for every item, each on a thread of its own; the answers in ``items``' order. The
+    first failure cancels what has not begun and is raised once the rest ended. ``main``: called on the
+    main thread, which a stop (Ctrl-C) interrupts: waited for outside ``concurrent.futures``' own locks
+    (``StopState.deferred``), and raised as ``KeyboardInterrupt`` once every item under way ended."""
+    pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="forge-fork")
+    futures = [pool.submit(do, item) for item in items]
+    try:
+        pending: set[Future[Any]] = set(futures)
+        while pending:
+            with stacks.stop.deferred() if main else contextlib.nullcontext():
+                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            for f in done:
+                if (error := f.exception()) is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise error
+            if main and stacks.stop.requested:
+                raise KeyboardInterrupt
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # every fork under way has ended (up, or torn down)
+
+
+def _teardown(trial: Stack, then: Callable[[], None]) -> Callable[[bool], float]:
+    def down(graceful: bool) -> float:
+        try:
+            return teardown_trial(trial, graceful=graceful)
+        finally:
+            then()
+
+    return down
 
 
 def _environment(project: Project, ck: Checkpoint) -> EnvironmentManifest:

@@ -276,9 +276,22 @@ class _Provisioning:
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
         normal = [b for b in bindings if self.steps.needs_recipe(b.service)]
         first = _closure([b.service for b in normal], services)
+
+        def context(b: _Binding) -> ApplyContext:
+            svc = services.get(b.service) or ServiceConfig(b.service)
+            return _context(b, compose, svc, self.ctx.timeouts, self.ctx.cache.seeds)
+
+        # A service that started seeded (golden, fork) is checked as soon as it is ready, beside the start
+        # of the services after it, not once they are all up.
+        unseeded = {b.service: b for b in bindings if b not in normal}
+
+        def ready(service: str) -> None:
+            if (b := unseeded.get(service)) is not None:
+                self.steps.ready(b, context(b), self._phase)
+
         if first:
             with self._phase("up_seeded", None):
-                self._up(compose, services, first, absent, create=True)
+                self._up(compose, services, first, absent, create=True, on_ready=ready)
         contexts = []
         for b in normal:
             with self._phase(f"recipe:{b.service}", None):
@@ -293,12 +306,7 @@ class _Provisioning:
             with self._phase("up_rest", None):
                 # After the seeded phase, only the rest (created with the first): their dependencies in
                 # `first` are up and ready.
-                self._up(compose, services, rest, absent, create=not first)
-
-        def context(b: _Binding) -> ApplyContext:
-            svc = services.get(b.service) or ServiceConfig(b.service)
-            return _context(b, compose, svc, self.ctx.timeouts, self.ctx.cache.seeds)
-
+                self._up(compose, services, rest, absent, create=not first, on_ready=ready)
         self.steps.started(bindings, context, self._phase)
         publishes = any(loopback.values()) or any(s.ports for s in services.values())
         ports = compose.published_ports() if publishes else {}
@@ -371,9 +379,10 @@ class _Provisioning:
         absent: Mapping[str, str],
         *,
         create: bool,
+        on_ready: Callable[[str], None] | None = None,
     ) -> None:
         try:
-            _up(compose, config_services, services, absent, create=create)
+            _up(compose, config_services, services, absent, create=create, on_ready=on_ready)
         except ProvisionError as e:
             self.steps.up_failed(compose, services, e)  # goldens: a restored service that did not start
             raise
@@ -492,6 +501,11 @@ class FreshSteps:
         """An ``up`` of ``services`` failed with ``error`` (re-raised after this; raise ``GoldenFailed``
         to blame what the steps started a service from)."""
 
+    def ready(self, b: _Binding, ctx: ApplyContext, phase: PhaseTimer) -> None:
+        """``b``'s service, which started seeded (``needs_recipe`` false), is ready; the services after it
+        may be starting meanwhile. Called on a thread of ``readiness`` (with compose's ``up --wait``:
+        never, and ``started`` is the first call after it)."""
+
     def started(
         self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
     ) -> None:
@@ -525,10 +539,12 @@ class GoldenSteps(FreshSteps):
 
     goldens: TrialGoldens
     plans: dict[str, Plan] = field(default_factory=dict)  # the current attempt's
+    verified: set[str] = field(default_factory=set)  # the current attempt's services checked once ready
 
     def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
         def plan(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
             self.plans = self.goldens.plan(bindings, services, locks)
+            self.verified = set()
             return self.goldens.images(self.plans)
 
         return [("golden_plan", "compose_config", plan)]
@@ -546,15 +562,19 @@ class GoldenSteps(FreshSteps):
     def up_failed(self, compose: ComposeProject, services: Sequence[str], error: ProvisionError) -> None:
         self.goldens.check_started(compose, self.plans, services, error)
 
+    def ready(self, b: _Binding, ctx: ApplyContext, phase: PhaseTimer) -> None:
+        plan = self.plans.get(b.service)
+        if plan is not None and plan.golden is not None:
+            with phase(f"golden_verify:{b.service}", None):
+                self.goldens.verify(plan, b.recipe, ctx)
+            self.verified.add(b.service)
+
     def started(
         self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
     ) -> None:
         for b in bindings:
-            plan = self.plans.get(b.service)
-            if plan is not None and plan.golden is not None:
-                ctx = context(b)
-                with phase(f"golden_verify:{b.service}", None):
-                    self.goldens.verify(plan, b.recipe, ctx)
+            if b.service not in self.verified:
+                self.ready(b, context(b), phase)
 
     def failed(self, error: GoldenFailed, name: str) -> None:
         # The golden is at fault, not the trial: discard it, say so (trial.yaml, an event); the next attempt
@@ -705,10 +725,13 @@ def _up(
     absent: Mapping[str, str],
     *,
     create: bool,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Start ``services`` and wait until they are ready (``forgelib.docker.readiness``): their dependencies
     outside ``services`` are up already. ``create``: first create every service's container (``up
     --no-start``; the later phase then only starts its own). ``config_services``: the resolved config's.
+    ``on_ready(service)``: as each one is ready (``readiness.start``; not with compose's ``up --wait``),
+    what it raises raised as is.
 
     ``absent``: service -> image not present locally. Compose's pull error names neither the image nor
     the service, so a failed ``up`` names them, and the fix."""
@@ -718,10 +741,10 @@ def _up(
             return
         if create:
             compose.up((), wait=False, no_start=True)  # every container, none started
-        readiness.start(compose, config_services, services)
+        readiness.start(compose, config_services, services, on_ready=on_ready)
     except NotReady as e:
         raise ProvisionError("readiness", str(e)) from e
-    except Interrupted:
+    except (Interrupted, ProvisionError):  # Ctrl-C, or ``on_ready``'s own failure
         raise
     except ForgeError as e:
         stage = _up_stage(e)

@@ -147,3 +147,35 @@ def test_a_failing_dependency_fails_fast_and_its_dependents_never_start(
     assert err.value.service == "db"
     assert str(err.value).startswith(said)
     assert "start api" not in _order(fake)
+
+
+def test_on_ready_runs_as_each_service_is_ready_beside_its_dependents_start() -> None:
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": HC, "api": None})
+    _state(fake, "id-db", Status="running")
+    _state(fake, "id-api", Status="running")
+    fake.expect("docker", "exec", "id-db", "check", rc=0)
+    fake.expect("docker", "start")
+    seen: list[tuple[str, int]] = []  # (service, how many calls the runner had made by then)
+    deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
+    start(compose, _services(deps), ["db", "api"], on_ready=lambda svc: seen.append((svc, len(fake.calls))))
+    assert sorted(s for s, _ in seen) == ["api", "db"]
+    db_ready = dict(seen)["db"]
+    probe_db = next(i for i, c in enumerate(fake.calls) if c.argv[:3] == ("docker", "exec", "id-db"))
+    assert db_ready > probe_db  # only once its own check passed
+
+
+def test_what_on_ready_raises_is_what_the_start_raises() -> None:
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": None, "api": None})
+    _state(fake, "id-db", Status="running")
+    _state(fake, "id-api", Status="running")
+    fake.expect("docker", "start")
+
+    def check(svc: str) -> None:
+        if svc == "db":
+            raise RuntimeError("db is not at its golden")
+
+    deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
+    with pytest.raises(RuntimeError, match="not at its golden"):
+        start(compose, _services(deps), ["db", "api"], on_ready=check)

@@ -1,0 +1,87 @@
+"""How ``checkpoints.fork`` brings a group of forks up (``_group``, ``_concurrently``) without an engine: a
+fork that fails gives its room in the memory budget back and the others stay registered; once they are
+torn down, nothing is counted. (That forks come up on the real engine, fail, and are reaped after a kill:
+tests/integration/test_checkpoints.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from forgelib.errors import ProvisionError
+from forgelib.spec.models import Timeouts
+from forgelib.stacks import checkpoints
+from forgelib.stacks.budget import Admission
+from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.testing import FakeRunner
+
+
+@dataclasses.dataclass(frozen=True)
+class _Up:
+    """What ``_group`` needs of a stack that came up: its name, timings, and a teardown that is a no-op."""
+
+    name: str
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    shared: bool = True  # teardown_trial leaves a shared stack alone
+
+
+def _stacks() -> Any:
+    return SimpleNamespace(admission=Admission(None, starts=1), live=LiveStacks(), stop=StopState())
+
+
+def _ctx(kept: bool = False) -> Any:
+    return SimpleNamespace(runner=FakeRunner(), timeouts=Timeouts(), kept=kept)
+
+
+def test_a_failed_fork_gives_its_room_back_and_the_others_stay_registered() -> None:
+    stacks = _stacks()
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def one(spec: Any) -> Any:
+        with lock:
+            started.append(spec)
+        if spec == "b":
+            raise ProvisionError("checkpoint", "service 'db' is not at checkpoint ck-1")
+        return _Up(f"stack-{spec}")
+
+    with pytest.raises(ProvisionError, match="not at checkpoint"):
+        checkpoints._group(stacks, _ctx(), ["a", "b", "c"], one)
+    assert sorted(started) == ["a", "b", "c"]  # one group: all of them began together
+    assert stacks.live.names() == ["stack-a", "stack-c"]
+    assert stacks.admission.held == 2  # the failed one's room is back
+    report = stacks.live.teardown_all()
+    assert sorted(report.removed) == ["stack-a", "stack-c"]
+    assert stacks.admission.held == 0
+
+
+def test_forks_come_back_in_order_with_their_waits_and_a_kept_one_is_not_registered() -> None:
+    stacks = _stacks()
+    made = checkpoints._group(stacks, _ctx(kept=True), ["x", "y"], lambda spec: _Up(f"stack-{spec}"))
+    assert [t.name for t in made] == ["stack-x", "stack-y"]
+    assert all({"memory_wait", "start_wait"} <= set(t.timings) for t in made)
+    assert stacks.live.names() == []  # kept: outlives the process, never torn down by it
+    assert stacks.admission.held == 2
+
+
+def test_the_first_failure_of_several_groups_is_raised_after_the_others_ended() -> None:
+    stacks = _stacks()
+    ended: list[int] = []
+    failing = threading.Event()
+
+    def do(i: int) -> int:
+        if i == 0:
+            failing.set()
+            raise RuntimeError("group 0 failed")
+        failing.wait(timeout=30)  # still under way when group 0 fails
+        ended.append(i)
+        return i
+
+    with pytest.raises(RuntimeError, match="group 0 failed"):
+        checkpoints._concurrently(stacks, do, [0, 1, 2], main=True)
+    assert sorted(ended) == [1, 2]  # raised only once the groups under way had ended
+    assert checkpoints._concurrently(stacks, lambda i: i * 2, [1, 2, 3], main=True) == [2, 4, 6]
