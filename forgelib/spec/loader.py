@@ -535,11 +535,6 @@ def collect_run_config(
                         f"no task named {name!r} in the project{hint}; tasks: {', '.join(known)}",
                     )
                 )
-    if project is not None and data.get("stacks") == "warm":
-        chosen = set(data.get("tasks") or [t.name for t in project.tasks])
-        for task in project.tasks:
-            if task.setup is not None and task.name in chosen:
-                issues.append(doc.issue(("stacks",), rules.warm_setup_refusal(task.name, task.path)))
     agent = _agent(data["agent"], path) if isinstance(data.get("agent"), dict) else None
     if agent is not None and project is not None:
         issues += check_agent_where(agent, doc, ("agent", "where"), project, data.get("tasks") or ())

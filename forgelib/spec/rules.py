@@ -24,7 +24,7 @@ from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
 from forgelib.spec.models import MATCHERS, Isolation, SeedKind
 from forgelib.spec.schema import did_you_mean
-from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip, display_path
+from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {suffix: SeedKind(kind) for suffix, kind in SHORTHAND.items()}
 # The check types: the file check, those the kinds observe, then http and trace.
@@ -411,15 +411,6 @@ def check_setup(
             )
         )
     return script, issues
-
-
-def warm_setup_refusal(task: str, path: Path) -> str:
-    """Why a task with ``setup:`` does not run on warm stacks (the run config's check and ``--stacks``)."""
-    return (
-        f"task {task!r} ({display_path(path)}) has a setup step, which warm stacks do not support yet "
-        "(their in-place reset returns to the seed, not to the setup's checkpoint); run it with "
-        "`stacks: fresh` (the default; --snapshots also works) or leave it out of this run's tasks"
-    )
 
 
 def _service_exists(doc: YamlDoc, at: JsonPath, name: str, services: Mapping[str, Any]) -> list[SpecIssue]:

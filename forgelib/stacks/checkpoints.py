@@ -361,6 +361,9 @@ def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str)
         )
 
 
+verify_checkpoint = _verify  # a warm stack from a checkpoint checks its services the same way
+
+
 def fork(
     stacks: Stacks, checkpoint_id: str, n: int, *, trial_dir: Path, run_id: str | None = None
 ) -> list[Stack]:
@@ -560,4 +563,5 @@ __all__ = [
     "fork",
     "restore",
     "restore_images",
+    "verify_checkpoint",
 ]

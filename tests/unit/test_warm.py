@@ -15,8 +15,10 @@ from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
+from forgelib.stacks.provision import WarmSteps
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import _ephemeral_plan, environment_key
+from forgelib.stacks.warm import pool as pool_mod
 from tests.support.warmpool import PoolHarness, decision, task
 
 
@@ -127,6 +129,25 @@ def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provision
     other = h.acquire(task("cache"))  # another environment: its own stack, the idle one stays
     assert decision(other) == "first" and other.name != first.name
     assert h.pool.names() == sorted([first.name, other.name]) and h.downs() == []
+
+
+def test_stacks_from_a_checkpoint_come_up_with_its_steps_and_are_kept_apart_from_the_seeds_stacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch)
+    steps = object()
+    start = pool_mod.StartFrom("ck-1", lambda: steps)
+    forked = h.acquire(start=start)
+    assert h.steps[forked.name] is steps
+    h.hold(forked, 1.0)
+    seeded = h.acquire()  # the same environment from its seeds: never the checkpoint's stack
+    assert seeded.name != forked.name and isinstance(h.steps[seeded.name], WarmSteps)
+    h.hold(seeded, 1.0)
+    other = h.acquire(start=pool_mod.StartFrom("ck-2", lambda: steps))
+    assert other.name not in (forked.name, seeded.name)
+    h.hold(other, 1.0)
+    again = h.acquire(start=start)
+    assert again.name == forked.name and decision(again) == "reuse"
 
 
 def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster(

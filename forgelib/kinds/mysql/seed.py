@@ -339,6 +339,7 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 
 checkpoint_settle = no_settle  # each fork's InnoDB replays its redo log as it starts
+checkpoint_prepare = prepare  # the pristine copy is of the live data directory: the checkpoint's
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount

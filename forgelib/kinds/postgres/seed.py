@@ -584,3 +584,6 @@ def checkpoint_settle(ctx: ApplyContext, copy_dir: str) -> list[str]:
     shutdown checkpoint. A fork then starts without recovery and without any setting a trial could see.
     ``template1``: a database every cluster has (recovery runs before it is looked up)."""
     return ["postgres", "--single", "-D", copy_dir, "template1"]
+
+
+checkpoint_prepare = prepare  # both strategies copy the live state (data directory, database)

@@ -391,16 +391,6 @@ CASES: dict[str, Case] = {
         "$.setup",
         "a setup step needs exactly one of command",
     ),
-    "setup_on_warm_stacks": (
-        RC,
-        "workers: 1",
-        "workers: 1\nstacks: warm",
-        RC,
-        5,
-        "$.stacks",
-        "has a setup step, which warm stacks do not support yet",
-        lambda root: edit(root / RT, "oracle:\n", "setup:\n  service: runner\n  command: [x]\noracle:\n"),
-    ),
     "oracle_script_missing": (
         RT,
         "./solution/solve.sh",

@@ -1,12 +1,9 @@
-"""task.yaml's ``setup:``: loaded like the oracle, refused without a reset service and on warm stacks."""
+"""task.yaml's ``setup:``: loaded like the oracle, refused without a reset service; on warm stacks too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from forgelib.errors import UsageError
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Oracle
 from forgelib.spec.rules import check_setup
@@ -41,13 +38,16 @@ def test_a_setup_on_a_stack_without_a_reset_service_names_the_fix(tmp_path: Path
     assert fine == []
 
 
-def test_forge_run_refuses_warm_stacks_for_a_task_with_setup(basic: Path) -> None:
+def test_forge_run_runs_a_task_with_setup_on_fresh_and_warm_stacks(basic: Path) -> None:
     from forgelib.cli.run import RunOptions, build_plan
     from forgelib.spec.loader import load_run_config
 
     edit(basic / RT, "oracle:\n", SETUP)
     project = load_project_config(basic)
     cfg = load_run_config(project.run_configs[0], project)
-    assert build_plan(cfg, project).tasks[0].setup is not None  # fresh: runs
-    with pytest.raises(UsageError, match="has a setup step, which warm stacks do not support yet"):
-        build_plan(cfg, project, RunOptions(stacks="warm"))
+    assert build_plan(cfg, project).tasks[0].setup is not None  # fresh
+    warm = build_plan(cfg, project, RunOptions(stacks="warm"))  # warm stacks start from its checkpoint
+    setup = {t.name: t.setup for t in warm.tasks}["read_widget"]
+    assert warm.stacks == "warm" and setup is not None and setup.service == "app-db"
+    edit(project.run_configs[0], "workers: 1", "workers: 1\nstacks: warm")
+    assert load_run_config(project.run_configs[0], project).stacks == "warm"  # the run config's too
