@@ -299,6 +299,29 @@ def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_tr
     assert later.name == again.name and decision(later) == "reuse" and later.source["replaced"] is None
 
 
+def test_a_stack_from_a_checkpoint_not_proven_clean_is_replaced_by_a_new_fork_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    made: list[object] = []
+
+    def steps() -> Any:
+        made.append(object())
+        return made[-1]
+
+    start = pool_mod.StartFrom("ck-1", steps)
+    first = h.acquire(start=start)
+    h.fail_reset(first.name, "seeded_rows differ from the stack's first state")
+    h.hold(first, 1.0)
+    h.settle()
+    assert h.downs() == [first.name] and h.pool.names() == []
+    again = h.acquire(start=start)
+    assert again.name != first.name and decision(again) == "first"
+    assert again.source["replaced"] == f"{first.name}: seeded_rows differ from the stack's first state"
+    # each stack came up with steps of its own from the same checkpoint
+    assert [h.steps[first.name], h.steps[again.name]] == made and len(made) == 2
+
+
 def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
