@@ -10,18 +10,16 @@
   recreated) and on a fork (every service in its layer: recreated); each ``restore:<service>`` timing
   (the service back and its fingerprint checked). Its baseline, in the same run, is a fresh provision.
 
-The pack's workspace (``runner``) is ephemeral, so a checkpoint would not hold its files: here it is reset
-from a one-file tree seed at ``/work/notes``, as in tests/integration/test_checkpoints.py, and the orders
-cache's TTL is a day. Size: ``--rounds`` (``FORGE_BENCH_CHECKPOINT_ROUNDS``, 2), ``--forks`` (4),
-``--restores`` per stack and round (3). Nothing is left: the stacks go with ``stacks.open``, the
-checkpoints are removed at the end.
+The pack is made checkpointable by ``checkpoint_pack.py`` (its workspace reset from a tree seed, the
+orders cache's TTL a day), as in tests/integration/test_checkpoints.py. Size: ``--rounds``
+(``FORGE_BENCH_CHECKPOINT_ROUNDS``, 2), ``--forks`` (4), ``--restores`` per stack and round (3). Nothing
+is left: the stacks go with ``stacks.open``, the checkpoints are removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import secrets
-import shutil
 import sys
 import tempfile
 import time
@@ -29,47 +27,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks import harness as bs
+from benchmarks.checkpoint_pack import checkpointable_cache_pack
 from forgelib import stacks
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.digest import seed_digest
-from forgelib.spec.loader import load_project_config
-from forgelib.spec.models import Project, Task
+from forgelib.spec.models import Task
 from forgelib.stacks import checkpoints
 from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.snapshots import checkpoints as ckstore
 from forgelib.stacks.stack import Stack
 
 NAME = "checkpoint"
-PACK = bs.REPO / "examples/multi_service_cache_debug"
 KINDS = {"app-db": ("postgres", 0.5), "redis": ("redis", 0.2), "runner": ("tree", 0.2)}
 FORK_TARGET = 0.3
 SQL = ["psql", "-U", "app", "-d", "app", "-c"]
-
-
-def cache_pack(root: Path) -> Project:
-    """The cache pack, its workspace reset from a tree seed (so a checkpoint holds its files)."""
-    shutil.copytree(PACK, root)
-    notes = root / "assets/notes"
-    notes.mkdir()
-    (notes / "README.md").write_text("the agent's notes\n")
-    doc = yaml.safe_load((root / "project.yaml").read_text())
-    doc["name"] = f"ckbench{secrets.token_hex(2)}"
-    digest = seed_digest(notes, "filesystem_dir")
-    doc["assets"]["seeds"]["notes"] = {"path": "assets/notes", "kind": "filesystem_dir", "digest": digest}
-    doc["default_environment"]["services"]["runner"] = {
-        "isolation": "reset",
-        "reset": {"seed": "notes", "target": "/work/notes"},
-    }
-    (root / "project.yaml").write_text(yaml.safe_dump(doc))
-    compose_file = root / "shared/environment.compose.yaml"
-    compose = yaml.safe_load(compose_file.read_text())
-    compose["services"]["orders-api"]["environment"]["CACHE_TTL_SECONDS"] = "86400"
-    compose_file.write_text(yaml.safe_dump(compose))
-    return load_project_config(root)
 
 
 def change(t: Stack, mark: str) -> None:
@@ -102,7 +74,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     phases: dict[str, list[dict[str, float]]] = {"fork": [], "fresh": []}
     with tempfile.TemporaryDirectory(prefix="forge-ckbench-") as tmp:
         work = Path(tmp)
-        project = cache_pack(work / "pack")
+        project = checkpointable_cache_pack(work / "pack", f"ckbench{secrets.token_hex(2)}")
         task = Task(DEFAULT_TASK, project.path, "", project.environment)
         run_id = f"ckbench-{secrets.token_hex(3)}"
         try:

@@ -27,13 +27,12 @@ import http.client
 import json
 import secrets
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from support.mcp_raw import raw_post
 
 from benchmarks import harness as bs
 from forgelib.docker import labels as lab
@@ -182,6 +181,12 @@ async def measure_calls(trial: Stack, tmp: Path, rounds: int) -> list[dict[str, 
 
 
 def _initialize(url: str, token: str) -> None:
+    # the tests' raw MCP request, shared rather than written twice: benchmarks run from the checkout
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from support.mcp_raw import raw_post
+
     status = raw_post(url, token)
     if status != 200:
         raise RuntimeError(f"initialize answered {status}")
@@ -269,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         run_id = trial.labels.get(lab.RUN, "")
         try:
             call_rows = asyncio.run(measure_calls(trial, tmp, args.rounds))
-            net = TrialNetwork.inspect(runner, str(stack_network_name(trial.name, trial.config)))
+            net = TrialNetwork.inspect(runner, str(stack_network_name(trial)))
             start_rows = [
                 measure_start(trial, None, tmp, args.starts),
                 measure_start(trial, net, tmp, args.starts),

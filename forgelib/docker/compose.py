@@ -477,10 +477,13 @@ class ComposeProject:
     ) -> Result:
         """``no_deps``: start only ``services`` (their dependencies are up already); compose then skips
         re-checking those dependencies' health, which costs a healthcheck round per call.
-        ``force_recreate``: new containers (and anonymous volumes) even where the old ones are up.
+        ``force_recreate``: new containers (and anonymous volumes) even where the old ones are up; the old
+        ones are removed first, with their anonymous volumes (``remove``).
         ``no_start``: create the containers (networks, volumes) but start nothing.
         ``no_recreate`` with ``scale``: add containers (numbered on) beside the ones there, untouched."""
         limit = self.timeouts.compose_up if timeout is None else timeout
+        if force_recreate:
+            self.remove(services)
         wait_timeout = int(limit) if wait else None
         argv = up_argv(
             services,
@@ -493,6 +496,19 @@ class ComposeProject:
             scale=scale,
         )
         return self.run(argv, timeout=limit + _WAIT_GRACE)
+
+    def remove(self, services: Sequence[str] = ()) -> None:
+        """Remove every container of ``services`` (all of them: every service), in any state, with its
+        anonymous volumes. Compose's own recreate removes the old container without them, and with
+        ``--renew-anon-volumes`` leaves them behind unlabelled, where no reaper can tell them from anyone's.
+        A container already gone is fine; anything else the engine refuses raises."""
+        ids = [cid for cid, _, svc in self.container_rows() if not services or svc in services]
+        if not ids:
+            return
+        argv = dk.rm(ids, force=True, volumes=True)
+        gone = self.runner.run(argv, timeout=self.timeouts.command, check=False)
+        if gone.rc != 0 and "No such container" not in gone.stderr:
+            raise CommandError(gone.argv, gone.rc, gone.stdout, gone.stderr)
 
     def down(
         self,

@@ -77,7 +77,7 @@ class ReadOnce:
 def evaluate(
     stack: ServiceAccess,
     check: Check,
-    config: Mapping[str, Any],
+    resolved: ResolvedConfig,
     *,
     timeout: float,
     trace: Trace | None = None,
@@ -85,7 +85,8 @@ def evaluate(
     """Observe ``check``'s state and match it; every observation failure becomes a failed outcome. A trace
     check is decided from ``trace`` (None: the trial has none, so it cannot be decided).
 
-    ``config``: the trial's resolved compose config (``docker compose config``: variables interpolated).
+    ``resolved``: the stack's services as compose resolved them (``Stack.resolved``: variables
+    interpolated), which tell a kind's check how to reach its service.
     """
     if check.type == "trace":
         return decide(check, trace if trace is not None else Trace(undecidable=NO_TRACE))
@@ -103,7 +104,7 @@ def evaluate(
         elif check.type == "file":
             observed = observe_exec(stack, spec["service"], read_argv(str(spec["path"])), timeout)
         else:
-            observed = _by_kind(stack, check.type, spec, config, timeout)
+            observed = _by_kind(stack, check.type, spec, resolved, timeout)
     except ObservationError as e:
         return _outcome(check, passed=False, observed=None, expected=expected, error=str(e))
     return _matched(check, matcher, observed, expected)
@@ -161,10 +162,10 @@ def _matcher_for(check: Check) -> Matcher | None:
 
 
 def _by_kind(
-    stack: ServiceAccess, check_type: str, spec: Mapping[str, Any], config: Mapping[str, Any], timeout: float
+    stack: ServiceAccess, check_type: str, spec: Mapping[str, Any], resolved: ResolvedConfig, timeout: float
 ) -> str:
     """A kind's check type, observed by the kind recognised for its service (``forgelib.kinds``)."""
-    svc = ResolvedConfig.of(config).service(str(spec["service"]))
+    svc = resolved.service(str(spec["service"]))
     kind = kinds.kind_for_check(check_type, svc)
     if kind is None:
         if not kinds.kinds_for_check(check_type):
@@ -226,8 +227,3 @@ def _json_field(text: str, dotted: str, url: str) -> str:
         else:
             raise ObservationError(f"{url}: the JSON response has no field {dotted!r}")
     return render(value)
-
-
-def service_environment(compose: Mapping[str, Any], service: str) -> dict[str, str]:
-    """A compose service's ``environment`` (mapping or ``KEY=VALUE`` list form) as a dict."""
-    return dict(ResolvedConfig.of(compose).service(service).environment)

@@ -41,7 +41,7 @@ def grade_stack(
     view: ServiceAccess = stack.compose if mutates(g) else ReadOnce(stack.compose)
 
     def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
-        return [evaluate(view, c, stack.config, timeout=budget()) for c in checks]
+        return [evaluate(view, c, stack.resolved, timeout=budget()) for c in checks]
 
     def host(
         argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None

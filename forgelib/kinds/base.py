@@ -352,26 +352,20 @@ Address = Callable[[int], tuple[str, int]]
 class Client(Protocol):
     """A kind's client module (``Kind.client``): how forge, a test or an agent reaches a service of the
     kind directly. Each function takes the service as compose resolved it, its seed binding's ``options``
-    (user, database, ...; empty when unbound) and ``address``, plus the kind's own keywords (postgres and
-    mysql: ``database``; redis: ``db``; ``client`` also takes how to open it: ``autocommit``,
-    ``decode_responses``). ``forgelib.stacks.connect`` dispatches to it by the service's kind, so a kind
-    registered with a client is reachable from ``connect`` and the pytest fixture with no code outside its
-    package."""
+    (user, database, ...; empty when unbound) and ``address``. ``forgelib.stacks.connect`` dispatches to it
+    by the service's kind, so a kind registered with a client is reachable from ``connect`` and the pytest
+    fixture with no code outside its package.
+
+    ``params`` also takes the kind's own keywords, keyword-only, which choose the connection (postgres and
+    mysql: ``database``; redis: ``db``), and returns a frozen value with ``url()`` (the connection as a
+    URL, for code that connects itself) and ``client(**how)`` (an open client with ``close()``: psycopg,
+    PyMySQL, redis-py; ``how``: ``autocommit``, ``decode_responses``). ``connect.client`` hands
+    ``params`` the keywords it names and the rest to ``client``."""
 
     def params(
         self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
     ) -> Any:
-        """The connection's parameters (a frozen value with at least ``url()``)."""
-
-    def client(
-        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
-    ) -> Any:
-        """An open client (a connection with ``close()``): psycopg, PyMySQL, redis-py."""
-
-    def url(
-        self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, **keywords: Any
-    ) -> str:
-        """The connection as a URL, for code that connects itself."""
+        """The connection's parameters: a frozen value with ``url()`` and ``client(**how)``."""
 
     def connection_strings(
         self, service_config: ServiceConfig, options: Mapping[str, Any], address: Address
@@ -379,7 +373,7 @@ class Client(Protocol):
         """What the agent's manifest gives for the service."""
 
 
-CLIENT_MEMBERS = ("params", "client", "url", "connection_strings")  # what test_registry checks each has
+CLIENT_MEMBERS = ("params", "connection_strings")  # what test_kind_clients checks each has
 
 
 def tool_failed(r: Result, what: str) -> str:

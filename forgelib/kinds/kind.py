@@ -59,6 +59,9 @@ class Kind:
     shorthand: Mapping[str, str] = field(default_factory=dict)  # file suffix -> seed kind it implies
     directory_seeds: tuple[str, ...] = ()  # seed kinds whose seed is a directory (else a regular file)
     images: tuple[str, ...] = ()  # image repository names (any registry, tag, digest) that run this server
+    # The port its server listens on unless the service says otherwise; not HTTP (the agent's manifest
+    # offers no http:// URL for it).
+    port: int | None = None
     detect: Callable[[ServiceConfig], bool] | None = None  # fallback when no kind's image matched
     checks: Mapping[str, str] = field(default_factory=dict)
     tools: tuple[ToolSpec, ...] = ()

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from forgelib.docker import argv as dk
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
+from forgelib.stacks.stack import Stack
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -53,11 +53,11 @@ class TrialNetwork:
         return cls(name, gateways[0], subnets)
 
 
-def stack_network_name(project: str, config: Mapping[str, Any]) -> str | None:
-    """The docker network a trial's services share: the compose project's ``default`` network when its
-    services use it, else the only network the config declares; None when that is not one network."""
-    resolved = ResolvedConfig.of(config)
-    networks, services = resolved.networks, resolved.services
+def stack_network_name(stack: Stack) -> str | None:
+    """The docker network a stack's services share: the compose project's ``default`` network when its
+    services use it, else the only network its resolved config declares; None when that is not one
+    network."""
+    networks, services = stack.resolved.networks, stack.resolved.services
     if not networks:
         return None
     used = set().union(*(set(s.networks or ["default"]) for s in services.values())) if services else set()
@@ -67,14 +67,14 @@ def stack_network_name(project: str, config: Mapping[str, Any]) -> str | None:
     if key is None:
         return None
     declared = networks[key]
-    return str(declared.get("name") or f"{project}_{key}")
+    return str(declared.get("name") or f"{stack.name}_{key}")
 
 
-def trial_network(runner: Runner, project: str, config: Mapping[str, Any]) -> TrialNetwork | None:
+def trial_network(runner: Runner, stack: Stack) -> TrialNetwork | None:
     """The network an agent inside the trial's stack shares with its services (``stack_network_name``),
     inspected; None when the services do not share one network (then the server is offered on loopback
-    only). ``project``: the compose project name (``trial.name``)."""
-    name = stack_network_name(project, config)
+    only)."""
+    name = stack_network_name(stack)
     return TrialNetwork.inspect(runner, name) if name is not None else None
 
 

@@ -481,8 +481,7 @@ class Executor:
         token = srv.token if srv is not None else None
         ident = manifest.TrialIdent(self.s.run_id, t.task.name, t.index, t.attempt)
         doc = manifest.build(
-            trial=ident, instruction=t.task.instruction, where=agent.where, ports=t.ports,
-            config=t.handle.config, environment=t.task.environment, compose=t.handle.compose, files=files,
+            trial=ident, instruction=t.task.instruction, where=agent.where, stack=t.handle, files=files,
             mcp=manifest.Access(url, token) if url is not None and token is not None else None,
         )  # fmt: skip
         write_inputs(t.dir, t.task.instruction, doc)
@@ -538,7 +537,7 @@ class Executor:
 
         def observe(checks: Sequence[Check]) -> list[CheckOutcome]:
             def one(c: Check) -> CheckOutcome:
-                return evaluate(stack, c, handle.config, timeout=budget(), trace=trace)
+                return evaluate(stack, c, handle.resolved, timeout=budget(), trace=trace)
 
             return list(checks_pool.map(one, checks))
 

@@ -14,17 +14,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
+from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
-from forgelib.kinds import Kind
+from forgelib.kinds import KINDS, Kind
 from forgelib.kinds import registry as kinds
-from forgelib.spec.models import HOST, EnvironmentManifest
+from forgelib.spec.models import HOST
 from forgelib.stacks import connect
+from forgelib.stacks.stack import Stack
 
 MANIFEST_VERSION = 1
 # trial.yaml's spelling of a published port: 127.0.0.1:49153->5432/tcp
 _PUBLISHED = re.compile(r"^(?P<host>[^\s]+):(?P<hport>\d+)->(?P<cport>\d+)/(?P<proto>\w+)$")
-_HTTP_PORTS_NOT = frozenset({5432, 6379, 3306, 27017})  # servers that do not speak HTTP: no URL for them
+# Servers that do not speak HTTP, so no URL for them: each kind's own port, and mongodb's (no kind yet).
+_HTTP_PORTS_NOT = frozenset({27017, *(k.port for k in KINDS if k.port is not None)})
 
 
 @dataclass(frozen=True)
@@ -52,22 +54,19 @@ def build(
     trial: TrialIdent,
     instruction: str,
     where: str,
-    ports: Mapping[str, list[str]],
-    config: Mapping[str, Any],
-    environment: EnvironmentManifest,
-    compose: connect.PortLookup,
+    stack: Stack,
     files: Mapping[str, str],
     mcp: Access | None,
 ) -> dict[str, Any]:
-    """The manifest of one trial for an agent running at ``where`` (``host`` or a service name).
-
-    ``ports``: service -> published ports as trial.yaml spells them; ``config``: the resolved compose
-    config; ``files``: what forge wrote for the agent (name -> path as the agent sees it)."""
+    """The manifest of one trial for an agent running at ``where`` (``host`` or a service name), on
+    ``stack``: its services as compose resolved them, the ports it publishes (as trial.yaml spells them)
+    and the seed bindings of its environment. ``files``: what forge wrote for the agent (name -> path as
+    the agent sees it)."""
     inside = where != HOST
     services: dict[str, Any] = {}
-    for name, svc in sorted(ResolvedConfig.of(config).services.items()):
+    for name, svc in sorted(stack.resolved.services.items()):
         entry: dict[str, Any] = {"host": name if inside else "127.0.0.1", "ports": {}, "urls": {}}
-        for spelled in ports.get(name, []):
+        for spelled in stack.ports.get(name, []):
             m = _PUBLISHED.match(spelled)
             if m is None:
                 continue
@@ -79,7 +78,7 @@ def build(
         kind = kinds.detect(svc)
         if kind is not None:
             entry["kind"] = kind.name
-            entry.update(_connection(kind, name, svc, environment, compose, inside))
+            entry.update(_connection(kind, name, svc, stack, inside))
         services[name] = entry
     return {
         "version": MANIFEST_VERSION,
@@ -102,8 +101,7 @@ def _connection(
     kind: Kind,
     name: str,
     svc: ServiceConfig,
-    environment: EnvironmentManifest,
-    compose: connect.PortLookup,
+    stack: Stack,
     inside: bool,
 ) -> dict[str, Any]:
     """The connection strings of a service of a kind forge connects to, or why there are none (its port is
@@ -112,7 +110,7 @@ def _connection(
     if client is None:
         return {}
     try:
-        opts = connect.binding_options(environment, name)
-        return {kind.name: client.connection_strings(svc, opts, connect.address(compose, name, inside))}
+        opts = connect.binding_options(stack.environment, name)
+        return {kind.name: client.connection_strings(svc, opts, connect.address(stack.compose, name, inside))}
     except ForgeError as e:
         return {kind.name: None, "note": f"no connection string: {e}"}

@@ -21,6 +21,7 @@ from typing import Any
 
 from forgelib.grading.traces import TRACE_FILE
 from forgelib.spec.models import Task
+from forgelib.stacks.stack import Stack
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def declares_tools(task: Task) -> bool:
 
 @contextmanager
 def serving(
-    handle: Any, task: Task, trial_dir: Path, *, wanted: bool, in_stack: bool
+    handle: Stack, task: Task, trial_dir: Path, *, wanted: bool, in_stack: bool
 ) -> Iterator[Serving | None]:
     """The trial's tool server while the block runs (None when not ``wanted``), closed however the block
     ends (a failure, a timeout, Ctrl-C). ``in_stack``: the solver runs in the stack, so the server also
@@ -63,7 +64,7 @@ def serving(
     from forgelib.mcp.network import trial_network
 
     runner = getattr(handle.compose, "runner", None)  # a ComposeProject's (a test double has none)
-    network = trial_network(runner, handle.name, handle.config) if in_stack and runner is not None else None
+    network = trial_network(runner, handle) if in_stack and runner is not None else None
     server = ToolServer.start(
         handle,
         tools=task.tools,

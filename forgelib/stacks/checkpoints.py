@@ -83,7 +83,7 @@ class _Service:
 
 
 def _services(project: Project, trial: Stack, timeouts: Timeouts) -> list[_Service]:
-    resolved = ResolvedConfig.of(trial.config)
+    resolved = trial.resolved
     written = ResolvedConfig.of(trial.environment.compose)
     memo = Memo()
     out = []

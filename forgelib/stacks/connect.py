@@ -24,6 +24,7 @@ compose port``), one call per lookup, so callers that connect often keep the par
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -101,6 +102,28 @@ def params(
     """``service``'s connection parameters, as its kind builds them (``inside``: as a container on the
     stack's network reaches it, by service name and container port)."""
     _, module = kind_of(stack, service, kind)
+    return _params(module, stack, service, inside, keywords)
+
+
+def client(stack: Stack, service: str, *, kind: Kind | str | None = None, **keywords: Any) -> Any:
+    """An open client of ``service`` on its loopback port (psycopg, PyMySQL, redis-py: by its kind). The
+    keywords the kind's ``params`` names choose the connection (``database``, ``db``); the others say how
+    to open it (``autocommit``, ``decode_responses``). The caller closes it."""
+    _, module = kind_of(stack, service, kind)
+    chosen = _keywords(module)
+    connection = {k: v for k, v in keywords.items() if k in chosen}
+    how = {k: v for k, v in keywords.items() if k not in chosen}
+    return _params(module, stack, service, False, connection).client(**how)
+
+
+def url(
+    stack: Stack, service: str, *, kind: Kind | str | None = None, inside: bool = False, **keywords: Any
+) -> str:
+    """``service``'s connection as a URL (``postgresql://``, ``mysql://``, ``redis://``: by its kind)."""
+    return str(params(stack, service, kind=kind, inside=inside, **keywords).url())
+
+
+def _params(module: Client, stack: Stack, service: str, inside: bool, keywords: Mapping[str, Any]) -> Any:
     return module.params(
         stack.service(service),
         binding_options(stack.environment, service),
@@ -109,30 +132,10 @@ def params(
     )
 
 
-def client(stack: Stack, service: str, *, kind: Kind | str | None = None, **keywords: Any) -> Any:
-    """An open client of ``service`` on its loopback port (psycopg, PyMySQL, redis-py: by its kind; the
-    kind's keywords, e.g. ``database``/``autocommit`` or ``db``/``decode_responses``). The caller closes
-    it."""
-    _, module = kind_of(stack, service, kind)
-    return module.client(
-        stack.service(service),
-        binding_options(stack.environment, service),
-        address(stack.compose, service, False),
-        **keywords,
-    )
-
-
-def url(
-    stack: Stack, service: str, *, kind: Kind | str | None = None, inside: bool = False, **keywords: Any
-) -> str:
-    """``service``'s connection as a URL (``postgresql://``, ``mysql://``, ``redis://``: by its kind)."""
-    _, module = kind_of(stack, service, kind)
-    return module.url(
-        stack.service(service),
-        binding_options(stack.environment, service),
-        address(stack.compose, service, inside),
-        **keywords,
-    )
+def _keywords(module: Client) -> frozenset[str]:
+    """The keyword-only parameters of a kind's ``params``: the ones that choose the connection."""
+    signature = inspect.signature(module.params)
+    return frozenset(p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
 # ------------------------------------------------------------------- the named forms (existing callers)

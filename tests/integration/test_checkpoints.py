@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,14 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 
+from benchmarks.checkpoint_pack import checkpointable_cache_pack
 from forgelib import stacks
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.digest import seed_digest
-from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Checkpointing, Project, SeedKind, Task
 from forgelib.stacks import checkpoints
 from forgelib.stacks.provision import DEFAULT_TASK
@@ -109,32 +106,6 @@ def opened(tmp_path: Path) -> Iterator[stacks.Stacks]:
     assert not [n for kind in left.values() for n in kind if name in n], left
 
 
-# The cache pack, as shipped but for its workspace: the pack's runner is ephemeral (no seed), so a fork would
-# start it empty; here it is reset from a tree seed at /work/notes, so that its files are captured. The
-# orders cache's TTL is a day (the pack's 300 s could lapse between capture and a fork's reading).
-CACHE_PACK = Path(__file__).resolve().parents[2] / "examples/multi_service_cache_debug"
-
-
-def _cache_pack(tmp: Path, name: str) -> Project:
-    root = tmp / "pack"
-    shutil.copytree(CACHE_PACK, root)
-    notes = root / "assets/notes"
-    notes.mkdir()
-    (notes / "README.md").write_text("the agent's notes\n")
-    doc = yaml.safe_load((root / "project.yaml").read_text())
-    doc["name"] = name
-    digest = seed_digest(notes, SeedKind.FILESYSTEM_DIR)
-    doc["assets"]["seeds"]["notes"] = {"path": "assets/notes", "kind": "filesystem_dir", "digest": digest}
-    services = doc["default_environment"]["services"]
-    services["runner"] = {"isolation": "reset", "reset": {"seed": "notes", "target": "/work/notes"}}
-    (root / "project.yaml").write_text(yaml.safe_dump(doc))
-    compose_file = root / "shared/environment.compose.yaml"
-    compose = yaml.safe_load(compose_file.read_text())
-    compose["services"]["orders-api"]["environment"]["CACHE_TTL_SECONDS"] = "86400"
-    compose_file.write_text(yaml.safe_dump(compose))
-    return load_project_config(root)
-
-
 APP_SQL = "psql -U app -d app -Atc"
 # the agent's workstation's reads and writes through the two HTTP services (cache-admin's ttl counts down:
 # left out)
@@ -198,7 +169,7 @@ def test_the_cache_pack_checkpointed_forked_4_times_and_restored_leaves_nothing(
 ) -> None:
     """The proof on the cache pack (postgres, redis, two HTTP services, a workspace), one shared source."""
     name = f"ckpack{secrets.token_hex(3)}"
-    project = _cache_pack(tmp_path, name)
+    project = checkpointable_cache_pack(tmp_path / "pack", name)
     ids: list[str] = []
     names: set[str] = set()
     run_ids: set[str] = set()

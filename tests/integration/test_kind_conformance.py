@@ -76,6 +76,15 @@ EXACT_ONLY = ("db", "sdb")
 TEMPLATE = ("tdb",)
 MAINTENANCE = "template1"  # the database forge's postgres recipe connects to when the seeded one is postgres
 
+
+def _beside(name: str, create: str, drop: str) -> Mutation:
+    """An object created in the maintenance database, which no reset of the seeded one touches (the template
+    strategy keeps it, and its fingerprint must still see it)."""
+    return Mutation(
+        name, _psql(create, MAINTENANCE), ("maintenance_db",), kept=TEMPLATE, undo=_psql(drop, MAINTENANCE)
+    )
+
+
 POSTGRES_MUTATIONS = (
     Mutation("row_changed", _psql("update t set v = 'changed'"), ("seeded_rows",), only=EXACT_ONLY),
     Mutation("table_added", _psql("create table extra (x int)"), ("seeded_rows",), only=EXACT_ONLY),
@@ -85,12 +94,12 @@ POSTGRES_MUTATIONS = (
         ("seeded_rows",),
         only=EXACT_ONLY,
     ),
-    Mutation(
-        "table_added_beside",  # in the maintenance database, which no reset of the seeded one touches
-        _psql("create table forge_conf_t (x int)", MAINTENANCE),
-        ("maintenance_db",),
-        kept=TEMPLATE,
-        undo=_psql("drop table forge_conf_t", MAINTENANCE),
+    _beside("table_added_beside", "create table forge_conf_t (x int)", "drop table forge_conf_t"),
+    _beside("empty_schema_added_beside", "create schema forge_conf_s", "drop schema forge_conf_s"),
+    _beside(
+        "function_added_beside",
+        "create function forge_conf_f() returns int language sql as 'select 1'",
+        "drop function forge_conf_f()",
     ),
     Mutation(
         "role_added",

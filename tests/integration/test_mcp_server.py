@@ -267,7 +267,7 @@ def test_the_trace_holds_every_call_in_order_with_the_whole_results_digest(
 def test_an_agent_in_the_trials_network_reaches_it_and_another_network_is_refused(
     pack_stack: Stack, runner: SubprocessRunner, module_run_id: str, tmp_path: Path
 ) -> None:
-    name = stack_network_name(pack_stack.name, pack_stack.config)
+    name = stack_network_name(pack_stack)
     assert name is not None
     net = TrialNetwork.inspect(runner, name)
     with ToolServer.start(pack_stack, trace_path=tmp_path / "t.jsonl", network=net) as srv:
@@ -322,7 +322,7 @@ def _open_fds_to(path: Path) -> list[str]:
 def test_close_leaves_nothing_behind_even_on_ctrl_c(
     pack_stack: Stack, runner: SubprocessRunner, tmp_path: Path
 ) -> None:
-    net = trial_network(runner, pack_stack.name, pack_stack.config)
+    net = trial_network(runner, pack_stack)
     trace = tmp_path / "trace.jsonl"
     before = {t.name for t in threading.enumerate()}
     # Ctrl-C arrives while the agent is working: the `with` closes the server on the way out.

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from support.cluster import wait_for
+from support.interrupt import orphans_ended, processes_mentioning
 
 from forgelib.cli.grade import main_grade
 from forgelib.cli.run import RunOptions, main_run
@@ -170,19 +170,6 @@ def test_workers_2_gives_the_same_results_as_workers_1(
     assert lab.is_empty(leftovers(runner, parallel.name))
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    """Pids whose command line mentions ``text`` (the killed run's orphaned docker compose calls)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if text.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return [p for p in pids if p != os.getpid()]
-
-
 def _log_with_a_verdict(proc: subprocess.Popen[bytes], output: Path) -> Path:
     """The forge child's events.jsonl once a trial's verdict is in it (the child still running)."""
 
@@ -213,13 +200,7 @@ def test_resume_after_kill_finishes_only_what_was_missing(tmp_path: Path, runner
     run_id = log.parent.name
     killed = ev.fold(ev.read_events(log))
     assert [k for k in killed.plan if killed.trials[k].finished] == [("write_file", 0)]
-    # The killed run's docker compose children live in their own sessions: let them end first, so the
-    # resume's reaper sees the final state of what they left.
-    name_part = run_id.lower()
-    for _ in range(600):
-        if not _processes_mentioning(name_part):
-            break
-        time.sleep(0.2)
+    orphans_ended(run_id)  # so that the resume's reaper sees the final state of what they left
 
     rc, run_dir = forge_run(DEV, tmp_path, resume=run_id)
     assert rc == 0
@@ -282,7 +263,7 @@ def test_a_kill_during_teardown_keeps_the_verdict_and_resume_removes_the_stack(
         proc.kill()  # SIGKILL: no chance to clean up or log
         proc.wait()
     run_id = log.parent.name
-    for pid in _processes_mentioning(run_id.lower()):  # the killed run's own `docker compose down`
+    for pid in processes_mentioning(run_id.lower()):  # the killed run's own `docker compose down`
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     killed = ev.fold(ev.read_events(log))

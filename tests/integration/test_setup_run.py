@@ -13,16 +13,15 @@ left on the engine afterwards: no container, network, volume, nor a checkpoint i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.cluster import wait_for
+from support.interrupt import orphans_ended
 
 from forgelib.cli.run import RunOptions, main_run
 from forgelib.docker import argv as dk
@@ -163,18 +162,6 @@ def test_warm_stacks_start_from_the_setup_and_every_reuse_is_reset_to_it(
     nothing_left(runner, run_dir.name, setup["checkpoint"])
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if text.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return [p for p in pids if p != os.getpid()]
-
-
 def test_a_run_killed_after_its_checkpoint_leaves_it_to_forge_reap(
     tmp_path: Path, marker: Path, runner: SubprocessRunner
 ) -> None:
@@ -199,10 +186,7 @@ def test_a_run_killed_after_its_checkpoint_leaves_it_to_forge_reap(
     state = ev.fold(ev.read_events(log))
     checkpoint = state.setups["slow_setup"]["checkpoint"]
     assert checkpoint and ckstore.load(runner, checkpoint).manifest["project"] == "setup_project"
-    for _ in range(600):  # the killed run's docker children (own sessions) end first
-        if not _processes_mentioning(run_id.lower()):
-            break
-        time.sleep(0.2)
+    orphans_ended(run_id)
     res = subprocess.run(
         [sys.executable, "-m", "forgelib", "reap", "--run", run_id],
         capture_output=True,

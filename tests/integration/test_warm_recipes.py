@@ -197,6 +197,23 @@ def _logged(client: redis.Redis, word: str) -> bool:
     return any(word in str(entry["command"]) for entry in client.slowlog_get(1024))
 
 
+def test_redis_a_trials_write_pause_is_lifted_and_the_server_reset_in_place(stack: Stack) -> None:
+    """A trial's ``CLIENT PAUSE … WRITE`` (for an hour) would hold the reset's writes until it ended: the
+    reset lifts it first, so the same server is reset in place (not replaced) and takes writes again."""
+    client = connect.redis(stack, "cache").client(decode_responses=True)
+    run_id = client.info("server")["run_id"]
+    client.execute_command("CLIENT", "PAUSE", "3600000", "WRITE")
+    client.close()
+    try:
+        assert _reset_and_diff(stack, "cache") == []
+        client = connect.redis(stack, "cache").client(decode_responses=True)
+        assert client.info("server")["run_id"] == run_id
+        assert client.delete("forge:absent") == 0  # a write: it would wait out the pause
+        client.close()
+    finally:  # whatever failed, the next tests get a server that takes writes
+        connect.redis(stack, "cache").client().execute_command("CLIENT", "UNPAUSE")
+
+
 def test_tree_edits_deletions_dotfiles_and_modes_are_restored(stack: Stack) -> None:
     before = _sh(stack, f"cd {WS} && find . -printf '%m %y %p\\n' | sort && cat .env src/pkg/app.py")
     _sh(
@@ -375,3 +392,25 @@ def test_a_reset_that_cannot_run_is_loud(stack: Stack) -> None:
         conn.execute(f'alter database "{pg.ready[0]}" with allow_connections true')
     with pytest.raises(RecipeError, match=r"reset step on service 'tdb'.*was changed"):
         p.reset()
+
+
+def test_a_redis_pause_of_every_command_fails_the_reset_loud_naming_it(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """``CLIENT PAUSE … ALL`` holds every command of every client but a replica's, ``CLIENT UNPAUSE`` too:
+    nothing lifts it from outside, so the reset times out and says why (the stack is then replaced). Its own
+    stack: the pause outlasts the test."""
+    redis_svc = {**REDIS, "command": ["redis-server", "--save", "", "--appendonly", "no"]}
+    seeds = {"rdb": (RDB, SeedKind.REDIS_DUMP)}
+    project = make_project(tmp_path / "p", {"cache": redis_svc}, seeds=seeds, reset={"cache": "rdb"})
+    run_id = f"it-redis-pause-{secrets.token_hex(4)}"
+    labels = lab.run_labels(run_id, "pause-0")
+    spec = StackPlan(project.environment, f"itpause-{run_id}", labels, tmp_path / "s")
+    trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
+    try:
+        connect.redis(trial, "cache").client().execute_command("CLIENT", "PAUSE", "3600000", "ALL")
+        with pytest.raises(RecipeError, match=r"service 'cache'.*CLIENT PAUSE … ALL"):
+            _seed(trial, "cache").reset()
+    finally:
+        teardown_trial(trial)
+        assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))

@@ -1,7 +1,8 @@
-"""Waiting out a ``forge run`` child after SIGINT, the same way in every signal test."""
+"""Waiting out a ``forge run`` child after SIGINT or SIGKILL, the same way in every signal test."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -47,3 +48,25 @@ def progress_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 1
         if pattern in line:
             return run_id, lines
     raise AssertionError(f"never saw {pattern!r}:\n{''.join(lines)}")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line mentions ``text`` (the killed run's orphaned docker compose calls)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return [p for p in pids if p != os.getpid()]
+
+
+def orphans_ended(run_id: str) -> None:
+    """Let a killed run's docker children (in their own sessions, so the kill missed them) end first, so
+    that what follows sees the final state of what they left. Gives up quietly after two minutes."""
+    for _ in range(600):
+        if not processes_mentioning(run_id.lower()):
+            break
+        time.sleep(0.2)

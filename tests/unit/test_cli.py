@@ -13,12 +13,26 @@ from invoke.exceptions import Exit
 from forgelib.cli.exits import guarded
 from forgelib.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_USER, ForgeError, UsageError
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its forgelib and tasks.py are what run
+
+
+def python(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """This Python, importing forgelib from the checkout (PYTHONPATH), not whichever one is installed;
+    run from tmp_path, so that the working directory cannot be what finds it."""
+    env = {"FORGE_LOG": str(tmp_path / "forge.log"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+
 
 def forge(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {"FORGE_LOG": str(tmp_path / "forge.log"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "forgelib", *args], capture_output=True, text=True, timeout=60, env=env
-    )
+    return python("-m", "forgelib", *args, tmp_path=tmp_path)
+
+
+def test_the_program_under_test_is_the_checkouts(tmp_path: Path) -> None:
+    done = python("-c", "import forgelib; print(forgelib.__file__)", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == ROOT / "forgelib" / "__init__.py"
 
 
 @pytest.mark.parametrize(
@@ -101,15 +115,8 @@ def test_a_missing_required_option_is_a_usage_error(args: list[str], option: str
     assert f"{option} is required" in done.stderr
 
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: its tasks.py is what `invoke` runs
-
-
 def invoke(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {"FORGE_LOG": str(tmp_path / "forge.log"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
-        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    return python("-m", "invoke", "-r", str(ROOT), *args, tmp_path=tmp_path)
 
 
 @pytest.mark.parametrize(

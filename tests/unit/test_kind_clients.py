@@ -48,9 +48,12 @@ class FakeParams:
     def url(self) -> str:
         return f"fakedb://{self.user}@{self.where[0]}:{self.where[1]}/{self.database}"
 
+    def client(self, **keywords: Any) -> FakeClient:
+        return FakeClient(self.where, self.user, keywords)
+
 
 def _client_module() -> types.ModuleType:
-    """The fake kind's client module: the four functions of ``kinds.base.Client``, port 7000 in the
+    """The fake kind's client module: the two functions of ``kinds.base.Client``, port 7000 in the
     container, the user from the binding's options else the service's ``FAKEDB_USER``."""
     mod = types.ModuleType(f"{PACKAGE}.client")
 
@@ -59,17 +62,10 @@ def _client_module() -> types.ModuleType:
     ) -> FakeParams:
         return FakeParams(address(7000), str(options.get("user") or svc.environment["FAKEDB_USER"]), database)
 
-    def client(svc: Any, options: Mapping[str, Any], address: Address, /, **keywords: Any) -> FakeClient:
-        p = params(svc, options, address)
-        return FakeClient(p.where, p.user, keywords)
-
-    def url(svc: Any, options: Mapping[str, Any], address: Address, /, **keywords: Any) -> str:
-        return params(svc, options, address, **keywords).url()
-
     def connection_strings(svc: Any, options: Mapping[str, Any], address: Address) -> dict[str, str]:
-        return {"url": url(svc, options, address)}
+        return {"url": params(svc, options, address).url()}
 
-    for fn in (params, client, url, connection_strings):
+    for fn in (params, connection_strings):
         setattr(mod, fn.__name__, fn)
     return mod
 

@@ -139,12 +139,15 @@ def test_peers_are_loopback_or_inside_the_trial_network() -> None:
 
 
 def test_the_trial_network_is_the_projects_default_or_its_only_one() -> None:
+    def of(config: dict[str, Any]) -> Stack:
+        return Stack("p", None, None, {}, {}, Path("/t"), config=config)  # type: ignore[arg-type]
+
     default = {"networks": {"default": {"name": "p_default"}}, "services": {"a": {}}}
-    assert stack_network_name("p", default) == "p_default"
+    assert stack_network_name(of(default)) == "p_default"
     only = {"networks": {"back": {}}, "services": {"a": {"networks": {"back": None}}}}
-    assert stack_network_name("p", only) == "p_back"
+    assert stack_network_name(of(only)) == "p_back"
     two = {"networks": {"x": {}, "y": {}}, "services": {"a": {"networks": {"x": None, "y": None}}}}
-    assert stack_network_name("p", two) is None and stack_network_name("p", {}) is None
+    assert stack_network_name(of(two)) is None and stack_network_name(of({})) is None
 
 
 def test_the_gateway_and_subnets_come_from_network_inspect() -> None:
@@ -201,8 +204,11 @@ def test_tool_errors_say_what_went_wrong_for_the_agent() -> None:
         ("read_file", {"service": "runner", "path": "/nope"}, "No such file or directory"),
         ("exec", {"service": "runner", "argv": ["sleep", "9"]}, "timed out after 0.5s"),
         ("exec", {"service": "runner", "argv": ["stopped"]}, "forge is stopping this trial"),
-        ("sql_query", {"service": "runner", "query": "x"},
-         "not a postgres or mysql service; postgres or mysql services: db"),
+        (
+            "sql_query",
+            {"service": "runner", "query": "x"},
+            "not a postgres or mysql service; postgres or mysql services: db",
+        ),
         ("redis_command", {"service": "db", "command": ["PING"]}, "redis services: (none)"),
         ("http_request", {"service": "runner"}, "publishes no port"),
         ("write_file", {"service": "runner", "path": "/a", "content": "x" * (BODY_LIMIT + 1)}, "at most"),

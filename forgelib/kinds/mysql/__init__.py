@@ -21,11 +21,14 @@ def _detect(svc: ServiceConfig) -> bool:
     return bool(svc.command) and svc.command[0].rsplit("/", 1)[-1] in SERVERS
 
 
+PORT = 3306  # the server's port unless the service says otherwise (``Kind.port``)
+
 KIND = Kind(
     name="mysql",
     package=__name__,
     seeds={SEED: "seed"},
     images=("mysql", "mariadb", "percona"),
+    port=PORT,
     detect=_detect,
     checks={"sql": "check"},
     tools=(SQL_QUERY,),

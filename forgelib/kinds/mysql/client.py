@@ -21,6 +21,7 @@ from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.base import CONNECT_TIMEOUT, Address
+from forgelib.kinds.mysql import PORT as DEFAULT_PORT
 
 if TYPE_CHECKING:
     import pymysql
@@ -28,7 +29,6 @@ else:  # loaded at first use (forgelib.clients says why)
     pymysql = deferred("pymysql")
 
 ROOT = "root"
-DEFAULT_PORT = 3306
 ROOT_PASSWORD = ("MARIADB_ROOT_PASSWORD", "MYSQL_ROOT_PASSWORD")
 USER = ("MARIADB_USER", "MYSQL_USER")
 USER_PASSWORD = ("MARIADB_PASSWORD", "MYSQL_PASSWORD")
@@ -166,6 +166,8 @@ class MysqlParams:
             where = f"{self.host}:{self.port}/{database or self.database or ''} as {self.user}"
             raise ForgeError(f"could not connect to mysql at {where}: {message(e)}") from e
 
+    client = connect  # the name ``forgelib.stacks.connect.client`` opens every kind's params by
+
 
 def message(e: BaseException) -> str:
     """A PyMySQL error as the server said it: ``(1045, "Access denied ...")`` -> ``1045: Access ...``."""
@@ -192,41 +194,9 @@ def connection_params(
     return MysqlParams(host, port, creds.user, password, database or creds.database)
 
 
-# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to.
-
-
-def params(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-) -> MysqlParams:
-    return connection_params(service_config, options, address, database=database)
-
-
-def client(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-    autocommit: bool = True,
-) -> pymysql.Connection[Any]:
-    return params(service_config, options, address, database=database).connect(autocommit=autocommit)
-
-
-def url(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-) -> str:
-    return params(service_config, options, address, database=database).url()
+# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to. Its
+# ``params`` are the connection; ``MysqlParams`` opens it (``client``) and spells it (``url``).
+params = connection_params
 
 
 def connection_strings(

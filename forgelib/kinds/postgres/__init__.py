@@ -38,12 +38,15 @@ SQL_QUERY = ToolSpec(
     ),
 )
 
+PORT = 5432  # the server's port unless the service says otherwise (``Kind.port``)
+
 KIND = Kind(
     name="postgres",
     package=__name__,
     seeds={SEED: "seed"},
     shorthand={".sql": SEED},
     images=("postgres", "postgis"),
+    port=PORT,
     detect=_detect,
     checks={"sql": "check"},
     tools=(SQL_QUERY,),

@@ -12,6 +12,7 @@ from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import ForgeError
 from forgelib.kinds.base import CONNECT_TIMEOUT, Address
+from forgelib.kinds.postgres import PORT as DEFAULT_PORT
 
 if TYPE_CHECKING:
     import psycopg
@@ -20,7 +21,6 @@ else:  # loaded at first use (forgelib.clients says why)
     psycopg = deferred("psycopg")
 
 DEFAULT_USER = "postgres"
-DEFAULT_PORT = 5432
 
 
 def postgres_credentials(options: Mapping[str, Any], environment: Mapping[str, Any]) -> tuple[str, str]:
@@ -70,6 +70,8 @@ class PostgresParams:
             where = f"{self.host}:{self.port}/{dbname or self.dbname} as {self.user}"
             raise ForgeError(f"could not connect to postgres at {where}: {e}") from e
 
+    client = connect  # the name ``forgelib.stacks.connect.client`` opens every kind's params by
+
 
 def connection_params(
     service_config: ServiceConfig,
@@ -87,41 +89,9 @@ def connection_params(
     return PostgresParams(host, port, user, str(password) if password else None, database or db)
 
 
-# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to.
-
-
-def params(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-) -> PostgresParams:
-    return connection_params(service_config, options, address, database=database)
-
-
-def client(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-    autocommit: bool = True,
-) -> psycopg.Connection[Any]:
-    return params(service_config, options, address, database=database).connect(autocommit=autocommit)
-
-
-def url(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    database: str | None = None,
-) -> str:
-    return params(service_config, options, address, database=database).url()
+# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to. Its
+# ``params`` are the connection; ``PostgresParams`` opens it (``client``) and spells it (``url``).
+params = connection_params
 
 
 def connection_strings(

@@ -477,6 +477,12 @@ def _drain(conn: psycopg.Connection[Any], database: str) -> None:
         time.sleep(0.005)
 
 
+# A schema of the database's own, not the system's ({} the schema's name column).
+_USER_SCHEMA = (
+    " {0} not in ('pg_catalog', 'information_schema') and {0} not like 'pg_toast%%'"
+    " and {0} not like 'pg_temp%%'"
+)
+
 # What a trial can change in the cluster beyond its database. xmin of a catalog row changes on every
 # update of the row, so a flag flipped and flipped back (ALTER DATABASE tpl ALLOW_CONNECTIONS …) shows too.
 _FINGERPRINT: dict[str, str] = {
@@ -494,10 +500,18 @@ _FINGERPRINT: dict[str, str] = {
     "system": "select name, setting from pg_file_settings where sourcefile like %(auto)s order by 1, 2",
     "slots": "select slot_name from pg_replication_slots order by 1",
     "prepared_xacts": "select gid, database from pg_prepared_xacts order by 1",
-    # The maintenance database itself (a trial's new table there survives any reset of the seeded one).
-    "maintenance_db": "select n.nspname, c.relname, c.relkind from pg_class c join pg_namespace n"
-    " on n.oid = c.relnamespace where n.nspname not in ('pg_catalog', 'information_schema')"
-    " and n.nspname not like 'pg_toast%%' and n.nspname not like 'pg_temp%%' order by 1, 2",
+    # The maintenance database itself (a trial's new table, schema or function there survives any reset of
+    # the seeded one): its relations, schemas (an empty one too) and routines (signature, kind, owner,
+    # rights and body), outside the system's schemas.
+    "maintenance_db": "select 'relation', n.nspname, c.relname || ' ' || c.relkind::text from pg_class c"
+    " join pg_namespace n on n.oid = c.relnamespace where" + _USER_SCHEMA.format("n.nspname") + " union all"
+    " select 'schema', nspname, pg_get_userbyid(nspowner) || ' ' || coalesce(nspacl::text, '')"
+    " from pg_namespace where" + _USER_SCHEMA.format("nspname") + " union all"
+    " select 'routine', n.nspname, p.oid::regprocedure::text || ' ' || p.prokind::text || ' '"
+    " || pg_get_userbyid(p.proowner) || ' ' || coalesce(p.proacl::text, '') || ' ' || md5(p.prosrc)"
+    " from pg_proc p join pg_namespace n on n.oid = p.pronamespace where"
+    + _USER_SCHEMA.format("n.nspname")
+    + " order by 1, 2, 3",
 }
 
 
@@ -532,7 +546,7 @@ def cluster_fingerprint(ctx: ApplyContext) -> Fingerprint:
 
 # ------------------------------------------------------------------------------------------------ goldens
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 SUPPORTS_GOLDEN = True
 
 # The seeded database's content, which ``fingerprint`` leaves out (a warm reset recreates it whole): how

@@ -33,12 +33,15 @@ REDIS_COMMAND = ToolSpec(
     ),
 )
 
+PORT = 6379  # the server's port unless the service says otherwise (``Kind.port``)
+
 KIND = Kind(
     name="redis",
     package=__name__,
     seeds={SEED: "seed"},
     shorthand={".rdb": SEED},
     images=("redis", "valkey"),
+    port=PORT,
     detect=_detect,
     checks={"redis": "check"},
     tools=(REDIS_COMMAND,),

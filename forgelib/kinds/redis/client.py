@@ -11,13 +11,14 @@ from urllib.parse import quote
 from forgelib.clients import deferred
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds.base import CONNECT_TIMEOUT, Address
+from forgelib.kinds.redis import PORT as DEFAULT_PORT
 
 if TYPE_CHECKING:
     import redis as redis_lib
 else:  # loaded at first use (forgelib.clients says why)
     redis_lib = deferred("redis")
 
-DEFAULT_PORT = 6379
+COMMAND_TIMEOUT = CONNECT_TIMEOUT * 3  # how long a command's answer may take
 
 
 def direct_port(service_config: ServiceConfig) -> int:
@@ -54,7 +55,7 @@ class RedisParams:
             password=self.password,
             db=self.db if db is None else db,
             socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_timeout=CONNECT_TIMEOUT * 3,
+            socket_timeout=COMMAND_TIMEOUT,
             single_connection_client=True,
             decode_responses=decode_responses,
         )
@@ -69,32 +70,15 @@ def connection_params(
     return RedisParams(host, port, command_option(service_config, "requirepass"), db)
 
 
-# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to. A
-# redis service has no binding options: its port and password are on its command line.
+# The kind's ``Client`` (``forgelib.kinds.base``): what ``forgelib.stacks.connect`` dispatches to. Its
+# ``params`` are the connection; ``RedisParams`` opens it (``client``) and spells it (``url``). A redis
+# service has no binding options: its port and password are on its command line.
 
 
 def params(
     service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, *, db: int = 0
 ) -> RedisParams:
     return connection_params(service_config, address, db)
-
-
-def client(
-    service_config: ServiceConfig,
-    options: Mapping[str, Any],
-    address: Address,
-    /,
-    *,
-    db: int = 0,
-    decode_responses: bool = False,
-) -> redis_lib.Redis:
-    return params(service_config, options, address, db=db).client(decode_responses=decode_responses)
-
-
-def url(
-    service_config: ServiceConfig, options: Mapping[str, Any], address: Address, /, *, db: int = 0
-) -> str:
-    return params(service_config, options, address, db=db).url()
 
 
 def connection_strings(

@@ -29,7 +29,7 @@ from forgelib.kinds.base import (
     no_settle,
     no_warm_process,
 )
-from forgelib.kinds.redis.client import RedisParams, connection_params
+from forgelib.kinds.redis.client import COMMAND_TIMEOUT, RedisParams, connection_params
 from forgelib.kinds.redis.client import command_option as command_option
 from forgelib.kinds.redis.client import direct_port as direct_port  # the Recipe's
 
@@ -209,15 +209,16 @@ def _log_tail(ctx: ApplyContext) -> str:
 #
 # prepare: right after the seeded server started, read the whole keyspace once on a direct connection —
 # ``DUMP`` and absolute expiry of every key of every database index — plus ``CONFIG GET *``, the ACL users
-# (``ACL LIST``) and the function libraries. reset: put back the ACL users and their rules, make the server
-# a primary again (``REPLICAOF NO ONE``), restore any configuration a trial changed, ``FLUSHALL``,
-# ``SCRIPT FLUSH``, restore the functions, then pipelined ``RESTORE … ABSTTL`` per database; and empty the
-# logs and counters a fresh server starts without (slow log, ACL log, latency, INFO stats), which would
-# show the next trial what this one ran. The server is never restarted. Connection-bound state (client
-# names, subscriptions, MONITOR) goes with the trial's connections and is not touched.
-# Chosen over SWAPDB with a pre-filled spare index, which holds a second copy in memory and cannot cover
-# a seed that uses several indexes; RESTORE of a pack-sized seed is quick. A keyspace over
-# MAX_DUMP_BYTES is not held on the host: its reset falls back to the fresh stop → copy → start path.
+# (``ACL LIST``) and the function libraries. reset: put back the ACL users and their rules, lift a write
+# pause (``CLIENT UNPAUSE``), make the server a primary again (``REPLICAOF NO ONE``), restore any
+# configuration a trial changed, ``FLUSHALL``, ``SCRIPT FLUSH``, restore the functions, then pipelined
+# ``RESTORE … ABSTTL`` per database; and empty the logs and counters a fresh server starts without (slow
+# log, ACL log, latency, INFO stats), which would show the next trial what this one ran. The server is never
+# restarted. Connection-bound state (client names, subscriptions, MONITOR) goes with the trial's connections
+# and is not touched.
+# Chosen over SWAPDB with a pre-filled spare index, which holds a second copy in memory and cannot cover a
+# seed that uses several indexes; RESTORE of a pack-sized seed is quick. A keyspace over MAX_DUMP_BYTES is
+# not held on the host: its reset falls back to the fresh stop → copy → start path.
 
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 _SCAN_COUNT = 1000
@@ -343,6 +344,7 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
         try:
             if p.acl is not None:  # first: a trial may have taken a permission the steps below need
                 _restore_acl(client, p.acl)
+            _lift_pause(client)
             if p.primary and not _is_primary(client):
                 _cmd(client, "REPLICAOF", "NO", "ONE")
             _restore_config(ctx, client, p.config)
@@ -374,8 +376,22 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
             "the seeded credentials no longer open the server, or no longer allow the reset (a trial "
             f"changed the default user's password or rules, or requirepass): {type(e).__name__}: {e}",
         ) from e
+    except redis_lib.TimeoutError as e:
+        raise ctx.fail(
+            "reset",
+            f"the server did not answer within {COMMAND_TIMEOUT:g}s: a trial's CLIENT PAUSE … ALL holds "
+            f"every client's commands (CLIENT UNPAUSE too) until it ends, or the server is overloaded: {e}",
+        ) from e
     except redis_lib.RedisError as e:
         raise ctx.fail("reset", f"{type(e).__name__}: {e}") from e
+
+
+def _lift_pause(client: redis_lib.Redis) -> None:
+    """End a trial's ``CLIENT PAUSE … WRITE``, which would hold every write below until it ends (a fresh
+    server is not paused). UNPAUSE is no write, so it runs under such a pause; a ``… ALL`` pause holds it
+    too (only a replica's commands pass), so that reset times out, loud."""
+    with contextlib.suppress(redis_lib.ResponseError):  # before Redis 6.2: no UNPAUSE (nor WRITE pauses)
+        _cmd(client, "CLIENT", "UNPAUSE")
 
 
 def _acl(client: redis_lib.Redis) -> tuple[str, ...] | None:

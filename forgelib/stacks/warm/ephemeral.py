@@ -35,7 +35,6 @@ from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker import readiness
 from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
 from forgelib.spec.models import Isolation, Timeouts
@@ -326,7 +325,7 @@ class Ephemerals:
         """The published ports of the ephemeral services' new containers (one ``docker inspect``, only
         when one of them publishes any): Docker picks each host port at start, so the last trial's no
         longer hold, and a precreated container's record (taken before its start) has none yet."""
-        config = ResolvedConfig.of(self.trial.config)
+        config = self.trial.resolved
         publish = [s for s in self.services if config.service(s).ports]
         if not publish:
             return {}
@@ -376,7 +375,7 @@ def _ephemeral_plan(
     service of several replicas is recreated whole by compose instead (``up --force-recreate`` on the
     trial's path): every replica is new each trial, as the isolation promises, and the run says so once
     (a ``warm_ephemeral_recreated`` event) rather than paying for a spare attempt that cannot work."""
-    config = ResolvedConfig.of(trial.config)
+    config = trial.resolved
     services = config.services
     env = trial.environment
     keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}

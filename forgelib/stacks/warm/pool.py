@@ -50,7 +50,6 @@ from typing import Any, TypeVar
 
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
-from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import fingerprint_diff
 from forgelib.spec.models import EnvironmentManifest, Task
@@ -496,7 +495,7 @@ class WarmPool:
         with self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0):
             steps = start.steps() if start is not None else WarmSteps()
             trial = provision_stack(self.ctx, spec, steps, on_phase=on_phase)
-        images = [s.image for s in ResolvedConfig.of(trial.config).services.values()]
+        images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)

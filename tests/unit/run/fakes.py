@@ -78,6 +78,7 @@ class FakeHandle:
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: Mapping[str, Any] = field(default_factory=dict)
     pooled: bool = False
+    environment: EnvironmentManifest | None = None  # the task's (its seed bindings)
 
     # What consumers read of a Stack's services and how they reach them: Stack's own code, over the fake.
     @property
@@ -135,7 +136,7 @@ class FakeBackend:
             self.stacks[key] = stack
         tail = "setup" if trial.get("setup") else str(trial_index)
         name = f"proj-{run_id}-{task.name}-{tail}".lower() + (f"-a{attempt}" if attempt > 1 else "")
-        return FakeHandle(name, stack, config=task.environment.compose)
+        return FakeHandle(name, stack, config=task.environment.compose, environment=task.environment)
 
     def capture_logs(self, trial: Any, dest_dir: Path, tail_lines: int) -> None:
         dest_dir.mkdir(parents=True, exist_ok=True)

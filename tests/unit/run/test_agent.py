@@ -19,6 +19,7 @@ from forgelib.run.execute import RunPlan, run_project
 from forgelib.runner import Result
 from forgelib.spec.loader import load_agent, load_run_config
 from forgelib.spec.models import Agent, EnvironmentManifest
+from forgelib.stacks.stack import Stack
 
 from .fakes import FakeBackend, good_answer, ok, widget_task
 
@@ -46,11 +47,16 @@ class Ports:
         return "127.0.0.1", published[(service, container_port)]
 
 
-def build(where: str, mcp: manifest.Access | None = None) -> dict[str, Any]:
+def stack(ports: Mapping[str, list[str]], compose: Any) -> Stack:
+    """A stack of CONFIG's services publishing ``ports``, its ports looked up on ``compose``."""
     env = EnvironmentManifest(compose_files=(Path("/p/c.yaml"),), services={}, compose=CONFIG)
+    return Stack("p", env, compose, {}, {}, Path("/t"), config=CONFIG, ports=ports)
+
+
+def build(where: str, mcp: manifest.Access | None = None) -> dict[str, Any]:
     return manifest.build(
-        trial=manifest.TrialIdent("r1", "read_widget", 2, 1), instruction="do it", where=where, ports=PORTS,
-        config=CONFIG, environment=env, compose=Ports(), files={"manifest": "/m.json"}, mcp=mcp,
+        trial=manifest.TrialIdent("r1", "read_widget", 2, 1), instruction="do it", where=where,
+        stack=stack(PORTS, Ports()), files={"manifest": "/m.json"}, mcp=mcp,
     )  # fmt: skip
 
 
@@ -88,10 +94,9 @@ def test_a_postgres_service_without_a_published_port_says_why_it_has_no_connecti
 
             raise ForgeError(f"{service}:{container_port} is not published")
 
-    env = EnvironmentManifest(compose_files=(Path("/p/c.yaml"),), services={}, compose=CONFIG)
     m = manifest.build(
-        trial=manifest.TrialIdent("r", "t", 0, 1), instruction="", where="host", ports={}, config=CONFIG,
-        environment=env, compose=Unpublished(), files={}, mcp=None,
+        trial=manifest.TrialIdent("r", "t", 0, 1), instruction="", where="host",
+        stack=stack({}, Unpublished()), files={}, mcp=None,
     )  # fmt: skip
     assert m["services"]["app-db"]["postgres"] is None
     assert "app-db:5432 is not published" in m["services"]["app-db"]["note"]

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from forgelib.docker.compose import ComposeProject
+from forgelib.docker.resolved import ResolvedConfig
 from forgelib.errors import CommandError, CommandTimeout
-from forgelib.grading.checks import ReadOnce, evaluate, read_argv, service_environment
+from forgelib.grading.checks import ReadOnce, evaluate, read_argv
 from forgelib.kinds.postgres.client import postgres_credentials
 from forgelib.run.oracle import effective_timeout, run_oracle
 from forgelib.runner import FILE_TAIL, Result
@@ -32,7 +33,7 @@ def stack_answering(
     return FakeStack(answer)
 
 
-ENV = make_task().environment.compose  # stands in for the resolved compose config
+ENV = ResolvedConfig.of(make_task().environment.compose)  # stands in for the resolved compose config
 
 
 def test_file_check_cats_the_file() -> None:
@@ -56,7 +57,9 @@ def test_sql_check_argv_takes_user_and_db_from_compose_env() -> None:
 
 def test_sql_check_options_override_and_default_to_postgres() -> None:
     st = stack_answering("1")
-    bare = make_task(compose={"services": {"db": {"environment": ["OTHER=1"]}}}).environment.compose
+    bare = ResolvedConfig.of(
+        make_task(compose={"services": {"db": {"environment": ["OTHER=1"]}}}).environment.compose
+    )
     evaluate(st, Check("q", "sql", {"service": "db", "query": "select 1"}), bare, timeout=5)
     assert st.calls[-1][1][4:8] == ("-U", "postgres", "-d", "postgres")
     evaluate(
@@ -70,7 +73,9 @@ def test_sql_check_uses_the_resolved_config_as_the_seed_does() -> None:
     # and so must the check, or it reads another database than the one the seed wrote.
     resolved = {"services": {"db": {"environment": {"POSTGRES_USER": "app", "POSTGRES_DB": "shop"}}}}
     st = stack_answering("1")
-    evaluate(st, Check("q", "sql", {"service": "db", "query": "select 1"}), resolved, timeout=5)
+    evaluate(
+        st, Check("q", "sql", {"service": "db", "query": "select 1"}), ResolvedConfig.of(resolved), timeout=5
+    )
     assert st.calls[-1][1][4:8] == ("-U", "app", "-d", "shop")
     assert postgres_credentials({}, resolved["services"]["db"]["environment"]) == ("app", "shop")
 
@@ -109,6 +114,9 @@ def test_unknown_type_and_bad_regex_do_not_crash() -> None:
 
 
 def test_service_environment_forms() -> None:
+    def service_environment(config: Mapping[str, Any], service: str) -> dict[str, str]:
+        return dict(ResolvedConfig.of(config).service(service).environment)
+
     assert service_environment({"services": {"s": {"environment": ["A=1", "B=x=y"]}}}, "s") == {
         "A": "1",
         "B": "x=y",
