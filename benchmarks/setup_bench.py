@@ -3,12 +3,14 @@ alternated (tests/fixtures/setup_project).
 
 - **setup arm**: ``slow_setup`` (its setup sleeps ``SETUP_SLEEP`` = 10 s, then writes a row and a file),
   N trials on fresh stacks: one setup stack, a checkpoint, then every trial a fork of it;
-- **inline arm**: ``inline_setup``, the same steps in each trial's oracle, N trials on fresh stacks.
+- **inline arm**: ``inline_setup``, the same steps in each trial's oracle, N trials on fresh stacks;
+- **warm arm**: ``slow_setup`` on warm stacks (``--stacks warm``): the setup once, then each worker's
+  stack starts from its checkpoint and is reset to it in place between trials.
 
-Both arms grade the same checks (the setup's row and file, the seed's, the trial's own). Reported per arm:
-the run's wall (forge's whole run: what a user waits for), the median trial wall (``trial.yaml``), the
-setup's one-off seconds by step; and setup ÷ inline for both. Every arm must pass and leave nothing on
-the engine (``harness.checked_run``), and no checkpoint of its runs may remain.
+Every arm grades the same checks (the setup's row and file, the seed's, the trial's own). Reported per
+arm: the run's wall (forge's whole run: what a user waits for), the median trial wall (``trial.yaml``),
+the setup's one-off seconds by step; setup ÷ inline and warm ÷ setup for both. Every arm must pass and
+leave nothing on the engine (``harness.checked_run``), and no checkpoint of its runs may remain.
 
 Size: ``FORGE_BENCH_SETUP_TRIALS`` (8) / ``--trials`` per run, ``--workers`` (2),
 ``FORGE_BENCH_SETUP_ROUNDS`` (1) / ``--rounds`` (each round one run per arm, setup arm first).
@@ -36,9 +38,13 @@ SETUP = PROJECT / "run_configs/setup.yaml"
 INLINE = PROJECT / "run_configs/inline.yaml"
 PHASES = (
     "setup_wait", "memory_wait", "start_wait", "compose_config", "checkpoint_plan", "up_seeded", "recipe",
-    "up_rest", "checkpoint_verify",
+    "up_rest", "checkpoint_verify", "warm_prepare", "reset_wait", "stack_wait",
     "provision", "solve", "grading", "teardown",
 )  # fmt: skip
+
+
+# (arm, run config, stack mode), in the order each round runs them
+ARMS = (("setup", SETUP, "fresh"), ("inline", INLINE, "fresh"), ("warm", SETUP, "warm"))
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -54,15 +60,15 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     marker.mkdir()
     marker.chmod(0o777)
     env = {"FORGE_TEST_MARKER_DIR": str(marker)}
-    arms: dict[str, list[bs.ForgeRun]] = {"setup": [], "inline": []}
-    trials: dict[str, list[RecordedTrial]] = {"setup": [], "inline": []}  # read before the runs' files go
+    arms: dict[str, list[bs.ForgeRun]] = {"setup": [], "inline": [], "warm": []}
+    trials: dict[str, list[RecordedTrial]] = {arm: [] for arm in arms}  # read before the runs' files go
     checkpoints: list[str] = []
     try:
         for _ in range(args.rounds):
-            for arm, config in (("setup", SETUP), ("inline", INLINE)):
+            for arm, config, mode in ARMS:
                 run = bs.checked_run(
                     config, repeats=args.trials, workers=args.workers, root=root, env=env,
-                    extra=("--stacks", "fresh", "--no-snapshots"),
+                    extra=("--stacks", mode, "--no-snapshots"),
                 )  # fmt: skip
                 arms[arm].append(run)
                 trials[arm] += run.trials()
@@ -94,8 +100,12 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                 "phase_medians_s": bs.phase_medians(done, PHASES),
             }
         )
-    setup_row, inline_row = rows
+    setup_row, inline_row, warm_row = rows
     ratios = {
+        "run_wall warm/setup": round(bs.ratio(warm_row["run_wall_s"], setup_row["run_wall_s"]), 3),
+        "trial_wall warm/setup": round(
+            bs.ratio(warm_row["trial_wall_median_s"], setup_row["trial_wall_median_s"]), 3
+        ),
         "run_wall setup/inline": round(bs.ratio(setup_row["run_wall_s"], inline_row["run_wall_s"]), 3),
         "trial_wall setup/inline": round(
             bs.ratio(setup_row["trial_wall_median_s"], inline_row["trial_wall_median_s"]), 3

@@ -24,7 +24,6 @@ from forgelib.run.options import RunOptions
 from forgelib.runner import SubprocessRunner, merged_env
 from forgelib.spec.loader import load_agent, load_project_config, load_run_config
 from forgelib.spec.models import Agent, Project, RunConfig, Task
-from forgelib.spec.rules import warm_setup_refusal
 from forgelib.spec.validate import print_notices
 from forgelib.stacks.live import LiveStacks, interruptible
 from forgelib.table import align
@@ -157,10 +156,6 @@ def build_plan(
     if not tasks and not options.resume:
         raise UsageError(f"{project.path}: the project has no tasks to run")
     out = Path(options.output).resolve() if options.output else (cfg.output or project.root / "runs")
-    mode = options.stacks or cfg.stacks
-    for task in tasks if mode == "warm" else ():
-        if task.setup is not None:
-            raise UsageError(warm_setup_refusal(task.name, task.path))
     return RunPlan(
         tasks=project.tasks if options.resume else tasks,
         repeats=options.repeats or cfg.repeats,
@@ -175,7 +170,7 @@ def build_plan(
         config=str(cfg.path),
         junit=Path(options.junit).resolve() if options.junit else None,
         report=write_report if options.report else None,
-        stacks=mode,
+        stacks=options.stacks or cfg.stacks,
         agent=agent,
     )
 

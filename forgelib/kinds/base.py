@@ -189,6 +189,12 @@ class Recipe(Protocol):
         ``reset`` restores from and return it (opaque to everyone else). Raise ``RecipeError``."""
         ...
 
+    def checkpoint_prepare(self, ctx: ApplyContext) -> object:
+        """``prepare`` for a warm stack whose service started from a checkpoint
+        (``forgelib.stacks.checkpoints``): ``reset`` must then restore the state the service holds now, not
+        its seed. A kind whose ``prepare`` captures the live state already names ``prepare``."""
+        ...
+
     def reset(self, ctx: ApplyContext, prepared: object) -> None:
         """Restore the seed in place, from what ``prepare`` returned; raise ``RecipeError`` when it cannot
         (the stack is then replaced, never trusted)."""

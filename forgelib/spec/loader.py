@@ -23,6 +23,7 @@ from forgelib.spec.models import (
     LOG_TAIL_LINES,
     Agent,
     Check,
+    Checkpointing,
     Component,
     EnvironmentManifest,
     Grading,
@@ -291,7 +292,8 @@ class _ProjectLoader:
             if reset is not None and not issues:
                 options = {k: v for k, v in reset.items() if k != "seed"}
                 binding = ResetBinding(reset["seed"], frozen_map(options))
-            models[name] = Service(name, isolation, binding)
+            choice = labels.get("checkpoint")
+            models[name] = Service(name, isolation, binding, Checkpointing(choice) if choice else None)
         if not issues:
             found = check_trial_safety(cset, {n: s.isolation for n, s in models.items()})
             issues = [i for i in found if i.severity == "error"]
@@ -357,8 +359,11 @@ class _ProjectLoader:
         before = len(self.issues)
         script, issues = rules.check_oracle(doc, services, self.root)
         self.issues.extend(issues)
-        reset = [s.name for s in environment.reset_services()] if environment is not None else None
-        setup_script, issues = rules.check_setup(doc, services, reset, self.root)
+        captured = None
+        if environment is not None:
+            kept = environment.reset_services()
+            captured = [s.name for s in kept if s.captured and rules.captures_state(seeds, s.reset)]
+        setup_script, issues = rules.check_setup(doc, services, captured, self.root)
         self.issues.extend(issues)
         grading = self._grading_for(doc, services, self._ports(environment))
         if environment is None or len(self.issues) > before:
@@ -535,11 +540,6 @@ def collect_run_config(
                         f"no task named {name!r} in the project{hint}; tasks: {', '.join(known)}",
                     )
                 )
-    if project is not None and data.get("stacks") == "warm":
-        chosen = set(data.get("tasks") or [t.name for t in project.tasks])
-        for task in project.tasks:
-            if task.setup is not None and task.name in chosen:
-                issues.append(doc.issue(("stacks",), rules.warm_setup_refusal(task.name, task.path)))
     agent = _agent(data["agent"], path) if isinstance(data.get("agent"), dict) else None
     if agent is not None and project is not None:
         issues += check_agent_where(agent, doc, ("agent", "where"), project, data.get("tasks") or ())

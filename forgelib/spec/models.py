@@ -46,6 +46,13 @@ class ResetStrategy(StrEnum):
     TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
 
 
+class Checkpointing(StrEnum):
+    """What a checkpoint does with a service (``checkpoint:`` in its labels; ``stacks.checkpoints``)."""
+
+    CAPTURE = "capture"  # captured by its kind; forks start from the capture
+    FRESH = "fresh"  # not captured; forks start it as a new stack would (its seed, or its image)
+
+
 @dataclass(frozen=True)
 class ResetBinding:
     seed: str
@@ -62,6 +69,13 @@ class Service:
     name: str
     isolation: Isolation
     reset: ResetBinding | None = None
+    checkpoint: Checkpointing | None = None  # None: the default (capture a reset service, else fresh)
+
+    @property
+    def captured(self) -> bool:
+        """Whether a checkpoint captures it: a reset service unless it says ``checkpoint: fresh`` (its
+        kind may still have nothing to capture: a bare seed's mount), never another one."""
+        return self.isolation is Isolation.RESET and self.checkpoint is not Checkpointing.FRESH
 
 
 @dataclass(frozen=True)

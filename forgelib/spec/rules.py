@@ -18,13 +18,14 @@ from forgelib.errors import SpecIssue
 from forgelib.kinds import CHECK_TYPES as KIND_CHECK_TYPES
 from forgelib.kinds import DIRECTORY_SEEDS, SHORTHAND
 from forgelib.kinds import registry as kinds
+from forgelib.kinds.base import no_checkpoint
 from forgelib.kinds.registry import REGISTRY
 from forgelib.mcp.names import TOOL_ARGUMENTS
 from forgelib.spec.composefiles import ComposeSet
 from forgelib.spec.digest import walk_tree
-from forgelib.spec.models import MATCHERS, Isolation, SeedKind
+from forgelib.spec.models import MATCHERS, Checkpointing, Isolation, ResetBinding, SeedKind
 from forgelib.spec.schema import did_you_mean
-from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip, display_path
+from forgelib.spec.yamlpos import JsonPath, YamlDoc, clip
 
 SHORTHAND_KINDS = {suffix: SeedKind(kind) for suffix, kind in SHORTHAND.items()}
 # The check types: the file check, those the kinds observe, then http and trace.
@@ -231,7 +232,54 @@ def check_environment(
             )
         if isolation == Isolation.RESET.value and isinstance(reset, dict):
             issues.extend(_check_reset(env, name, reset, seeds, compose))
+        if labels.get("checkpoint") == Checkpointing.CAPTURE.value:
+            issues.extend(_check_capture(env, name, isolation, reset, seeds))
     return [*issues, *check_declared_kinds(compose)]
+
+
+def captures_state(seeds: Mapping[str, SeedSpec], reset: ResetBinding | None) -> bool:
+    """Whether a reset service bound to ``reset`` holds state a checkpoint can capture: its seed's kind
+    names a directory of the service (``Recipe.checkpoint_path``; a bare seed is a read-only mount)."""
+    seed = seeds.get(reset.seed) if reset is not None else None
+    return (
+        seed is not None
+        and seed.kind is not None
+        and REGISTRY[seed.kind].checkpoint_path is not no_checkpoint
+    )
+
+
+def _check_capture(
+    env: RawEnvironment, name: str, isolation: Any, reset: Any, seeds: Mapping[str, SeedSpec]
+) -> list[SpecIssue]:
+    """``checkpoint: capture`` only where a kind captures the service exactly: a reset service whose seed
+    kind keeps its state in a directory of the service. A container's file system (``docker commit``) or
+    its volumes copied as a tree would miss what its process holds in memory and could not be checked by a
+    fingerprint, so no other service is captured."""
+    if isolation != Isolation.RESET.value:
+        capturable = ", ".join(str(k) for k in REGISTRY if REGISTRY[k].checkpoint_path is not no_checkpoint)
+        why = (
+            f"this service is {isolation or 'ephemeral'}, and forge captures only reset services, by their "
+            f"kind (seeds of kind {capturable}): a container's file system or volumes copied as they are "
+            "would miss what its process holds in memory, and no fingerprint could prove a fork equal"
+        )
+        fix = (
+            "remove `checkpoint: capture` (a fork starts it fresh from its image), "
+            "or give it isolation: reset with a seed"
+        )
+        return [env.issue(name, ("checkpoint",), f"checkpoint: capture cannot apply: {why}; {fix}")]
+    binding = ResetBinding(str(reset["seed"])) if isinstance(reset, dict) and reset.get("seed") else None
+    seed = seeds.get(binding.seed) if binding is not None else None
+    if seed is not None and seed.kind is not None and not captures_state(seeds, binding):
+        return [
+            env.issue(
+                name,
+                ("checkpoint",),
+                f"checkpoint: capture cannot apply: seed {seed.name!r} is kind {seed.kind.value}, which "
+                "keeps no state in the service to capture (a fork mounts the same seed); "
+                "remove `checkpoint: capture`",
+            )
+        ]
+    return []
 
 
 def _check_reset(
@@ -398,28 +446,22 @@ def check_oracle(
 def check_setup(
     doc: YamlDoc, services: Mapping[str, Any] | None, reset: Sequence[str] | None, root: Path
 ) -> tuple[Path | None, list[SpecIssue]]:
-    """``setup``: the oracle's rules, and a stack with a reset service, the only kind a checkpoint
-    captures (``reset``: the task's reset services; None when its environment did not load)."""
+    """``setup``: the oracle's rules, and a stack with a service a checkpoint captures (``reset``: the
+    task's reset services it captures, ``captures_state`` and not ``checkpoint: fresh``; None when its
+    environment did not load)."""
     script, issues = check_oracle(doc, services, root, "setup")
     if isinstance(doc.get(("setup",)), dict) and reset is not None and not reset:
         issues.append(
             doc.issue(
                 ("setup",),
-                "the task's stack has no reset service, so nothing of what setup leaves would reach a "
-                "trial (a checkpoint captures reset services; the others start fresh from their image); "
-                "give the service setup writes to `isolation: reset` with a seed, or remove setup",
+                "the task's stack has no reset service a checkpoint captures, so nothing of what setup "
+                "leaves would reach a trial (a checkpoint captures reset services whose kind keeps state "
+                "in the service, unless they say `checkpoint: fresh`; the others start fresh); give the "
+                "service setup writes to `isolation: reset` with a seed (without `checkpoint: fresh`), "
+                "or remove setup",
             )
         )
     return script, issues
-
-
-def warm_setup_refusal(task: str, path: Path) -> str:
-    """Why a task with ``setup:`` does not run on warm stacks (the run config's check and ``--stacks``)."""
-    return (
-        f"task {task!r} ({display_path(path)}) has a setup step, which warm stacks do not support yet "
-        "(their in-place reset returns to the seed, not to the setup's checkpoint); run it with "
-        "`stacks: fresh` (the default; --snapshots also works) or leave it out of this run's tasks"
-    )
 
 
 def _service_exists(doc: YamlDoc, at: JsonPath, name: str, services: Mapping[str, Any]) -> list[SpecIssue]:

@@ -8,7 +8,7 @@ A backend has up to three sources, each with ``acquire`` (a trial's stack) and `
 * ``SharedSource`` — an environment whose services are all ``shared``: the run's one stack of it
   (``stacks.shared.SharedStacks``), torn down when the run ends;
 * ``WarmSource`` — ``--stacks warm``: a ``forgelib.stacks.warm.WarmPool`` stack, reset in place between
-trials.
+  trials (a trial of a task with ``setup:``: one started from, and reset to, the setup's checkpoint).
 
 ``DockerBackend._source`` picks one per environment, the same way for a stack handed out and given back.
 Every front end gets its backend from ``stacks.open`` (``stacks.session``), which builds it with the
@@ -42,7 +42,7 @@ from forgelib.stacks.reaper import reap_dead_owners
 from forgelib.stacks.runcheckpoints import RunCheckpoints
 from forgelib.stacks.shared import SharedStacks
 from forgelib.stacks.stack import Stack, TrialRequest
-from forgelib.stacks.warm import WarmPool
+from forgelib.stacks.warm import StartFrom, WarmPool
 
 
 class StackSource(Protocol):
@@ -108,10 +108,16 @@ class WarmSource:
     """A warm stack (``forgelib.stacks.warm``): reset and verified, or replaced by a fresh one."""
 
     pool: WarmPool
+    ctx: StackContext | None = None
+    checkpoints: RunCheckpoints | None = None  # where a trial's checkpoint is found (``trial.checkpoint``)
 
     def acquire(self, task: Task, trial: TrialSpec) -> Stack:
+        start = None
+        if (cid := trial.checkpoint) is not None:  # a setup task's trial: from its checkpoint, reset to it
+            ctx, checkpoints = self.ctx or self.pool.ctx, self.checkpoints or RunCheckpoints()
+            start = StartFrom(cid, lambda: checkpoints.warm_steps(ctx, cid))
         return self.pool.acquire(
-            task, run_id=trial.run_id, trial_dir=trial.trial_dir, on_phase=trial.on_phase
+            task, run_id=trial.run_id, trial_dir=trial.trial_dir, on_phase=trial.on_phase, start=start
         )
 
     def release(self, trial: Stack, *, graceful: bool) -> float:
@@ -175,19 +181,16 @@ class DockerBackend:
         """Which stack a trial of ``env`` gets — decided here only, from the environment and the backend,
         so a stack given back goes to the source it came from: all ``shared`` services, the run's shared
         stack; else a warm stack when the backend has a pool; else a fresh one. ``own``: a stack of its own
-        whatever the mode (a task's setup stack, a fork of its checkpoint)."""
+        whatever the mode (a task's setup stack; given back: one the warm pool never held)."""
         if self.shared is not None and not env.requires_per_trial:
             return SharedSource(self.ctx, self.shared, self.admission)
         if self.pool is not None and not own:
-            return WarmSource(self.pool)
+            return WarmSource(self.pool, self.ctx, self.checkpoints)
         return FreshSource(self.ctx, self.admission, self.checkpoints)
 
     def provision(self, task: Task, **trial: Unpack[TrialRequest]) -> Stack:
         spec = TrialSpec(task, **trial)
-        own = spec.setup or spec.checkpoint is not None
-        if own and self.pool is not None:  # the run config's check and `forge run` refuse it first
-            raise ForgeError(f"task {task.name!r}: a setup step does not run on warm stacks")
-        return self._source(task.environment, own=own).acquire(task, spec)
+        return self._source(task.environment, own=spec.setup).acquire(task, spec)
 
     def checkpoint(self, trial: Stack, run_id: str) -> str:
         """Checkpoint ``trial`` (a task's setup stack) as ``run_id``'s own: removed as the run ends
@@ -197,7 +200,7 @@ class DockerBackend:
     def teardown(self, trial: Stack, *, graceful: bool = True) -> float:
         """Give the stack back to its source: torn down (fresh), left up (shared), reset for the next trial
         (warm; torn down when ``graceful`` is False)."""
-        return self._source(trial.environment).release(trial, graceful=graceful)
+        return self._source(trial.environment, own=not trial.pooled).release(trial, graceful=graceful)
 
     def capture_logs(self, trial: Stack, dest_dir: Path, tail_lines: int) -> None:
         capture_logs(trial, dest_dir, tail_lines)

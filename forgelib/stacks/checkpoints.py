@@ -8,8 +8,9 @@ is read (``golden_fingerprint``), then the reset services are paused too, their 
 (``docker cp``), and everything unpaused. The stack is paused only for the copies; after, each copy is
 settled by its kind (``checkpoint_settle``: postgres's crash recovery, run once in a helper container
 rather than in every fork) and the images are built. Services that are not reset (ephemeral: an HTTP
-app, a workspace without a seed) are not captured: a fork starts them fresh from their image, as every
-new stack does. Stored as
+app, a workspace without a seed), reset services the spec marks ``checkpoint: fresh`` and those whose
+kind keeps no state in the service (a bare seed) are not captured: a fork starts them as every new
+stack does (from their image; a reset one seeded from its seed). Stored as
 ``forgelib.stacks.snapshots.checkpoints`` says (images on the engine, a verified manifest).
 
 **fork** brings up ``n`` new stacks through the fresh pipeline (``provision_stack``) with
@@ -50,7 +51,15 @@ from forgelib.docker.compose import ComposeProject, project_name, write_override
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError, ProvisionError, RecipeError
 from forgelib.kinds import registry as kinds
-from forgelib.kinds.base import ApplyContext, CheckpointCopy, Fingerprint, Memo, Recipe, fingerprint_diff
+from forgelib.kinds.base import (
+    ApplyContext,
+    CheckpointCopy,
+    Fingerprint,
+    Memo,
+    Recipe,
+    fingerprint_diff,
+    no_checkpoint,
+)
 from forgelib.runner import Runner
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
 from forgelib.stacks.provision import (
@@ -108,6 +117,13 @@ def _services(project: Project, trial: Stack, timeouts: Timeouts) -> list[_Servi
     return out
 
 
+def _captured(trial: Stack, s: _Service) -> bool:
+    """Whether a checkpoint captures ``s``: not ``checkpoint: fresh`` in the spec, and of a kind that keeps
+    state in the service (a bare seed is a read-only mount a fork gets again)."""
+    spec = trial.environment.services.get(s.name)
+    return (spec is None or spec.captured) and s.recipe.checkpoint_path is not no_checkpoint
+
+
 def _owned(trial: Stack, infos: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a stack that is not forge's, or that another live process owns."""
     if not infos:
@@ -156,9 +172,14 @@ def capture(
     served = compose.served(found=infos)
     containers = {svc: str(found[0].get("Id")) for svc, found in served.items() if found}
     images = {svc: str(found[0].get("Image")) for svc, found in served.items() if found}
-    services = [s for s in _services(project, trial, timeouts) if s.name in containers]
+    services = [
+        s for s in _services(project, trial, timeouts) if s.name in containers and _captured(trial, s)
+    ]
     if not services:
-        raise CheckpointError(f"stack {trial.name} has no running reset service to checkpoint")
+        raise CheckpointError(
+            f"stack {trial.name} has no running service to capture (a reset service whose kind keeps state "
+            "in it, without `checkpoint: fresh`)"
+        )
     cid = ckstore.new_id()
     run_id = next((r for i in infos if (r := lab.of_inspect(i).get(lab.RUN))), None)
     others = [c for svc, c in containers.items() if svc not in {s.name for s in services}]
@@ -212,6 +233,7 @@ def capture(
                 "project": project.name,
                 "stack_services": sorted(trial.environment.services),
                 "services": captured,
+                "fresh": sorted(set(trial.environment.services) - set(captured)),  # forks start these anew
                 "images": images,
                 "created": ckstore.now(),
                 "paused_seconds": round(paused_s, 3),

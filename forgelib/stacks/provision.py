@@ -275,7 +275,9 @@ class _Provisioning:
         # A service restored from a golden holds its seeded state before it starts: it needs no recipe, so
         # it comes up with the rest (one `up` when nothing else needs a recipe) and only what does goes first.
         normal = [b for b in bindings if self.steps.needs_recipe(b.service)]
-        first = _closure([b.service for b in normal], services)
+        # Started seeded, yet prepared before any dependent starts (a warm stack from a checkpoint).
+        early = [b for b in bindings if b not in normal and self.steps.starts_first(b.service)]
+        first = _closure([b.service for b in [*normal, *early]], services)
 
         def context(b: _Binding) -> ApplyContext:
             svc = services.get(b.service) or ServiceConfig(b.service)
@@ -299,8 +301,10 @@ class _Provisioning:
                 ctx = _apply(b, compose, svc, self.ctx.timeouts, self.ctx.cache.seeds)
                 contexts.append(ctx)
             self.steps.applied(b, ctx, _restart(compose, b.service), self._phase)
+
         # Before any dependent starts (warm: the template/pristine copy is the seeded state alone).
-        prepared = self.steps.seeded(list(zip(normal, contexts, strict=True)), self._phase)
+        applied = [*zip(normal, contexts, strict=True), *((b, context(b)) for b in early)]
+        prepared = self.steps.seeded(applied, self._phase)
         rest = [s for s in services if s not in first]
         if rest or not first:
             with self._phase("up_rest", None):
@@ -490,11 +494,17 @@ class FreshSteps:
                 out[b.service] = p
         return out
 
+    def starts_first(self, service: str) -> bool:
+        """Whether ``service``, which needs no recipe, still comes up with the seeded services and goes to
+        ``seeded`` with them, before any dependent starts (a warm stack from a checkpoint)."""
+        return False
+
     def applied(self, b: _Binding, ctx: ApplyContext, restart: Callable[[], None], phase: PhaseTimer) -> None:
         """Right after ``b``'s recipe applied its seed (``restart``: start the service again)."""
 
     def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
-        """Every recipe ran, no dependent started yet: what the stack keeps for in-place resets."""
+        """Every recipe ran, no dependent started yet: what the stack keeps for in-place resets. ``applied``:
+        each seeded service (its recipe ran, or it ``starts_first``) with its context."""
         return ()
 
     def up_failed(self, compose: ComposeProject, services: Sequence[str], error: ProvisionError) -> None:
@@ -528,7 +538,7 @@ class WarmSteps(FreshSteps):
         if not applied:
             return ()
         with phase("warm_prepare", None):
-            return tuple(_prepare(b, ctx) for b, ctx in applied)
+            return tuple(prepare_seed(b, ctx) for b, ctx in applied)
 
 
 @dataclass
@@ -670,10 +680,11 @@ def _apply(
     return ctx
 
 
-def _prepare(b: _Binding, ctx: ApplyContext) -> PreparedSeed:
-    """The warm preparation and the baseline fingerprint, right after the seed went in."""
+def prepare_seed(b: _Binding, ctx: ApplyContext, *, live: bool = False) -> PreparedSeed:
+    """The warm preparation and the baseline fingerprint, right after the seed went in; ``live``: of the
+    state the service started with (a checkpoint's: ``Recipe.checkpoint_prepare``), not of its seed."""
     try:
-        prepared = b.recipe.prepare(ctx)
+        prepared = b.recipe.checkpoint_prepare(ctx) if live else b.recipe.prepare(ctx)
         return PreparedSeed(b.recipe, ctx, prepared, b.recipe.fingerprint(ctx))
     except RecipeError as e:
         raise ProvisionError(

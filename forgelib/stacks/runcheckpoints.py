@@ -3,7 +3,8 @@
 ``take`` checkpoints the task's setup stack (``stacks.checkpoints.capture``) with the run's labels on its
 manifest (``snapshots.checkpoints.run_scoped``: the run's own, so ``forge reap`` removes it once the run's
 process is gone); ``steps`` gives the fresh pipeline's steps of a trial that forks it (loaded and verified
-once per run, each fork's images and fingerprints checked as every fork's are); ``finish`` removes every
+once per run, each fork's images and fingerprints checked as every fork's are), ``warm_steps`` a warm stack's
+that starts from it and is reset to it (``stacks.warm.checkpoint``); ``finish`` removes every
 one the run took, as the run ends (interrupted or not).
 """
 
@@ -18,6 +19,7 @@ from forgelib.stacks.provision import StackContext
 from forgelib.stacks.snapshots import checkpoints as ckstore
 from forgelib.stacks.snapshots.checkpoints import Checkpoint
 from forgelib.stacks.stack import Stack
+from forgelib.stacks.warm.checkpoint import CheckpointWarmSteps
 
 
 @dataclass
@@ -36,11 +38,19 @@ class RunCheckpoints:
 
     def steps(self, ctx: StackContext, checkpoint_id: str) -> CheckpointSteps:
         """A fork's steps: each captured service on its checkpoint image, its fingerprint checked."""
+        return CheckpointSteps(self._load(ctx, checkpoint_id), ctx.runner, ctx.timeouts)
+
+    def warm_steps(self, ctx: StackContext, checkpoint_id: str) -> CheckpointWarmSteps:
+        """A warm stack's steps from the checkpoint: a fork's, each captured service then prepared for
+        in-place resets to the checkpoint's state (``stacks.warm.checkpoint``)."""
+        return CheckpointWarmSteps(self._load(ctx, checkpoint_id), ctx.runner, ctx.timeouts)
+
+    def _load(self, ctx: StackContext, checkpoint_id: str) -> Checkpoint:
         with self.lock:
             ck = self.taken.get(checkpoint_id)
         if ck is None:  # not this run's: verified as any other checkpoint is
             ck = ckstore.load(ctx.runner, checkpoint_id, ctx.timeouts.command)
-        return CheckpointSteps(ck, ctx.runner, ctx.timeouts)
+        return ck
 
     def finish(self, ctx: StackContext) -> None:
         """Remove every checkpoint taken here; what could not be removed, raised once all were tried."""

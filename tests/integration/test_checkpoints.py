@@ -10,6 +10,7 @@ One source stack serves the whole cache-pack proof: CI's time."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -26,7 +27,7 @@ from benchmarks.checkpoint_pack import checkpointable_cache_pack
 from forgelib import stacks
 from forgelib.docker import labels as lab
 from forgelib.runner import SubprocessRunner
-from forgelib.spec.models import Project, SeedKind, Task
+from forgelib.spec.models import Checkpointing, Project, SeedKind, Task
 from forgelib.stacks import checkpoints
 from forgelib.stacks.provision import DEFAULT_TASK
 from forgelib.stacks.snapshots import checkpoints as ckstore
@@ -289,6 +290,44 @@ def test_a_stack_that_is_not_forges_is_refused(
     other = {**labels, lab.OWNER_PID: "1", lab.OWNER_START_TIME: lab.pid_start_time(1) or "?"}
     with pytest.raises(ckstore.CheckpointError, match="another running forge process"):
         checkpoints._owned(source, [{**infos[0], "Config": {**infos[0]["Config"], "Labels": other}}])
+
+
+def test_a_reset_service_marked_fresh_is_not_captured_and_a_fork_seeds_it_anew(
+    tmp_path: Path, runner: SubprocessRunner
+) -> None:
+    name = f"ck{secrets.token_hex(3)}"
+    project = _project(tmp_path, name)
+    env = project.environment
+    services = {
+        **env.services,
+        "cache": dataclasses.replace(env.services["cache"], checkpoint=Checkpointing.FRESH),
+    }
+    project = dataclasses.replace(project, environment=dataclasses.replace(env, services=services))
+    with stacks.open(project, scope="stack", timeouts=TIMEOUTS, signals=False) as opened:
+        source = _source(opened, tmp_path)
+        seeded_keys = _sh(source, "cache", "redis-cli --scan | sort")
+        _sh(source, "db", "psql -U postgres -Atc \"insert into t values ('changed')\"")
+        _sh(source, "cache", "redis-cli SET changed yes")
+        _sh(source, "ws", "echo changed > /workspace/changed.txt")
+        ck = checkpoints.checkpoint(opened, source)
+        try:
+            assert sorted(ck.services) == ["db", "ws"]  # cache said fresh, app is ephemeral
+            assert ck.manifest["fresh"] == ["app", "cache"]
+            [fork] = checkpoints.fork(opened, ck.id, 1, trial_dir=tmp_path / "forks")
+            assert fork.snapshots == {
+                "db": {"outcome": "forked", "checkpoint": ck.id},
+                "ws": {"outcome": "forked", "checkpoint": ck.id},
+            }
+            # the captured services at the source's state, the fresh one at its seed
+            assert _sh(fork, "db", "psql -U postgres -Atc 'select v from t order by v'") == "changed\nseeded"
+            assert _sh(fork, "ws", "cat /workspace/changed.txt") == "changed"
+            assert seeded_keys and "changed" in _sh(source, "cache", "redis-cli --scan").split()
+            assert _sh(fork, "cache", "redis-cli --scan | sort") == seeded_keys
+        finally:
+            ckstore.remove(runner, ck.id, 120)
+    assert not opened.left
+    left = lab.resources_with_labels(runner, {lab.MANAGED: "true"})
+    assert not [n for kind in left.values() for n in kind if name in n], left
 
 
 # A process that provisions the stack of `_project` and checkpoints it; its capture holds once the first

@@ -4,8 +4,10 @@ A slow setup (it sleeps, then writes a row to postgres and a file to a seeded vo
 trials: it counts its runs in a host directory, and every trial's checks read its row and its file, and
 only its own writes beside them (the forks are independent). A failing setup fails every trial of its task
 with its reason and output, while another task runs. A run killed -9 after its checkpoint was taken leaves
-the checkpoint to `forge reap --run`. Nothing of any run is left on the engine afterwards: no container,
-network, volume, nor a checkpoint image.
+the checkpoint to `forge reap --run`. On warm stacks (postgres, redis and a tree), one stack serves the
+trials one after the other: a hostile oracle records what it sees first, then vandalises rows, tables,
+roles, keys and files, and every trial's first observation is the setup's end state. Nothing of any run is
+left on the engine afterwards: no container, network, volume, nor a checkpoint image.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "setup_project"
 SETUP = PROJECT / "run_configs" / "setup.yaml"
 BROKEN = PROJECT / "run_configs" / "broken.yaml"
+WARM = PROJECT / "run_configs" / "warm.yaml"
 
 
 @pytest.fixture
@@ -123,6 +126,40 @@ def test_a_failing_setup_fails_its_trials_with_its_reason_and_the_run_goes_on(
     # the failed setup's stack logs were kept, and its stack went
     assert (run_dir / "setups" / "broken_setup" / "services" / "runner.log").is_file()
     nothing_left(runner, run_dir.name, None)
+
+
+def test_warm_stacks_start_from_the_setup_and_every_reuse_is_reset_to_it(
+    tmp_path: Path, marker: Path, runner: SubprocessRunner
+) -> None:
+    rc, run_dir = forge_run(WARM, tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    setup = summary["setups"]["warm_setup"]
+    assert rc == 0, summary["trials"]
+    assert (marker / "setup.log").read_text().splitlines() == ["setup ran"]
+    state = (marker / "setup-state.txt").read_text()
+    # the setup's row, key and files are in what it saw (the observation is not vacuous)
+    assert "baseline,prepared" in state and "setup:key string" in state
+    assert "prepared.txt 644 root 9" in state and "sub/nested.txt 640 root 7" in state
+    trials = _trials(run_dir, "warm_setup")
+    assert len(trials) == 4
+    stacks = [trial["stack"] for trial, _ in trials]
+    assert {s["mode"] for s in stacks} == {"warm"}
+    # one stack, reused by every trial after the first, none replaced: each reuse was reset and proven
+    # clean against the checkpoint's fingerprints
+    assert len({s["name"] for s in stacks}) == 1, stacks
+    assert [s["reuse"] for s in stacks] == [0, 1, 2, 3] and not any(s["replaced"] for s in stacks)
+    for trial, grade in trials:
+        assert trial["status"] == "passed", grade["reasons"]
+        assert {svc: rec["checkpoint"] for svc, rec in trial["snapshots"].items()} == {
+            "app-db": setup["checkpoint"],
+            "cache": setup["checkpoint"],
+            "runner": setup["checkpoint"],
+        }
+    seen = sorted(marker.glob("trial-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
+    assert len(seen) == 4
+    for path in seen:  # every trial first saw exactly the setup's end state, whatever the one before did
+        assert path.read_text() == state, path.name
+    nothing_left(runner, run_dir.name, setup["checkpoint"])
 
 
 def test_a_run_killed_after_its_checkpoint_leaves_it_to_forge_reap(

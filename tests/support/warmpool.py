@@ -72,6 +72,7 @@ class PoolHarness:
     ) -> None:
         self.clock = Clock()
         self.provisioned: list[str] = []  # stack names, in the order their provisioning started
+        self.steps: dict[str, Any] = {}  # stack name -> the provisioning steps it came up with
         self.handed: list[Stack] = []  # what `waits` got when it did not wait
         self.fake = FakeRunner()
         self.fake.expect("docker", "compose")  # `down` of a torn-down stack
@@ -90,6 +91,7 @@ class PoolHarness:
         def provision_stack(ctx: Any, spec: Any, steps: Any, *, on_phase: Any = None) -> Stack:
             with lock:
                 self.provisioned.append(spec.name)
+                self.steps[spec.name] = steps
             gate = self._gate
             if gate is not None:  # only a held provision counts for `acquire_in_background`
                 self._entered.release()
@@ -150,14 +152,21 @@ class PoolHarness:
             return False
         return looks.pop(0) if looks else True
 
-    def acquire(self, t: Task | None = None, *, looks: int = 20, trial_dir: Path = Path("/t")) -> Stack:
+    def acquire(
+        self,
+        t: Task | None = None,
+        *,
+        looks: int = 20,
+        trial_dir: Path = Path("/t"),
+        start: pool_mod.StartFrom | None = None,
+    ) -> Stack:
         """A stack (a trial in ``trial_dir``: one under ``<run>/trials/`` lets the pool keep spares); a
         trial still waiting at the pool's ``looks``-th look (~0.5 s each) ends ``Interrupted`` (a test never
         hangs on a wait it did not expect)."""
         me = threading.get_ident()
         self._looks[me] = [False] * (looks - 1)
         try:
-            return self.pool.acquire(t or task(), run_id="r", trial_dir=trial_dir)
+            return self.pool.acquire(t or task(), run_id="r", trial_dir=trial_dir, start=start)
         finally:
             del self._looks[me]
 

@@ -144,9 +144,17 @@ class Stack:
         starts = [c.argv[2:] for c in self.fake.calls if c.argv[:2] == ("docker", "start")]
         return [[i.removeprefix("id-") for i in ids] for ids in starts]
 
-    def provision(self, *, snapshots: bool = False, on_phase: prov.PhaseCallback | None = None) -> prov.Stack:
+    def provision(
+        self,
+        *,
+        snapshots: bool = False,
+        on_phase: prov.PhaseCallback | None = None,
+        steps: prov.FreshSteps | None = None,
+    ) -> prov.Stack:
         ctx = prov.StackContext(self.project, T, self.fake, self.cache, goldens=snapshots)
         trial = prov.TrialSpec(self.task, "r1", 0, self.trial_dir, on_phase=on_phase)
+        if steps is not None:
+            return prov.provision_stack(ctx, trial.stack(ctx), steps, on_phase=on_phase)
         return prov.provision_trial(ctx, trial)
 
     def verbs(self) -> list[str]:
@@ -234,6 +242,39 @@ def test_order_is_config_up_seeded_closure_seed_then_the_rest(tmp_path: Path) ->
     assert "volumes" not in override["services"]["runner"]
     compose_calls = [c for c in s.fake.calls if c.argv[:2] == ("docker", "compose")]
     assert all(c.env.get("FORGE_IMAGE_POSTGRES") == "forgelib/postgres:15" for c in compose_calls)
+
+
+class _FromCheckpoint(prov.FreshSteps):
+    """A warm stack's steps from a checkpoint holding app-db: no recipe, yet up first and prepared."""
+
+    def __init__(self) -> None:
+        self.seeded_with: list[str] = []
+
+    def needs_recipe(self, service: str) -> bool:
+        return service != "app-db"
+
+    def starts_first(self, service: str) -> bool:
+        return service == "app-db"
+
+    def seeded(self, applied: Any, phase: prov.PhaseTimer) -> tuple[Any, ...]:
+        self.seeded_with = [b.service for b, _ in applied]
+        return ()
+
+
+def test_a_service_that_starts_first_comes_up_alone_without_a_recipe_and_is_prepared_before_the_rest(
+    tmp_path: Path,
+) -> None:
+    s = pg_stack(tmp_path)
+    s.expect_config()
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
+    steps = _FromCheckpoint()
+    phases: list[str] = []
+    s.provision(steps=steps, on_phase=lambda name, secs: phases.append(name))
+    assert not [c for c in s.fake.calls if "psql" in c.argv]  # no recipe: it started at its state
+    assert s.started()[0] == ["app-db"]  # before its dependents, as a seeded service
+    assert sorted(x for ids in s.started()[1:] for x in ids) == ["runner", "widgets-api"]
+    assert steps.seeded_with == ["app-db"] and phases == ["compose_config", "up_seeded", "up_rest"]
 
 
 def test_image_volumes_already_mounted_by_the_service_are_left_alone() -> None:

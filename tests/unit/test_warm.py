@@ -15,8 +15,10 @@ from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
+from forgelib.stacks.provision import WarmSteps
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import _ephemeral_plan, environment_key
+from forgelib.stacks.warm import pool as pool_mod
 from tests.support.warmpool import PoolHarness, decision, task
 
 
@@ -127,6 +129,25 @@ def test_an_idle_stack_of_the_environment_is_reused_before_anything_is_provision
     other = h.acquire(task("cache"))  # another environment: its own stack, the idle one stays
     assert decision(other) == "first" and other.name != first.name
     assert h.pool.names() == sorted([first.name, other.name]) and h.downs() == []
+
+
+def test_stacks_from_a_checkpoint_come_up_with_its_steps_and_are_kept_apart_from_the_seeds_stacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch)
+    steps = object()
+    start = pool_mod.StartFrom("ck-1", lambda: steps)
+    forked = h.acquire(start=start)
+    assert h.steps[forked.name] is steps
+    h.hold(forked, 1.0)
+    seeded = h.acquire()  # the same environment from its seeds: never the checkpoint's stack
+    assert seeded.name != forked.name and isinstance(h.steps[seeded.name], WarmSteps)
+    h.hold(seeded, 1.0)
+    other = h.acquire(start=pool_mod.StartFrom("ck-2", lambda: steps))
+    assert other.name not in (forked.name, seeded.name)
+    h.hold(other, 1.0)
+    again = h.acquire(start=start)
+    assert again.name == forked.name and decision(again) == "reuse"
 
 
 def test_a_busy_environment_waits_for_a_release_until_a_provision_would_have_been_faster(
@@ -276,6 +297,29 @@ def test_a_stack_whose_reset_fails_is_torn_down_never_handed_out_and_the_next_tr
     h.settle()
     later = h.acquire()  # said once: the record is the next trial's only
     assert later.name == again.name and decision(later) == "reuse" and later.source["replaced"] is None
+
+
+def test_a_stack_from_a_checkpoint_not_proven_clean_is_replaced_by_a_new_fork_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _harness(monkeypatch, trials=4)
+    made: list[object] = []
+
+    def steps() -> Any:
+        made.append(object())
+        return made[-1]
+
+    start = pool_mod.StartFrom("ck-1", steps)
+    first = h.acquire(start=start)
+    h.fail_reset(first.name, "seeded_rows differ from the stack's first state")
+    h.hold(first, 1.0)
+    h.settle()
+    assert h.downs() == [first.name] and h.pool.names() == []
+    again = h.acquire(start=start)
+    assert again.name != first.name and decision(again) == "first"
+    assert again.source["replaced"] == f"{first.name}: seeded_rows differ from the stack's first state"
+    # each stack came up with steps of its own from the same checkpoint
+    assert [h.steps[first.name], h.steps[again.name]] == made and len(made) == 2
 
 
 def test_a_trial_asking_while_the_stack_is_still_being_reset_waits_for_that_reset(

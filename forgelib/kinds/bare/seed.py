@@ -73,6 +73,7 @@ SUPPORTS_GOLDEN = False
 checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the service's to capture
 checkpoint_settle = no_settle
 checkpoint_restore = no_checkpoint_restore  # restored through the checkpoint's image
+checkpoint_prepare = prepare  # nothing to prepare: a read-only mount
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 

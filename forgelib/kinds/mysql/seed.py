@@ -341,6 +341,7 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 checkpoint_settle = no_settle  # each fork's InnoDB replays its redo log as it starts
 checkpoint_restore = no_checkpoint_restore  # restored through the checkpoint's image
+checkpoint_prepare = prepare  # the pristine copy is of the live data directory: the checkpoint's
 
 
 seed_mount = no_mount  # it works in the running container: no extra mount

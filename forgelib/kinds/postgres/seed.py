@@ -614,3 +614,6 @@ def checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
         return False
     _wait_for_server(ctx)
     return True
+
+
+checkpoint_prepare = prepare  # both strategies copy the live state (data directory, database)

@@ -328,6 +328,19 @@ def prepare(ctx: ApplyContext) -> Prepared:
         raise ctx.fail("prepare", f"{type(e).__name__}: {e}") from e
 
 
+def checkpoint_prepare(ctx: ApplyContext) -> Prepared:
+    """``prepare``: it holds the live keyspace already. One too large to hold would be reset from the seed,
+    not the checkpoint: refused, so the stack is never handed out at the wrong state."""
+    p = prepare(ctx)
+    if p.keyspace is None:
+        raise ctx.fail(
+            "prepare",
+            f"its keyspace is larger than {MAX_DUMP_BYTES} bytes, too large to hold for an in-place reset "
+            "to the checkpoint; run this task with `stacks: fresh`",
+        )
+    return p
+
+
 def reset(ctx: ApplyContext, prepared: object) -> None:
     assert isinstance(prepared, Prepared)
     p = prepared

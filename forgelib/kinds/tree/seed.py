@@ -12,6 +12,7 @@ import posixpath
 import stat
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from forgelib.docker.resolved import ServiceConfig
@@ -190,6 +191,8 @@ _NO_TAR = 86
 _RESET_TAR_SH = (
     f'command -v tar >/dev/null || exit {_NO_TAR}; {_RESET_SH} && tar -x -f - -C "$1" && shift 3 && exec "$@"'
 )
+# A checkpoint's tree, captured for its resets: every entry below the target, numeric owners kept.
+_CAPTURE_SH = f'command -v tar >/dev/null || exit {_NO_TAR}; exec tar -c -f - --numeric-owner -C "$1" .'
 
 
 def prepare(ctx: ApplyContext) -> tuple[str, str]:
@@ -205,7 +208,48 @@ def prepare(ctx: ApplyContext) -> tuple[str, str]:
     return mode, owner
 
 
+@dataclass(frozen=True)
+class Captured:
+    """A tree started from a checkpoint (``checkpoint_prepare``): the target's mode and owner, its entries
+    as a tar made in the service (owners, modes, link targets kept) and its listing, both held on the host.
+    A reset puts exactly these back, not the seed."""
+
+    mode: str
+    owner: str
+    tar: bytes
+    listing: Listing
+
+
+def checkpoint_prepare(ctx: ApplyContext) -> Captured:
+    """The target as the service holds it now (a checkpoint's state), for ``reset`` to put back: one
+    ``tar -c`` in the service, read to the host (nothing of it stays in the service), and its listing."""
+    mode, owner = prepare(ctx)
+    target = target_dir(ctx).rstrip("/")
+    t = ctx.timeouts.recipe
+    with tempfile.TemporaryDirectory(prefix="forge-tree-") as tmp:
+        out = Path(tmp) / "live.tar"
+        argv = ["sh", "-c", _CAPTURE_SH, "forge-capture", target]
+        r = ctx.compose.exec(ctx.service, argv, timeout=t, check=False, stdout_path=out)
+        if r.rc == _NO_TAR:
+            raise ctx.fail(
+                "prepare",
+                f"the service's image has no tar, so {target} cannot be reset in place to a checkpoint; "
+                "run this task with `stacks: fresh`",
+            )
+        if r.rc != 0:
+            raise ctx.fail("prepare", f"could not capture {target}: {r.stderr.strip() or r.rc}")
+        data = out.read_bytes()
+    try:
+        listing = parse_listing(ctx.compose.exec(ctx.service, listing_argv(target), timeout=t).stdout, target)
+    except CommandError as e:
+        raise ctx.fail("prepare", f"could not list {target}: {e}") from e
+    return Captured(mode, owner, data, listing)
+
+
 def reset(ctx: ApplyContext, prepared: object) -> None:
+    if isinstance(prepared, Captured):
+        _reset_captured(ctx, prepared)
+        return
     assert isinstance(prepared, tuple)
     mode, owner = prepared
     target = target_dir(ctx).rstrip("/")
@@ -224,6 +268,23 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
     except CommandError as e:
         raise ctx.fail("wipe", f"could not empty {target}: {e}") from e
     _copy_and_verify(ctx, target)
+
+
+def _reset_captured(ctx: ApplyContext, c: Captured) -> None:
+    """Empty the target, extract the captured tar into it, and verify every entry and file hash against
+    the captured listing: one exec, as the seed's reset."""
+    target = target_dir(ctx).rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="forge-tree-") as tmp:
+        tar = Path(tmp) / "captured.tar"
+        tar.write_bytes(c.tar)
+        argv = ["sh", "-c", _RESET_TAR_SH, "forge-reset", target, c.mode, c.owner, *listing_argv(target)]
+        r = ctx.compose.exec(ctx.service, argv, stdin=tar, timeout=ctx.timeouts.recipe, check=False)
+    if r.rc != 0:
+        said = r.stderr.strip() or r.rc
+        raise ctx.fail("wipe", f"could not put the checkpoint's tree back in {target}: {said}")
+    problems = compare(c.listing, parse_listing(r.stdout, target))
+    if problems:
+        raise ctx.fail("verify", f"{target} does not match the checkpoint's: {problems}")
 
 
 def fingerprint(ctx: ApplyContext) -> Fingerprint:

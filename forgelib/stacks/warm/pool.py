@@ -57,6 +57,7 @@ from forgelib.stacks.budget import WAITING_CPU, Admission, Workload, spares_want
 from forgelib.stacks.live import LiveStacks
 from forgelib.stacks.provision import (
     FAILURE_FILE,
+    FreshSteps,
     PhaseCallback,
     StackContext,
     StackPlan,
@@ -75,6 +76,16 @@ CLOSE_AT_ONCE = 8  # warm stacks torn down at once at the run's end
 
 class DirtyStack(ForgeError):
     """A warm stack could not be proven clean (reset error or fingerprint difference)."""
+
+
+@dataclass(frozen=True)
+class StartFrom:
+    """Where a warm stack's reset services start and are reset to when not their seeds: a checkpoint (its
+    id, part of the stacks' key) and the provisioning steps that start a stack there
+    (``stacks.warm.checkpoint.CheckpointWarmSteps``)."""
+
+    checkpoint: str
+    steps: Callable[[], FreshSteps]
 
 
 @dataclass
@@ -182,7 +193,7 @@ class WarmPool:
         # environment goes to the first of them, so a trial never waits behind one that asked later
         self._queue: dict[str, list[object]] = {}
         # What a spare of an environment is provisioned for: the last trial's (task, run id, run directory).
-        self._spare_for: dict[str, tuple[Task, str, Path]] = {}
+        self._spare_for: dict[str, tuple[Task, str, Path, StartFrom | None]] = {}
         self._spares: list[threading.Thread] = []  # spare provisions under way
         self._closing = False
         self._drained = False  # ``no_more``: only reruns may still ask
@@ -200,18 +211,21 @@ class WarmPool:
         run_id: str,
         trial_dir: Path,
         on_phase: PhaseCallback | None = None,
+        start: StartFrom | None = None,
     ) -> Stack:
         """A clean stack of ``task``'s environment: an idle one reset, verified and with its ephemeral
         services recreated, else (none idle, or it could not be proven clean) a freshly provisioned one.
-        Raises ``ProvisionError`` like ``provision_trial`` (nothing left behind)."""
+        ``start``: its reset services start from (and are reset to) a checkpoint, not their seeds; such
+        stacks are kept apart from the environment's others. Raises ``ProvisionError`` like
+        ``provision_trial`` (nothing left behind)."""
         env = task.environment
-        key = environment_key(env)
+        key = environment_key(env) + (f"@{start.checkpoint}" if start is not None else "")
         asked = time.monotonic()
         note: dict[str, Any] = {"asked_at": round(time.time(), 3)}
         root = _spare_root(trial_dir)
         with self._cond:
             if root is not None:
-                self._spare_for[key] = (task, run_id, root)
+                self._spare_for[key] = (task, run_id, root, start)
         stack, evict = self._take(key, note)
         with self._cond:  # after the wait: a reset that failed meanwhile is why this trial gets a new stack
             replaced = "; ".join(self._replaced.pop(key, [])) or None
@@ -229,7 +243,7 @@ class WarmPool:
         if evict is not None:
             self._destroy(evict)
         if stack is not None and stack.dirty and not self._reset_late(stack, on_phase, queued):
-            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
+            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase, start=start)
         if stack is not None:  # reset and verified when it was given back (or a spare, never used)
             if stack.reset:
                 note["reset_ahead"] = round(stack.reset.get("seconds", 0.0), 3)
@@ -242,7 +256,7 @@ class WarmPool:
             return handle
         t0 = time.monotonic()
         try:
-            stack = self._provision(task, env, key, run_id, trial_dir, on_phase)
+            stack = self._provision(task, env, key, run_id, trial_dir, on_phase, start=start)
             with self._cond:
                 self._provision_s.setdefault(key, []).append(time.monotonic() - t0)
         except ProvisionError as e:
@@ -264,7 +278,7 @@ class WarmPool:
                 self._holding_changed()
                 self._cond.notify_all()
         if again or stack is None:
-            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase)
+            return self.acquire(task, run_id=run_id, trial_dir=trial_dir, on_phase=on_phase, start=start)
         if self.admission is not None:
             self.admission.measure(key, self.runner, stack.name, timeout=self.timeouts.command)
         timings = {**queued, **stack.trial.timings}
@@ -470,8 +484,10 @@ class WarmPool:
         on_phase: PhaseCallback | None,
         *,
         spare_root: Path | None = None,
+        start: StartFrom | None = None,
     ) -> PooledStack:
-        """A new stack; ``trial_dir`` None: a spare's, its files under ``spare_root/<name>``."""
+        """A new stack; ``trial_dir`` None: a spare's, its files under ``spare_root/<name>``; ``start``: from
+        a checkpoint (``acquire``)."""
         with self._lock:
             n = self._count
             self._count += 1
@@ -487,8 +503,9 @@ class WarmPool:
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
+        steps = start.steps() if start is not None else WarmSteps()
         with place as waited:
-            trial = provision_stack(self.ctx, spec, WarmSteps(), on_phase=on_phase)
+            trial = provision_stack(self.ctx, spec, steps, on_phase=on_phase)
         if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
             trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in trial.resolved.services.values()]
@@ -544,7 +561,7 @@ class WarmPool:
                 if differ:
                     raise DirtyStack(
                         f"service {p.ctx.service!r} changed beyond its reset's reach ({', '.join(differ)} "
-                        "differ from the first seeding)"
+                        "differ from the stack's first state: its seeding, or the checkpoint it started from)"
                     )
 
         if on_phase is not None or not stack.ephemerals.services or not stack.trial.prepared:
@@ -749,7 +766,7 @@ class WarmPool:
             if total < self.workers:
                 return
             cores = self.workload.cores if self.workload is not None else 1
-            for key, (task, run_id, root) in list(self._spare_for.items()):
+            for key, (task, run_id, root, start) in list(self._spare_for.items()):
                 if sum(self._provisioning.values()) >= cores:
                     return
                 if self._extra(key) >= self._spares_wanted(key):
@@ -759,17 +776,22 @@ class WarmPool:
                 self._provisioning[key] = self._provisioning.get(key, 0) + 1
                 self._holding_changed()
                 job = threading.Thread(
-                    target=self._spare, args=(task, key, run_id, root), name="forge-warm-spare", daemon=True
+                    target=self._spare,
+                    args=(task, key, run_id, root, start),
+                    name="forge-warm-spare",
+                    daemon=True,
                 )
                 self._spares.append(job)
                 job.start()
                 total += 1
 
-    def _spare(self, task: Task, key: str, run_id: str, root: Path) -> None:
+    def _spare(self, task: Task, key: str, run_id: str, root: Path, start: StartFrom | None) -> None:
         t0 = time.monotonic()
         stack: PooledStack | None = None
         try:
-            stack = self._provision(task, task.environment, key, run_id, None, None, spare_root=root)
+            stack = self._provision(
+                task, task.environment, key, run_id, None, None, spare_root=root, start=start
+            )
         except (ForgeError, OSError) as e:  # provisioning cleaned up after itself; a trial grows instead
             if not self.stopping():
                 log.warning("spare warm stack not provisioned: %s", e)
