@@ -286,7 +286,8 @@ def _at(node: Any, path: tuple[str, ...]) -> Any:
 
 
 def schemas_text(folder: Path) -> dict[str, str]:
-    """schema name -> its file's text with every generated enum as the registry says."""
+    """schema name -> its file's text with every generated enum, and every kind's check type, as the
+    registry says."""
     out: dict[str, str] = {}
     for (name, path), values in schema_enums().items():
         text = out.get(name) or (folder / f"{name}.schema.json").read_text()
@@ -294,15 +295,32 @@ def schemas_text(folder: Path) -> dict[str, str]:
         if old != values:
             text = text.replace(json.dumps(old), json.dumps(values))
         out[name] = text
+    out["grading"] = check_fields_text(out.get("grading") or (folder / "grading.schema.json").read_text())
     return out
 
 
-def check_types_drift(folder: Path) -> list[str]:
+def check_fields_text(text: str) -> str:
+    """The grading schema's ``text`` with each kind's check type defined as the kind declares its fields
+    (``Kind.check_fields``): its ``$defs`` entry and its property of ``check``. Unchanged text when they
+    agree; else the file rewritten whole (a new kind's check type has no hand layout to keep)."""
+    from forgelib.kinds import CHECK_FIELDS
+
+    data = json.loads(text)
+    defs, props = data["$defs"], data["$defs"]["check"]["properties"]
+    changed = False
+    for name, fields in CHECK_FIELDS.items():
+        ref = {"$ref": f"#/$defs/{name}"}
+        if defs.get(name) != fields or props.get(name) != ref:
+            defs[name], props[name], changed = dict(fields), ref, True
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n" if changed else text
+
+
+def check_types_drift(grading: str) -> list[str]:
     """A check type the spec rules know (``file``, the kinds', ``http``, ``trace``) that the grading
-    schema's ``check`` does not define, or one it defines that no longer exists."""
+    schema's text ``grading`` does not define, or one it defines that no longer exists."""
     from forgelib.spec.rules import CHECK_TYPES
 
-    props = set(json.loads((folder / "grading.schema.json").read_text())["$defs"]["check"]["properties"])
+    props = set(json.loads(grading)["$defs"]["check"]["properties"])
     defined = props - {"name", "weight", "severity"}
     return sorted(defined ^ set(CHECK_TYPES))
 
@@ -328,16 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     docs = Path(__file__).resolve().parent.parent / "docs"
     schemas = docs.parent / "schemas"
-    drift = check_types_drift(schemas)
+    texts = schemas_text(schemas)
+    drift = check_types_drift(texts["grading"])
     if drift:
         print(
             f"schemas/grading.schema.json's check and the check types differ in {', '.join(drift)}: "
-            "give each kind's check type its property and $defs entry there (or remove a stale one)",
+            "declare a kind's check type's fields in its Kind.check_fields, or remove a stale one",
             file=sys.stderr,
         )
-    enums = {
-        n: t for n, t in schemas_text(schemas).items() if (schemas / f"{n}.schema.json").read_text() != t
-    }
+    enums = {n: t for n, t in texts.items() if (schemas / f"{n}.schema.json").read_text() != t}
     if "--check" in args:
         bad = stale(docs)
         for name in bad:
@@ -347,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         for name in enums:
             print(
-                f"schemas/{name}.schema.json's enums differ from the kinds' names; run `nox -s docs` "
-                "and commit it",
+                f"schemas/{name}.schema.json's enums or check types differ from the kinds'; "
+                "run `nox -s docs` and commit it",
                 file=sys.stderr,
             )
         return 1 if bad or enums or drift else 0

@@ -22,8 +22,9 @@ both take ``sql_dump``, ``sql`` and ``sql_query``): the service decides which, a
 refuses a seed that more than one server kind accepts bound to a service it cannot recognise. A new
 kind is a package here
 (``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules`` implement it)
-plus one line in ``KINDS``. The seed kinds, check types and tools the spec schemas list are generated
-from ``KINDS`` (``forgelib.docsgen``, whose ``--check`` lint runs).
+plus one line in ``KINDS``. The seed kinds, check types (with their fields, ``Kind.check_fields``) and
+tools the spec schemas list are generated from ``KINDS`` (``forgelib.docsgen``, whose ``--check`` lint
+runs).
 
 Import layers: ``kind``, ``toolschema`` and each package's ``__init__`` are pure declarations (the spec
 models read them); ``registry`` loads the implementations, which may use the spec models, compose and
@@ -31,6 +32,9 @@ the runner, but nothing above them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from forgelib.kinds import bare, mysql, postgres, redis, tree
 from forgelib.kinds.kind import Kind
@@ -43,5 +47,11 @@ SEED_KINDS: tuple[str, ...] = tuple(dict.fromkeys(s for k in KINDS for s in k.se
 DIRECTORY_SEEDS: frozenset[str] = frozenset(s for k in KINDS for s in k.directory_seeds)
 SHORTHAND: dict[str, str] = {suffix: s for k in KINDS for suffix, s in k.shorthand.items()}
 CHECK_TYPES: tuple[str, ...] = tuple(dict.fromkeys(c for k in KINDS for c in k.checks))
+# check type -> its fields' JSON Schema, from the first kind that declares them (written into
+# schemas/grading.schema.json by ``forgelib.docsgen``)
+CHECK_FIELDS: dict[str, Mapping[str, Any]] = {}
+for _kind in KINDS:
+    for _type, _fields in _kind.check_fields.items():
+        CHECK_FIELDS.setdefault(_type, _fields)
 
-__all__ = ["CHECK_TYPES", "DIRECTORY_SEEDS", "KINDS", "SEED_KINDS", "SHORTHAND", "Kind"]
+__all__ = ["CHECK_FIELDS", "CHECK_TYPES", "DIRECTORY_SEEDS", "KINDS", "SEED_KINDS", "SHORTHAND", "Kind"]

@@ -64,6 +64,9 @@ class Kind:
     port: int | None = None
     detect: Callable[[ServiceConfig], bool] | None = None  # fallback when no kind's image matched
     checks: Mapping[str, str] = field(default_factory=dict)
+    # check type -> the JSON Schema of its fields (its ``$defs`` entry in schemas/grading.schema.json, which
+    # ``forgelib.docsgen`` writes from here); a kind that observes a type another kind declares leaves it out
+    check_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tools: tuple[ToolSpec, ...] = ()
     tool_module: str | None = None
     client: str | None = None

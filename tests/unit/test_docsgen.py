@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
 
 from forgelib import docsgen
 from forgelib.run import lifecycle as lc
@@ -47,3 +52,40 @@ def test_the_spec_reference_shows_every_constraint_as_yaml_writes_it() -> None:
     assert "`True`" not in text and "`False`" not in text
     assert "keys: [name](#name)" in text  # a map's keys follow the name pattern
     assert "each: matches `^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`" in text  # run config profiles
+
+
+SCHEMAS = DOCS.parent / "schemas"
+
+
+def test_the_committed_grading_schema_defines_each_kinds_check_as_the_kind_declares() -> None:
+    text = (SCHEMAS / "grading.schema.json").read_text()
+    assert docsgen.check_fields_text(text) == text, "run `nox -s docs` (python -m forgelib.docsgen)"
+    assert docsgen.check_types_drift(text) == []
+
+
+def test_a_new_kinds_check_type_is_written_into_the_grading_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forgelib.kinds
+    from forgelib.kinds import toolschema as ts
+
+    mongo = ts.check({"service": {"type": "string"}, "find": {"type": "object"}}, ["service", "find"])
+    monkeypatch.setattr(forgelib.kinds, "CHECK_FIELDS", {**forgelib.kinds.CHECK_FIELDS, "mongo": mongo})
+    before = (SCHEMAS / "grading.schema.json").read_text()
+    after = json.loads(docsgen.check_fields_text(before))
+    assert after["$defs"]["mongo"] == mongo
+    assert after["$defs"]["check"]["properties"]["mongo"] == {"$ref": "#/$defs/mongo"}
+    # everything else as it was
+    del after["$defs"]["mongo"], after["$defs"]["check"]["properties"]["mongo"]
+    assert after == json.loads(before)
+    # a check of the new type now validates against the written schema, its fields enforced
+    schema = json.loads(docsgen.check_fields_text(before))
+    check = {"name": "found", "mongo": {"service": "db", "find": {}, "contains": "x"}}
+    defs_only = {"$defs": schema["$defs"], "$ref": "#/$defs/check"}
+    registry = Registry().with_resource(
+        "project.schema.json",
+        Resource.from_contents(json.loads((SCHEMAS / "project.schema.json").read_text())),
+    )
+    jsonschema.Draft202012Validator(defs_only, registry=registry).validate(check)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(defs_only, registry=registry).validate(
+            {"name": "found", "mongo": {"service": "db"}}
+        )

@@ -38,6 +38,13 @@ SQL_QUERY = ToolSpec(
     ),
 )
 
+NAME = {"type": "string", "minLength": 1}
+# The ``sql`` check's fields, shared by every SQL kind as the tool is.
+SQL_CHECK = ts.check(
+    {"service": NAME, "query": NAME, "user": NAME, "database": NAME},
+    ["service", "query"],
+)
+
 PORT = 5432  # the server's port unless the service says otherwise (``Kind.port``)
 
 KIND = Kind(
@@ -49,6 +56,7 @@ KIND = Kind(
     port=PORT,
     detect=_detect,
     checks={"sql": "check"},
+    check_fields={"sql": SQL_CHECK},
     tools=(SQL_QUERY,),
     tool_module="tool",
     client="client",

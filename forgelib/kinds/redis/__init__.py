@@ -35,6 +35,14 @@ REDIS_COMMAND = ToolSpec(
 
 PORT = 6379  # the server's port unless the service says otherwise (``Kind.port``)
 
+REDIS_CHECK = ts.check(
+    {
+        "service": {"type": "string", "minLength": 1},
+        "command": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    },
+    ["service", "command"],
+)
+
 KIND = Kind(
     name="redis",
     package=__name__,
@@ -44,6 +52,7 @@ KIND = Kind(
     port=PORT,
     detect=_detect,
     checks={"redis": "check"},
+    check_fields={"redis": REDIS_CHECK},
     tools=(REDIS_COMMAND,),
     tool_module="tool",
     client="client",
