@@ -56,6 +56,9 @@ class RedisParams:
             db=self.db if db is None else db,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=COMMAND_TIMEOUT,
+            # Fail at the first timeout: redis-py 8 retries a connection ten times, so a paused or hung
+            # server would hold a reset (or a test's client) for ten socket timeouts before it is replaced.
+            retry=redis_lib.retry.Retry(redis_lib.backoff.NoBackoff(), 0),
             single_connection_client=True,
             decode_responses=decode_responses,
         )
