@@ -269,11 +269,12 @@ def spec_doc() -> str:
 
 
 def schema_enums() -> dict[tuple[str, tuple[str, ...]], list[str]]:
-    from forgelib.kinds import SEED_KINDS
+    from forgelib.kinds import RESET_STRATEGIES, SEED_KINDS
     from forgelib.mcp.names import ALL_TOOLS
 
     return {
         ("project", ("$defs", "seed_kind")): list(SEED_KINDS),
+        ("project", ("$defs", "reset", "properties", "strategy")): list(RESET_STRATEGIES),
         ("task", ("properties", "tools", "items")): list(ALL_TOOLS),
         ("grading", ("$defs", "call", "properties", "tool")): list(ALL_TOOLS),
     }

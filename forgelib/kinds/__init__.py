@@ -22,9 +22,9 @@ both take ``sql_dump``, ``sql`` and ``sql_query``): the service decides which, a
 refuses a seed that more than one server kind accepts bound to a service it cannot recognise. A new
 kind is a package here
 (``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules`` implement it)
-plus one line in ``KINDS``. The seed kinds, check types (with their fields, ``Kind.check_fields``) and
-tools the spec schemas list are generated from ``KINDS`` (``forgelib.docsgen``, whose ``--check`` lint
-runs).
+plus one line in ``KINDS``. The seed kinds, reset strategies, check types (with their fields,
+``Kind.check_fields``) and tools the spec schemas list are generated from ``KINDS``
+(``forgelib.docsgen``, whose ``--check`` lint runs).
 
 Import layers: ``kind``, ``toolschema`` and each package's ``__init__`` are pure declarations (the spec
 models read them); ``registry`` loads the implementations, which may use the spec models, compose and
@@ -46,6 +46,7 @@ KINDS: tuple[Kind, ...] = (postgres.KIND, tree.KIND, redis.KIND, bare.KIND, mysq
 SEED_KINDS: tuple[str, ...] = tuple(dict.fromkeys(s for k in KINDS for s in k.seeds))
 DIRECTORY_SEEDS: frozenset[str] = frozenset(s for k in KINDS for s in k.directory_seeds)
 SHORTHAND: dict[str, str] = {suffix: s for k in KINDS for suffix, s in k.shorthand.items()}
+RESET_STRATEGIES: tuple[str, ...] = tuple(dict.fromkeys(["exact", *(s for k in KINDS for s in k.strategies)]))
 CHECK_TYPES: tuple[str, ...] = tuple(dict.fromkeys(c for k in KINDS for c in k.checks))
 # check type -> its fields' JSON Schema, from the first kind that declares them (written into
 # schemas/grading.schema.json by ``forgelib.docsgen``)
@@ -54,4 +55,13 @@ for _kind in KINDS:
     for _type, _fields in _kind.check_fields.items():
         CHECK_FIELDS.setdefault(_type, _fields)
 
-__all__ = ["CHECK_FIELDS", "CHECK_TYPES", "DIRECTORY_SEEDS", "KINDS", "SEED_KINDS", "SHORTHAND", "Kind"]
+__all__ = [
+    "CHECK_FIELDS",
+    "CHECK_TYPES",
+    "DIRECTORY_SEEDS",
+    "KINDS",
+    "RESET_STRATEGIES",
+    "SEED_KINDS",
+    "SHORTHAND",
+    "Kind",
+]

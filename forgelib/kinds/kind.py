@@ -63,6 +63,9 @@ class Kind:
     # offers no http:// URL for it).
     port: int | None = None
     detect: Callable[[ServiceConfig], bool] | None = None  # fallback when no kind's image matched
+    # The names a warm reset of its seeds may be asked for (``reset: {strategy: ...}``); ``exact`` is every
+    # kind's default and needs no entry. The spec's ``ResetStrategy`` and the schema's enum come from these.
+    strategies: tuple[str, ...] = ()
     checks: Mapping[str, str] = field(default_factory=dict)
     # check type -> the JSON Schema of its fields (its ``$defs`` entry in schemas/grading.schema.json, which
     # ``forgelib.docsgen`` writes from here); a kind that observes a type another kind declares leaves it out

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from forgelib.errors import SpecIssue
-from forgelib.kinds import SEED_KINDS
+from forgelib.kinds import RESET_STRATEGIES, SEED_KINDS
 from forgelib.mcp.names import DEFAULT_TOOLS
 
 # Kinds of seed: the names the kinds accept (``forgelib.kinds``), e.g. ``SeedKind.SQL_DUMP``.
@@ -38,12 +38,9 @@ class Seed:
     digest: str  # "sha256:<hex>", verified against the bytes at load
 
 
-class ResetStrategy(StrEnum):
-    """How a warm stack resets a sql_dump service (``reset: {strategy: ...}``; kinds/postgres/seed.py)."""
-
-    EXACT = "exact"  # the data directory restored from a pristine copy no trial can reach (default)
-    RESTART = "restart"  # another name for exact (which restarts the server in place where it can)
-    TEMPLATE = "template"  # a template database + ready copy inside the server: faster, visible to a trial
+# How a warm stack resets a seeded service (``reset: {strategy: ...}``): the names the kinds accept
+# (``Kind.strategies``; what each does: its kind's seed module), e.g. ``ResetStrategy.TEMPLATE``.
+ResetStrategy = StrEnum("ResetStrategy", {n.upper(): n for n in RESET_STRATEGIES})  # type: ignore[misc]
 
 
 class Checkpointing(StrEnum):
@@ -61,7 +58,7 @@ class ResetBinding:
 
     @property
     def strategy(self) -> ResetStrategy:
-        return ResetStrategy(self.options.get("strategy") or ResetStrategy.EXACT)
+        return ResetStrategy(self.options.get("strategy") or "exact")
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,14 @@ def test_a_new_kinds_check_type_is_written_into_the_grading_schema(monkeypatch: 
         jsonschema.Draft202012Validator(defs_only, registry=registry).validate(
             {"name": "found", "mongo": {"service": "db"}}
         )
+
+
+def test_the_committed_schemas_list_the_kinds_names() -> None:
+    """Seed kinds, reset strategies and tools in the schemas are the kinds' (``Kind.seeds``,
+    ``Kind.strategies``, ``Kind.tools``), and the spec's enums are built from the same lists."""
+    from forgelib.kinds import RESET_STRATEGIES
+    from forgelib.spec.models import ResetStrategy
+
+    for name, text in docsgen.schemas_text(SCHEMAS).items():
+        assert (SCHEMAS / f"{name}.schema.json").read_text() == text, f"run `nox -s docs`: {name}"
+    assert [s.value for s in ResetStrategy] == list(RESET_STRATEGIES) == ["exact", "restart", "template"]

@@ -30,6 +30,7 @@ KIND = Kind(
     images=("mysql", "mariadb", "percona"),
     port=PORT,
     detect=_detect,
+    strategies=("restart",),
     checks={"sql": "check"},
     tools=(SQL_QUERY,),
     tool_module="tool",

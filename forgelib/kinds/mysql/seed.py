@@ -56,8 +56,8 @@ else:  # loaded at first use (forgelib.clients says why)
     pymysql = deferred("pymysql")
 
 OPTIONS = frozenset({"user", "database", "strategy"})
-EXACT = ResetStrategy.EXACT
-STRATEGIES = (ResetStrategy.EXACT, ResetStrategy.RESTART)  # one strategy, under either name
+EXACT = ResetStrategy("exact")
+STRATEGIES = (EXACT, ResetStrategy("restart"))  # one strategy, under either name
 MARKER = "ibdata1"  # a file every MySQL/MariaDB data directory holds (the system tablespace)
 
 

@@ -55,6 +55,7 @@ KIND = Kind(
     images=("postgres", "postgis"),
     port=PORT,
     detect=_detect,
+    strategies=("restart", "template"),
     checks={"sql": "check"},
     check_fields={"sql": SQL_CHECK},
     tools=(SQL_QUERY,),

@@ -42,7 +42,7 @@ else:  # loaded at first use (forgelib.clients says why)
 
 OPTIONS = frozenset({"user", "database", "strategy"})
 # How a warm stack resets the service (the project's `reset: {strategy: ...}`; see the warm section).
-EXACT, RESTART, TEMPLATE = ResetStrategy.EXACT, ResetStrategy.RESTART, ResetStrategy.TEMPLATE
+EXACT, RESTART, TEMPLATE = ResetStrategy("exact"), ResetStrategy("restart"), ResetStrategy("template")
 
 
 def check(target: SeedTarget) -> None:
