@@ -365,16 +365,7 @@ def reset(ctx: ApplyContext, prepared: object) -> None:
                 _cmd(client, "FUNCTION", "RESTORE", p.functions)
         finally:
             client.close()
-        for db, records in p.keyspace.items():
-            c = p.params.client(db=db)
-            try:
-                pipe = c.pipeline(transaction=False)
-                for key, payload, expires in records:
-                    args = ["RESTORE", key, expires, payload, "REPLACE"]
-                    _cmd(pipe, *args, *(["ABSTTL"] if expires else []))
-                pipe.execute()
-            finally:
-                c.close()
+        _restore_keyspace(p.params, p.keyspace)
     except (redis_lib.AuthenticationError, redis_lib.exceptions.NoPermissionError) as e:
         raise ctx.fail(
             "reset",
