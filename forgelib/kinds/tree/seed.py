@@ -274,10 +274,8 @@ def _reset_captured(ctx: ApplyContext, c: Captured) -> None:
     """Empty the target, extract the captured tar into it, and verify every entry and file hash against
     the captured listing: one exec, as the seed's reset."""
     target = target_dir(ctx).rstrip("/")
-    with tempfile.TemporaryDirectory(prefix="forge-tree-") as tmp:
-        tar = Path(tmp) / "captured.tar"
-        tar.write_bytes(c.tar)
-        argv = ["sh", "-c", _RESET_TAR_SH, "forge-reset", target, c.mode, c.owner, *listing_argv(target)]
+    argv = ["sh", "-c", _RESET_TAR_SH, "forge-reset", target, c.mode, c.owner, *listing_argv(target)]
+    with checkpointcopy.as_file(c.tar) as tar:
         r = ctx.compose.exec(ctx.service, argv, stdin=tar, timeout=ctx.timeouts.recipe, check=False)
     if r.rc != 0:
         said = r.stderr.strip() or r.rc
@@ -334,7 +332,9 @@ def checkpoint_restore(ctx: ApplyContext, copy: CheckpointCopy) -> bool:
     (the caller recreates the container from the checkpoint's image)."""
     target = copy.path.rstrip("/")
     data = checkpointcopy.read(ctx, copy)
-    expected = tar_listing(data, posixpath.basename(target))
+    top = posixpath.basename(target)
+    # hashed once per checkpoint and process, as the tar itself is read once
+    expected = checkpointcopy.kept(("tree", copy.key, top), lambda: tar_listing(data, top))
     argv = ["sh", "-c", _RESTORE_TAR_SH, "forge-restore", target, posixpath.dirname(target) or "/"]
     with checkpointcopy.as_file(data) as tar:
         r = ctx.compose.exec(
