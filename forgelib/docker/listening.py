@@ -61,15 +61,13 @@ class Sockets:
         """Whether anything but Docker's DNS resolver listens (TCP, either IP version, or a unix socket);
         None when the files are gone (the process ended)."""
         try:
-            tcp = [(self.net / "tcp").read_text(), _optional(self.net / "tcp6")]
-            unix = _optional(self.net / "unix")
+            if _tcp_listens((self.net / "tcp").read_text()):  # the common case, one file read
+                return True
+            tcp6, unix = _optional(self.net / "tcp6"), _optional(self.net / "unix")
         except OSError:
             return None
-        for table in tcp:
-            for line in table.splitlines()[1:]:
-                f = line.split()
-                if len(f) > 3 and f[3] == TCP_LISTEN and not f[1].startswith(DOCKER_DNS + ":"):
-                    return True
+        if _tcp_listens(tcp6):
+            return True
         for line in unix.splitlines()[1:]:
             f = line.split()
             try:
@@ -78,6 +76,14 @@ class Sockets:
             except ValueError:
                 continue
         return False
+
+
+def _tcp_listens(table: str) -> bool:
+    for line in table.splitlines()[1:]:
+        f = line.split()
+        if len(f) > 3 and f[3] == TCP_LISTEN and not f[1].startswith(DOCKER_DNS + ":"):
+            return True
+    return False
 
 
 def _optional(path: Path) -> str:
