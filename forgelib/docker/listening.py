@@ -40,6 +40,8 @@ class Sockets:
 
     def __init__(self, net: Path) -> None:
         self.net = net
+        self._counts: tuple[int, int] | None = None  # TCP, TCP6 sockets in use at the last full read
+        self._tcp = False  # what that read found
 
     @classmethod
     def of(cls, pid: int, container_id: str, *, proc: Path | None = None) -> Sockets | None:
@@ -59,15 +61,24 @@ class Sockets:
 
     def listening(self) -> bool | None:
         """Whether anything but Docker's DNS resolver listens (TCP, either IP version, or a unix socket);
-        None when the files are gone (the process ended)."""
+        None when the files are gone (the process ended).
+
+        The kernel writes ``net/tcp{,6}`` by walking every namespace's TCP sockets, a cost that grows with
+        the host's; ``net/sockstat{,6}`` are the namespace's own counters. So the tables are read only when
+        the namespace's count of TCP sockets changed since they were last read. (A listener opened as
+        another socket closed, between two reads, is seen at the next change, or never: readiness then
+        runs the healthcheck at its slower pace, as for a container that does not listen.)"""
         try:
-            if _tcp_listens((self.net / "tcp").read_text()):  # the common case, one file read
+            counts = (_inuse(self.net / "sockstat", "TCP:"), _inuse(self.net / "sockstat6", "TCP6:"))
+            if counts != self._counts or counts[0] < 0:  # without the counters: every time
+                tcp6 = _optional(self.net / "tcp6") if counts[1] else ""
+                self._tcp = _tcp_listens((self.net / "tcp").read_text()) or _tcp_listens(tcp6)
+                self._counts = counts
+            if self._tcp:
                 return True
-            tcp6, unix = _optional(self.net / "tcp6"), _optional(self.net / "unix")
+            unix = _optional(self.net / "unix")
         except OSError:
             return None
-        if _tcp_listens(tcp6):
-            return True
         for line in unix.splitlines()[1:]:
             f = line.split()
             try:
@@ -76,6 +87,15 @@ class Sockets:
             except ValueError:
                 continue
         return False
+
+
+def _inuse(path: Path, label: str) -> int:
+    """``inuse`` of ``label``'s line in a sockstat file (-1: not there, e.g. no IPv6)."""
+    for line in _optional(path).splitlines():
+        f = line.split()
+        if f[:1] == [label] and "inuse" in f[:-1]:
+            return int(f[f.index("inuse") + 1])
+    return -1
 
 
 def _tcp_listens(table: str) -> bool:

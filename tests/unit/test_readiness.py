@@ -202,22 +202,39 @@ def _proc(root: Path, *, cgroup: str = f"12:cpu:/docker/{CID}\n", tcp: str = DNS
     net = root / str(PID) / "net"
     net.mkdir(parents=True)
     (root / str(PID) / "cgroup").write_text(cgroup)
-    (net / "tcp").write_text(TCP_HEAD + tcp)
-    (net / "tcp6").write_text(TCP_HEAD)
+    _tables(net, tcp=TCP_HEAD + tcp, tcp6=TCP_HEAD)
     (net / "unix").write_text(UNIX_HEAD + UNIX_PEER)
     return net
+
+
+def _tables(net: Path, *, tcp: str, tcp6: str) -> None:
+    """The TCP tables and, as the kernel keeps them, the namespace's counts of their sockets."""
+    (net / "tcp").write_text(tcp)
+    (net / "tcp6").write_text(tcp6)
+    n, n6 = len(tcp.splitlines()) - 1, len(tcp6.splitlines()) - 1
+    (net / "sockstat").write_text(
+        f"sockets: used 9\nTCP: inuse {n} orphan 0 tw 0 alloc 9 mem 0\nUDP: inuse 1\n"
+    )
+    (net / "sockstat6").write_text(f"TCP6: inuse {n6}\nUDP6: inuse 0\n")
 
 
 def test_listening_counts_tcp_and_unix_servers_but_not_dockers_resolver(tmp_path: Path) -> None:
     net = _proc(tmp_path)
     sockets = listening.Sockets(net)
     assert sockets.listening() is False  # 127.0.0.11's resolver and a connection: nothing of its own
-    (net / "tcp6").write_text(TCP_HEAD + SERVER)
+    _tables(net, tcp=TCP_HEAD + DNS + CONNECTED, tcp6=TCP_HEAD + SERVER)
     assert sockets.listening() is True
-    (net / "tcp6").write_text(TCP_HEAD)
+    _tables(net, tcp=TCP_HEAD + DNS + CONNECTED, tcp6=TCP_HEAD)
+    assert sockets.listening() is False
     (net / "unix").write_text(UNIX_HEAD + UNIX_PEER + UNIX_SERVER)
     assert sockets.listening() is True
+    (net / "unix").write_text(UNIX_HEAD + UNIX_PEER)
+    (net / "tcp").write_text(TCP_HEAD + DNS + SERVER)  # the counts as they were: the table is not read
+    assert sockets.listening() is False
+    (net / "sockstat").unlink()  # without the counters, the table every time
+    assert sockets.listening() is True
     (net / "tcp6").unlink()  # a kernel without IPv6: the rest still counts
+    (net / "sockstat6").unlink()
     assert sockets.listening() is True
     shutil.rmtree(tmp_path / str(PID))  # the process ended
     assert sockets.listening() is None
@@ -279,7 +296,7 @@ def test_the_healthcheck_waits_for_a_listener_then_runs_at_once(
 
     def on_read(n: int) -> None:
         if n == 3:  # the server is up at the third look
-            (net / "tcp").write_text(TCP_HEAD + DNS + SERVER)
+            _tables(net, tcp=TCP_HEAD + DNS + CONNECTED + SERVER, tcp6=TCP_HEAD)
 
     fake = FakeRunner()
     compose = _stack(fake, {"db": HC})
