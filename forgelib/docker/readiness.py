@@ -260,11 +260,13 @@ class _Waves:
         probing = c.health is not None and not complete
         # Once the first run failed, Docker's state is read at once: its Pid says where the container's
         # sockets are (``listening``). While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
-        # after its last run; as soon as something does, every tick again. Its main process gone (exited,
-        # or restarted under another pid), the state is read at once and the gate dropped.
+        # (or as long as its last run took, if longer) after its last run; as soon as something does,
+        # every tick again. Its main process gone (exited, or restarted under another pid), the state is
+        # read at once and the gate dropped.
         gate: listening.Sockets | None = None
         gate_due = probing and listening.local_engine()
         last_exec: float | None = None
+        ran = 0.0  # how long the last run took
         while True:
             if self.failed.is_set():
                 raise _DependencyFailed(c.service, f"service {c.service!r}: another service failed")
@@ -299,8 +301,10 @@ class _Waves:
                     )
                 if not complete and c.health is None and status == "running":
                     return  # no healthcheck: running is ready, as for `up --wait`
-            unheard = heard is False and last_exec is not None and now - last_exec < UNHEARD_EVERY
+            quiet_for = max(UNHEARD_EVERY, ran)  # a run that took long (a busy engine) waits as long again
+            unheard = heard is False and last_exec is not None and now - last_exec < quiet_for
             if probing and c.health is not None and not unheard:
+                began = time.monotonic()
                 try:
                     r = self.runner.run(
                         dk.exec(c.id, c.health), timeout=c.probe_timeout, check=False, tag="exec"
@@ -311,7 +315,8 @@ class _Waves:
                     if r.rc == 0:
                         return
                     said = (r.stdout + r.stderr).strip()[-300:] or f"exit {r.rc}"
-                last_exec = time.monotonic()  # when it ended: a slow run on a busy machine waits as long
+                last_exec = time.monotonic()  # when it ended
+                ran = last_exec - began
             if time.monotonic() >= self.deadline:
                 what = "did not complete" if complete else "not healthy"
                 raise NotReady(
