@@ -61,9 +61,9 @@ from forgelib.stacks.provision import (
     PhaseCallback,
     StackContext,
     StackPlan,
-    WarmSteps,
     out_of_networks,
     provision_stack,
+    warm_steps,
 )
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan
@@ -503,7 +503,7 @@ class WarmPool:
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
-        steps = start.steps() if start is not None else WarmSteps()
+        steps = start.steps() if start is not None else warm_steps(self.ctx, run_id)
         with place as waited:
             trial = provision_stack(self.ctx, spec, steps, on_phase=on_phase)
         if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
