@@ -469,9 +469,12 @@ class WarmPool:
         stack.ephemerals.precreate()
         compose = dataclasses.replace(stack.compose, containers=dict(stack.ephemerals.current))
         ports = {s: list(p) for s, p in stack.ports.items()}
+        snapshots = stack.trial.snapshots
+        if stack.reuse:  # a golden discarded at the stack's provisioning is its first trial's news alone
+            snapshots = {s: {k: v for k, v in r.items() if k != "discarded"} for s, r in snapshots.items()}
         return dataclasses.replace(
             stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), source=info,
-            ports=ports, pooled=True,
+            ports=ports, pooled=True, snapshots=snapshots,
         )  # fmt: skip
 
     def _provision(
