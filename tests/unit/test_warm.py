@@ -15,7 +15,7 @@ from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
 from forgelib.kinds.base import fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
-from forgelib.stacks.provision import WarmSteps
+from forgelib.stacks.provision import GoldenWarmSteps, WarmSteps
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import _ephemeral_plan, environment_key
 from forgelib.stacks.warm import pool as pool_mod
@@ -512,3 +512,19 @@ def test_a_new_warm_stack_records_its_wait_for_a_start_place_as_queueing(
     waited = trial.timings["start_wait"]
     assert waited >= 0.2 and trial.source["pool"]["start_wait"] == waited
     assert trial.timings["stack_wait"] >= waited
+
+
+def test_with_goldens_a_warm_stack_comes_up_from_them_and_only_its_first_trial_hears_of_a_discard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    discarded = {"golden": "abc", "reason": "fingerprint parts differ"}
+    h = _harness(monkeypatch, goldens=True, snapshots={"db": {"outcome": "captured", "discarded": discarded}})
+    first = h.acquire()
+    assert isinstance(h.steps[first.name], GoldenWarmSteps)
+    assert first.snapshots == {"db": {"outcome": "captured", "discarded": discarded}}
+    h.hold(first, 1.0)
+    again = h.acquire()
+    assert again.name == first.name and again.source["reuse"] == 1
+    assert again.snapshots == {"db": {"outcome": "captured"}}  # how the stack started, not the discard again
+    plain = _harness(monkeypatch)
+    assert type(plain.steps[plain.acquire().name]) is WarmSteps

@@ -61,9 +61,9 @@ from forgelib.stacks.provision import (
     PhaseCallback,
     StackContext,
     StackPlan,
-    WarmSteps,
     out_of_networks,
     provision_stack,
+    warm_steps,
 )
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan
@@ -469,9 +469,12 @@ class WarmPool:
         stack.ephemerals.precreate()
         compose = dataclasses.replace(stack.compose, containers=dict(stack.ephemerals.current))
         ports = {s: list(p) for s, p in stack.ports.items()}
+        snapshots = stack.trial.snapshots
+        if stack.reuse:  # a golden discarded at the stack's provisioning is its first trial's news alone
+            snapshots = {s: {k: v for k, v in r.items() if k != "discarded"} for s, r in snapshots.items()}
         return dataclasses.replace(
             stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), source=info,
-            ports=ports, pooled=True,
+            ports=ports, pooled=True, snapshots=snapshots,
         )  # fmt: skip
 
     def _provision(
@@ -503,7 +506,7 @@ class WarmPool:
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
-        steps = start.steps() if start is not None else WarmSteps()
+        steps = start.steps() if start is not None else warm_steps(self.ctx, run_id)
         with place as waited:
             trial = provision_stack(self.ctx, spec, steps, on_phase=on_phase)
         if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
