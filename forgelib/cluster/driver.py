@@ -101,6 +101,10 @@ class Cluster:
         self.driver = uuid.uuid4().hex[:16]
         self.bundle_ref = self.ray.put(pack(project, exclude=[output]))
         self.used: dict[tuple[str, int], SlotRef] = {}  # the slots this driver handed trials to
+        # The slots holding a task's setup checkpoint on their node's engine (the capturing one, and one
+        # adopting slot per other node): their run ends after the others', so that no other slot's warm
+        # stack still runs on the checkpoint's images when they remove it.
+        self.holders: set[tuple[str, int]] = set()
         actor = self.ray.remote(Slot)
         # Interleaved by node (n0s0, n1s0, n0s1, ...): a run smaller than the cluster still spreads out.
         self.slots = [
@@ -191,15 +195,20 @@ class Cluster:
     def end(self, run_id: str) -> None:
         """The run is over: every slot it used tears its stacks of the run down (a lost slot's went with
         it); raises ``ForgeError`` naming the slots that could not."""
-        refs = [(s, s.actor.end.remote(run_id, self.driver)) for s in self.used.values() if self.started(s)]
         failed = []
-        for s, ref in refs:
-            try:
-                self.ray.get(ref)
-            except self.ray.exceptions.RayTaskError as e:  # the slot could not tear a stack down
-                failed.append(f"node {s.node_id} slot {s.index}: {str(e).splitlines()[-1]}")
-            except self.ray.exceptions.RayError:  # lost with its node or process: its stacks are reaped there
-                continue
+        for holders in (False, True):
+            refs = [
+                (s, s.actor.end.remote(run_id, self.driver))
+                for key, s in self.used.items()
+                if ((key in self.holders) is holders) and self.started(s)
+            ]
+            for s, ref in refs:
+                try:
+                    self.ray.get(ref)
+                except self.ray.exceptions.RayTaskError as e:  # the slot could not tear a stack down
+                    failed.append(f"node {s.node_id} slot {s.index}: {str(e).splitlines()[-1]}")
+                except self.ray.exceptions.RayError:  # lost with its node or process: reaped there
+                    continue
         if failed:
             raise ForgeError(
                 "ending the run on its nodes failed (forge reap on those nodes removes what is left):\n"
@@ -327,6 +336,7 @@ class ClusterExecutor:
         slot = self._free[0]
         order = self._order(task, 0, self.s.retries, b"")
         self.c.used[(slot.node_id, slot.index)] = slot
+        self.c.holders.add((slot.node_id, slot.index))
         d = self.s.run_dir / SETUPS_DIR / task.name
         t0 = time.monotonic()
         try:
@@ -357,6 +367,7 @@ class ClusterExecutor:
         adopts = []
         for other in others:
             self.c.used[(other.node_id, other.index)] = other
+            self.c.holders.add((other.node_id, other.index))
             adopts.append((other, other.actor.adopt.remote(self.c.bundle_ref, order, self.c.code, copy)))
         unfit: set[str] = set()
         marks: dict[str, float] = {}

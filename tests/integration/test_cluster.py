@@ -474,14 +474,14 @@ def test_a_setup_runs_once_and_its_checkpoint_reaches_every_node(
     trials on both engines fork it (warm: start from it and reset to it), and every one sees the setup's
     row and file and only its own writes. After the run neither engine holds the checkpoint, nor anything
     of the run."""
-    cfg, marker = _setup_project(tmp_path, repeats=6)
+    cfg, marker = _setup_project(tmp_path, repeats=4)
     r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
                *_stack_args(stacks), "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     rid = summary["run_id"]
     assert (marker / "setup.log").read_text().splitlines() == ["setup ran"]  # once for the whole run
-    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (6, 6), (summary["totals"], r.stderr)
+    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (4, 4), (summary["totals"], r.stderr)
     run_dir = _run_dir(tmp_path)
     setup = yaml.safe_load((run_dir / "setups" / "slow_setup" / "setup.yaml").read_text())
     checkpoint = setup["checkpoint"]
@@ -493,6 +493,26 @@ def test_a_setup_runs_once_and_its_checkpoint_reaches_every_node(
         assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
         assert not _checkpoint_images(eng, checkpoint), eng.host
         assert not eng.docker("image", "ls", "-q", "--filter", f"label=io.forgelib.run={rid}").split()
+
+
+def test_ctrl_c_after_the_setup_removes_its_checkpoint_and_copy_from_both_engines(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    """Ctrl-C once trials fork the setup's checkpoint on both engines (so the copy was loaded on the other
+    one): the driver exits 130 and neither engine keeps the checkpoint, nor anything else of the run."""
+    cfg, _ = _setup_project(tmp_path, repeats=2)  # the driver spreads them: one on each engine
+    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log") as proc:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
+    out = (tmp_path / "driver.log").read_text()
+    assert rc == 130, out
+    run_dir = _run_dir(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    checkpoint = yaml.safe_load((run_dir / "setups" / "slow_setup" / "setup.yaml").read_text())["checkpoint"]
+    assert summary["interrupted"] is True and checkpoint, out
+    for eng in engines:
+        assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
+        assert not _checkpoint_images(eng, checkpoint), f"{eng.host}\n{out}"
 
 
 GOLDENS = """
