@@ -390,6 +390,7 @@ class ClusterExecutor:
             "nodes": copied, "seconds": round(seconds, 3), "bytes": int(marks.get("bytes", 0)),
             "load_seconds": round(marks.get("adopt", 0.0), 3), "failed": sorted(unfit),
         }  # fmt: skip
+        d.mkdir(parents=True, exist_ok=True)
         write_yaml(d / SETUP_FILE, {**result.record(), "dir": str(d), "copies": copies})
         self.say(
             f"{task.name} setup        checkpoint {result.checkpoint} copied to {copied} other node(s) "
@@ -403,7 +404,7 @@ class ClusterExecutor:
         level = 0
         while True:
             try:
-                done, _ = self.ray.wait([ref], timeout=WAIT_SECONDS)
+                done, _ = self.ray.wait([ref], num_returns=1, timeout=WAIT_SECONDS)
                 self._drain(slots)
                 if done:
                     break
