@@ -357,6 +357,8 @@ class ClusterExecutor:
             self.events.append(ev.SETUP_FINISHED, **result.record())
         result = dataclasses.replace(result, dir=d)
         self._setups[task.name] = result
+        if self._stopping:  # Ctrl-C during the setup: its record is in, what it took ends with the run
+            raise KeyboardInterrupt
         if not result.ok or result.checkpoint is None:
             return
         others = list({s.node_id: s for s in reversed(self._free) if s.node_id != slot.node_id}.values())
@@ -384,6 +386,8 @@ class ClusterExecutor:
                     f"(its checkpoint could not be copied there): {why}"
                 )
         self._unfit[task.name] = frozenset(unfit)
+        if self._stopping:
+            raise KeyboardInterrupt
         copied = len(others) - len(unfit)
         seconds = time.monotonic() - t1
         copies = {
@@ -400,7 +404,7 @@ class ClusterExecutor:
     def _await(self, ref: Any, slots: list[SlotRef]) -> Any:
         """``ref``'s value, draining ``slots``' events meanwhile. Ctrl-C stops those slots (a second one
         hurries them) and still waits for the value, so that what they took is on record for the run's
-        end to remove; then it is raised."""
+        end to remove; it sets ``_stopping``, and the caller raises once that record is in."""
         level = 0
         while True:
             try:
@@ -413,10 +417,7 @@ class ClusterExecutor:
                 self._stopping = True
                 for s in slots:
                     s.actor.stop.remote(self.s.run_id, level, self.c.driver)
-        value = self.ray.get(ref)
-        if level:
-            raise KeyboardInterrupt
-        return value
+        return self.ray.get(ref)
 
     def _dispatch(self) -> None:
         while self._queue and self._free and not self._stopping:

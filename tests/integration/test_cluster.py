@@ -501,10 +501,32 @@ def test_ctrl_c_after_the_setup_removes_its_checkpoint_and_copy_from_both_engine
     """Ctrl-C once trials fork the setup's checkpoint on both engines (so the copy was loaded on the other
     one): the driver exits 130 and neither engine keeps the checkpoint, nor anything else of the run."""
     cfg, _ = _setup_project(tmp_path, repeats=2)  # the driver spreads them: one on each engine
-    with _driver_with_stacks_on_both(cluster, engines, cfg, tmp_path, "driver.log") as proc:
+    watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out_f:
+        proc = subprocess.Popen(argv, stdout=out_f, stderr=subprocess.STDOUT)
+
+    def trials_on_both() -> bool:
+        """The copy is on record (setup.yaml's ``copies``) and a container of the run started on each
+        engine (the other engines' tests' containers do not count)."""
+        found = tmp_path.glob("runs/*/setups/slow_setup/setup.yaml")
+        copied = [p for p in found if "copies:" in p.read_text()]
+        if not copied:
+            return False
+        rid = copied[0].parents[2].name
+        return all(any(lab.get("io.forgelib.run") == rid for lab in w.labels()) for w in watches)
+
+    try:
+        wait_for("trials of the setup task on both engines", trials_on_both, proc, timeout=300, log=log)
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=RUN_TIMEOUT)
-    out = (tmp_path / "driver.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in watches:
+            w.stop()
+    out = log.read_text()
     assert rc == 130, out
     run_dir = _run_dir(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -143,3 +143,39 @@ def test_the_setup_finished_event_names_the_drivers_copy_of_its_files(tmp_path: 
     _, events = run(tmp_path, task, [slot], trials=1)
     (rec,) = [e for e in events.lines if e["kind"] == ev.SETUP_FINISHED]
     assert rec["dir"] == str(tmp_path / "run" / "setups" / task.name)
+
+
+class InterruptingRay(FakeRay):
+    """Ctrl-C lands in the driver's first wait; the slot's answer comes after it."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def wait(self, refs: list[Ref], num_returns: int, timeout: float) -> tuple[list[Ref], list[Ref]]:
+        if not self.pressed:
+            self.pressed = True
+            raise KeyboardInterrupt
+        return super().wait(refs, num_returns, timeout)
+
+
+def test_ctrl_c_during_the_setup_stops_its_slot_keeps_its_record_and_sends_no_trial(
+    tmp_path: Path, task: Task
+) -> None:
+    log: list[tuple[str, str]] = []
+    slot = SetupSlot("n1", log, setup_ok=False)
+    stops: list[int] = []
+    slot.stop = SimpleNamespace(remote=lambda run_id, level, driver: (stops.append(level), Ref())[1])
+    refs = [SlotRef("n1", 0, slot), SlotRef("n2", 0, SetupSlot("n2", log))]
+    cluster = SimpleNamespace(
+        ray=InterruptingRay(), slots=refs, driver="drv", bundle_ref=None, code="c", alive=lambda node: True,
+        other_code_slots=lambda: [], used={}, holders=set(), started=lambda slot: True,
+    )  # fmt: skip
+    events = Events()
+    executor = ClusterExecutor(
+        cluster, events, Settings(run_id="r1", run_dir=tmp_path / "run"), lambda line: None
+    )  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        executor.run([(task, 0), (task, 1)])
+    assert stops == [1] and [c[1] for c in log] == ["setup"]  # stopped, waited for, nothing copied
+    assert not slot.orders and ev.RUN_INTERRUPTED in [e["kind"] for e in events.lines]
+    assert cluster.used == {("n1", 0): refs[0]}  # so the run's end ends it there
