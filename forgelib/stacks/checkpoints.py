@@ -445,7 +445,14 @@ def fork(
     come up at once, as one step; groups take places as any stack does. One checkpoint load and one look
     at the services' images serve every fork. A fork that fails tears itself down; the others (those
     already up, and those coming up as it failed) go with ``stacks``, the ones not begun are not begun,
-    and the first failure is raised once every fork under way has ended."""
+    and the first failure is raised once every fork under way has ended.
+
+    Kept forks (``stacks`` opened ``kept``: ``forge provision --from-checkpoint``) are counted in the
+    budget while the call brings them up, as any fork, and give their room back as it returns them: a
+    kept stack is the caller's from then on, never this process's to tear down, so holding its room
+    would only starve the caller's later stacks (the memory it takes is in the engine's ``MemAvailable``
+    for whoever opens a budget next). When the call fails, the kept forks already up were never handed
+    over: they are torn down (a kept stack is never reaped)."""
     project = stacks.project
     if project is None:
         raise ForgeError("fork: stacks opened without a project")
@@ -477,16 +484,41 @@ def fork(
         )
 
     groups = [specs[i : i + FORKS_PER_START] for i in range(0, n, FORKS_PER_START)]
-    made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one), groups, main=True)
-    return [trial for group in made for trial in group]
+
+    def bring_up(kept: list[Stack]) -> list[Stack]:
+        made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one, kept), groups, main=True)
+        return [trial for group in made for trial in group]
+
+    return _hand_over(stacks, bring_up)
+
+
+def _hand_over(stacks: StacksView, bring_up: Callable[[list[Stack]], list[Stack]]) -> list[Stack]:
+    """``bring_up(kept)``'s stacks; the kept ones it put on ``kept`` (as they came up) give their room in
+    the budget back as they are returned, or are torn down (and give it back) when it fails."""
+    kept: list[Stack] = []  # appended from the forks' threads
+    try:
+        return bring_up(kept)
+    except BaseException:
+        for trial in kept:
+            with contextlib.suppress(Exception):  # the failure raised is the one to report
+                teardown_trial(trial, graceful=False)
+        raise
+    finally:
+        for _ in kept:
+            stacks.admission.leave()
 
 
 def _group(
-    stacks: StacksView, ctx: StackContext, specs: Sequence[StackPlan], one: Callable[[StackPlan], Stack]
+    stacks: StacksView,
+    ctx: StackContext,
+    specs: Sequence[StackPlan],
+    one: Callable[[StackPlan], Stack],
+    kept: list[Stack] | None = None,
 ) -> list[Stack]:
     """``specs``' forks counted in the memory budget, then brought up at once under one start place, each
     registered with ``stacks`` as it is up (its teardown gives its room back). A kept stack (``forge
-    provision --keep``) is never registered: it outlives this process on purpose."""
+    provision --keep``) is never registered: it outlives this process on purpose; it goes on ``kept``
+    instead, still counted (``fork`` gives its room back as it hands it over)."""
     admission = stacks.admission
     counted = 0
     begun: list[StackPlan] = []
@@ -506,7 +538,11 @@ def _group(
                     admission.leave()
                     raise
                 trial = dataclasses.replace(trial, timings={**trial.timings, **waits})
-                return trial if ctx.kept else _registered(stacks, trial)
+                if not ctx.kept:
+                    return _registered(stacks, trial)
+                if kept is not None:
+                    kept.append(trial)
+                return trial
 
             made = _concurrently(stacks, up, specs, main=False)
     finally:
