@@ -248,6 +248,7 @@ def capture(
                 captured[s.name] = {
                     "image": image, "base": images[s.name], "path": path, "kind": str(s.seed.kind),
                     "seed": s.seed.name, "seed_digest": s.seed.digest, "fingerprint": fp,
+                    "recipe_version": s.recipe.RECIPE_VERSION,
                 }  # fmt: skip
             manifest = {
                 "format": ckstore.FORMAT,
@@ -418,6 +419,22 @@ class _ImageIds:
             return self._ids[ref]
 
 
+def same_recipe(ck: Checkpoint, service: str, recipe: Recipe) -> None:
+    """Refuse ``ck``'s capture of ``service`` when ``recipe`` is not at the version that captured it (or
+    the checkpoint recorded none): a kind bumps ``RECIPE_VERSION`` when what it captures or how its
+    fingerprint is taken changes, so the fingerprint recorded then cannot verify a fork or restore now."""
+    rec = ck.services.get(service) or {}
+    then, now = rec.get("recipe_version"), recipe.RECIPE_VERSION
+    if then == now:
+        return
+    was = f"version {then}" if then is not None else "a version this checkpoint does not record (older)"
+    raise CheckpointError(
+        f"checkpoint {ck.id}: service {service!r} was captured by the {rec.get('kind')} recipe's {was}, "
+        f"this forgelib's is version {now} (what it captures or checks changed): take a new checkpoint "
+        f"(`forge checkpoint STACK`) and remove this one (`forge snapshots prune --checkpoint {ck.id}`)"
+    )
+
+
 def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str) -> None:
     try:
         found = recipe.golden_fingerprint(ctx)
@@ -463,6 +480,11 @@ def fork(
         raise CheckpointError(
             f"checkpoint {ck.id} was taken of project {ck.manifest.get('project')!r}, not {project.name!r}"
         )
+    written = ResolvedConfig.of(project.environment.compose)
+    for svc, rec in sorted(ck.services.items()):
+        recipe = kinds.recipe_for(str(rec.get("kind")), written.service(svc))
+        if recipe is not None:
+            same_recipe(ck, svc, recipe)
     ctx: StackContext = stacks.backend.ctx
     # a run of its own per call: two forks of one checkpoint in one process never share a project name
     run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
@@ -659,6 +681,7 @@ def roll_back(
                 f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
             )
         s = by_name[svc]
+        same_recipe(ck, svc, s.recipe)
         verified = _in_place(s, dataclasses.replace(s.ctx, compose=compose), info, rec, ck.id)
         if verified is not None:
             timings[f"restore:{svc}"] = time.monotonic() - t0
