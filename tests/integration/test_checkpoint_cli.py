@@ -52,18 +52,12 @@ def _write_pack(root: Path, name: str) -> Path:
             "digest": seed_digest(rdb, SeedKind.REDIS_DUMP),
         },
     }
-    project = {
-        "name": name,
-        "description": "forge checkpoint and forge restore",
-        "assets": {"seeds": seeds},
-        "default_environment": {
-            "compose_file": "compose.yaml",
-            "services": {
-                "db": {"isolation": "reset", "reset": {"seed": "sql"}},
-                "cache": {"isolation": "reset", "reset": {"seed": "rdb"}},
-            },
-        },
+    reset = {
+        svc: {"isolation": "reset", "reset": {"seed": seed}}
+        for svc, seed in (("db", "sql"), ("cache", "rdb"))
     }
+    environment = {"compose_file": "compose.yaml", "services": reset}
+    project = {"name": name, "assets": {"seeds": seeds}, "default_environment": environment}
     (root / "project.yaml").write_text(yaml.safe_dump(project))
     return root
 
