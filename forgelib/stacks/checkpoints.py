@@ -668,6 +668,8 @@ def roll_back(
     by_name = {s.name: s for s in _services(project, trial, timeouts)}
     if ck.manifest.get("project") != project.name or set(ck.services) - set(by_name):
         raise CheckpointError(f"checkpoint {ck.id} is not of this stack's project and services")
+    for svc in sorted(ck.services):  # every one before any is restored: never half a restore
+        same_recipe(ck, svc, by_name[svc].recipe)
     timings = dict(trial.timings)
     restarted = False
     for svc, rec in sorted(ck.services.items()):
@@ -681,7 +683,6 @@ def roll_back(
                 f"service {svc!r} of {trial.name} runs another image than at checkpoint {ck.id}: not restored"
             )
         s = by_name[svc]
-        same_recipe(ck, svc, s.recipe)
         verified = _in_place(s, dataclasses.replace(s.ctx, compose=compose), info, rec, ck.id)
         if verified is not None:
             timings[f"restore:{svc}"] = time.monotonic() - t0
