@@ -24,6 +24,13 @@ Restore in place (issue 41), from the same runs: each reset service's ``reset:<s
 by its seed's kind, against the goals (postgres ≤ 0.5 s, redis and a tree ≤ 0.2 s), and the trial ratio of
 the default strategy (``exact``) against ≤ 0.25; one row per pack and worker count, with n (reused trials).
 
+Warm stacks from goldens (``--goldens ROUNDS``, default 0: skipped): per pack and worker count, one
+``--stacks warm --snapshots`` trial takes the goldens (as a user re-running a task has them; not measured),
+then ``--stacks warm --no-snapshots`` and ``--stacks warm --snapshots`` runs alternate ROUNDS times: the run's
+wall ÷ trials and the median wall of the trials that provisioned their warm stack, goldens ÷ without, and
+how many of those started from a golden. The goldens these runs take are removed at the end. With
+``--strategies ""`` only this (no fresh run).
+
 Size: ``FORGE_BENCH_WARM_TRIALS`` (8) / ``--trials``, ``FORGE_BENCH_WARM_WORKERS`` ("1,4") / ``--workers``,
 ``FORGE_BENCH_WARM_PACKS`` (all three) / ``--packs``, ``FORGE_BENCH_WARM_STRATEGIES`` / ``--strategies``.
 """
@@ -44,9 +51,11 @@ from typing import Any
 
 from benchmarks import harness as bs
 from forgelib.docker.images import ImageFacts
+from forgelib.docker.labels import RUN
 from forgelib.docker.readiness import PROBE_INTERVAL
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.loader import load_project_config
+from forgelib.stacks.snapshots import store
 
 NAME = "warm"
 TARGET = 0.2
@@ -60,6 +69,11 @@ RESET_TARGET = {"postgres": 0.1, "cache": 0.1, "endpoint": 0.2}
 RESTORE_GOAL = {"sql_dump": 0.5, "redis_dump": 0.2, "filesystem_dir": 0.2}
 RESTORE_TRIAL_GOAL = 0.25
 # Phases of a reused warm trial, in the order they happen (teardown = the release: ephemerals killed).
+# A warm stack's first provisioning (with goldens: plan, verify, no recipe for what is restored).
+FIRST_PHASES = (
+    *("stack_wait", "compose_config", "golden_plan", "up_seeded", "recipe", "golden_capture"),
+    *("golden_verify", "warm_prepare", "up_rest", "provision", "solve", "grading"),
+)
 WARM_PHASES = (
     "stack_wait",
     *("reset", "fingerprint", "successors", "recreate", "ready", "solve", "grading", "capture_logs"),
@@ -162,6 +176,49 @@ def _readiness(rounds: int) -> dict[str, Any]:
     }
 
 
+def _with_goldens(
+    pack: str, workers: int, rounds: int, trials: int, root: Path, runs: set[str]
+) -> dict[str, Any]:
+    """``--stacks warm`` with and without goldens, alternated (see the module's docstring)."""
+    config = PACKS[pack]
+    on_args, off_args = ["--stacks", "warm", "--snapshots"], ["--stacks", "warm", "--no-snapshots"]
+    prime = bs.checked_run(config, repeats=1, workers=1, root=root, extra=on_args)
+    runs.add(prime.run_id)
+    arms: dict[str, list[bs.ForgeRun]] = {"without": [], "goldens": []}
+    for _ in range(rounds):
+        arms["without"].append(
+            bs.checked_run(config, repeats=trials, workers=workers, root=root, extra=off_args)
+        )
+        on = bs.checked_run(config, repeats=trials, workers=workers, root=root, extra=on_args)
+        runs.add(on.run_id)
+        arms["goldens"].append(on)
+
+    def firsts(runs_: list[bs.ForgeRun]) -> list[Any]:
+        return [t for r in runs_ for t in r.trials() if not t.stack.get("reuse")]
+
+    per = {k: bs.median([r.wall / max(1, len(r.trials())) for r in v]) for k, v in arms.items()}
+    first = {k: bs.median([t.wall_seconds for t in firsts(v)]) for k, v in arms.items()}
+    restored = [
+        t for t in firsts(arms["goldens"]) if t.snapshots and all(
+            rec.get("outcome") == "restored" for rec in t.snapshots.values()
+        )
+    ]  # fmt: skip
+    return {
+        "pack": pack,
+        "goldens": "warm --snapshots vs warm",
+        "workers": workers,
+        "runs_per_arm": rounds,
+        "warm_s_per_trial": round(per["without"], 2),
+        "warm_goldens_s_per_trial": round(per["goldens"], 2),
+        "run goldens/without": round(bs.ratio(per["goldens"], per["without"]), 3),
+        "first_trial_median_s": f"{first['goldens']:.2f} vs {first['without']:.2f}",
+        "first trial goldens/without": round(bs.ratio(first["goldens"], first["without"]), 3),
+        "restored": f"{len(restored)}/{len(firsts(arms['goldens']))}",
+        "first_trial_phase_medians_goldens_s": bs.phase_medians(firsts(arms["goldens"]), FIRST_PHASES),
+        "first_trial_phase_medians_without_s": bs.phase_medians(firsts(arms["without"]), FIRST_PHASES),
+    }
+
+
 def main(argv: Sequence[str]) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.warm_bench", description=__doc__)
     ap.add_argument("--trials", type=int, default=bs.env_int("FORGE_BENCH_WARM_TRIALS", 8))
@@ -169,6 +226,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     ap.add_argument("--packs", default=os.environ.get("FORGE_BENCH_WARM_PACKS", ",".join(PACKS)))
     ap.add_argument("--readiness", type=int, default=bs.env_int("FORGE_BENCH_WARM_READINESS", 5))
     ap.add_argument("--strategies", default=os.environ.get("FORGE_BENCH_WARM_STRATEGIES", "exact,template"))
+    ap.add_argument(
+        "--goldens", type=int, default=0, help="rounds of warm with and without goldens (0: none)"
+    )
     args = ap.parse_args(list(argv))
     strategies = [s for s in args.strategies.split(",") if s]
     workers = [int(w) for w in args.workers.split(",") if w]
@@ -177,12 +237,18 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="forge-bench-warm-"))
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
+    golden_runs: set[str] = set()  # the goldens removed at the end are these runs' alone
     try:
         if args.readiness:
             rows.append(_readiness(args.readiness))
             print(rows[-1], file=sys.stderr, flush=True)
         for pack in packs:
             for w in workers:
+                if args.goldens:
+                    rows.append(_with_goldens(pack, w, args.goldens, args.trials, root, golden_runs))
+                    print(rows[-1], file=sys.stderr, flush=True)
+                if not strategies:
+                    continue
                 # Fresh first, then warm: the same images, the same machine minutes apart.
                 fresh = bs.checked_run(
                     PACKS[pack], repeats=args.trials, workers=w, root=root, extra=["--stacks", "fresh"]
@@ -237,6 +303,10 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                     print(rows[-1], file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        runner = SubprocessRunner()
+        for g in store.list_goldens(runner) if golden_runs else []:
+            if g.labels.get(RUN) in golden_runs:
+                store.remove(runner, g, force_untag=True)
     for row in _restore_rows(rows):
         rows.append(row)
         print(row, file=sys.stderr, flush=True)

@@ -47,8 +47,6 @@ def main_run(options: RunOptions) -> int:
     plan = build_plan(cfg, project, options, agent=solver)
     use_snapshots = options.use_snapshots(cfg.snapshots)
     if joining is not None:
-        if any(t.setup is not None for t in plan.tasks):
-            raise UsageError("--cluster does not run tasks with a setup step yet; run them without --cluster")
         state = _run_on_cluster(joining, plan, project, cfg.profiles, use_snapshots)
     else:
         if plan.stacks == "warm" or use_snapshots:

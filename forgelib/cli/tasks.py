@@ -161,7 +161,8 @@ def teardown(c: Context, name: str = "") -> None:
         "junit": "also write JUnit XML here",
         "report": "also write the run's HTML report (report.html in the run directory)",
         "retries": "rerun a retryable failed attempt on a fresh stack up to N times (overrides the config)",
-        "snapshots": "start reset services from golden snapshots (overrides the config's `snapshots`)",
+        "snapshots": "start reset services from golden snapshots: fresh stacks, and each warm stack's first "
+        "provisioning (overrides the config's `snapshots`)",
         "no_snapshots": "seed every fresh stack the normal way (overrides the config's `snapshots`)",
         "cluster": "a Ray cluster address: run the trials on its Docker nodes (pip install 'forgelib[ray]')",
         "memory_budget_mb": "MiB the run's stacks may use together (overrides the config; default: 80% free)",

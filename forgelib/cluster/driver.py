@@ -21,6 +21,7 @@ stacks and every run's shared stacks there are torn down (a killed driver's: by 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -34,14 +35,16 @@ from typing import Any
 from forgelib.cluster import RESOURCE
 from forgelib.cluster.bundle import pack
 from forgelib.cluster.connect import NodeInfo, import_ray
-from forgelib.cluster.node import TrialOrder, TrialReturn, tar_dir, untar_into
+from forgelib.cluster.node import SetupReturn, TrialOrder, TrialReturn, tar_dir, untar_into
 from forgelib.cluster.slot import IDLE_SECONDS, RETIRE_IDLE_SECONDS, Slot, code_digest, retirement
 from forgelib.errors import ForgeError
+from forgelib.grading.gradedoc import write_yaml
 from forgelib.grading.score import failed_grade
 from forgelib.run import events as ev
 from forgelib.run.execute import Settings, record_attempt
 from forgelib.run.lifecycle import Phase, Termination, retries_after_node_loss
 from forgelib.run.results import TrialResult, shelve_attempt, trial_dir
+from forgelib.run.setup import SETUP_FILE, SETUPS_DIR, SetupResult
 from forgelib.spec.models import Project, Task
 from forgelib.stacks.stack import Stack
 
@@ -98,6 +101,10 @@ class Cluster:
         self.driver = uuid.uuid4().hex[:16]
         self.bundle_ref = self.ray.put(pack(project, exclude=[output]))
         self.used: dict[tuple[str, int], SlotRef] = {}  # the slots this driver handed trials to
+        # The slots holding a task's setup checkpoint on their node's engine (the capturing one, and one
+        # adopting slot per other node): their run ends after the others', so that no other slot's warm
+        # stack still runs on the checkpoint's images when they remove it.
+        self.holders: set[tuple[str, int]] = set()
         actor = self.ray.remote(Slot)
         # Interleaved by node (n0s0, n1s0, n0s1, ...): a run smaller than the cluster still spreads out.
         self.slots = [
@@ -188,15 +195,20 @@ class Cluster:
     def end(self, run_id: str) -> None:
         """The run is over: every slot it used tears its stacks of the run down (a lost slot's went with
         it); raises ``ForgeError`` naming the slots that could not."""
-        refs = [(s, s.actor.end.remote(run_id, self.driver)) for s in self.used.values() if self.started(s)]
         failed = []
-        for s, ref in refs:
-            try:
-                self.ray.get(ref)
-            except self.ray.exceptions.RayTaskError as e:  # the slot could not tear a stack down
-                failed.append(f"node {s.node_id} slot {s.index}: {str(e).splitlines()[-1]}")
-            except self.ray.exceptions.RayError:  # lost with its node or process: its stacks are reaped there
-                continue
+        for holders in (False, True):
+            refs = [
+                (s, s.actor.end.remote(run_id, self.driver))
+                for key, s in self.used.items()
+                if ((key in self.holders) is holders) and self.started(s)
+            ]
+            for s, ref in refs:
+                try:
+                    self.ray.get(ref)
+                except self.ray.exceptions.RayTaskError as e:  # the slot could not tear a stack down
+                    failed.append(f"node {s.node_id} slot {s.index}: {str(e).splitlines()[-1]}")
+                except self.ray.exceptions.RayError:  # lost with its node or process: reaped there
+                    continue
         if failed:
             raise ForgeError(
                 "ending the run on its nodes failed (forge reap on those nodes removes what is left):\n"
@@ -245,7 +257,7 @@ class ClusterBackend:
         raise ForgeError("bug: a cluster run has no command agents (forge run refuses --agent there)")
 
     def checkpoint(self, trial: Stack, run_id: str) -> str:
-        raise ForgeError("bug: a cluster run has no setup steps (forge run refuses them there)")
+        raise ForgeError("bug: a cluster run checkpoints a task's setup on its node (ClusterExecutor)")
 
     def discard_leftovers(self, run_id: str) -> None:
         self.cluster.reap(run_id)
@@ -283,6 +295,8 @@ class ClusterExecutor:
         self._stopping = False
         self._drained = False  # the slots were told the queue is empty (``_tell_drained``)
         self._notices: list[Any] = []  # refs of those calls, read back as they finish
+        self._setups: dict[str, SetupResult] = {}  # each setup task's, run once on one node (``_setup``)
+        self._unfit: dict[str, frozenset[str]] = {}  # task -> nodes its checkpoint could not be copied to
 
     def run(self, trials: Sequence[tuple[Task, int]]) -> list[TrialResult]:
         nodes = len({s.node_id for s in self.c.slots})
@@ -298,8 +312,13 @@ class ClusterExecutor:
                     f"their units until they idle out ({IDLE_SECONDS / 60:.0f} min), or restart those "
                     f"nodes' Ray"
                 )
-        self._queue.extend(_Attempt(task, index, self.s.retries) for task, index in trials)
         try:
+            for task in {t.name: t for t, _ in trials if t.setup is not None}.values():
+                self._setup(task)
+            self._queue.extend(
+                _Attempt(task, index, self.s.retries, avoid=self._unfit.get(task.name, frozenset()))
+                for task, index in trials
+            )
             while self._queue or self._inflight:
                 self._dispatch()
                 self._tick(rerun=True)
@@ -307,6 +326,98 @@ class ClusterExecutor:
             self._interrupt()
             raise
         return []
+
+    # ------------------------------------------------------------------------------------ tasks' setups
+    def _setup(self, task: Task) -> None:
+        """``task``'s setup, once for the run, on one slot (``Slot.setup``); its checkpoint then copied to
+        one slot of every other node (``Slot.export`` -> Ray's object store -> ``Slot.adopt``: loaded and
+        verified there), so every node's trials fork the same state. The setup's files land in
+        ``setups/<task>/`` as a local run's; a node the copy failed on runs none of the task's trials."""
+        slot = self._free[0]
+        order = self._order(task, 0, self.s.retries, b"")
+        self.c.used[(slot.node_id, slot.index)] = slot
+        self.c.holders.add((slot.node_id, slot.index))
+        d = self.s.run_dir / SETUPS_DIR / task.name
+        t0 = time.monotonic()
+        try:
+            asked = slot.actor.setup.remote(self.c.bundle_ref, order, self.c.code)
+            ret: SetupReturn = self._await(asked, [slot])
+            error = ret.error
+        except self.ray.exceptions.RayError as e:
+            ret, error = SetupReturn({"id": slot.node_id}), f"its node was lost: {str(e).splitlines()[0]}"
+        if ret.files:
+            untar_into(ret.files, d)
+        result = ret.result
+        if result is None:
+            stopped = error is None
+            result = SetupResult(
+                task.name, False, None, time.monotonic() - t0, {}, d,
+                error="interrupted" if stopped else error, interrupted=stopped,
+            )  # fmt: skip
+            self.events.append(ev.SETUP_FINISHED, **result.record())
+        result = dataclasses.replace(result, dir=d)
+        self._setups[task.name] = result
+        if self._stopping:  # Ctrl-C during the setup: its record is in, what it took ends with the run
+            raise KeyboardInterrupt
+        if not result.ok or result.checkpoint is None:
+            return
+        others = list({s.node_id: s for s in reversed(self._free) if s.node_id != slot.node_id}.values())
+        if not others:
+            return
+        t1 = time.monotonic()
+        copy = slot.actor.export.remote(self.s.run_id, self.c.driver, result.checkpoint)
+        adopts = []
+        for other in others:
+            self.c.used[(other.node_id, other.index)] = other
+            self.c.holders.add((other.node_id, other.index))
+            adopts.append((other, other.actor.adopt.remote(self.c.bundle_ref, order, self.c.code, copy)))
+        unfit: set[str] = set()
+        marks: dict[str, float] = {}
+        for other, ref in adopts:
+            try:
+                back: TrialReturn = self._await(ref, [other])
+                why, marks = back.error, back.marks or marks
+            except self.ray.exceptions.RayError as e:
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if why:
+                unfit.add(other.node_id)
+                self.say(
+                    f"{task.name} setup        WARNING node {other.node_id[:12]} runs none of its trials "
+                    f"(its checkpoint could not be copied there): {why}"
+                )
+        self._unfit[task.name] = frozenset(unfit)
+        if self._stopping:
+            raise KeyboardInterrupt
+        copied = len(others) - len(unfit)
+        seconds = time.monotonic() - t1
+        copies = {
+            "nodes": copied, "seconds": round(seconds, 3), "bytes": int(marks.get("bytes", 0)),
+            "load_seconds": round(marks.get("adopt", 0.0), 3), "failed": sorted(unfit),
+        }  # fmt: skip
+        d.mkdir(parents=True, exist_ok=True)
+        write_yaml(d / SETUP_FILE, {**result.record(), "dir": str(d), "copies": copies})
+        self.say(
+            f"{task.name} setup        checkpoint {result.checkpoint} copied to {copied} other node(s) "
+            f"({marks.get('bytes', 0) / 1e6:.1f} MB) in {seconds:.1f}s"
+        )
+
+    def _await(self, ref: Any, slots: list[SlotRef]) -> Any:
+        """``ref``'s value, draining ``slots``' events meanwhile. Ctrl-C stops those slots (a second one
+        hurries them) and still waits for the value, so that what they took is on record for the run's
+        end to remove; it sets ``_stopping``, and the caller raises once that record is in."""
+        level = 0
+        while True:
+            try:
+                done, _ = self.ray.wait([ref], num_returns=1, timeout=WAIT_SECONDS)
+                self._drain(slots)
+                if done:
+                    break
+            except KeyboardInterrupt:
+                level = min(level + 1, 2)
+                self._stopping = True
+                for s in slots:
+                    s.actor.stop.remote(self.s.run_id, level, self.c.driver)
+        return self.ray.get(ref)
 
     def _dispatch(self) -> None:
         while self._queue and self._free and not self._stopping:
@@ -348,21 +459,26 @@ class ClusterExecutor:
             with contextlib.suppress(self.ray.exceptions.RayError):
                 self.ray.get(ref)
 
-    def _submit(self, a: _Attempt, slot: SlotRef) -> None:
-        order = TrialOrder(
+    def _order(self, task: Task, index: int, retries: int, prior: bytes) -> TrialOrder:
+        return TrialOrder(
             run_id=self.s.run_id,
-            task=a.task.name,
-            index=a.index,
+            task=task.name,
+            index=index,
             timeouts=self.s.timeouts,
             capture_logs_on_success=self.s.capture_logs_on_success,
             log_tail_lines=self.s.log_tail_lines,
-            retries=a.retries_left,  # the node's executor spends them (lifecycle.should_retry) and no more
+            retries=retries,  # the node's executor spends them (lifecycle.should_retry) and no more
             profiles=self.profiles,
-            prior=tar_dir(d) if (d := trial_dir(self.s.run_dir, a.task.name, a.index)).is_dir() else b"",
+            prior=prior,
             driver=self.c.driver,
             stacks=self.stacks,
             snapshots=self.snapshots,
+            setup=self._setups.get(task.name),
         )
+
+    def _submit(self, a: _Attempt, slot: SlotRef) -> None:
+        d = trial_dir(self.s.run_dir, a.task.name, a.index)
+        order = self._order(a.task, a.index, a.retries_left, tar_dir(d) if d.is_dir() else b"")
         self.c.used[(slot.node_id, slot.index)] = slot
         a.started = time.time()
         a.node = slot.node_id
@@ -427,6 +543,8 @@ class ClusterExecutor:
                     self.say(str(payload))
                     continue
                 kind, fields = payload
+                if kind == ev.SETUP_FINISHED:  # its files are unpacked here, not left on the node
+                    fields = {**fields, "dir": str(self.s.run_dir / SETUPS_DIR / str(fields.get("task")))}
                 a = self._by_key.get((fields.get("task"), fields.get("index")))
                 if a is not None:
                     a.node = fields.get("node", a.node)

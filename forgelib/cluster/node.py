@@ -29,11 +29,13 @@ from forgelib.cluster import ENGINE_ENV
 from forgelib.errors import ForgeError
 from forgelib.run.execute import Executor, Settings
 from forgelib.run.results import trial_dir
+from forgelib.run.setup import SETUPS_DIR, SetupResult
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Project, Timeouts
 from forgelib.stacks import DockerBackend, Stacks
 from forgelib.stacks import open as open_stacks
 from forgelib.stacks.live import LiveStacks, StopState
+from forgelib.stacks.snapshots.transfer import CheckpointCopy
 
 STOP_POLL_SECONDS = 0.5
 Item = tuple[str, Any]  # what goes to the driver: ("event", (kind, fields)) | ("say", line)
@@ -55,6 +57,7 @@ class TrialOrder:
     driver: str = ""  # the driver's token: its events and stops are its own (a resumed run's driver is new)
     stacks: str = "fresh"  # the plan's --stacks
     snapshots: bool = False  # fresh stacks from goldens (captured once per node engine)
+    setup: SetupResult | None = None  # the task's setup, run on one node (its checkpoint is on this one's)
 
 
 @dataclass
@@ -187,6 +190,65 @@ class NodeRun:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+@dataclass
+class SetupReturn:
+    """A task's setup as one node ran it: its result (the checkpoint on this node's engine), its files."""
+
+    node: dict[str, str]
+    result: SetupResult | None = None  # None: the node could not run it (``error``), or a stop came first
+    files: bytes = b""  # tar of setups/<task>/
+    error: str | None = None
+
+
+def _executor(order: TrialOrder, node: dict[str, str], run: NodeRun, sink: RelayEvents) -> Executor:
+    settings = Settings(
+        run_id=order.run_id,
+        run_dir=run.workdir / "run",
+        timeouts=order.timeouts,
+        capture_logs_on_success=order.capture_logs_on_success,
+        log_tail_lines=order.log_tail_lines,
+        retries=order.retries,
+        node=node,
+    )
+    return Executor(run.backend, sink, settings, sink.say, stacks=run.stacks, stop=run.stop)
+
+
+def run_setup(
+    project: Project,
+    order: TrialOrder,
+    *,
+    node: dict[str, str],
+    run: NodeRun,
+    push: Callable[[list[Item]], None],
+    stop_level: Callable[[], int],
+) -> SetupReturn:
+    """Run ``order.task``'s setup here, once for the whole run (``run.setup``): its stack provisioned,
+    the step run, the stack checkpointed on this node's engine as the run's own, the stack torn down."""
+    try:
+        task = project.task(order.task)
+    except ForgeError as e:
+        return SetupReturn(node, error=str(e))
+    sink = RelayEvents(push, node)
+    executor = _executor(order, node, run, sink)
+    with StopWatcher(stop_level, run.stop, run.stacks):
+        result = executor.setup(task)
+    d = run.workdir / "run" / SETUPS_DIR / order.task
+    return SetupReturn(node, result, tar_dir(d) if d.is_dir() else b"")
+
+
+def export_checkpoint(run: NodeRun, checkpoint_id: str) -> CheckpointCopy:
+    """The run's checkpoint taken here, packed for the other nodes' engines."""
+    backend = run.backend
+    return backend.checkpoints.export(backend.ctx, checkpoint_id, run.workdir / "transfer")
+
+
+def adopt_checkpoint(run: NodeRun, copy: CheckpointCopy, run_id: str) -> str:
+    """Another node's checkpoint of the run, loaded and verified on this node's engine as the run's own
+    here (removed as the run ends here, or by ``forge reap`` on this engine once this process is gone)."""
+    backend = run.backend
+    return backend.checkpoints.adopt(backend.ctx, copy, run_id, run.workdir / "transfer")
+
+
 def run_trial(
     project: Project,
     order: TrialOrder,
@@ -204,18 +266,12 @@ def run_trial(
         return TrialReturn(node, error=str(e))
     stop, stacks = run.stop, run.stacks
     sink = RelayEvents(push, node)
-    settings = Settings(
-        run_id=order.run_id,
-        run_dir=run.workdir / "run",
-        timeouts=order.timeouts,
-        capture_logs_on_success=order.capture_logs_on_success,
-        log_tail_lines=order.log_tail_lines,
-        retries=order.retries,
-        node=node,
-    )
+    executor = _executor(order, node, run, sink)
+    settings = executor.s
     if order.prior:  # a rerun counts on from the attempts already on record
         untar_into(order.prior, trial_dir(settings.run_dir, order.task, order.index))
-    executor = Executor(run.backend, sink, settings, sink.say, stacks=stacks, stop=stop)
+    if order.setup is not None:  # run on one node for all: this node's engine has its checkpoint
+        executor.know_setup(order.setup)
     marks["trial_start"] = time.time()
     with StopWatcher(stop_level, stop, stacks):
         result = executor.run_trial(task, order.index)
@@ -242,9 +298,13 @@ __all__ = [
     "Item",
     "NodeRun",
     "RelayEvents",
+    "SetupReturn",
     "StopWatcher",
     "TrialOrder",
     "TrialReturn",
+    "adopt_checkpoint",
+    "export_checkpoint",
     "node_engine",
+    "run_setup",
     "run_trial",
 ]

@@ -37,10 +37,14 @@ from forgelib.cluster.bundle import Bundle, unpack, verify_seeds
 from forgelib.cluster.node import (
     Item,
     NodeRun,
+    SetupReturn,
     TrialOrder,
     TrialReturn,
+    adopt_checkpoint,
+    export_checkpoint,
     node_engine,
     node_identity,
+    run_setup,
     run_trial,
 )
 from forgelib.docker.labels import owned_temp_dir
@@ -48,6 +52,7 @@ from forgelib.errors import ForgeError
 from forgelib.spec.loader import load_project_config
 from forgelib.spec.models import Project
 from forgelib.stacks.reaper import NODE_DIR, reap_owned_dirs
+from forgelib.stacks.snapshots.transfer import CheckpointCopy
 
 DRIVER_SILENCE = 60.0  # seconds without a drain from a run's driver: it is gone, stop its trial
 IDLE_SECONDS = 900.0  # a slot with no trial for this long exits (and frees its forge_docker unit)
@@ -112,6 +117,55 @@ class Slot:
                 self._busy_since = None
                 self._last_trial = self._clock()
                 self._forget_gone_runs()
+
+    def setup(self, bundle: Bundle, order: TrialOrder, code: str) -> SetupReturn:
+        """``order.task``'s setup for the whole run, here (``node.run_setup``): its checkpoint stays on this
+        node's engine as the run's own until the run ends here."""
+        with self._trial:
+            self._busy_since = self._clock()
+            self._current = (order.run_id, order.driver)
+            try:
+                got = self._open(bundle, order, code)
+                if isinstance(got, TrialReturn):
+                    return SetupReturn(got.node, error=got.error)
+                session, node, project, node_run = got
+                return run_setup(
+                    project,
+                    order,
+                    node=node,
+                    run=node_run,
+                    push=lambda items: self._push(session, items),
+                    stop_level=lambda: self._stop_level(session),
+                )
+            finally:
+                self._current = None
+                self._busy_since = None
+                self._last_trial = self._clock()
+
+    def export(self, run_id: str, driver: str, checkpoint_id: str) -> CheckpointCopy:
+        """The run's checkpoint this slot's setup took, packed for the other nodes (``adopt``)."""
+        with self._mu:
+            run = self._run_state((run_id, driver))
+            node_run = run.node_run
+        if node_run is None:
+            raise ForgeError(f"bug: no run {run_id} on this slot to export {checkpoint_id} from")
+        return export_checkpoint(node_run, checkpoint_id)
+
+    def adopt(self, bundle: Bundle, order: TrialOrder, code: str, copy: CheckpointCopy) -> TrialReturn:
+        """Load another node's checkpoint of ``order.run_id`` on this node's engine as the run's own here
+        (``node.adopt_checkpoint``); ``error`` set when it cannot be loaded or does not verify."""
+        with self._trial:
+            got = self._open(bundle, order, code)
+            if isinstance(got, TrialReturn):
+                return got
+            _, node, _, node_run = got
+            t0 = time.monotonic()
+            try:
+                adopt_checkpoint(node_run, copy, order.run_id)
+            except ForgeError as e:
+                return TrialReturn(node, error=str(e))
+            self._last_trial = self._clock()
+            return TrialReturn(node, marks={"bytes": float(copy.size), "adopt": time.monotonic() - t0})
 
     def end(self, run_id: str, driver: str = "") -> None:
         """The driver ended ``run_id`` (finished, interrupted or failed): its stacks and files here go."""
@@ -183,6 +237,26 @@ class Slot:
     # ------------------------------------------------------------------------------------------ inside
     def _run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
         marks = {"entered": time.time()}
+        got = self._open(bundle, order, code)
+        if isinstance(got, TrialReturn):
+            return got
+        session, node, project, node_run = got
+        marks["project"] = time.time()
+        ret = run_trial(
+            project,
+            order,
+            node=node,
+            run=node_run,
+            push=lambda items: self._push(session, items),
+            stop_level=lambda: self._stop_level(session),
+        )
+        ret.marks = {**marks, **ret.marks, "cleaned": time.time()}
+        return ret
+
+    def _open(
+        self, bundle: Bundle, order: TrialOrder, code: str
+    ) -> TrialReturn | tuple[Session, dict[str, str], Project, NodeRun]:
+        """The order's run here (its ``NodeRun``, started by its first order), or why not (a return)."""
         session = (order.run_id, order.driver)
         with self._mu:
             self._run_state(session)
@@ -203,7 +277,6 @@ class Slot:
             project = self._project(bundle)
         except ForgeError as e:
             return TrialReturn(node, error=str(e))
-        marks["project"] = time.time()
         os.environ["DOCKER_HOST"] = engine  # every docker/compose command of this process: the node's engine
         with self._mu:
             run = self._runs.setdefault(session, _Run(seen=self._clock()))
@@ -213,16 +286,7 @@ class Slot:
                 if run.drained:
                     run.node_run.no_more()
             node_run = run.node_run
-        ret = run_trial(
-            project,
-            order,
-            node=node,
-            run=node_run,
-            push=lambda items: self._push(session, items),
-            stop_level=lambda: self._stop_level(session),
-        )
-        ret.marks = {**marks, **ret.marks, "cleaned": time.time()}
-        return ret
+        return session, node, project, node_run
 
     def _project(self, bundle: Bundle) -> Project:
         """The bundle unpacked, loaded and its seeds verified: once per digest, then from the cache."""

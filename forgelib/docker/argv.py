@@ -159,5 +159,9 @@ def load(**options: Opt) -> list[str]:
     return _docker("load", *flags(**options))
 
 
+def save(refs: Sequence[str], **options: Opt) -> list[str]:
+    return _docker("save", *flags(**options), *refs)
+
+
 def network_disconnect(network: str, container: str, **options: Opt) -> list[str]:
     return _docker("network", "disconnect", *flags(**options), network, container)

@@ -654,11 +654,10 @@ class ComposeProject:
             )
         if not out:
             out = self.run(port_argv(service, container_port, protocol=protocol)).stdout.strip()
-        line = out.splitlines()[0].strip() if out else ""
-        host, _, port = line.rpartition(":")
-        if not port.isdigit() or int(port) == 0:  # some compose versions print ":0" for "not published"
+        found = published_address(out)
+        if found is None:
             raise ForgeError(f"service {service!r} does not publish container port {container_port}")
-        return _loopback(host), int(port)
+        return found
 
     def ps(self, services: Sequence[str] = ()) -> list[dict[str, Any]]:
         """One dict per container (``Service``, ``State``, ``Publishers``, ...), stopped ones included."""
@@ -804,6 +803,16 @@ def published_of_inspect(info: Mapping[str, Any]) -> list[str]:
                 if text not in out:
                     out.append(text)
     return out
+
+
+def published_address(out: str) -> tuple[str, int] | None:
+    """The first address ``docker port`` (or ``compose port``) printed, a wildcard bind as 127.0.0.1; None
+    when it printed none (some compose versions print ":0" for "not published")."""
+    line = out.strip().splitlines()[0].strip() if out.strip() else ""
+    host, _, port = line.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return None
+    return _loopback(host), int(port)
 
 
 def _loopback(host: str) -> str:

@@ -73,7 +73,8 @@ class ForgeOptions(EnvironmentOptions):  # type: ignore[misc]  # Any where harbo
     )
     goldens: bool = Field(
         default=False,
-        description="fresh stacks start reset services from golden snapshots (captured by the first trial)",
+        description="reset services start from golden snapshots (captured by the first trial needing one): "
+        "every fresh stack, and each warm stack's first provisioning",
     )
     workers: int = Field(default=0, ge=0, description="a warm pool's most stacks at once; 0: one per core")
 

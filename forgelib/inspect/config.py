@@ -36,7 +36,7 @@ class ForgeConfig(BaseModel):
     goldens: bool = Field(
         default=False,
         description="fresh stacks start reset services from golden snapshots (captured in task_init); "
-        "a warm pool provisions each stack once and resets it in place",
+        "with stacks=warm, each warm stack's first provisioning starts from them (the first one captures)",
     )
     default: str | None = Field(
         default=None,

@@ -150,7 +150,7 @@ class TaskStacks:
         """``task_init``: heal leftovers of dead owners, load the clients resets talk through, and with
         goldens capture them now (one stack of the config's environment, provisioned and torn down)."""
         self.hosted.start()
-        if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool resets in place instead
+        if self.settings.goldens and self.settings.stacks == "fresh":  # a warm pool's first stack takes them
             stack = self.acquire(None)
             self.release(stack, interrupted=True)  # torn down: the golden stays, the stack does not
 

@@ -155,8 +155,18 @@ class PreparedSeed:
     prepared: object
     baseline: Fingerprint
 
-    def reset(self) -> None:
+    def reset(self, restored: Callable[[], None] | None = None) -> None:
+        """Put the service back at its seed. ``restored``: called once nothing a trial changed is left
+        there, the service perhaps still starting (what a successor may reach then is a fresh stack's
+        state or nothing). A recipe says when through an optional ``reset_staged(ctx, prepared,
+        restored)``; without one, once ``reset`` returned."""
+        staged = getattr(self.recipe, "reset_staged", None)
+        if restored is not None and staged is not None:
+            staged(self.ctx, self.prepared, restored)
+            return
         self.recipe.reset(self.ctx, self.prepared)
+        if restored is not None:
+            restored()
 
     def fingerprint(self) -> Fingerprint:
         return self.recipe.fingerprint(self.ctx)

@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -91,21 +91,42 @@ def forget() -> None:
 
 def export(ctx: ApplyContext, copy: CheckpointCopy, dest: Path) -> None:
     """Write ``docker cp``'s tar of ``copy.path`` in ``copy.image`` to ``dest``."""
-    runner, t = ctx.compose.runner, ctx.timeouts
-    labels = {**copy.labels, lab.HELPER: "checkpoint-read"}
-    name = f"forge-ckread-{secrets.token_hex(6)}"
-    create = dk.create(
-        copy.image, ["forge-checkpoint-read"],
-        name=name, network="none", entrypoint="true",
-        label=[f"{k}={v}" for k, v in sorted(labels.items())],
-    )  # fmt: skip
     try:
-        runner.run(create, timeout=t.command, tag="create")
-        runner.run(dk.cp(f"{name}:{copy.path}", "-"), timeout=t.recipe, stdout_path=dest, tag="cp")
+        with helper(ctx, copy) as name:
+            cp = dk.cp(f"{name}:{copy.path}", "-")
+            ctx.compose.runner.run(cp, timeout=ctx.timeouts.recipe, stdout_path=dest, tag="cp")
     except CommandError as e:
         raise ctx.fail(
             "restore", f"could not read {copy.path} out of checkpoint image {copy.image}: {e}"
         ) from e
+
+
+@contextmanager
+def helper(
+    ctx: ApplyContext,
+    copy: CheckpointCopy,
+    *,
+    entrypoint: str = "true",
+    args: Sequence[str] = ("forge-checkpoint-read",),
+    publish: str | None = None,
+) -> Iterator[str]:
+    """A helper container of ``copy.image`` that reads the checkpoint (its name): created and never
+    started (no network), or with ``publish`` started detached (``entrypoint`` ``args``, that port
+    published). It carries the service's forge labels (``forge reap`` finds one a kill left) and is
+    removed on every path."""
+    runner, t = ctx.compose.runner, ctx.timeouts
+    labels = {**copy.labels, lab.HELPER: "checkpoint-read"}
+    name = f"forge-ckread-{secrets.token_hex(6)}"
+    label = [f"{k}={v}" for k, v in sorted(labels.items())]
+    if publish is None:
+        argv = dk.create(copy.image, args, name=name, network="none", entrypoint=entrypoint, label=label)
+    else:
+        argv = dk.run(
+            copy.image, args, name=name, detach=True, entrypoint=entrypoint, publish=publish, label=label
+        )
+    try:
+        runner.run(argv, timeout=t.command if publish is None else t.compose_up, tag="helper")
+        yield name
     finally:
         runner.run(dk.rm([name], force=True, volumes=True), timeout=t.command, check=False, tag="rm")
 

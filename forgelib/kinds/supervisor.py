@@ -153,7 +153,7 @@ class Supervised:
         if not found or not supervised(found[0]):
             return None
         s = cls(ctx, path, container, marker, stop, kill)
-        s._request("prepare", stop)
+        s.request("prepare", stop)
         return s
 
     @property
@@ -163,9 +163,11 @@ class Supervised:
     def restore(self, *, healthcheck: bool = True) -> None:
         """Stop the server, put back what changed in its data directory, start it again; returns once the
         loop started it (``healthcheck``: ``PristineDir``'s signature; the kind waits for its server)."""
-        self._request("reset", self.kill)
+        self.request("reset", self.kill)
 
-    def _request(self, step: str, signal: str, script: str = RESTORE_SCRIPT) -> None:
+    def request(self, step: str, signal: str, script: str = RESTORE_SCRIPT) -> None:
+        """Ask the loop to stop the server with ``signal``, run ``script`` on the data directory (the
+        warm reset's restore by default) and start it again; ``step`` names a failure's step."""
         args = [script, self.path, self.marker, SYNC_SCRIPT, signal]
         argv = dk.exec(self.container, ["sh", "-c", _REQUEST, "forge-reset", *args], user="0")
         try:
@@ -228,7 +230,7 @@ def restore_copy(
     _stage(ctx, container, copy, key, staged)
     s = Supervised(ctx, copy.path, container, marker, "INT", kill)
     script = _STAGED_SCRIPT.format(key=key, restore=RESTORE_SCRIPT, tick=_TICK)
-    s._request("restore", kill, script)
+    s.request("restore", kill, script)
     return True
 
 

@@ -56,7 +56,7 @@ from forgelib.run.results import (
     write_summary,
     write_trial,
 )
-from forgelib.run.setup import STAGE, TaskSetups
+from forgelib.run.setup import STAGE, SetupResult, TaskSetups
 from forgelib.runner import Result, secret_values
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 from forgelib.stacks.live import LiveStacks, StopState
@@ -216,6 +216,14 @@ class Executor:
             ),
             teardown=lambda st: self._stacks.teardown(st.name), background=self._in_background,
         )  # fmt: skip
+
+    def setup(self, task: Task) -> SetupResult:
+        """``task``'s setup, run now unless it ran already (a cluster node runs it alone this way)."""
+        return self._setups.result(task)
+
+    def know_setup(self, result: SetupResult) -> None:
+        """A setup that ran elsewhere: its task's trials here start from its checkpoint (``TaskSetups``)."""
+        self._setups.known(result)
 
     # -------------------------------------------------------------------------------------- the pool
 

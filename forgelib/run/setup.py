@@ -141,6 +141,12 @@ class TaskSetups:
                 done = self._done[task.name] = self._run(task)
             return done
 
+    def known(self, result: SetupResult) -> None:
+        """``result`` is its task's setup's, run elsewhere (a cluster run's: on one node, for every node's
+        trials): the task's trials take it as they would their own run's."""
+        with self._lock:
+            self._done[result.task] = result
+
     def _run(self, task: Task) -> SetupResult:
         w = _Walk(task, self.run_dir / SETUPS_DIR / task.name)
         w.dir.mkdir(parents=True, exist_ok=True)

@@ -249,7 +249,7 @@ class RunConfig:
     log_tail_lines: int = LOG_TAIL_LINES
     timeouts: Timeouts = field(default_factory=Timeouts)
     profiles: tuple[str, ...] = ()  # compose profiles enabled in every trial's stack
-    snapshots: bool = False  # fresh stacks start reset services from goldens (forgelib.stacks.snapshots)
+    snapshots: bool = False  # fresh stacks and a warm stack's first provisioning start from goldens
     memory_budget_mb: int | None = None  # None: derived from MemAvailable (forgelib.stacks.budget)
     agent: Agent | None = None  # what solves the trials; None: each task's oracle
 

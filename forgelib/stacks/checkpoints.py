@@ -248,6 +248,7 @@ def capture(
                 captured[s.name] = {
                     "image": image, "base": images[s.name], "path": path, "kind": str(s.seed.kind),
                     "seed": s.seed.name, "seed_digest": s.seed.digest, "fingerprint": fp,
+                    "recipe_version": s.recipe.RECIPE_VERSION,
                 }  # fmt: skip
             manifest = {
                 "format": ckstore.FORMAT,
@@ -418,6 +419,22 @@ class _ImageIds:
             return self._ids[ref]
 
 
+def same_recipe(ck: Checkpoint, service: str, recipe: Recipe) -> None:
+    """Refuse ``ck``'s capture of ``service`` when ``recipe`` is not at the version that captured it (or
+    the checkpoint recorded none): a kind bumps ``RECIPE_VERSION`` when what it captures or how its
+    fingerprint is taken changes, so the fingerprint recorded then cannot verify a fork or restore now."""
+    rec = ck.services.get(service) or {}
+    then, now = rec.get("recipe_version"), recipe.RECIPE_VERSION
+    if then == now:
+        return
+    was = f"version {then}" if then is not None else "a version this checkpoint does not record (older)"
+    raise CheckpointError(
+        f"checkpoint {ck.id}: service {service!r} was captured by the {rec.get('kind')} recipe's {was}, "
+        f"this forgelib's is version {now} (what it captures or checks changed): take a new checkpoint "
+        f"(`forge checkpoint STACK`) and remove this one (`forge snapshots prune --checkpoint {ck.id}`)"
+    )
+
+
 def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str) -> None:
     try:
         found = recipe.golden_fingerprint(ctx)
@@ -445,7 +462,14 @@ def fork(
     come up at once, as one step; groups take places as any stack does. One checkpoint load and one look
     at the services' images serve every fork. A fork that fails tears itself down; the others (those
     already up, and those coming up as it failed) go with ``stacks``, the ones not begun are not begun,
-    and the first failure is raised once every fork under way has ended."""
+    and the first failure is raised once every fork under way has ended.
+
+    Kept forks (``stacks`` opened ``kept``: ``forge provision --from-checkpoint``) are counted in the
+    budget while the call brings them up, as any fork, and give their room back as it returns them: a
+    kept stack is the caller's from then on, never this process's to tear down, so holding its room
+    would only starve the caller's later stacks (the memory it takes is in the engine's ``MemAvailable``
+    for whoever opens a budget next). When the call fails, the kept forks already up were never handed
+    over: they are torn down (a kept stack is never reaped)."""
     project = stacks.project
     if project is None:
         raise ForgeError("fork: stacks opened without a project")
@@ -456,6 +480,11 @@ def fork(
         raise CheckpointError(
             f"checkpoint {ck.id} was taken of project {ck.manifest.get('project')!r}, not {project.name!r}"
         )
+    written = ResolvedConfig.of(project.environment.compose)
+    for svc, rec in sorted(ck.services.items()):
+        recipe = kinds.recipe_for(str(rec.get("kind")), written.service(svc))
+        if recipe is not None:
+            same_recipe(ck, svc, recipe)
     ctx: StackContext = stacks.backend.ctx
     # a run of its own per call: two forks of one checkpoint in one process never share a project name
     run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
@@ -477,16 +506,41 @@ def fork(
         )
 
     groups = [specs[i : i + FORKS_PER_START] for i in range(0, n, FORKS_PER_START)]
-    made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one), groups, main=True)
-    return [trial for group in made for trial in group]
+
+    def bring_up(kept: list[Stack]) -> list[Stack]:
+        made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one, kept), groups, main=True)
+        return [trial for group in made for trial in group]
+
+    return _hand_over(stacks, bring_up)
+
+
+def _hand_over(stacks: StacksView, bring_up: Callable[[list[Stack]], list[Stack]]) -> list[Stack]:
+    """``bring_up(kept)``'s stacks; the kept ones it put on ``kept`` (as they came up) give their room in
+    the budget back as they are returned, or are torn down (and give it back) when it fails."""
+    kept: list[Stack] = []  # appended from the forks' threads
+    try:
+        return bring_up(kept)
+    except BaseException:
+        for trial in kept:
+            with contextlib.suppress(Exception):  # the failure raised is the one to report
+                teardown_trial(trial, graceful=False)
+        raise
+    finally:
+        for _ in kept:
+            stacks.admission.leave()
 
 
 def _group(
-    stacks: StacksView, ctx: StackContext, specs: Sequence[StackPlan], one: Callable[[StackPlan], Stack]
+    stacks: StacksView,
+    ctx: StackContext,
+    specs: Sequence[StackPlan],
+    one: Callable[[StackPlan], Stack],
+    kept: list[Stack] | None = None,
 ) -> list[Stack]:
     """``specs``' forks counted in the memory budget, then brought up at once under one start place, each
     registered with ``stacks`` as it is up (its teardown gives its room back). A kept stack (``forge
-    provision --keep``) is never registered: it outlives this process on purpose."""
+    provision --keep``) is never registered: it outlives this process on purpose; it goes on ``kept``
+    instead, still counted (``fork`` gives its room back as it hands it over)."""
     admission = stacks.admission
     counted = 0
     begun: list[StackPlan] = []
@@ -506,7 +560,11 @@ def _group(
                     admission.leave()
                     raise
                 trial = dataclasses.replace(trial, timings={**trial.timings, **waits})
-                return trial if ctx.kept else _registered(stacks, trial)
+                if not ctx.kept:
+                    return _registered(stacks, trial)
+                if kept is not None:
+                    kept.append(trial)
+                return trial
 
             made = _concurrently(stacks, up, specs, main=False)
     finally:
@@ -610,6 +668,8 @@ def roll_back(
     by_name = {s.name: s for s in _services(project, trial, timeouts)}
     if ck.manifest.get("project") != project.name or set(ck.services) - set(by_name):
         raise CheckpointError(f"checkpoint {ck.id} is not of this stack's project and services")
+    for svc in sorted(ck.services):  # every one before any is restored: never half a restore
+        same_recipe(ck, svc, by_name[svc].recipe)
     timings = dict(trial.timings)
     restarted = False
     for svc, rec in sorted(ck.services.items()):

@@ -568,6 +568,9 @@ class GoldenSteps(FreshSteps):
         if plan is not None and plan.capture:
             with phase(f"golden_capture:{b.service}", "reset_recipe"):
                 self.goldens.capture(plan, b.recipe, ctx, b.seed, restart)
+            # started again on new host ports: what talks to it next (a warm preparation) looks them up
+            for key in [k for k in ctx.addresses if k[0] == b.service]:
+                del ctx.addresses[key]
 
     def up_failed(self, compose: ComposeProject, services: Sequence[str], error: ProvisionError) -> None:
         self.goldens.check_started(compose, self.plans, services, error)
@@ -595,6 +598,43 @@ class GoldenSteps(FreshSteps):
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {k: dict(v) for k, v in self.goldens.records.items()}
+
+
+@dataclass
+class GoldenWarmSteps(GoldenSteps):
+    """A warm stack's first provisioning with goldens on: its reset services plan, restore, capture and
+    verify as ``GoldenSteps`` (the same keys: a golden a fresh stack captured serves a warm one, and the
+    other way round), then are prepared for in-place resets as ``WarmSteps`` (``recipe.prepare``, the
+    baseline fingerprint). A restored service comes up first, with what it depends on and before any
+    dependent (``starts_first``), and is verified before its preparation, so the pristine copy is of a
+    state proven equal to the golden's, which is the seeded state: its resets put back what a warm stack
+    seeded by its recipe would. A golden that fails is discarded and the stack provisioned again, seeding
+    that service (``failed``)."""
+
+    def starts_first(self, service: str) -> bool:
+        plan = self.plans.get(service)
+        return plan is not None and plan.golden is not None
+
+    def seeded(self, applied: _Applied, phase: PhaseTimer) -> tuple[PreparedSeed, ...]:
+        for b, ctx in applied:
+            if b.service not in self.verified:  # not yet checked as it became ready (``ready``)
+                self.ready(b, ctx, phase)
+        return WarmSteps().seeded(applied, phase)
+
+    def started(
+        self, bindings: Sequence[_Binding], context: Callable[[_Binding], ApplyContext], phase: PhaseTimer
+    ) -> None:
+        """Nothing more: each restored service was verified before its preparation (``seeded``), and the
+        pool checks every reset against the baseline taken then."""
+
+
+def warm_steps(ctx: StackContext, run_id: str) -> FreshSteps:
+    """A warm stack's provisioning steps (``forgelib.stacks.warm``): from goldens with ``ctx.goldens``
+    (``GoldenWarmSteps``), else every reset service seeded by its recipe (``WarmSteps``)."""
+    if not ctx.goldens:
+        return WarmSteps()
+    stopping = _stopping(ctx.runner)
+    return GoldenWarmSteps(TrialGoldens(ctx.runner, ctx.timeouts, run_id, ctx.project.name, stopping))
 
 
 FAILURE_FILE = "provision-error.txt"

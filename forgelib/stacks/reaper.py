@@ -57,6 +57,7 @@ from forgelib.runner import Runner
 from forgelib.stacks.snapshots import checkpoints, store
 from forgelib.table import align
 
+OWNER_LABELS = (OWNER_HOST, OWNER_PID, OWNER_BOOT_ID, OWNER_START_TIME)
 # `forge provision`'s own directory (override, logs): an ``owned_temp_dir`` named on its stack's labels.
 PROVISION_DIR = "forge-provision-"
 # The pytest plugin's: one per pytest process (its trials' overrides and logs; forgelib.pytest_plugin.stacks).
@@ -351,16 +352,29 @@ def discover(runner: Runner, run_id: str | None = None) -> list[FoundProject]:
     # every manifest image: it carries no run label, so a run's filter would hide it
     manifests = ["--filter", f"label={checkpoints.MANIFEST}"]
     mids = _ids(runner, dk.ls("image", quiet=True, no_trunc=True, filters=[*_filters(None), *manifests]))
-    complete = {
-        labels.get(checkpoints.CHECKPOINT)
+    manifest_labels = [
+        labels
         for i in [*infos, *_inspect(runner, "image", sorted(set(mids) - set(cids)))]
         if checkpoints.MANIFEST in (labels := _labels(i.get("Config") or {}))
-        and labels.get(checkpoints.SCOPE) != checkpoints.RUN_SCOPE
+    ]
+    complete = {
+        labels.get(checkpoints.CHECKPOINT)
+        for labels in manifest_labels
+        if labels.get(checkpoints.SCOPE) != checkpoints.RUN_SCOPE
+    }
+    # A run's checkpoint copied onto this engine from another node's (a cluster run's setup) keeps the
+    # capturing process's owner labels on its service images; its manifest image names the process that
+    # loaded it here. The service images go with their manifest's owner.
+    run_owner = {
+        labels.get(checkpoints.CHECKPOINT): {k: labels[k] for k in OWNER_LABELS if k in labels}
+        for labels in manifest_labels
+        if labels.get(checkpoints.SCOPE) == checkpoints.RUN_SCOPE
     }
     for i in infos:
         labels = _labels(i.get("Config") or {})
         if checkpoints.CHECKPOINT not in labels or labels[checkpoints.CHECKPOINT] in complete:
             continue
+        labels = {**labels, **run_owner.get(labels[checkpoints.CHECKPOINT], {})}
         iid = str(i.get("Id", ""))
         name = f"checkpoint {labels.get(checkpoints.CHECKPOINT, '?')} {labels.get(checkpoints.SERVICE, '')}"
         found.append(Resource("image", iid, name.strip(), labels))

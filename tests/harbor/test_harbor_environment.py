@@ -228,3 +228,42 @@ def test_harbor_run_with_goldens_captures_one_golden_and_restores_it(tmp_path: P
             assert store.remove(runner, g) is None
             store.forget(g.key)
     assert [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before] == []
+
+
+def test_harbor_run_warm_with_goldens_starts_its_stack_from_an_earlier_jobs_golden(tmp_path: Path) -> None:
+    """harbor's CLI, oracle agent: a one-trial goldens job takes the vandal task's golden, then a -k 3 warm
+    job with goldens starts its one stack's app-db from that golden (no recipe), and every attempt's first
+    observation is still a fresh stack's, though the one before wrecked it. Its goldens are removed."""
+    task = tmp_path / "task"  # a copy of the vandal task with a golden key of its own (see the test above)
+    shutil.copytree(EXAMPLE / "vandal", task)
+    compose = task / "environment" / "docker-compose.yaml"
+    db = "      POSTGRES_DB: app\n"
+    text = compose.read_text()
+    assert db in text, f"{compose}: app-db's environment changed; update this test"
+    compose.write_text(text.replace(db, f"{db}      FORGE_TEST_RUN: {uuid.uuid4().hex}\n", 1))
+    runner = SubprocessRunner()
+    before = {g.id for g in store.list_goldens(runner, project=PROJECT)}
+    try:
+        (first,) = _harbor_run(task, tmp_path / "jobs", "take", "--ek", "goldens=true", "-k", "1")
+        taken = json.loads((first / "forge_stack.json").read_text())["goldens"]["app-db"]
+        assert taken["outcome"] == "captured", taken
+        trials = _harbor_run(
+            task, tmp_path / "jobs", "warm", "--ek", "stacks=warm", "--ek", "goldens=true", "-k", "3"
+        )
+        assert len(trials) == 3
+        expected = (task / "tests" / "expected_first_seen.txt").read_text()
+        records = [json.loads((t / "forge_stack.json").read_text()) for t in trials]
+        for t in trials:
+            assert (t / "verifier" / "reward.txt").read_text().strip() == "1", t
+            assert (t / "agent" / "first_seen.txt").read_text() == expected, t
+        assert {r["mode"] for r in records} == {"warm"} and len({r["stack"] for r in records}) == 1
+        provisioned = next(r for r in records if r["reuse"] == 0)
+        assert provisioned["goldens"]["app-db"] == {"outcome": "restored", "golden": taken["golden"]}
+        assert not [p for p in provisioned["timings"] if p.startswith("recipe:")], provisioned["timings"]
+        assert "warm_prepare" in provisioned["timings"]
+        assert sorted(r["reuse"] for r in records) == [0, 1, 2] and not any(r["replaced"] for r in records)
+    finally:
+        for g in [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before]:
+            assert store.remove(runner, g) is None
+            store.forget(g.key)
+    assert [g for g in store.list_goldens(runner, project=PROJECT) if g.id not in before] == []

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -433,6 +434,107 @@ def test_warm_stacks_are_reused_per_slot_and_gone_when_the_run_ends(
     # The driver ended the run on every slot: no warm stack outlives it, on either engine.
     for eng in engines:
         assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+
+
+SETUP_PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "setup_project"
+
+
+def _setup_project(tmp_path: Path, repeats: int) -> tuple[Path, Path]:
+    """A copy of the ``setup:`` fixture whose runner mounts ``tmp_path/marker`` (where the setup counts its
+    runs: one host directory both loopback nodes see), its setup's sleep cut short; (config, marker)."""
+    pack, marker = tmp_path / "setup_project", tmp_path / "marker"
+    shutil.copytree(SETUP_PROJECT, pack, ignore=shutil.ignore_patterns("runs"))
+    marker.mkdir()
+    marker.chmod(0o777)  # the container writes as its own user
+    compose = pack / "shared" / "compose.yaml"
+    text = compose.read_text()
+    compose.write_text(re.sub(r"\$\{FORGE_TEST_MARKER_DIR:\?[^}]*\}", str(marker), text))
+    task = pack / "tasks" / "slow_setup" / "task.yaml"
+    task.write_text(task.read_text().replace('SETUP_SLEEP: "10"', 'SETUP_SLEEP: "1"'))
+    cfg = tmp_path / "setup.yaml"
+    doc = {
+        "project": str(pack), "tasks": ["slow_setup"], "repeats": repeats, "workers": 4,
+        "output": str(tmp_path / "runs"),
+        "timeouts": {"compose_up": 180, "recipe": 120, "oracle": 60, "grading": 60, "teardown": 120},
+    }  # fmt: skip
+    cfg.write_text(yaml.safe_dump(doc))
+    return cfg, marker
+
+
+def _checkpoint_images(eng: Engine, checkpoint: str) -> list[str]:
+    tags = eng.docker("image", "ls", "forgelib-checkpoint", "--format", "{{.Tag}}").split()
+    return [t for t in tags if t.startswith(checkpoint)]
+
+
+@pytest.mark.parametrize("stacks", ["fresh", "warm"])
+def test_a_setup_runs_once_and_its_checkpoint_reaches_every_node(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path, stacks: str
+) -> None:
+    """The setup runs on one node; its checkpoint is copied to the other engine (loaded, verified); the
+    trials on both engines fork it (warm: start from it and reset to it), and every one sees the setup's
+    row and file and only its own writes. After the run neither engine holds the checkpoint, nor anything
+    of the run."""
+    cfg, marker = _setup_project(tmp_path, repeats=4)
+    r = _forge("-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address,
+               *_stack_args(stacks), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    rid = summary["run_id"]
+    assert (marker / "setup.log").read_text().splitlines() == ["setup ran"]  # once for the whole run
+    assert (summary["totals"]["trials"], summary["totals"]["passed"]) == (4, 4), (summary["totals"], r.stderr)
+    run_dir = _run_dir(tmp_path)
+    setup = yaml.safe_load((run_dir / "setups" / "slow_setup" / "setup.yaml").read_text())
+    checkpoint = setup["checkpoint"]
+    assert setup["ok"] and checkpoint and setup["copies"]["nodes"] == 1 and not setup["copies"]["failed"]
+    trials = [yaml.safe_load(p.read_text()) for p in run_dir.glob("trials/slow_setup/*/trial.yaml")]
+    assert {t["node"]["engine"] for t in trials} == {e.host for e in engines}, trials
+    assert all(t["status"] == "passed" for t in trials)
+    for eng in engines:
+        assert not _leftovers(eng, rid), f"left on {eng.host}\n{r.stderr}"
+        assert not _checkpoint_images(eng, checkpoint), eng.host
+        assert not eng.docker("image", "ls", "-q", "--filter", f"label=io.forgelib.run={rid}").split()
+
+
+def test_ctrl_c_after_the_setup_removes_its_checkpoint_and_copy_from_both_engines(
+    cluster: RayCluster, engines: list[Engine], tmp_path: Path
+) -> None:
+    """Ctrl-C once trials fork the setup's checkpoint on both engines (so the copy was loaded on the other
+    one): the driver exits 130 and neither engine keeps the checkpoint, nor anything else of the run."""
+    cfg, _ = _setup_project(tmp_path, repeats=2)  # the driver spreads them: one on each engine
+    watches = [Watch(e, tmp_path / f"start{i}.jsonl", event="start") for i, e in enumerate(engines)]
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--cluster", cluster.address]
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out_f:
+        proc = subprocess.Popen(argv, stdout=out_f, stderr=subprocess.STDOUT)
+
+    def trials_on_both() -> bool:
+        """The copy is on record (setup.yaml's ``copies``) and a container of the run started on each
+        engine (the other engines' tests' containers do not count)."""
+        found = tmp_path.glob("runs/*/setups/slow_setup/setup.yaml")
+        copied = [p for p in found if "copies:" in p.read_text()]
+        if not copied:
+            return False
+        rid = copied[0].parents[2].name
+        return all(any(lab.get("io.forgelib.run") == rid for lab in w.labels()) for w in watches)
+
+    try:
+        wait_for("trials of the setup task on both engines", trials_on_both, proc, timeout=300, log=log)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in watches:
+            w.stop()
+    out = log.read_text()
+    assert rc == 130, out
+    run_dir = _run_dir(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    checkpoint = yaml.safe_load((run_dir / "setups" / "slow_setup" / "setup.yaml").read_text())["checkpoint"]
+    assert summary["interrupted"] is True and checkpoint, out
+    for eng in engines:
+        assert not _leftovers(eng, summary["run_id"]), f"left on {eng.host}\n{out}"
+        assert not _checkpoint_images(eng, checkpoint), f"{eng.host}\n{out}"
 
 
 GOLDENS = """

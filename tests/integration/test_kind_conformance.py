@@ -616,3 +616,41 @@ def test_a_checkpoint_restores_the_captured_state_in_place(
         assert f"restore:{service}" in trial.timings, service
         if service in IN_PLACE:
             assert after[service] == before[service], service
+
+
+def test_postgres_template_sees_template1_when_the_seeded_database_is_not_postgres(
+    docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """Seeded into ``app``, the template strategy's maintenance database is ``postgres``; ``template1``
+    (which every ``CREATE DATABASE`` copies) is outside it and outside the seeded database the reset
+    recreates, so its fingerprint digests it too: a table added there is seen, and still seen after a
+    reset (which leaves it), until it is dropped."""
+    (tmp_path / "seed.sql").write_text("create table t (v text); insert into t values ('seeded');\n")
+    project = make_project(
+        tmp_path / "p",
+        {"adb": {**PG, "environment": {**PG["environment"], "POSTGRES_DB": "app"}}},
+        seeds={"sql": (tmp_path / "seed.sql", SeedKind.SQL_DUMP)},
+        reset={"adb": ("sql", {"strategy": "template"})},
+        name="ittpl1",
+    )
+    run_id = f"it-tpl1-{secrets.token_hex(4)}"
+    spec = StackPlan(
+        project.environment, f"ittpl1-{run_id}", lab.run_labels(run_id, "tpl1-0"), tmp_path / "s"
+    )
+    trial = provision_stack(StackContext(project, TIMEOUTS, runner), spec, WarmSteps())
+    try:
+        prepared = _prepared(trial, "adb")
+        assert prepared is not None and prepared.baseline
+        assert "template1_db" in prepared.baseline
+        for database, part in (("template1", "template1_db"), ("postgres", "maintenance_db")):
+            trial.compose.exec("adb", _psql("create table forge_conf_t (x int)", database), timeout=30)
+            try:
+                assert part in fingerprint_diff(prepared.baseline, prepared.fingerprint()), database
+                prepared.reset()  # recreates `app` only
+                assert part in fingerprint_diff(prepared.baseline, prepared.fingerprint()), database
+            finally:
+                trial.compose.exec("adb", _psql("drop table forge_conf_t", database), timeout=30)
+            assert fingerprint_diff(prepared.baseline, prepared.fingerprint()) == [], database
+    finally:
+        teardown_trial(trial)
+    assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))

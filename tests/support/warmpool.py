@@ -69,7 +69,11 @@ class PoolHarness:
         trials: int | None = None,
         workload: Workload | None = None,
         admission: Admission | None = None,
+        goldens: bool = False,
+        snapshots: dict[str, dict[str, Any]] | None = None,
     ) -> None:
+        """``goldens``: the pool's context has them on; ``snapshots``: what each provisioning's steps did
+        (``Stack.snapshots``)."""
         self.clock = Clock()
         self.provisioned: list[str] = []  # stack names, in the order their provisioning started
         self.steps: dict[str, Any] = {}  # stack name -> the provisioning steps it came up with
@@ -103,13 +107,22 @@ class PoolHarness:
             seed = self._seed(spec.name, reset, lock)
             timings = {} if prepare is None else {"warm_prepare": prepare}  # the reset services' seeding
             return Stack(
-                spec.name, spec.env, compose, timings, {}, spec.trial_dir, config=config, prepared=(seed,)
+                spec.name,
+                spec.env,
+                compose,
+                timings,
+                {},
+                spec.trial_dir,
+                config=config,
+                prepared=(seed,),
+                snapshots=dict(snapshots or {}),
             )
 
         monkeypatch.setattr(pool_mod, "time", SimpleNamespace(monotonic=clock.monotonic, time=time.time))
         monkeypatch.setattr(pool_mod, "provision_stack", provision_stack)
         # A project of its own: its stacks' names (and background threads) are this harness's only.
-        ctx = StackContext(SimpleNamespace(name=f"p{next(_harnesses)}"), Timeouts(), fake)  # type: ignore[arg-type]
+        project: Any = SimpleNamespace(name=f"p{next(_harnesses)}")
+        ctx = StackContext(project, Timeouts(), fake, goldens=goldens)
         self.pool = pool_mod.WarmPool(
             ctx,
             workers=workers,

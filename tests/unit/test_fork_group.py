@@ -85,3 +85,56 @@ def test_the_first_failure_of_several_groups_is_raised_after_the_others_ended() 
         checkpoints._concurrently(stacks, do, [0, 1, 2], main=True)
     assert sorted(ended) == [1, 2]  # raised only once the groups under way had ended
     assert checkpoints._concurrently(stacks, lambda i: i * 2, [1, 2, 3], main=True) == [2, 4, 6]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A kept fork that came up: its teardown is recorded."""
+
+    name: str
+    downed: list[str]
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    shared: bool = False
+
+    @property
+    def compose(self) -> Any:
+        return SimpleNamespace(down=lambda stop_timeout=None: self.downed.append(self.name))
+
+
+def _kept_forks(stacks: Any, groups: list[list[str]], one: Any) -> list[Any]:
+    def bring_up(kept: list[Any]) -> list[Any]:
+        made = checkpoints._concurrently(
+            stacks, lambda g: checkpoints._group(stacks, _ctx(kept=True), g, one, kept), groups, main=True
+        )
+        return [t for g in made for t in g]
+
+    return checkpoints._hand_over(stacks, bring_up)
+
+
+def test_kept_forks_give_their_room_back_once_handed_over() -> None:
+    stacks, downed = _stacks(), []
+    made = _kept_forks(stacks, [["x", "y"], ["z"]], lambda spec: _Kept(f"stack-{spec}", downed))
+    assert [t.name for t in made] == ["stack-x", "stack-y", "stack-z"]
+    assert stacks.admission.held == 0  # the caller's now: a second call is not starved by the first
+    assert stacks.live.names() == [] and downed == []  # and still up, never this process's to tear down
+    again = _kept_forks(stacks, [["w"]], lambda spec: _Kept(f"stack-{spec}", downed))
+    assert [t.name for t in again] == ["stack-w"] and stacks.admission.held == 0
+
+
+def test_kept_forks_of_a_failed_call_are_torn_down_and_give_their_room_back() -> None:
+    stacks, downed = _stacks(), []
+    up = threading.Event()
+
+    def one(spec: str) -> Any:
+        if spec == "z":
+            up.wait(timeout=30)  # fails once the other group's forks are up
+            raise ProvisionError("checkpoint", "service 'db' is not at checkpoint ck-1")
+        trial = _Kept(f"stack-{spec}", downed)
+        if spec == "y":
+            up.set()
+        return trial
+
+    with pytest.raises(ProvisionError, match="not at checkpoint"):
+        _kept_forks(stacks, [["x"], ["y"], ["z"]], one)
+    assert sorted(downed) == ["stack-x", "stack-y"]  # never handed over: a kept stack is never reaped
+    assert stacks.admission.held == 0

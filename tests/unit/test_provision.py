@@ -756,3 +756,65 @@ def test_a_trial_restoring_a_golden_writes_its_override_once_on_the_golden(
     assert "image" not in override["services"]["runner"]
     assert not [c for c in s.fake.calls if "psql" in c.argv]
     assert trial.compose.files[-1] == writes[0]
+
+
+def test_warm_steps_start_from_goldens_only_when_the_context_says_so(tmp_path: Path) -> None:
+    s = pg_stack(tmp_path)
+    plain = prov.StackContext(s.project, T, s.fake, s.cache)
+    assert type(prov.warm_steps(plain, "r1")) is prov.WarmSteps
+    steps = prov.warm_steps(prov.StackContext(s.project, T, s.fake, s.cache, goldens=True), "r1")
+    assert isinstance(steps, prov.GoldenWarmSteps)
+    assert steps.goldens.run_id == "r1" and steps.goldens.project == "proj"
+
+
+def test_a_warm_stack_restoring_a_golden_starts_it_first_verifies_then_prepares_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With goldens, a warm stack's restored service comes up alone before its dependents (no recipe), is
+    verified against its golden, and only then prepared for in-place resets, as a seeded one would be."""
+    from types import SimpleNamespace
+
+    from forgelib.stacks.snapshots.trial import Plan, TrialGoldens
+
+    s = pg_stack(tmp_path)
+    golden: Any = SimpleNamespace(id="sha256:golden")
+    order: list[str] = []
+    monkeypatch.setattr(
+        TrialGoldens, "plan", lambda self, b, services, locks: {"app-db": Plan("app-db", golden=golden)}
+    )
+    monkeypatch.setattr(TrialGoldens, "verify", lambda self, plan, recipe, ctx: order.append("verify"))
+    prepared: Any = SimpleNamespace(restarts=False)
+    monkeypatch.setattr(
+        prov, "prepare_seed", lambda b, ctx, live=False: order.append(f"prepare {live}") or prepared
+    )
+    s.expect_config()
+    s.fake.expect("docker", "image", "inspect", "sha256:golden", stdout=json.dumps([{"Id": "sha256:golden"}]))
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
+    phases: list[str] = []
+    steps = prov.warm_steps(prov.StackContext(s.project, T, s.fake, s.cache, goldens=True), "r1")
+    trial = s.provision(steps=steps, on_phase=lambda name, secs: phases.append(name))
+    assert not [c for c in s.fake.calls if "psql" in c.argv]  # no recipe: it started at its seeded state
+    assert s.started()[0] == ["app-db"]  # before its dependents
+    assert sorted(x for ids in s.started()[1:] for x in ids) == ["runner", "widgets-api"]
+    assert order == ["verify", "prepare False"]  # verified once, then prepared as a seeded one (not live)
+    assert trial.prepared == (prepared,)
+    assert phases.index("golden_verify:app-db") < phases.index("warm_prepare") < phases.index("up_rest")
+
+
+def test_a_warm_stack_whose_golden_fails_is_provisioned_again_seeding_that_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The golden's failure discards it; the next attempt plans again (the golden gone) and seeds."""
+    from forgelib.stacks.snapshots.trial import GoldenFailed, Plan
+
+    steps = prov.warm_steps(
+        prov.StackContext(pg_stack(tmp_path).project, T, FakeRunner(), goldens=True), "r1"
+    )
+    assert isinstance(steps, prov.GoldenWarmSteps)
+    discarded: list[str] = []
+    monkeypatch.setattr(steps.goldens, "discard", lambda plan, reason: discarded.append(reason))
+    steps.failed(GoldenFailed(Plan("app-db"), "not at its golden"), "p1")
+    assert discarded == ["not at its golden"]
+    steps.plans = {"app-db": Plan("app-db")}  # the next attempt's plan: no golden to restore
+    assert steps.needs_recipe("app-db") and not steps.starts_first("app-db")

@@ -7,18 +7,20 @@ from __future__ import annotations
 import dataclasses
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
-from forgelib.kinds.base import fingerprint_diff, fingerprint_part
+from forgelib.kinds.base import PreparedSeed, fingerprint_diff, fingerprint_part
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
-from forgelib.stacks.provision import WarmSteps
+from forgelib.stacks.provision import GoldenWarmSteps, WarmSteps
 from forgelib.stacks.stack import Stack
 from forgelib.stacks.warm import _ephemeral_plan, environment_key
 from forgelib.stacks.warm import pool as pool_mod
+from forgelib.stacks.warm.ephemeral import independent, renewal
 from tests.support.warmpool import PoolHarness, decision, task
 
 
@@ -512,3 +514,76 @@ def test_a_new_warm_stack_records_its_wait_for_a_start_place_as_queueing(
     waited = trial.timings["start_wait"]
     assert waited >= 0.2 and trial.source["pool"]["start_wait"] == waited
     assert trial.timings["stack_wait"] >= waited
+
+
+def test_with_goldens_a_warm_stack_comes_up_from_them_and_only_its_first_trial_hears_of_a_discard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    discarded = {"golden": "abc", "reason": "fingerprint parts differ"}
+    h = _harness(monkeypatch, goldens=True, snapshots={"db": {"outcome": "captured", "discarded": discarded}})
+    first = h.acquire()
+    assert isinstance(h.steps[first.name], GoldenWarmSteps)
+    assert first.snapshots == {"db": {"outcome": "captured", "discarded": discarded}}
+    h.hold(first, 1.0)
+    again = h.acquire()
+    assert again.name == first.name and again.source["reuse"] == 1
+    assert again.snapshots == {"db": {"outcome": "captured"}}  # how the stack started, not the discard again
+    plain = _harness(monkeypatch)
+    assert type(plain.steps[plain.acquire().name]) is WarmSteps
+
+
+def test_ephemeral_services_on_no_reset_service_may_start_beside_the_reset() -> None:
+    """``independent``: a service that reaches a reset service through any chain of depends_on waits for
+    the reset; the others' successors start as soon as the trial's changes are gone."""
+    deps = {
+        "db": [],
+        "files": [],
+        "cache": [],
+        "api": ["db", "cache"],
+        "worker": ["api"],  # through the api
+        "runner": [],
+        "side": ["files", "cache"],  # a shared service is never reset
+    }
+    ephemeral = ["cache", "api", "worker", "runner", "side"]
+    assert independent(deps, ephemeral, ["db"]) == ["cache", "runner", "side"]
+    assert independent(deps, ephemeral, []) == ephemeral
+    assert independent(deps, ephemeral, ["db", "files"]) == ["cache", "runner"]
+
+
+def test_only_the_services_that_mount_a_renewed_volume_wait_for_it() -> None:
+    """``renewal``: the volumes only ephemeral services mount go with them each trial, and the services
+    that mount them are the ones whose successors cannot be made beside the running containers."""
+    vol = {"type": "volume"}
+    services = {
+        "db": {"volumes": [{**vol, "source": "data", "target": "/d"}]},
+        "api": {"volumes": [{**vol, "source": "data", "target": "/d"}]},  # the reset db's: kept
+        "cache": {"image": "redis"},  # its image's VOLUME: a named volume of its own
+        "runner": {},
+    }
+    trial = _trial(services, {"db": Isolation.RESET}, {"data": {}})
+    names, mounting = renewal(trial, {"redis": ("/data",)}, ["api", "cache", "runner"])
+    assert names == ["p1_forge-image-vol-cache-0"]
+    assert mounting == ["cache"]
+    assert renewal(trial, {}, ["api", "cache", "runner"]) == ([], [])
+
+
+def test_a_staged_reset_says_when_the_trials_changes_are_gone() -> None:
+    """``PreparedSeed.reset``: with a recipe's ``reset_staged`` the callback runs between the restore and
+    the wait for the server; without one (or without a callback) after the whole reset."""
+    calls: list[str] = []
+
+    def staged(ctx: object, prepared: object, restored: Any) -> None:
+        calls.append("restore")
+        restored()
+        calls.append("await")
+
+    two = SimpleNamespace(reset=lambda ctx, prepared: calls.append("reset"), reset_staged=staged)
+    one = SimpleNamespace(reset=lambda ctx, prepared: calls.append("reset"))
+    PreparedSeed(two, None, None, {}).reset(lambda: calls.append("restored"))  # type: ignore[arg-type]
+    assert calls == ["restore", "restored", "await"]
+    calls.clear()
+    PreparedSeed(two, None, None, {}).reset()  # type: ignore[arg-type]
+    assert calls == ["reset"]
+    calls.clear()
+    PreparedSeed(one, None, None, {}).reset(lambda: calls.append("restored"))  # type: ignore[arg-type]
+    assert calls == ["reset", "restored"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -185,8 +186,15 @@ def prepare(ctx: ApplyContext) -> Exact:
 
 def reset(ctx: ApplyContext, prepared: object) -> None:
     """Put the pristine data directory back (the server restarts: see the module doc)."""
+    reset_staged(ctx, prepared, lambda: None)
+
+
+def reset_staged(ctx: ApplyContext, prepared: object, restored: Callable[[], None]) -> None:
+    """``reset``, calling ``restored`` once the data directory is back (the server killed, its pristine
+    files in place, the server starting), before waiting for the server (``PreparedSeed.reset``)."""
     assert isinstance(prepared, Exact)
     prepared.pristine.restore()
+    restored()
     _await_server(ctx)
 
 

@@ -328,7 +328,7 @@ def template_name(digest: str) -> str:
 def _params(ctx: ApplyContext) -> PostgresParams:
     _, database = credentials(ctx)
     # The maintenance database: never the seeded one (it is swapped out), template1 when that is `postgres`.
-    maint = "template1" if database == "postgres" else "postgres"
+    maint = TEMPLATE1 if database == "postgres" else "postgres"
     return connection_params(ctx.service_config, ctx.options, ctx.address, database=maint)
 
 
@@ -532,26 +532,44 @@ def cluster_fingerprint(ctx: ApplyContext) -> Fingerprint:
     """The cluster outside the seeded database: databases (with their flags, owners, ACLs, and the catalog
     row version of every one but the seeded database), roles and memberships, per-database/role settings,
     tablespaces, ``ALTER SYSTEM`` settings, replication slots, prepared transactions, and the relations of
-    the maintenance database; for a superuser also each role's catalog row version (a password change).
-    The seeded database itself is not digested: the template ``reset`` recreates it whole."""
+    the maintenance database; with ``template1`` not the maintenance database (the seeded one is not
+    ``postgres``), its relations too (``template1_db``): every ``CREATE DATABASE`` copies them. For a
+    superuser also each role's catalog row version (a password change). The seeded database itself is not
+    digested: the template ``reset`` recreates it whole."""
     _, database = credentials(ctx)
     args = {"db": database, "auto": "%postgresql.auto.conf"}
+    params = _params(ctx)
     try:
-        with _params(ctx).connect() as conn:
+        with params.connect() as conn:
             out = {k: fingerprint_part(conn.execute(q, args).fetchall()) for k, q in _FINGERPRINT.items()}
             try:  # a password change shows only in pg_authid, which only a superuser reads
                 rows = conn.execute("select rolname, xmin::text from pg_authid order by 1").fetchall()
                 out["role_rows"] = fingerprint_part(rows)
             except psycopg.errors.InsufficientPrivilege:
                 pass
-            return out
+        if params.dbname != TEMPLATE1 and database != TEMPLATE1:
+            out["template1_db"] = _objects_of(params, TEMPLATE1, args)
+        return out
     except (psycopg.Error, ForgeError) as e:
         raise _fail(ctx, "fingerprint", e) from e
 
 
+TEMPLATE1 = "template1"
+
+
+def _objects_of(params: PostgresParams, database: str, args: Mapping[str, str]) -> str:
+    """``maintenance_db``'s digest of ``database``; a database that takes no connections (a trial's
+    ``ALLOW_CONNECTIONS false``, which ``databases`` sees too) as such."""
+    try:
+        with params.connect(dbname=database) as conn:
+            return fingerprint_part(conn.execute(_FINGERPRINT["maintenance_db"], args).fetchall())
+    except ForgeError:  # ``connect``'s: the database refused the connection
+        return fingerprint_part(["not connectable"])
+
+
 # ------------------------------------------------------------------------------------------------ goldens
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 SUPPORTS_GOLDEN = True
 
 # The seeded database's content, which ``fingerprint`` leaves out (a warm reset recreates it whole): how

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from forgelib.clients import deferred
 from forgelib.docker import argv as dk
-from forgelib.docker import labels as lab
+from forgelib.docker.compose import published_address
 from forgelib.errors import CommandError, ForgeError, Interrupted
 from forgelib.kinds import checkpointcopy
 from forgelib.kinds.base import (
@@ -580,41 +579,37 @@ def _restore_keyspace(params: RedisParams, keyspace: Keyspace) -> None:
 def _read_checkpoint(ctx: ApplyContext, copy: CheckpointCopy, dbfile: str) -> _Saved:
     """The keyspace and functions of the checkpoint's dump, as a server loading it holds them."""
     runner, t = ctx.compose.runner, ctx.timeouts
-    name = f"forge-ckread-{secrets.token_hex(6)}"
-    labels = {**copy.labels, lab.HELPER: "checkpoint-read"}
     server = [
         "--dir", copy.path, "--dbfilename", dbfile, "--save", "", "--appendonly", "no",
         "--port", str(_LOADER_PORT), "--protected-mode", "no",
     ]  # fmt: skip
-    argv = dk.run(
-        copy.image, server,
-        name=name, detach=True, entrypoint="redis-server", publish=f"127.0.0.1::{_LOADER_PORT}",
-        label=[f"{k}={v}" for k, v in sorted(labels.items())],
-    )  # fmt: skip
+    loader = checkpointcopy.helper(
+        ctx, copy, entrypoint="redis-server", args=server, publish=f"127.0.0.1::{_LOADER_PORT}"
+    )
     try:
-        runner.run(argv, timeout=t.compose_up, tag="run")
-        out = runner.run(dk.port(name, f"{_LOADER_PORT}/tcp"), timeout=t.command, tag="port").stdout
-        port = (out.strip().splitlines() or [""])[0].rpartition(":")[2]
-        if not port.isdigit():
-            raise ctx.fail("restore", f"the checkpoint's loader {name} published no port ({out.strip()!r})")
-        params = RedisParams("127.0.0.1", int(port))
-        deadline = clock() + t.recipe
-        while True:
-            try:
-                client = params.client()
+        with loader as name:
+            out = runner.run(dk.port(name, f"{_LOADER_PORT}/tcp"), timeout=t.command, tag="port").stdout
+            address = published_address(out)
+            if address is None:
+                raise ctx.fail(
+                    "restore", f"the checkpoint's loader {name} published no port ({out.strip()!r})"
+                )
+            params = RedisParams(*address)
+            deadline = clock() + t.recipe
+            while True:
                 try:
-                    _cmd(client, "PING")
-                    return _Saved(_dump(client, params), _functions(client))
-                finally:
-                    client.close()
-            except (redis_lib.ConnectionError, redis_lib.BusyLoadingError) as e:
-                if clock() >= deadline:
-                    raise ctx.fail("restore", f"the checkpoint's dump did not load in {name}: {e}") from e
-                sleep(0.02)
+                    client = params.client()
+                    try:
+                        _cmd(client, "PING")
+                        return _Saved(_dump(client, params), _functions(client))
+                    finally:
+                        client.close()
+                except (redis_lib.ConnectionError, redis_lib.BusyLoadingError) as e:
+                    if clock() >= deadline:
+                        raise ctx.fail("restore", f"the checkpoint's dump did not load in {name}: {e}") from e
+                    sleep(0.02)
     except CommandError as e:
         raise ctx.fail("restore", f"could not load the checkpoint's dump ({copy.image}): {e}") from e
-    finally:
-        runner.run(dk.rm([name], force=True, volumes=True), timeout=t.command, check=False, tag="rm")
 
 
 warm_process = no_warm_process  # its reset works in the running server

@@ -43,7 +43,7 @@ SERVICE = PREFIX + "service"  # a service image's service
 # as it ends; once its owner is gone, ``forge reap`` (also ``--run``) does, as with an incomplete one.
 SCOPE = PREFIX + "scope"
 RUN_SCOPE = "run"
-FORMAT = 1  # bump when what a checkpoint holds or how it is restored changes
+FORMAT = 2  # bump when what a checkpoint holds or how it is restored changes
 _ID = re.compile(r"^ck-[0-9a-f]{12}$")
 _ID_PREFIX = re.compile(r"^ck-[0-9a-f]{12}")
 
@@ -70,7 +70,8 @@ class Checkpoint:
 
     @property
     def services(self) -> Mapping[str, Mapping[str, Any]]:
-        """service -> {image, base, path, kind, seed, fingerprint}: each captured service."""
+        """service -> {image, base, path, kind, seed, seed_digest, fingerprint, recipe_version}: each
+        captured service."""
         out: Mapping[str, Mapping[str, Any]] = self.manifest.get("services") or {}
         return out
 

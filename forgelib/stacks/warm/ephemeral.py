@@ -9,10 +9,13 @@ every network (so exactly one container answers for the service's name once its 
 are removed during the next trial, before compose creates the next spares. The next trial, after the
 reset, checks each successor is provably fresh (never started: state ``created``, no start time, an id no
 trial has used) and starts them with plain ``docker start`` in ``depends_on`` waves; the trial's execs go
-to them by name (``ComposeProject.containers``). Anything else (no spare, a named volume only ephemeral
-services mount, which must be renewed with them) removes the old ones after the release and has compose
-create the successors then (``up --no-start --force-recreate --renew-anon-volumes``), and a failed or
-unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready when the container's own
+to them by name (``ComposeProject.containers``). The ephemeral services that depend on no reset service,
+directly or not (``independent``), start as soon as the reset services hold nothing of the trial any more
+(their data put back, perhaps still starting: ``PreparedSeed.reset``'s ``restored``), the others once
+those are reset. A service that mounts a named volume only ephemeral services mount (renewed with them:
+``renewal``), and every service when there is no spare, has its old container removed after the release
+and compose create its successor then (``up --no-start --force-recreate --renew-anon-volumes``); a failed
+or unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready when the container's own
 healthcheck command, run by us through ``docker exec``, first passes (compose's ``--wait`` sees health
 only at the healthcheck's interval).
 
@@ -27,7 +30,8 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -95,6 +99,15 @@ class Ephemerals:
     furnished: set[str] = field(default_factory=set)  # ids of the successors furnished so far
     # The ephemeral services whose current container was furnished (``recycle``).
     current_furnished: frozenset[str] = frozenset()
+    # The ephemeral services that mount a volume in ``renew`` (``renewal``): their successors are made
+    # after the release, the others' while the trial runs (``precreate``).
+    renewing: list[str] = field(default_factory=list)
+    # The ephemeral services that depend on no reset service (``independent``): the pool starts their
+    # successors as soon as the reset services' trial changes are gone (``start_early``).
+    early: list[str] = field(default_factory=list)
+    # The successors ``recycle`` (or ``start_early``) took for this reset: None, recreated by compose.
+    _fresh: dict[str, dict[str, Any]] | None = field(default=None, init=False, repr=False)
+    _took: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # A new stack's: the containers compose's `up` made first.
@@ -126,10 +139,11 @@ class Ephemerals:
         """A trial got the stack: while it runs, have compose create the next trial's ephemeral containers
         beside the running ones, not started (``up --no-start --no-deps --no-recreate --scale <svc>=2``:
         the same labels, networks, aliases, mounts and environment as any ``up``; numbered on by compose).
-        A created container has no network endpoint: nothing of the trial can see it. Not when a named
-        volume must be renewed with them (a volume in use by the spare cannot be removed): ``_retire``
-        makes them then."""
-        if not self.services or self.renew or self.fallback:
+        A created container has no network endpoint: nothing of the trial can see it. Not for a service
+        that mounts a volume renewed with it (a volume in use by the spare cannot be removed): ``_retire``
+        makes those after the release."""
+        spared = self._spared
+        if not spared:
             return
         succ = self.successors = _Successors()
 
@@ -141,11 +155,11 @@ class Ephemerals:
                 if set(self.networks) != set(self.services):  # a new stack's first containers
                     for svc, i in self._inspect(self.current.values()).items():
                         self.networks[svc] = _networks(i)
-                scale = {svc: 2 for svc in self.services}
+                scale = {svc: 2 for svc in spared}
                 self.compose.up(
-                    self.services, wait=False, no_deps=True, no_start=True, no_recreate=True, scale=scale
+                    spared, wait=False, no_deps=True, no_start=True, no_recreate=True, scale=scale
                 )
-                succ.ids = self._created()
+                succ.ids = self._created(spared)
                 self._furnish(succ.ids)
             except (ForgeError, OSError, ValueError) as e:  # `_retire` makes them the usual way
                 succ.error = str(e)
@@ -175,14 +189,37 @@ class Ephemerals:
         )
         succ.job.start()
 
-    def recycle(self, timed: Timed) -> dict[str, list[str]]:
+    def recycle(self, timed: Timed, early: Collection[str] = ()) -> dict[str, list[str]]:
         """After the reset services were reset and verified: the successors started (``successors``,
         ``recreate``) and waited for (``ready``), wave by wave; the published ports of the ephemeral
-        services' new containers. Raises ``ForgeError`` when they could not be made ready."""
-        fresh = timed("successors", self._successors) if self.waves else None
+        services' new containers. ``early``: services ``start_early`` started already (skipped). Raises
+        ``ForgeError`` when they could not be made ready."""
+        started = early if self._took else ()  # ``start_early`` ran for this reset
+        if not self._took:
+            self._take(timed)
+        self._start_waves(timed, [s for s in self.services if s not in started])
+        self._fresh, self._took = None, False
+        return self._published()
+
+    def start_early(self, timed: Timed, services: Collection[str]) -> None:
+        """Before ``recycle``, once nothing a trial changed is left in the reset services (their data put
+        back, perhaps still starting): the successors of ``services``, which depend on no reset service
+        (``independent``), started and waited for; ``recycle`` then starts the rest."""
+        self._take(timed)
+        self._start_waves(timed, services)
+
+    def _take(self, timed: Timed) -> None:
+        self._took = True
+        fresh = self._fresh = timed("successors", self._successors) if self.waves else None
         ids = {s: str(i.get("Id")) for s, i in (fresh or {}).items()}
         self.current_furnished = frozenset(s for s, cid in ids.items() if cid in self.furnished)
-        for wave in self.waves:
+
+    def _start_waves(self, timed: Timed, services: Collection[str]) -> None:
+        fresh = self._fresh
+        for whole in self.waves:
+            wave = [s for s in whole if s in services]
+            if not wave:
+                continue
             if fresh is not None:  # created in the background, proven never started: start them
                 timed("recreate", functools.partial(self._start, [fresh[s]["Id"] for s in wave]))
                 infos = [fresh[s] for s in wave]
@@ -192,7 +229,6 @@ class Ephemerals:
                 timed("recreate", functools.partial(self._recreate, wave))
                 infos = []
             timed("ready", functools.partial(self._ready, wave, infos))
-        return self._published()
 
     def settle(self) -> None:
         """Wait for the successors being made in the background: never ``down`` while compose may still be
@@ -223,13 +259,24 @@ class Ephemerals:
         if self.runner.run(rm, timeout=self.timeouts.command, check=False).rc != 0:
             self.compose.run(["rm", "--stop", "--force", "--volumes", *self.services])
 
-    def _created(self) -> dict[str, str]:
-        """service -> id of the one never-started container of each ephemeral service (raises otherwise)."""
+    @property
+    def _spared(self) -> list[str]:
+        """The services whose successors ``precreate`` makes while a trial runs: all but those that mount a
+        volume renewed with them (``renewing``; all of them when that is not known), none for the
+        fallback."""
+        if self.fallback or (self.renew and not self.renewing):
+            return []
+        return [s for s in self.services if s not in self.renewing]
+
+    def _created(self, services: Sequence[str] | None = None) -> dict[str, str]:
+        """service -> id of the one never-started container of each ephemeral service (or of ``services``;
+        raises otherwise)."""
+        wanted = self.services if services is None else services
         found: dict[str, list[str]] = {}
         for cid, _, svc in self.compose.container_rows("created"):
-            if svc in self.services:
+            if svc in wanted:
                 found.setdefault(svc, []).append(cid)
-        odd = [s for s in self.services if len(found.get(s, ())) != 1]
+        odd = [s for s in wanted if len(found.get(s, ())) != 1]
         if odd:
             raise ForgeError(f"expected one created container of {', '.join(odd)}, found {found}")
         return {s: ids[0] for s, ids in found.items()}
@@ -242,12 +289,26 @@ class Ephemerals:
         mount); then inspect the successors (``_successors`` proves them fresh from that record)."""
         try:
             names = [self.current[svc] for svc in self.services]
-            if spares is not None and spares.error is None and set(spares.ids) == set(self.services):
-                ids = spares.ids
-                if self._disconnect():
-                    self.retired = names
-                else:
-                    self._remove(names)
+            spared = self._spared
+            if spares is not None and spares.error is None and spared and set(spares.ids) == set(spared):
+                ids = dict(spares.ids)
+                kept = [self.current[svc] for svc in spared]
+                late = [svc for svc in self.services if svc not in spared]
+                with ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"forge-warm-off-{self.name}"
+                ) as ex:
+                    off = ex.submit(self._disconnect, spared)  # beside the renewed ones' replacement
+                    if late:  # they mount a renewed volume: made now, the old ones and the volumes gone
+                        self._remove([self.current[svc] for svc in late])
+                        self.runner.run(dk.rm(self.renew, kind="volume"), timeout=self.timeouts.command)
+                        self.compose.up(late, wait=False, no_deps=True, force_recreate=True, no_start=True)
+                        made = self._created(late)
+                        self._furnish(made)
+                        ids.update(made)
+                    if off.result():
+                        self.retired = kept
+                    else:
+                        self._remove(kept)
             else:
                 self._remove([*self.retired, *names])
                 self.retired = []
@@ -283,11 +344,11 @@ class Ephemerals:
         res = self.runner.run(dk.inspect(list(refs)), timeout=self.timeouts.command)
         return {str(lab.of_inspect(i).get(lab.COMPOSE_SERVICE)): i for i in json.loads(res.stdout or "[]")}
 
-    def _disconnect(self) -> bool:
+    def _disconnect(self, services: Sequence[str]) -> bool:
         """Take the current ephemeral containers off their networks (quicker than removing them, which
         happens later, off the trial's path); False when one could not be (or its networks are not
         known): remove them instead."""
-        for svc in self.services:
+        for svc in services:
             nets = self.networks.get(svc)
             if not nets:
                 return False
@@ -327,7 +388,16 @@ class Ephemerals:
         return succ.infos
 
     def _start(self, ids: Sequence[str]) -> None:
-        self.runner.run(dk.start(ids), timeout=self.timeouts.compose_up, tag="start")
+        """Start these containers, each by its own ``docker start`` at once (the CLI starts the containers
+        it is given one after another)."""
+        if len(ids) <= 1:
+            self.runner.run(dk.start(ids), timeout=self.timeouts.compose_up, tag="start")
+            return
+        with ThreadPoolExecutor(
+            max_workers=len(ids), thread_name_prefix=f"forge-warm-start-{self.name}"
+        ) as ex:
+            for job in [ex.submit(self._start, [cid]) for cid in ids]:
+                job.result()
 
     def _recreate(self, services: Sequence[str]) -> None:
         """The fallback: compose replaces every container of ``services`` (spares included) by one."""
@@ -365,6 +435,24 @@ class Ephemerals:
             ports = out.setdefault(str(lab.of_inspect(info).get(lab.COMPOSE_SERVICE)), [])
             ports += [p for p in published_of_inspect(info) if p not in ports]
         return out
+
+
+def independent(
+    depends_on: Mapping[str, Collection[str]], ephemeral: Collection[str], reset: Collection[str]
+) -> list[str]:
+    """The ephemeral services that depend on no reset service, directly or through other services
+    (``depends_on``: service -> the services it depends on): their successors may start while the reset
+    services are still coming back, once nothing a trial changed is left in them. In ``ephemeral``'s
+    order."""
+    tainted: set[str] = set(reset)
+    changed = True
+    while changed:
+        changed = False
+        for svc, deps in depends_on.items():
+            if svc not in tainted and any(d in tainted for d in deps):
+                tainted.add(svc)
+                changed = True
+    return [s for s in ephemeral if s not in tainted]
 
 
 def _never_started(info: Mapping[str, Any], project: str, service: str) -> bool:
@@ -417,21 +505,34 @@ def _ephemeral_plan(
             wave = [s for s in eph if s not in placed]
         waves.append(wave)
         placed.update(wave)
-    users: dict[str, set[str]] = {}
-    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
-    for n, svc in services.items():
-        for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
-            if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
-                users.setdefault(str(m["source"]), set()).add(n)
-    declared = config.volumes
-    renew = [
-        str((declared.get(v) or {}).get("name") or f"{trial.name}_{v}")
-        for v, who in sorted(users.items())
-        if who <= set(eph) and not (declared.get(v) or {}).get("external")
-    ]
+    renew, _ = renewal(trial, image_volumes, eph)
     several = {s: services[s].replicas for s in eph if services[s].replicas > 1}
     fallback = None
     if several:
         listed = ", ".join(f"{s} ({n} replicas)" for s, n in sorted(several.items()))
         fallback = f"ephemeral {listed}: recreated by compose every trial (spares stand for one container)"
     return waves, renew, fallback
+
+
+def renewal(
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]], ephemeral: Collection[str]
+) -> tuple[list[str], list[str]]:
+    """The named volumes only ``ephemeral`` services mount (their full engine names: removed with them,
+    each trial) and the services that mount them (their successors are made once the old containers
+    and the volumes are gone, never beside them)."""
+    config = trial.resolved
+    users: dict[str, set[str]] = {}
+    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
+    for n, svc in config.services.items():
+        for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
+            if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
+                users.setdefault(str(m["source"]), set()).add(n)
+    declared = config.volumes
+    renewed = {
+        v: who
+        for v, who in sorted(users.items())
+        if who <= set(ephemeral) and not (declared.get(v) or {}).get("external")
+    }
+    names = [str((declared.get(v) or {}).get("name") or f"{trial.name}_{v}") for v in renewed]
+    mounting = set().union(*renewed.values()) if renewed else set()
+    return names, [s for s in ephemeral if s in mounting]

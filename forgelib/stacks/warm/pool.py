@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -52,7 +53,7 @@ from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import fingerprint_diff
-from forgelib.spec.models import EnvironmentManifest, Task
+from forgelib.spec.models import EnvironmentManifest, Isolation, Task
 from forgelib.stacks.budget import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.stacks.live import LiveStacks
 from forgelib.stacks.provision import (
@@ -61,12 +62,12 @@ from forgelib.stacks.provision import (
     PhaseCallback,
     StackContext,
     StackPlan,
-    WarmSteps,
     out_of_networks,
     provision_stack,
+    warm_steps,
 )
 from forgelib.stacks.stack import Stack
-from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan
+from forgelib.stacks.warm.ephemeral import Ephemerals, _ephemeral_plan, independent, renewal
 
 log = logging.getLogger("forgelib.stacks.warm")
 _T = TypeVar("_T")
@@ -469,9 +470,12 @@ class WarmPool:
         stack.ephemerals.precreate()
         compose = dataclasses.replace(stack.compose, containers=dict(stack.ephemerals.current))
         ports = {s: list(p) for s, p in stack.ports.items()}
+        snapshots = stack.trial.snapshots
+        if stack.reuse:  # a golden discarded at the stack's provisioning is its first trial's news alone
+            snapshots = {s: {k: v for k, v in r.items() if k != "discarded"} for s, r in snapshots.items()}
         return dataclasses.replace(
             stack.trial, compose=compose, trial_dir=trial_dir, timings=dict(timings), source=info,
-            ports=ports, pooled=True,
+            ports=ports, pooled=True, snapshots=snapshots,
         )  # fmt: skip
 
     def _provision(
@@ -503,7 +507,7 @@ class WarmPool:
         spec = StackPlan(env, name, labels, trial_dir)
         # One of the engine's start places while it comes up, as a fresh stack holds (``Admission.starting``).
         place = self.admission.starting() if self.admission is not None else contextlib.nullcontext(0.0)
-        steps = start.steps() if start is not None else WarmSteps()
+        steps = start.steps() if start is not None else warm_steps(self.ctx, run_id)
         with place as waited:
             trial = provision_stack(self.ctx, spec, steps, on_phase=on_phase)
         if waited:  # the trial's queueing, as a fresh stack's records it (``backends._admitted``)
@@ -513,6 +517,10 @@ class WarmPool:
         waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
+        _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services)
+        reset = [n for n, s in env.services.items() if s.isolation is Isolation.RESET]
+        deps = {n: list(s.depends_on) for n, s in trial.resolved.services.items()}
+        stack.ephemerals.early = independent(deps, stack.ephemerals.services, reset)
         stack.spare = spare_root is not None
         with self._lock:
             self._all[name] = stack
@@ -546,8 +554,38 @@ class WarmPool:
                 if on_phase is not None:
                     on_phase(phase, timings[phase])
 
-        for p in stack.trial.prepared:
-            timed(f"reset:{p.ctx.service}", p.reset)
+        prepared = stack.trial.prepared
+        early = stack.ephemerals.early if on_phase is None and prepared else []
+        early_job: threading.Thread | None = None
+        early_failed: list[BaseException] = []
+
+        def start_early() -> None:
+            try:
+                stack.ephemerals.start_early(lambda phase, step: timed(f"{phase}_early", step), early)
+            except BaseException as e:  # noqa: BLE001  # raised below, on the recycling thread
+                early_failed.append(e)
+
+        def restored() -> None:  # the last reset service's trial changes are gone: the early ones start
+            nonlocal early_job
+            early_job = threading.Thread(
+                target=start_early, name=f"forge-warm-early-{stack.name}", daemon=True
+            )
+            early_job.start()
+
+        def join_early() -> None:
+            if early_job is not None:
+                early_job.join()
+            if early_failed:
+                raise early_failed[0]
+
+        try:
+            for i, p in enumerate(prepared):
+                last = early and i == len(prepared) - 1
+                timed(f"reset:{p.ctx.service}", functools.partial(p.reset, restored) if last else p.reset)
+        except BaseException:
+            if early_job is not None:  # nothing of this stack's runs on while it is torn down
+                early_job.join()
+            raise
         restarted = [p.ctx.service for p in stack.trial.prepared if p.restarts]
         if restarted and any(stack.ports.get(s) for s in restarted):
             # `docker start` published them on new host ports: trial.yaml records the ones it runs on
@@ -566,7 +604,8 @@ class WarmPool:
 
         if on_phase is not None or not stack.ephemerals.services or not stack.trial.prepared:
             verify()
-            stack.ports.update(stack.ephemerals.recycle(timed))
+            join_early()
+            stack.ports.update(stack.ephemerals.recycle(timed, early))
             return timings
         failed: list[BaseException] = []
 
@@ -579,7 +618,8 @@ class WarmPool:
         job = threading.Thread(target=verify_beside, name=f"forge-warm-verify-{stack.name}", daemon=True)
         job.start()
         try:
-            ports = stack.ephemerals.recycle(timed)
+            join_early()
+            ports = stack.ephemerals.recycle(timed, early)
         finally:
             job.join()
             if failed:  # a stack not proven clean says so, whatever the successors did
