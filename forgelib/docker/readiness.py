@@ -15,6 +15,12 @@ ready as ``up --wait`` means it (healthy, or running when it has no healthcheck,
 services). Docker's own view is read every ``STATE_EVERY`` seconds too: a container that exited, or that
 Docker found unhealthy (its healthcheck's ``retries`` used up), fails at once, as ``up --wait`` would.
 
+Each run of the healthcheck costs a ``docker exec`` (the CLI, dockerd, the shim, runc): on the local
+engine, once a container's first run failed, the next ones wait until the container listens on something
+(``listening``: its sockets, read from the host's ``/proc``), or at the latest ``UNHEARD_EVERY``. The
+criterion stays the healthcheck; on a remote engine, or where ``/proc`` does not show the container, every
+tick runs it as before.
+
 Every command goes through the runner, tagged (``start``/``exec``) so a stop refuses or kills it.
 """
 
@@ -31,12 +37,17 @@ from typing import Any
 
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
+from forgelib.docker import listening
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 
 PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
+# seconds between two runs of the healthcheck while its container listens on nothing (``listening``)
+UNHEARD_EVERY = 0.3
+# seconds between two looks at Docker's state while ``listening`` watches the container's main process too
+GATED_STATE_EVERY = 1.0
 # `FORGE_READINESS=compose`: fresh stacks come up by compose's own `up --wait` instead (the benchmarks'
 # same-run baseline for what this module saves; not a user setting).
 READINESS_ENV = "FORGE_READINESS"
@@ -246,13 +257,36 @@ class _Waves:
         # With a healthcheck, its first run comes before Docker's state (one `docker inspect` less on the
         # path of every ready container); an exited one fails that run, then the state says so.
         last_state = time.monotonic()
+        probing = c.health is not None and not complete
+        # Once the first run failed, Docker's state is read at once: its Pid says where the container's
+        # sockets are (``listening``). While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
+        # (or as long as its last run took, if longer) after its last run; as soon as something does,
+        # every tick again. Its main process gone (exited, or restarted under another pid), the state is
+        # read at once and the gate dropped.
+        gate: listening.Sockets | None = None
+        gate_due = probing and listening.local_engine()
+        last_exec: float | None = None
+        ran = 0.0  # how long the last run took
         while True:
             if self.failed.is_set():
                 raise _DependencyFailed(c.service, f"service {c.service!r}: another service failed")
             now = time.monotonic()
-            if complete or c.health is None or now - last_state >= STATE_EVERY:
+            heard = True if gate is None else gate.listening()
+            every = STATE_EVERY if gate is None else GATED_STATE_EVERY
+            if (
+                not probing
+                or now - last_state >= every
+                or heard is None
+                or (gate_due and last_exec is not None)
+            ):
                 last_state = now
                 state = self._state(c)
+                if gate_due and last_exec is not None:
+                    gate_due = False
+                    gate = listening.Sockets.of(_int(state.get("Pid")), c.id)
+                    heard = True if gate is None else gate.listening()
+                elif heard is None:
+                    gate, heard = None, True
                 status, code = state.get("Status"), state.get("ExitCode")
                 health = (state.get("Health") or {}).get("Status")
                 if status == "exited" or status == "dead":
@@ -267,7 +301,10 @@ class _Waves:
                     )
                 if not complete and c.health is None and status == "running":
                     return  # no healthcheck: running is ready, as for `up --wait`
-            if c.health is not None and not complete:
+            quiet_for = max(UNHEARD_EVERY, ran)  # a run that took long (a busy engine) waits as long again
+            unheard = heard is False and last_exec is not None and now - last_exec < quiet_for
+            if probing and c.health is not None and not unheard:
+                began = time.monotonic()
                 try:
                     r = self.runner.run(
                         dk.exec(c.id, c.health), timeout=c.probe_timeout, check=False, tag="exec"
@@ -278,6 +315,8 @@ class _Waves:
                     if r.rc == 0:
                         return
                     said = (r.stdout + r.stderr).strip()[-300:] or f"exit {r.rc}"
+                last_exec = time.monotonic()  # when it ended
+                ran = last_exec - began
             if time.monotonic() >= self.deadline:
                 what = "did not complete" if complete else "not healthy"
                 raise NotReady(
@@ -302,6 +341,10 @@ class _Waves:
 class _DependencyFailed(NotReady):
     """A service not started (or not waited for) because another one failed: never the error reported
     when the other one's own error is there."""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _said(said: str) -> str:

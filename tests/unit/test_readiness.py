@@ -5,12 +5,14 @@ brings real stacks up: tests/integration/test_provision.py and every provisionin
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from forgelib.docker import listening, readiness
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.readiness import NotReady, health_argv, start
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
@@ -179,3 +181,162 @@ def test_what_on_ready_raises_is_what_the_start_raises() -> None:
     deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
     with pytest.raises(RuntimeError, match="not at its golden"):
         start(compose, _services(deps), ["db", "api"], on_ready=check)
+
+
+# -- the gate before the healthcheck: whether the container listens yet (forgelib.docker.listening) --------
+
+TCP_HEAD = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+)
+DNS = "   0: 0B00007F:AB87 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0  0 27966605 1\n"
+CONNECTED = "   1: 0100007F:9526 0100007F:18EB 01 00000000:00000000 00:00000000 00000000  0  0 27966606 1\n"
+SERVER = "   2: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0  0 27966607 1\n"
+UNIX_HEAD = "Num       RefCount Protocol Flags    Type St Inode Path\n"
+UNIX_PEER = "00000000946a612d: 00000003 00000000 00000000 0001 03 27671452\n"
+UNIX_SERVER = "00000000db6d1fff: 00000002 00000000 00010000 0001 01 27671440 /run/s.sock\n"
+PID, CID = 4242, "id-db"
+
+
+def _proc(root: Path, *, cgroup: str = f"12:cpu:/docker/{CID}\n", tcp: str = DNS + CONNECTED) -> Path:
+    """A host /proc with process PID in container CID's cgroup, listening on nothing of its own yet."""
+    net = root / str(PID) / "net"
+    net.mkdir(parents=True)
+    (root / str(PID) / "cgroup").write_text(cgroup)
+    _tables(net, tcp=TCP_HEAD + tcp, tcp6=TCP_HEAD)
+    (net / "unix").write_text(UNIX_HEAD + UNIX_PEER)
+    return net
+
+
+def _tables(net: Path, *, tcp: str, tcp6: str) -> None:
+    """The TCP tables and, as the kernel keeps them, the namespace's counts of their sockets."""
+    (net / "tcp").write_text(tcp)
+    (net / "tcp6").write_text(tcp6)
+    n, n6 = len(tcp.splitlines()) - 1, len(tcp6.splitlines()) - 1
+    (net / "sockstat").write_text(
+        f"sockets: used 9\nTCP: inuse {n} orphan 0 tw 0 alloc 9 mem 0\nUDP: inuse 1\n"
+    )
+    (net / "sockstat6").write_text(f"TCP6: inuse {n6}\nUDP6: inuse 0\n")
+
+
+def test_listening_counts_tcp_and_unix_servers_but_not_dockers_resolver(tmp_path: Path) -> None:
+    net = _proc(tmp_path)
+    sockets = listening.Sockets(net)
+    assert sockets.listening() is False  # 127.0.0.11's resolver and a connection: nothing of its own
+    _tables(net, tcp=TCP_HEAD + DNS + CONNECTED, tcp6=TCP_HEAD + SERVER)
+    assert sockets.listening() is True
+    _tables(net, tcp=TCP_HEAD + DNS + CONNECTED, tcp6=TCP_HEAD)
+    assert sockets.listening() is False
+    (net / "unix").write_text(UNIX_HEAD + UNIX_PEER + UNIX_SERVER)
+    assert sockets.listening() is True
+    (net / "unix").write_text(UNIX_HEAD + UNIX_PEER)
+    (net / "tcp").write_text(TCP_HEAD + DNS + SERVER)  # the counts as they were: the table is not read
+    assert sockets.listening() is False
+    (net / "sockstat").unlink()  # without the counters, the table every time
+    assert sockets.listening() is True
+    (net / "tcp6").unlink()  # a kernel without IPv6: the rest still counts
+    (net / "sockstat6").unlink()
+    assert sockets.listening() is True
+    shutil.rmtree(tmp_path / str(PID))  # the process ended
+    assert sockets.listening() is None
+
+
+@pytest.mark.parametrize(
+    ("env", "cgroup", "pid"),
+    [
+        ({"DOCKER_HOST": "tcp://engine.example:2376"}, None, PID),  # a remote engine's pid is not ours
+        ({"DOCKER_CONTEXT": "remote"}, None, PID),
+        ({}, None, PID + 1),  # no such process here: another pid namespace
+        ({}, "12:cpu:/docker/someone-else\n", PID),  # a process, but not the container's
+        ({}, None, 0),  # not running
+    ],
+)
+def test_sockets_are_read_only_from_the_containers_own_local_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], cgroup: str | None, pid: int
+) -> None:
+    _proc(tmp_path, **({"cgroup": cgroup} if cgroup else {}))
+    for k in ("DOCKER_HOST", "DOCKER_CONTEXT"):
+        monkeypatch.delenv(k, raising=False)
+    if cgroup is None:
+        assert listening.Sockets.of(PID, CID, proc=tmp_path) is not None  # the same tree, locally: readable
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if env or cgroup or pid != PID:
+        assert listening.Sockets.of(pid, CID, proc=tmp_path) is None
+    assert listening.local_engine({"DOCKER_HOST": "unix:///var/run/docker.sock"})
+
+
+def _gated(fake: FakeRunner, monkeypatch: pytest.MonkeyPatch, root: Path, on_read: Any) -> None:
+    """db's state (running, Docker's own check not there yet, main process PID), read every tick;
+    ``on_read(n)`` runs at the n-th read. Between two healthcheck runs without a listener: forever."""
+    monkeypatch.setattr(listening, "PROC", root)
+    monkeypatch.setattr(readiness, "UNHEARD_EVERY", 1e9)
+    monkeypatch.setattr(readiness, "GATED_STATE_EVERY", 0.0)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    reads = iter(range(1, 1000))
+    state = {"Status": "running", "Pid": PID, "Health": {"Status": "starting"}}
+    fake.expect(
+        "docker", "inspect", "--format", "{{json .State}}", CID,
+        stdout=json.dumps(state), side_effect=lambda _call: on_read(next(reads)),
+    )  # fmt: skip
+
+
+def _execs_and_reads(fake: FakeRunner) -> list[str]:
+    return [
+        "exec" if c.argv[1] == "exec" else "read"
+        for c in fake.calls
+        if c.argv[1] == "exec" or (c.argv[-1] == CID and c.argv[2] == "--format")
+    ]
+
+
+def test_the_healthcheck_waits_for_a_listener_then_runs_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net = _proc(tmp_path)
+
+    def on_read(n: int) -> None:
+        if n == 3:  # the server is up at the third look
+            _tables(net, tcp=TCP_HEAD + DNS + CONNECTED + SERVER, tcp6=TCP_HEAD)
+
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": HC})
+    _gated(fake, monkeypatch, tmp_path, on_read)
+    fake.expect("docker", "exec", CID, "check", rc=1, times=1)  # the first run, at once: not yet
+    fake.expect("docker", "exec", CID, "check", rc=0)
+    fake.expect("docker", "start")
+    start(compose, _services({}), ["db"])
+    # the first run; the state (its pid); no run while nothing listens (reads 2, 3: the server is up at
+    # the third, after that tick's look at the sockets); the run at the next tick
+    assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "read", "exec"]
+
+
+def test_without_the_containers_sockets_every_tick_runs_the_healthcheck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _proc(tmp_path, cgroup="12:cpu:/docker/another-container\n")  # the pid is not the container's
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": HC})
+    _gated(fake, monkeypatch, tmp_path, lambda n: None)
+    fake.expect("docker", "exec", CID, "check", rc=1, times=3)
+    fake.expect("docker", "exec", CID, "check", rc=0)
+    fake.expect("docker", "start")
+    start(compose, _services({}), ["db"])
+    assert _execs_and_reads(fake).count("exec") == 4  # as before the gate: no wait between runs
+
+
+def test_a_gone_main_process_drops_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _proc(tmp_path)
+
+    def on_read(n: int) -> None:
+        if n == 2:  # restarted under another pid, say: what was read is gone
+            shutil.rmtree(tmp_path / str(PID))
+
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": HC})
+    _gated(fake, monkeypatch, tmp_path, on_read)
+    fake.expect("docker", "exec", CID, "check", rc=1, times=1)
+    fake.expect("docker", "exec", CID, "check", rc=0)
+    fake.expect("docker", "start")
+    start(compose, _services({}), ["db"])
+    # the first run; pid; gone (the state read at once, the gate dropped); the run, every tick again
+    assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "exec"]
