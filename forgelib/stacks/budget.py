@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from forgelib.docker import argv as dk
-from forgelib.errors import Interrupted
+from forgelib.errors import ForgeError, Interrupted
 from forgelib.runner import Runner
 
 MIB = 1024 * 1024
@@ -220,9 +220,11 @@ class Admission:
             self._cond.notify_all()
         return True
 
-    def enter(self) -> float:
+    def enter(self, hopeless: Callable[[], str | None] = lambda: None) -> float:
         """Count one more stack, first waiting until it fits; the seconds waited (0.0 when it fitted at
-        once: reading the ledger is no wait). Raises ``Interrupted`` when the run stops meanwhile."""
+        once: reading the ledger is no wait). Raises ``Interrupted`` when the run stops meanwhile, and
+        ``ForgeError`` with ``hopeless()``'s text when that says the wait cannot end (checked while it
+        waits: a caller whose own stacks fill the budget and are given back only once all are up)."""
         waited = 0.0
         with self._cond:
             if not self._fits(self._held):
@@ -230,6 +232,8 @@ class Admission:
                 while not self._fits(self._held):
                     if self.stopping():
                         raise Interrupted("stopping: no stack admitted")
+                    if (why := hopeless()) is not None:
+                        raise ForgeError(why)
                     self._cond.wait(timeout=0.5)
                 waited = self.clock() - t0
             self._held += 1

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import secrets
 import tarfile
 import threading
@@ -62,6 +63,7 @@ from forgelib.kinds.base import (
 )
 from forgelib.runner import Runner
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
+from forgelib.stacks.budget import capacity
 from forgelib.stacks.provision import (
     FreshSteps,
     PhaseTimer,
@@ -506,9 +508,12 @@ def fork(
         )
 
     groups = [specs[i : i + FORKS_PER_START] for i in range(0, n, FORKS_PER_START)]
+    hopeless = functools.partial(_beyond_budget, stacks.admission, n, project.name)
 
     def bring_up(kept: list[Stack]) -> list[Stack]:
-        made = _concurrently(stacks, lambda group: _group(stacks, ctx, group, one, kept), groups, main=True)
+        made = _concurrently(
+            stacks, lambda group: _group(stacks, ctx, group, one, kept, hopeless), groups, main=True
+        )
         return [trial for group in made for trial in group]
 
     return _hand_over(stacks, bring_up)
@@ -530,12 +535,29 @@ def _hand_over(stacks: StacksView, bring_up: Callable[[list[Stack]], list[Stack]
             stacks.admission.leave()
 
 
+def _beyond_budget(admission: Admission, n: int, project: str) -> str | None:
+    """Why ``n`` forks can never all be up at once (None: they may): the stacks' measured footprint says
+    the memory budget holds fewer. Every fork holds its room until the call returns them all, so waiting
+    for more room would wait for ever."""
+    per_stack, budget = admission.per_stack, admission.budget
+    cap = capacity(per_stack, budget)
+    if per_stack is None or budget is None or cap is None or n <= cap:
+        return None
+    mib = 1024 * 1024
+    return (
+        f"fork: {n} stacks of {project} do not fit the memory budget ({budget // mib} MiB holds "
+        f"{cap} stacks of {per_stack // mib} MiB each); fork at most {cap} at once "
+        "(forge provision --count), or give stacks.open a larger memory_budget_mb"
+    )
+
+
 def _group(
     stacks: StacksView,
     ctx: StackContext,
     specs: Sequence[StackPlan],
     one: Callable[[StackPlan], Stack],
     kept: list[Stack] | None = None,
+    hopeless: Callable[[], str | None] = lambda: None,
 ) -> list[Stack]:
     """``specs``' forks counted in the memory budget, then brought up at once under one start place, each
     registered with ``stacks`` as it is up (its teardown gives its room back). A kept stack (``forge
@@ -547,7 +569,7 @@ def _group(
     try:
         memory = 0.0
         for _ in specs:
-            memory += admission.enter()
+            memory += admission.enter(hopeless)
             counted += 1
         with admission.starting() as queued:
             waits = {"memory_wait": round(memory, 3), "start_wait": round(queued, 3)}

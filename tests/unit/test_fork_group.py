@@ -6,13 +6,14 @@ tests/integration/test_checkpoints.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from forgelib.errors import ProvisionError
+from forgelib.errors import ForgeError, ProvisionError
 from forgelib.spec.models import Timeouts
 from forgelib.stacks import checkpoints
 from forgelib.stacks.budget import Admission
@@ -138,3 +139,32 @@ def test_kept_forks_of_a_failed_call_are_torn_down_and_give_their_room_back() ->
         _kept_forks(stacks, [["x"], ["y"], ["z"]], one)
     assert sorted(downed) == ["stack-x", "stack-y"]  # never handed over: a kept stack is never reaped
     assert stacks.admission.held == 0
+
+
+def test_forks_the_budget_can_never_hold_at_once_fail_with_the_fix_instead_of_waiting() -> None:
+    """Every fork holds its room until the call returns them all: with the footprint measured, asking
+    for more than the budget holds would wait for ever. The wait ends with the reason and the fix, and
+    the room counted is given back."""
+    mib = 1024 * 1024
+    stacks = SimpleNamespace(admission=Admission(300 * mib, starts=1), live=LiveStacks(), stop=StopState())
+    stacks.admission.per_stack = 100 * mib
+    hopeless = functools.partial(checkpoints._beyond_budget, stacks.admission, 4, "shop")
+    started: list[Any] = []
+    with pytest.raises(ForgeError, match=r"4 stacks of shop do not fit .* holds 3 stacks .* at most 3"):
+        checkpoints._group(
+            stacks, _ctx(), ["a", "b", "c", "d"], lambda spec: started.append(spec), [], hopeless
+        )
+    assert started == []  # refused before any of them began
+    assert stacks.admission.held == 0
+
+
+def test_forks_wait_for_room_while_their_footprint_is_not_measured_yet() -> None:
+    """Before the first stack is measured the budget assumes a large footprint: a call that may still fit
+    once it is measured is not refused."""
+    mib = 1024 * 1024
+    admission = Admission(300 * mib, starts=1)
+    assert checkpoints._beyond_budget(admission, 40, "shop") is None
+    admission.per_stack = 100 * mib
+    assert checkpoints._beyond_budget(admission, 3, "shop") is None
+    assert checkpoints._beyond_budget(admission, 4, "shop") is not None
+    assert checkpoints._beyond_budget(Admission(None), 400, "shop") is None  # no budget: no bound
