@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.goldens import goldens_of, misstate, own_project
 from support.stacks import PG, make_project, provision
 
 from forgelib.docker.resolved import ServiceConfig
@@ -36,18 +37,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _goldens(runner: SubprocessRunner, project: str) -> list[store.Golden]:
-    return [g for g in store.list_goldens(runner) if g.part("project") == project]
-
-
 @pytest.fixture
 def name(runner: SubprocessRunner) -> Iterator[str]:
     """A project name of its own; every golden taken under it is removed afterwards."""
-    n = f"gold{secrets.token_hex(3)}"
-    yield n
-    for g in _goldens(runner, n):
-        store.remove(runner, g, force_untag=True)
-    assert not _goldens(runner, n)
+    with own_project(runner, "gold") as n:
+        yield n
 
 
 def _project(
@@ -115,7 +109,7 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
     runner.run(["docker", "build", "-q", "-t", tag, str(img)], timeout=300, env={"DOCKER_BUILDKIT": "0"})
     try:
         changed(_project(root, name, image=tag), 4)
-        assert len(_goldens(runner, name)) == 4
+        assert len(goldens_of(runner, name)) == 4
 
         # ls / verify / prune on these real goldens
         # scoped to this test's project: other sessions and users share this engine and its goldens
@@ -133,7 +127,7 @@ def test_taken_once_restored_after_and_every_key_change_takes_a_new_golden(
     # the second tag is gone: its golden can never be restored again, so --unused takes exactly it
     pruned = json.loads(_forge("snapshots", "prune", "--unused", "--project", name, "--json").stdout)
     assert [r["action"] for r in pruned] == ["removed"] and pruned[0]["key"][:12] in seen
-    assert len(_goldens(runner, name)) == 3
+    assert len(goldens_of(runner, name)) == 3
 
 
 def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unvolumed_golden(
@@ -174,7 +168,7 @@ def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unv
 
         a = capture("a", Interleaving())
         assert a.part("seed") == "a" and store.find(runner, k) == a  # the last load holds the tag
-        mine = _goldens(runner, name)
+        mine = goldens_of(runner, name)
         assert sorted(g.part("seed") for g in mine) == ["a", "b"] and len({g.id for g in mine}) == 2
         for g in mine:  # each image holds its own capture's data, with no VOLUME at its path
             info = json.loads(runner.run(["docker", "image", "inspect", g.id]).stdout)[0]
@@ -185,7 +179,7 @@ def test_captures_of_one_key_the_lock_does_not_serialise_each_stay_their_own_unv
         # reaper removes it; the tagged one is the user's to prune and stays.
         dead = dataclasses.replace(custody.local_facts(), pid_start_time=lambda pid: None)
         custody.reap(runner, run_id=run_id, facts=dead)
-        assert [g.part("seed") for g in _goldens(runner, name)] == ["a"]
+        assert [g.part("seed") for g in goldens_of(runner, name)] == ["a"]
     finally:
         runner.run(["docker", "image", "rm", base_tag], timeout=120, check=False)
 
@@ -240,7 +234,7 @@ def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
     root = tmp_path / "p"
     project = _project(root, name)
     first, _ = _trial(project, run_id, tmp_path, runner, 0)
-    (golden,) = _goldens(runner, name)
+    (golden,) = goldens_of(runner, name)
     path = golden.part("path")
     # Replace the golden under its own tag with one whose pg_control is truncated (the archive cut short):
     # postgres cannot start from it.
@@ -264,20 +258,11 @@ def test_a_corrupt_golden_is_discarded_and_the_trial_passes_the_normal_way(
     # A golden that starts but restores other state than it was taken from: its fingerprint says so.
     runner.run(["docker", "image", "rm", "--force", golden.id], timeout=120, check=False)
     _trial(project, run_id, tmp_path, runner, 2)  # captures afresh (the bad one went with the discard)
-    (golden,) = [g for g in _goldens(runner, name) if g.complete]
-    fp = json.loads(golden.labels[store.STATE])
-    fp["seeded_rows"] = "0" * 64
-    (ctx / "Dockerfile").write_text(
-        f"FROM {golden.id}\nLABEL {json.dumps(store.STATE)}={json.dumps(json.dumps(fp))}\n"
-    )
-    runner.run(
-        ["docker", "build", "-q", "-t", store.tag_of(golden.key), str(ctx)],
-        timeout=300,
-        env={"DOCKER_BUILDKIT": "0"},
-    )
+    (golden,) = [g for g in goldens_of(runner, name) if g.complete]
+    misstate(runner, golden, ctx, seeded_rows="0" * 64)
     rec, row = _trial(project, run_id, tmp_path, runner, 3)
     assert row == "baseline" and "fingerprint parts differ: seeded_rows" in rec["discarded"]["reason"]
-    assert not [g for g in _goldens(runner, name) if g.complete]  # discarded: no trial restores it again
+    assert not [g for g in goldens_of(runner, name) if g.complete]  # discarded: no trial restores it again
 
 
 def test_prune_all_leaves_a_golden_a_trial_has_chosen_until_its_containers_exist(
@@ -308,7 +293,7 @@ def test_prune_all_leaves_a_golden_a_trial_has_chosen_until_its_containers_exist
     monkeypatch.undo()
     removed = json.loads(_forge("snapshots", "prune", "--all", "--project", name, "--json").stdout)
     assert [r["action"] for r in removed] == ["removed"], removed
-    assert not _goldens(runner, name)
+    assert not goldens_of(runner, name)
 
 
 def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_once(
@@ -350,7 +335,7 @@ def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_on
     assert "capturing the golden failed" not in json.dumps(record)
     assert "could not capture a golden" not in err + (log.read_text() if log.exists() else "")
     assert not (set(state.glob("build-*")) - before)  # the host side of the capture is gone
-    assert _goldens(runner, name) == []  # nothing tagged, nothing labelled left behind
+    assert goldens_of(runner, name) == []  # nothing tagged, nothing labelled left behind
     # A later run takes the golden afresh, once, though two workers need it at the same moment.
     res = subprocess.run(
         [sys.executable, "-m", "forgelib", "run", "--config", str(cfg), "--snapshots", "--repeats", "2",
@@ -360,7 +345,7 @@ def test_ctrl_c_while_a_golden_is_written_leaves_none_and_two_workers_take_it_on
     assert res.returncode == 0, res.stderr
     outcomes = sorted(_snapshot_outcomes(tmp_path / "runs2"))
     assert outcomes == ["captured", "restored"], outcomes
-    assert len(_goldens(runner, name)) == 1
+    assert len(goldens_of(runner, name)) == 1
 
 
 def _snapshot_outcomes(runs: Path) -> list[str]:

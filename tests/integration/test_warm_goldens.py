@@ -6,13 +6,12 @@ and that warm stack seeds instead. Every golden taken is removed; nothing is lef
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.goldens import goldens_of, misstate, own_project
 from support.stacks import PG, REDIS, TIMEOUTS, make_project
 from support.trialview import seen
 
@@ -31,7 +30,6 @@ from forgelib.stacks.provision import (
     teardown_trial,
     warm_steps,
 )
-from forgelib.stacks.snapshots import store
 from forgelib.stacks.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
@@ -39,18 +37,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("docker_ready")]
 RDB = Path(__file__).parents[2] / "examples/multi_service_cache_debug/assets/cache_poisoned.rdb"
 
 
-def _goldens(runner: SubprocessRunner, project: str) -> list[store.Golden]:
-    return [g for g in store.list_goldens(runner) if g.part("project") == project]
-
-
 @pytest.fixture
 def name(runner: SubprocessRunner) -> Iterator[str]:
     """A project name of its own; every golden taken under it is removed afterwards."""
-    n = f"wgold{secrets.token_hex(3)}"
-    yield n
-    for g in _goldens(runner, n):
-        store.remove(runner, g, force_untag=True)
-    assert not _goldens(runner, n)
+    with own_project(runner, "wgold") as n:
+        yield n
 
 
 def _project(root: Path, name: str) -> Project:
@@ -160,7 +151,7 @@ def test_a_warm_stack_from_goldens_resets_as_one_from_seeds_and_a_trial_sees_a_f
             "db": "captured",
         }, capturing.snapshots
         teardown_trial(stacks.pop())
-        assert sorted(g.part("service") for g in _goldens(runner, name) if g.complete) == ["cache", "db"]
+        assert sorted(g.part("service") for g in goldens_of(runner, name) if g.complete) == ["cache", "db"]
 
         # A fresh stack from the golden: what a trial sees of postgres's container differs from a seeded
         # one's in one line, the block count of `ls -la /` (the golden's image layer holds /var's copy of
@@ -198,20 +189,9 @@ def test_a_warm_stack_whose_golden_was_tampered_with_discards_it_and_seeds(
     project = _project(tmp_path / "p", name)
     goldens = StackContext(project, TIMEOUTS, runner, goldens=True)
     teardown_trial(_warm(goldens, run_id, tmp_path, 0))  # captures
-    (golden,) = [g for g in _goldens(runner, name) if g.complete and g.part("service") == "db"]
+    (golden,) = [g for g in goldens_of(runner, name) if g.complete and g.part("service") == "db"]
     # the golden restores other state than it was taken from: its fingerprint says so
-    fp = json.loads(golden.labels[store.STATE])
-    fp["seeded_rows"] = "0" * 64
-    ctx = tmp_path / "tamper"
-    ctx.mkdir()
-    (ctx / "Dockerfile").write_text(
-        f"FROM {golden.id}\nLABEL {json.dumps(store.STATE)}={json.dumps(json.dumps(fp))}\n"
-    )
-    runner.run(
-        ["docker", "build", "-q", "-t", store.tag_of(golden.key), str(ctx)],
-        timeout=300,
-        env={"DOCKER_BUILDKIT": "0"},
-    )
+    misstate(runner, golden, tmp_path / "tamper", seeded_rows="0" * 64)
     stack = _warm(goldens, run_id, tmp_path, 1)
     try:
         rec = stack.snapshots["db"]
