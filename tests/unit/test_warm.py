@@ -587,3 +587,21 @@ def test_a_staged_reset_says_when_the_trials_changes_are_gone() -> None:
     calls.clear()
     PreparedSeed(one, None, None, {}).reset(lambda: calls.append("restored"))  # type: ignore[arg-type]
     assert calls == ["reset", "restored"]
+
+
+def test_postgres_says_its_trials_changes_are_gone_once_its_data_directory_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exact reset calls ``restored`` between the data directory's restore and the wait for the
+    server's first connection, so the pool's independent ephemerals start beside that wait."""
+    from forgelib.kinds.postgres import seed as pg
+
+    calls: list[str] = []
+    pristine = SimpleNamespace(restore=lambda healthcheck=True: calls.append(f"restore {healthcheck}"))
+    monkeypatch.setattr(pg, "_await_server", lambda ctx, exact: calls.append("await"))
+    exact = pg.Exact(params=SimpleNamespace(), pristine=pristine)  # type: ignore[arg-type]
+    pg.reset_staged(SimpleNamespace(), exact, lambda: calls.append("restored"))  # type: ignore[arg-type]
+    assert calls == ["restore False", "restored", "await"]
+    calls.clear()
+    pg.reset(SimpleNamespace(), exact)  # type: ignore[arg-type]
+    assert calls == ["restore False", "await"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -431,10 +431,23 @@ def _prepare_template(ctx: ApplyContext) -> Prepared:
 def reset(ctx: ApplyContext, prepared: object) -> None:
     """Restore the data directory (exact), or swap the ready copy in under the seeded database's name
     (template); see the section comment."""
+    reset_staged(ctx, prepared, lambda: None)
+
+
+def reset_staged(ctx: ApplyContext, prepared: object, restored: Callable[[], None]) -> None:
+    """``reset``, calling ``restored`` once nothing a trial changed is left in the server
+    (``PreparedSeed.reset``): exact, as soon as the data directory is back and the server starting, before
+    the wait for its first connection; template, once the swap is done."""
     if isinstance(prepared, Exact):
         prepared.pristine.restore(healthcheck=False)  # ready: the connection _await_server opens
+        restored()
         _await_server(ctx, prepared)
         return
+    _swap_template(ctx, prepared)
+    restored()
+
+
+def _swap_template(ctx: ApplyContext, prepared: object) -> None:
     assert isinstance(prepared, Prepared)
     p = prepared
     try:
