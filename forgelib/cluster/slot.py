@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,40 +107,25 @@ class Slot:
     # ---------------------------------------------------------------------------------- driver calls
     def run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
         """One trial of ``order.run_id`` here, through ``node.run_trial`` (the local trial code path)."""
-        with self._trial:
-            self._busy_since = self._clock()
-            self._current = (order.run_id, order.driver)
-            try:
-                return self._run(bundle, order, code)
-            finally:
-                self._current = None
-                self._busy_since = None
-                self._last_trial = self._clock()
-                self._forget_gone_runs()
+        with self._working(order, then=self._forget_gone_runs):
+            return self._run(bundle, order, code)
 
     def setup(self, bundle: Bundle, order: TrialOrder, code: str) -> SetupReturn:
         """``order.task``'s setup for the whole run, here (``node.run_setup``): its checkpoint stays on this
         node's engine as the run's own until the run ends here."""
-        with self._trial:
-            self._busy_since = self._clock()
-            self._current = (order.run_id, order.driver)
-            try:
-                got = self._open(bundle, order, code)
-                if isinstance(got, TrialReturn):
-                    return SetupReturn(got.node, error=got.error)
-                session, node, project, node_run = got
-                return run_setup(
-                    project,
-                    order,
-                    node=node,
-                    run=node_run,
-                    push=lambda items: self._push(session, items),
-                    stop_level=lambda: self._stop_level(session),
-                )
-            finally:
-                self._current = None
-                self._busy_since = None
-                self._last_trial = self._clock()
+        with self._working(order):
+            got = self._open(bundle, order, code)
+            if isinstance(got, TrialReturn):
+                return SetupReturn(got.node, error=got.error)
+            session, node, project, node_run = got
+            return run_setup(
+                project,
+                order,
+                node=node,
+                run=node_run,
+                push=lambda items: self._push(session, items),
+                stop_level=lambda: self._stop_level(session),
+            )
 
     def export(self, run_id: str, driver: str, checkpoint_id: str) -> CheckpointCopy:
         """The run's checkpoint this slot's setup took, packed for the other nodes (``adopt``)."""
@@ -235,6 +220,22 @@ class Slot:
         return report.table() if report.failed else ""
 
     # ------------------------------------------------------------------------------------------ inside
+    @contextlib.contextmanager
+    def _working(self, order: TrialOrder, then: Callable[[], None] | None = None) -> Iterator[None]:
+        """One order at a time here, the slot busy with ``order``'s run meanwhile (what the idle and
+        silence watchers read); ``then``: run last, still holding the slot."""
+        with self._trial:
+            self._busy_since = self._clock()
+            self._current = (order.run_id, order.driver)
+            try:
+                yield
+            finally:
+                self._current = None
+                self._busy_since = None
+                self._last_trial = self._clock()
+                if then is not None:
+                    then()
+
     def _run(self, bundle: Bundle, order: TrialOrder, code: str) -> TrialReturn:
         marks = {"entered": time.time()}
         got = self._open(bundle, order, code)
