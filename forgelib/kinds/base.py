@@ -158,15 +158,11 @@ class PreparedSeed:
     def reset(self, restored: Callable[[], None] | None = None) -> None:
         """Put the service back at its seed. ``restored``: called once nothing a trial changed is left
         there, the service perhaps still starting (what a successor may reach then is a fresh stack's
-        state or nothing). A recipe says when through an optional ``reset_staged(ctx, prepared,
-        restored)``; without one, once ``reset`` returned."""
-        staged = getattr(self.recipe, "reset_staged", None)
-        if restored is not None and staged is not None:
-            staged(self.ctx, self.prepared, restored)
-            return
-        self.recipe.reset(self.ctx, self.prepared)
-        if restored is not None:
-            restored()
+        state or nothing); the recipe's ``reset_staged`` says when."""
+        if restored is None:
+            self.recipe.reset(self.ctx, self.prepared)
+        else:
+            self.recipe.reset_staged(self.ctx, self.prepared, restored)
 
     def fingerprint(self) -> Fingerprint:
         return self.recipe.fingerprint(self.ctx)
@@ -208,6 +204,13 @@ class Recipe(Protocol):
     def reset(self, ctx: ApplyContext, prepared: object) -> None:
         """Restore the seed in place, from what ``prepare`` returned; raise ``RecipeError`` when it cannot
         (the stack is then replaced, never trusted)."""
+        ...
+
+    def reset_staged(self, ctx: ApplyContext, prepared: object, restored: Callable[[], None]) -> None:
+        """``reset``, calling ``restored`` as soon as nothing a trial changed is left in the service, which
+        may be before ``reset`` would return (the server still starting), so that what waits on the reset
+        starts beside that wait (``PreparedSeed.reset``). A kind with no such earlier moment names
+        ``reset_after(reset)``."""
         ...
 
     def fingerprint(self, ctx: ApplyContext) -> Fingerprint:
@@ -277,6 +280,19 @@ class Recipe(Protocol):
         when the kind cannot here (``no_checkpoint_restore``; a data directory not under the loop): the
         caller restores through the checkpoint's image instead. Raise ``RecipeError`` on a failure."""
         ...
+
+
+def reset_after(
+    reset: Callable[[ApplyContext, object], None],
+) -> Callable[[ApplyContext, object, Callable[[], None]], None]:
+    """``reset_staged`` of a kind whose ``reset`` has no earlier moment than its end at which a trial's
+    changes are gone: ``restored`` is called once ``reset`` returned."""
+
+    def reset_staged(ctx: ApplyContext, prepared: object, restored: Callable[[], None]) -> None:
+        reset(ctx, prepared)
+        restored()
+
+    return reset_staged
 
 
 def no_checkpoint(ctx: ApplyContext) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, Unpack
 from forgelib.docker.engine import unreachable
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.grading.checks import ReadOnce, evaluate
-from forgelib.grading.judge import JudgeError, run_judge
+from forgelib.grading.judge import HostRun, JudgeError, run_judge
 from forgelib.grading.score import (
     CheckOutcome,
     ComponentResult,
@@ -39,6 +39,7 @@ from forgelib.run.agent import (
     INSTRUCTION_FILE,
     MANIFEST_FILE,
     AgentResult,
+    HostLauncher,
     agent_env,
     in_service_files,
     run_agent,
@@ -57,7 +58,7 @@ from forgelib.run.results import (
     write_trial,
 )
 from forgelib.run.setup import STAGE, SetupResult, TaskSetups
-from forgelib.runner import Result, secret_values
+from forgelib.runner import secret_values
 from forgelib.spec.models import LOG_TAIL_LINES, Agent, Check, Component, Task, Timeouts
 from forgelib.stacks.live import LiveStacks, StopState
 from forgelib.stacks.stack import ServiceAccess, Stack, TrialRequest
@@ -91,24 +92,13 @@ class Backend(Protocol):
         provisioned with ``checkpoint=`` that id starts from a fork of it."""
         ...
 
-    def run_host(
-        self, argv: Sequence[str], *, timeout: float, cwd: Path, env: Mapping[str, str], input: str | None
-    ) -> Result:
+    @property
+    def run_host(self) -> HostRun:
         """Run a command on the host (a grading judge without a service), ``check=False``."""
         ...
 
-    def launch_host(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float,
-        cwd: Path,
-        env: Mapping[str, str],
-        stdin: Path,
-        stdout_path: Path,
-        stderr_path: Path,
-        secrets: Sequence[str],
-    ) -> Result:
+    @property
+    def launch_host(self) -> HostLauncher:
         """Run a host command agent (``check=False``) in its own process group, its output streamed to
         the files; a stop kills its group (``Interrupted``), as its timeout does (``CommandTimeout``)."""
         ...

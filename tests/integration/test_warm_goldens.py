@@ -154,8 +154,9 @@ def test_a_warm_stack_from_goldens_resets_as_one_from_seeds_and_a_trial_sees_a_f
         assert sorted(g.part("service") for g in goldens_of(runner, name) if g.complete) == ["cache", "db"]
 
         # A fresh stack from the golden: what a trial sees of postgres's container differs from a seeded
-        # one's in one line, the block count of `ls -la /` (the golden's image layer holds /var's copy of
-        # the data directory); everything else is equal. A warm stack from the golden must show exactly this.
+        # one's in one line, the block count of `ls -la /` (the server's writes copy /var up out of the
+        # golden's layer: docs/goldens.md, "What a trial can tell"); everything else is equal. A warm stack
+        # from the golden must show exactly this.
         stacks.append(golden_fresh := provision_trial(goldens, TrialSpec(None, run_id, 1, tmp_path / "gf")))
         assert golden_fresh.snapshots["db"]["outcome"] == "restored"
         as_golden = _observe(golden_fresh)

@@ -14,7 +14,7 @@ import pytest
 
 from forgelib.cli.run import RunOptions, main_run
 from forgelib.errors import UsageError
-from forgelib.kinds.base import PreparedSeed, fingerprint_diff, fingerprint_part
+from forgelib.kinds.base import PreparedSeed, fingerprint_diff, fingerprint_part, reset_after
 from forgelib.spec.models import EnvironmentManifest, Isolation, ResetBinding, Service
 from forgelib.stacks.provision import GoldenWarmSteps, WarmSteps
 from forgelib.stacks.stack import Stack
@@ -568,8 +568,8 @@ def test_only_the_services_that_mount_a_renewed_volume_wait_for_it() -> None:
 
 
 def test_a_staged_reset_says_when_the_trials_changes_are_gone() -> None:
-    """``PreparedSeed.reset``: with a recipe's ``reset_staged`` the callback runs between the restore and
-    the wait for the server; without one (or without a callback) after the whole reset."""
+    """``PreparedSeed.reset``: with a recipe's own ``reset_staged`` the callback runs between the restore
+    and the wait for the server; with ``reset_after`` (or without a callback) after the whole reset."""
     calls: list[str] = []
 
     def staged(ctx: object, prepared: object, restored: Any) -> None:
@@ -578,7 +578,11 @@ def test_a_staged_reset_says_when_the_trials_changes_are_gone() -> None:
         calls.append("await")
 
     two = SimpleNamespace(reset=lambda ctx, prepared: calls.append("reset"), reset_staged=staged)
-    one = SimpleNamespace(reset=lambda ctx, prepared: calls.append("reset"))
+
+    def whole(ctx: object, prepared: object) -> None:
+        calls.append("reset")
+
+    one = SimpleNamespace(reset=whole, reset_staged=reset_after(whole))
     PreparedSeed(two, None, None, {}).reset(lambda: calls.append("restored"))  # type: ignore[arg-type]
     assert calls == ["restore", "restored", "await"]
     calls.clear()

@@ -23,6 +23,7 @@ from forgelib.kinds.base import (
     no_golden,
     no_settle,
     no_warm_process,
+    reset_after,
 )
 
 OPTIONS: frozenset[str] = frozenset()
@@ -74,6 +75,7 @@ checkpoint_path = no_checkpoint  # the seed is a read-only mount: nothing of the
 checkpoint_settle = no_settle
 checkpoint_restore = no_checkpoint_restore  # restored through the checkpoint's image
 checkpoint_prepare = prepare  # nothing to prepare: a read-only mount
+reset_staged = reset_after(reset)
 golden_path = no_golden  # applying this kind is already the copy a golden restore would be
 golden_fingerprint = fingerprint
 

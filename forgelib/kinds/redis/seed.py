@@ -32,6 +32,7 @@ from forgelib.kinds.base import (
     no_mount,
     no_settle,
     no_warm_process,
+    reset_after,
 )
 from forgelib.kinds.redis.client import COMMAND_TIMEOUT, RedisParams, connection_params
 from forgelib.kinds.redis.client import command_option as command_option
@@ -516,6 +517,7 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 
 checkpoint_settle = no_settle  # the dump SAVE wrote is complete: nothing to replay
+reset_staged = reset_after(reset)  # its changes are gone only once the whole reset is done
 
 
 # A checkpoint's restore in place is the warm reset's, from the checkpoint's keyspace instead of the

@@ -29,6 +29,7 @@ from forgelib.kinds.base import (
     no_mount,
     no_settle,
     no_warm_process,
+    reset_after,
 )
 from forgelib.spec.digest import file_sha256, walk_tree
 
@@ -311,6 +312,7 @@ def checkpoint_path(ctx: ApplyContext) -> str | None:
 
 
 checkpoint_settle = no_settle  # files only: nothing to replay
+reset_staged = reset_after(reset)  # its changes are gone only once the whole reset is done
 
 
 warm_process = no_warm_process  # its reset works in the running server
