@@ -1,6 +1,7 @@
 """The CRIU spike (issue 41): can the cache pack's services be restored as processes, and what would it buy?
 
-``python benchmarks/criu_spike.py --criu-dir DIR [--copies 4] [--rounds 2] [--kinds ...]`` as root, on a local
+``python benchmarks/criu_spike.py --criu-dir DIR [--copies 4] [--rounds 2] [--kinds ...] [--stack-probe]`` as
+root, on a local
 Linux host with ``dockerd`` installed. Not part of CI, not used by forge. Figures and the verdict: README.md,
 section "Process restore (CRIU): the spike".
 
@@ -354,6 +355,72 @@ def arm(eng: Engine, label: str, kname: str, kind: Kind, copies: int, ckdir: Pat
             "addresses": len(addrs), "seen": seen, "errors": errors, "load": os.getloadavg()[0]}  # fmt: skip
 
 
+PROBE_SQL = "select string_agg(x::text, ',') from t"
+PROBE_PY = (
+    "import os, psycopg, redis; c = psycopg.connect(os.environ['DATABASE_URL']); "
+    f"print(c.execute(\"{PROBE_SQL}\").fetchone()[0], redis.Redis.from_url(os.environ['REDIS_URL']).get('k'))"
+)
+STACK = (("app-db", "postgres"), ("redis", "redis"), ("api", "orders-api"))
+
+
+def stack_probe(eng: Engine, forks: int = 2) -> dict[str, str]:
+    """A stack forked by CRIU alone: postgres, redis and orders-api checkpointed (the API first, before its
+    first request), restored ``forks`` times, each fork on its own network under the pack's aliases with
+    its own copies of the volumes; what each fork's API reads over the network after fork 0 changed a row
+    and a key (the others must still read the checkpoint's)."""
+    eng.docker("network", "create", "src")
+    for alias, k in STACK:
+        eng.docker(
+            "create", "--name", f"s-{alias}", "--network", "src", "--network-alias", alias, *KINDS[k].create
+        )
+        eng.docker("start", f"s-{alias}")
+        if k == "postgres":
+            _wait_ready(eng, "s-app-db", KINDS[k].ready)
+            eng.docker("exec", "s-app-db", "psql", "-U", "app", "-d", "app", "-qc",
+                       "create table t(x int); insert into t values (7)")  # fmt: skip
+        elif k == "redis":
+            _wait_ready(eng, "s-redis", KINDS[k].ready)
+            eng.docker("exec", "s-redis", "redis-cli", "set", "k", "source")
+    pid = int(eng.docker("inspect", "-f", "{{.State.Pid}}", "s-api"))
+    while not _listening(pid, 8000):
+        time.sleep(0.02)
+    ck, root = eng.dir / "ck-stack", eng.dir / "root"
+    for alias in ("api", "redis", "app-db"):  # the API first: it holds no connection yet
+        eng.docker("checkpoint", "create", "--checkpoint-dir", str(ck), f"s-{alias}", alias)
+    vols = {
+        a: eng.docker("inspect", "-f", "{{range .Mounts}}{{.Name}}{{end}}", f"s-{a}")
+        for a in ("app-db", "redis")
+    }
+    for f in range(forks):
+        eng.docker("network", "create", f"f{f}")
+        for alias, k in STACK:
+            name, extra = f"f{f}-{alias}", []
+            if alias in vols:
+                eng.docker("volume", "create", name)
+                src, dst_dir = f"{root}/volumes/{vols[alias]}/_data/.", f"{root}/volumes/{name}/_data/"
+                subprocess.run(["cp", "-a", src, dst_dir], check=True)
+                extra = ["-v", f"{name}:{KINDS[k].volume}"]
+            eng.docker(
+                "create",
+                "--name",
+                name,
+                "--network",
+                f"f{f}",
+                "--network-alias",
+                alias,
+                *extra,
+                *KINDS[k].create,
+            )
+            dst = root / "containers" / eng.docker("inspect", "-f", "{{.Id}}", name) / "checkpoints" / "c"
+            shutil.copytree(ck / alias, dst)
+            (dst / "copy").write_text(name)
+            eng.docker("start", "--checkpoint", "c", name)
+        _wait_ready(eng, f"f{f}-api", HEALTHZ)
+    eng.docker("exec", "f0-app-db", "psql", "-U", "app", "-d", "app", "-qc", "insert into t values (8)")
+    eng.docker("exec", "f0-redis", "redis-cli", "set", "k", "changed-in-f0")
+    return {f"f{f}": eng.docker("exec", f"f{f}-api", "python3", "-c", PROBE_PY) for f in range(forks)}
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -362,11 +429,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--copies", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--stack-probe", action="store_true", help="only fork a postgres+redis+API stack twice")
     args = ap.parse_args(argv)
     eng = Engine(args.criu_dir.resolve())
     result: dict[str, Any] = {"load_start": os.getloadavg(), "sources": {}, "rows": []}
     try:
         eng.start()
+        if args.stack_probe:
+            result["stack_probe"] = stack_probe(eng)
+            print(json.dumps(result["stack_probe"]), flush=True)
+            return 0
         eng.docker("network", "create", "spike")
         eng.docker(
             "run",
