@@ -1,16 +1,16 @@
 """The CRIU spike (issue 41): can the cache pack's services be restored as processes, and what would it buy?
 
 ``python benchmarks/criu_spike.py --criu-dir DIR [--copies 4] [--rounds 2] [--kinds ...] [--stack-probe]`` as
-root, on a local
-Linux host with ``dockerd`` installed. Not part of CI, not used by forge. Figures and the verdict: README.md,
-section "Process restore (CRIU): the spike".
+root, on a local Linux host with ``dockerd`` installed. Not part of CI, not used by forge. Figures and the
+verdict: README.md, section "Process restore (CRIU): the spike".
 
 It never touches the machine's engine beyond ``docker save`` of the stand-in images. It starts a private
 dockerd with ``--experimental`` (checkpoints need it) on its own socket, data root, exec root, pidfile, its
 own bridge and address pool (``--iptables=false``, as tests/support/cluster.py does, plus one DOCKER-USER
 ACCEPT for its own pool), with ``DIR`` first on its PATH so that runc finds that ``criu`` (Debian bookworm's
-3.17.1 cannot run on kernels >= 6.13: README.md says why and what build works). Everything it starts is
-stopped and removed at the end, also after a failure.
+3.17.1 cannot run on kernels >= 6.13: README.md says why and what build works; redis and postgres, which
+run as another uid, also need ``criu_spike_rlimits.patch`` where root lacks CAP_SYS_RESOURCE). Everything
+it starts is stopped and removed at the end, also after a failure.
 
 Per kind (redis, postgres, and the two uvicorn services, cache-admin and orders-api, as the pack's compose
 file runs them), one source container is brought to its capture point (the HTTP services: their first
