@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -93,6 +94,25 @@ def base_argv(name: str, files: Sequence[Path] = (), profiles: Sequence[str] = (
 
 def config_argv() -> list[str]:
     return ["config", "--format", "json"]
+
+
+def renamed(config: Any, old: str, new: str) -> Any:
+    """``config``, the ``config`` of project ``old``, as compose resolves it for project ``new``. The
+    name is text wherever compose puts it (the top-level ``name``, the default network's and named
+    volumes' names, a ``${COMPOSE_PROJECT_NAME}`` interpolated anywhere): every occurrence in a key or a
+    string is replaced. ``old`` must occur nowhere else: a placeholder of the caller's (``unique_name``)."""
+    if isinstance(config, str):
+        return config.replace(old, new)
+    if isinstance(config, dict):
+        return {renamed(k, old, new): renamed(v, old, new) for k, v in config.items()}
+    if isinstance(config, list):
+        return [renamed(v, old, new) for v in config]
+    return config
+
+
+def unique_name(prefix: str = "forgeconfig") -> str:
+    """A project name no compose file, image or label can contain by chance: ``renamed``'s ``old``."""
+    return f"{prefix}{secrets.token_hex(8)}"
 
 
 def up_argv(
@@ -462,6 +482,11 @@ class ComposeProject:
         if not isinstance(data, dict):
             raise ForgeError(f"docker compose config printed {type(data).__name__}, not an object")
         return data
+
+    def config_key(self) -> tuple[Any, ...]:
+        """What ``config`` answers from besides the project's name: two projects with the same key resolve
+        to the same configuration, but for the name (``renamed``)."""
+        return (self.files, self.profiles, self.cwd, tuple(sorted(self.image_env.items())))
 
     def up(
         self,

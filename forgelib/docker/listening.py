@@ -22,6 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 PROC = Path("/proc")
+CGROUP = Path("/sys/fs/cgroup")
+# Where a container's processes are listed under ``CGROUP``, by the engine's cgroup driver and version:
+# cgroupfs (v1's pids controller, v2), systemd (v1, v2). ``{id}``: the container's full id.
+CGROUP_PROCS = (
+    "pids/docker/{id}/cgroup.procs",
+    "pids/system.slice/docker-{id}.scope/cgroup.procs",
+    "docker/{id}/cgroup.procs",
+    "system.slice/docker-{id}.scope/cgroup.procs",
+)
 TCP_LISTEN = "0A"  # the kernel's TCP_LISTEN, as /proc/net/tcp{,6} print a socket's state
 UNIX_ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: a listening unix socket
 DOCKER_DNS = "0B00007F"  # 127.0.0.11 as /proc/net/tcp prints an IPv4 address (little-endian hex)
@@ -33,6 +42,32 @@ def local_engine(environ: Mapping[str, str] = os.environ) -> bool:
     host = environ.get("DOCKER_HOST", "")
     context = environ.get("DOCKER_CONTEXT", "")
     return (not host or host.startswith("unix://")) and context in ("", "default")
+
+
+def main_pid(container_id: str, *, proc: Path | None = None, cgroup: Path | None = None) -> int:
+    """The host pid of container ``container_id``'s main process (its pid 1), read from the host's cgroup
+    listing of the container's processes: what ``docker inspect``'s ``State.Pid`` says, without a
+    ``docker`` command. 0 when it cannot be read from here: a remote engine, a cgroup layout not in
+    ``CGROUP_PROCS``, a container sharing the host's pid namespace (no process of it is pid 1 there)."""
+    if not container_id or not local_engine():
+        return 0
+    root, cg = PROC if proc is None else proc, CGROUP if cgroup is None else cgroup
+    for where in CGROUP_PROCS:
+        try:
+            pids = (cg / where.format(id=container_id)).read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                status = (root / pid / "status").read_text()
+            except OSError:
+                continue  # ended meanwhile (an exec's process)
+            for line in status.splitlines():
+                f = line.split()
+                if f[:1] == ["NSpid:"] and len(f) > 2 and f[-1] == "1":
+                    return int(pid)
+        return 0
+    return 0
 
 
 class Sockets:

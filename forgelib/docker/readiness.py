@@ -17,9 +17,10 @@ Docker found unhealthy (its healthcheck's ``retries`` used up), fails at once, a
 
 Each run of the healthcheck costs a ``docker exec`` (the CLI, dockerd, the shim, runc): on the local
 engine, once a container's first run failed, the next ones wait until the container listens on something
-(``listening``: its sockets, read from the host's ``/proc``), or at the latest ``UNHEARD_EVERY``. The
-criterion stays the healthcheck; on a remote engine, or where ``/proc`` does not show the container, every
-tick runs it as before.
+(``listening``: its sockets, read from the host's ``/proc``), or at the latest ``UNHEARD_EVERY``. A
+container that exposes a port (a server) waits so before its first run too: just started, it listens on
+nothing yet. The criterion stays the healthcheck; on a remote engine, or where ``/proc`` does not show the
+container, every tick runs it as before.
 
 Every command goes through the runner, tagged (``start``/``exec``) so a stop refuses or kills it.
 """
@@ -46,8 +47,13 @@ PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck c
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
 # seconds between two runs of the healthcheck while its container listens on nothing (``listening``)
 UNHEARD_EVERY = 0.3
-# seconds between two looks at Docker's state while ``listening`` watches the container's main process too
-GATED_STATE_EVERY = 1.0
+# ... doubled after each run that failed while nothing listened, up to this: a server still starting (its
+# healthcheck refused) costs an exec every ``UNHEARD_MAX`` at most; the listener it opens ends the wait
+UNHEARD_MAX = 2.0
+# seconds between two looks at Docker's state while ``listening`` watches the container's main process too:
+# an exit shows there at once; what only the state shows is Docker's own health, which forge's override
+# runs seldom (``compose.quiet_healthcheck``)
+GATED_STATE_EVERY = 3.0
 # `FORGE_READINESS=compose`: fresh stacks come up by compose's own `up --wait` instead (the benchmarks'
 # same-run baseline for what this module saves; not a user setting).
 READINESS_ENV = "FORGE_READINESS"
@@ -70,6 +76,7 @@ class Container:
     name: str
     health: list[str] | None  # the healthcheck as an argv for `docker exec` (None: it has none)
     probe_timeout: float  # the healthcheck's own timeout
+    server: bool = False  # it exposes a port (its image or its compose service): it serves on a socket
 
 
 def compose_wait() -> bool:
@@ -116,7 +123,8 @@ def of_inspect(
         if svc in services:
             argv, per_probe = health_argv(info)
             name = str(info.get("Name", "")).lstrip("/")
-            out.setdefault(svc, []).append(Container(svc, str(info.get("Id")), name, argv, per_probe))
+            server = bool((info.get("Config") or {}).get("ExposedPorts"))
+            out.setdefault(svc, []).append(Container(svc, str(info.get("Id")), name, argv, per_probe, server))
     missing = [s for s in services if s not in out]
     if missing and required:
         raise ForgeError(f"service(s) {', '.join(missing)} have no container in project {compose.name}")
@@ -258,19 +266,31 @@ class _Waves:
         # path of every ready container); an exited one fails that run, then the state says so.
         last_state = time.monotonic()
         probing = c.health is not None and not complete
-        # Once the first run failed, Docker's state is read at once: its Pid says where the container's
-        # sockets are (``listening``). While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
-        # (or as long as its last run took, if longer) after its last run; as soon as something does,
-        # every tick again. Its main process gone (exited, or restarted under another pid), the state is
-        # read at once and the gate dropped.
+        # Once the first run failed, the container's main process says where its sockets are
+        # (``listening``), found in the host's cgroup listing (``listening.main_pid``), else by Docker's
+        # state (its Pid), read at once. While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
+        # after its last run, doubled after each run that failed so, up to ``UNHEARD_MAX`` (or as long as
+        # its last run took, if longer); as soon as something listens, every tick again. Its main process
+        # gone (exited, or restarted under another pid), the state is read at once and the gate dropped.
         gate: listening.Sockets | None = None
         gate_due = probing and listening.local_engine()
         last_exec: float | None = None
         ran = 0.0  # how long the last run took
+        deaf = 0  # runs in a row that failed while the container listened on nothing
+        if gate_due and c.server:
+            # A server's first run, right after its start, fails as a rule: it waits for a listener (or
+            # ``UNHEARD_EVERY``) as a later run would, its main process found without Docker's state.
+            gate = listening.Sockets.of(listening.main_pid(c.id), c.id)
+            if gate is not None:
+                gate_due = False
+                last_exec = time.monotonic()
         while True:
             if self.failed.is_set():
                 raise _DependencyFailed(c.service, f"service {c.service!r}: another service failed")
             now = time.monotonic()
+            if gate_due and last_exec is not None and (found := listening.main_pid(c.id)):
+                gate = listening.Sockets.of(found, c.id)
+                gate_due = gate is None  # else: by Docker's state below
             heard = True if gate is None else gate.listening()
             every = STATE_EVERY if gate is None else GATED_STATE_EVERY
             if (
@@ -301,8 +321,9 @@ class _Waves:
                     )
                 if not complete and c.health is None and status == "running":
                     return  # no healthcheck: running is ready, as for `up --wait`
-            quiet_for = max(UNHEARD_EVERY, ran)  # a run that took long (a busy engine) waits as long again
-            unheard = heard is False and last_exec is not None and now - last_exec < quiet_for
+            if heard is not False:
+                deaf = 0
+            unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(deaf, ran)
             if probing and c.health is not None and not unheard:
                 began = time.monotonic()
                 try:
@@ -316,6 +337,7 @@ class _Waves:
                         return
                     said = (r.stdout + r.stderr).strip()[-300:] or f"exit {r.rc}"
                 last_exec = time.monotonic()  # when it ended
+                deaf += heard is False
                 ran = last_exec - began
             if time.monotonic() >= self.deadline:
                 what = "did not complete" if complete else "not healthy"
@@ -336,6 +358,13 @@ class _Waves:
         except json.JSONDecodeError:
             return {}
         return state if isinstance(state, dict) else {}
+
+
+def unheard_pause(deaf: int, ran: float) -> float:
+    """How long after its last run a container that listens on nothing waits for its next one: after
+    ``deaf`` runs in a row that failed so, the last of which took ``ran`` seconds (a run that took long, on
+    a busy engine, waits as long again)."""
+    return max(min(UNHEARD_EVERY * 2.0**deaf, UNHEARD_MAX), ran)
 
 
 class _DependencyFailed(NotReady):

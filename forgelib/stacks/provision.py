@@ -260,7 +260,7 @@ class _Provisioning:
         # written once, in the last phase: every service on its final image (a golden's without its
         # image's VOLUMEs).
         with self._phase("compose_config", "compose_config"):
-            config = compose.config()
+            config = self.steps.config(compose)
             sources = [*self._builds(compose, config), *self.steps.images(bindings, locks)]
             if not sources:
                 compose, services, declared, loopback = self._override(compose, config, bindings, {})
@@ -467,6 +467,10 @@ class FreshSteps:
     stack, every reset service seeded by its recipe, nothing prepared. ``WarmSteps`` and ``GoldenSteps``
     fill some of them in; which one a stack gets is chosen once, by its source (``provision_trial``, the
     warm pool), never tested for inside the pipeline."""
+
+    def config(self, compose: ComposeProject) -> dict[str, Any]:
+        """The stack's resolved compose config (``compose.config``; forks of one call share one)."""
+        return compose.config()
 
     def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
         """Steps naming the images services start from, after the builds (before the override)."""

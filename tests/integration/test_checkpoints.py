@@ -26,6 +26,7 @@ from support.stacks import IDLE, PG, REDIS, TIMEOUTS, make_project
 from benchmarks.checkpoint_pack import checkpointable_cache_pack
 from forgelib import stacks
 from forgelib.docker import labels as lab
+from forgelib.docker.compose import ComposeProject
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Checkpointing, Project, SeedKind, Task
 from forgelib.stacks import checkpoints
@@ -502,3 +503,23 @@ def test_kill_9_mid_fork_then_reap_leaves_nothing_and_the_checkpoint_whole(
         for run in (fork_run, run_id):
             _reap(run, check=False)
     assert _of_run(runner, run_id)["images"] == []
+
+
+def test_the_forks_one_resolved_config_is_what_compose_resolves_for_each(tmp_path: Path) -> None:
+    """The compose config a fork call resolves once (``checkpoints._Configs``) is, renamed, exactly what
+    ``docker compose config`` prints for each fork's own project name: its network, a named volume, and
+    ``${COMPOSE_PROJECT_NAME}`` interpolated in a service's environment."""
+    project = checkpointable_cache_pack(tmp_path / "pack", f"ckcfg{secrets.token_hex(2)}")
+    written = project.environment.compose_files[0]
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        "services:\n  runner:\n    environment:\n      STACK: ${COMPOSE_PROJECT_NAME}-x\n"
+        "    volumes: [data:/data]\nvolumes:\n  data: {}\n"
+    )
+    runner = SubprocessRunner()
+    configs = checkpoints._Configs()
+    for name in (f"{project.name}-fork-1", f"{project.name}-fork-10"):
+        compose = ComposeProject(name, (written, extra), runner, TIMEOUTS)
+        resolved = configs.of(compose)
+        assert resolved == compose.config()
+        assert resolved["services"]["runner"]["environment"]["STACK"] == f"{name}-x"

@@ -340,3 +340,44 @@ def test_a_gone_main_process_drops_the_gate(tmp_path: Path, monkeypatch: pytest.
     start(compose, _services({}), ["db"])
     # the first run; pid; gone (the state read at once, the gate dropped); the run, every tick again
     assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "exec"]
+
+
+def test_a_servers_first_run_waits_for_its_listener_without_dockers_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net = _proc(tmp_path)
+    (tmp_path / str(PID) / "status").write_text(f"Name:\tdb\nNSpid:\t{PID}\t1\n")
+    procs = tmp_path / "cgroup" / "pids" / "docker" / CID
+    procs.mkdir(parents=True)
+    (procs / "cgroup.procs").write_text(f"{PID}\n")
+    monkeypatch.setattr(listening, "CGROUP", tmp_path / "cgroup")
+    _gated(fake := FakeRunner(), monkeypatch, tmp_path, lambda n: None)
+    monkeypatch.setattr(readiness, "GATED_STATE_EVERY", 1e9)
+    looks = iter(range(1, 1000))
+    listens = listening.Sockets.listening
+
+    def look(self: listening.Sockets) -> bool | None:
+        if next(looks) == 3:  # the server is up at the third look at its sockets
+            _tables(net, tcp=TCP_HEAD + DNS + CONNECTED + SERVER, tcp6=TCP_HEAD)
+        return listens(self)
+
+    monkeypatch.setattr(listening.Sockets, "listening", look)
+    seen: list[int] = []
+    fake.expect("docker", "exec", CID, "check", side_effect=lambda _call: seen.append(next(looks)))
+    # a server: it exposes a port (its image or its compose service)
+    info = {"Id": CID, "Name": "/p-db-1", "Config": {"Healthcheck": HC, "ExposedPorts": {"5432/tcp": {}}}}
+    info["Config"]["Labels"] = {"com.docker.compose.service": "db"}
+    fake.expect("docker", "ps", "--all", stdout=CID)
+    fake.expect("docker", "inspect", ANY, stdout=json.dumps([info]), times=1)
+    fake.expect("docker", "start")
+    start(ComposeProject("p", (Path("/x/compose.yaml"),), fake, T), _services({}), ["db"])
+    # one run, once something listened; Docker's state never read (the main process from the cgroup)
+    assert _execs_and_reads(fake) == ["exec"] and seen[0] > 3
+
+
+def test_a_container_that_listens_on_nothing_is_probed_less_and_less_often() -> None:
+    every, most = readiness.UNHEARD_EVERY, readiness.UNHEARD_MAX
+    pauses = [readiness.unheard_pause(deaf, 0.0) for deaf in range(8)]
+    assert pauses[0] == every and pauses == sorted(pauses) and pauses[-1] == most
+    assert pauses[1] == 2 * every
+    assert readiness.unheard_pause(0, most + 1) == most + 1  # a run that took long waits as long again
