@@ -86,3 +86,45 @@ def test_a_warm_run_records_the_recreate_path_once_and_warns_no_trial(
     assert "unusable" not in log.read_text()  # no spare tried (and failed) per trial
     trials = [yaml.safe_load((run_dir / f"trials/write_file/{i}/trial.yaml").read_text()) for i in range(3)]
     assert [t["stack"]["reuse"] for t in trials] == [0, 1, 2]
+
+
+def test_a_service_on_its_images_volume_gets_a_new_container_and_volume_every_trial(
+    tmp_path: Path, runner: SubprocessRunner, run_id: str
+) -> None:
+    """An ephemeral service whose image declares a VOLUME (redis's /data: a named volume of forge's, only
+    ephemeral services mount it) beside one that is precreated: the first's successor is made after each
+    release, once its old container and volume are gone. Every trial finds a new container of each and an
+    empty /data (its volume renewed under the same name), and nothing is left once the pool is closed."""
+    cache = {"image": "forgelib/redis:7.0", "command": ["redis-server", "--save", ""]}
+    cache["healthcheck"] = {"test": ["CMD", "redis-cli", "ping"], "interval": "1s", "retries": 30}
+    project = make_project(tmp_path / "p", {"cache": cache, "idle": IDLE}, name="warmimagevol")
+    task = m.Task("t", tmp_path / "p" / "task.yaml", "", project.environment)
+    pool = WarmPool(StackContext(project, TIMEOUTS, runner), workers=1)
+    containers: set[str] = set()
+    volumes: set[str] = set()
+    try:
+        for i in range(3):
+            trial = pool.acquire(task, run_id=run_id, trial_dir=tmp_path / f"t{i}")
+            try:
+                assert trial.source["reuse"] == i
+                info = json.loads(
+                    runner.run(["docker", "inspect", trial.compose.container("cache")], timeout=30).stdout
+                )[0]
+                (vol,) = [str(mt["Name"]) for mt in info["Mounts"] if mt["Destination"] == "/data"]
+                assert info["Id"] not in containers, (i, info["Id"])  # the volume: renewed under its name
+                containers.add(info["Id"])
+                volumes.add(vol)
+                seen = trial.compose.exec("cache", ["ls", "-A", "/data"], timeout=30).stdout.split()
+                assert seen == [], (i, seen)  # what the trial before left there is gone
+                trial.compose.exec("cache", ["sh", "-c", f"echo {i} > /data/left-by-{i}"], timeout=30)
+                idle = json.loads(
+                    runner.run(["docker", "inspect", trial.compose.container("idle")], timeout=30).stdout
+                )[0]
+                assert idle["State"]["Status"] == "running" and idle["Id"] not in containers, (i, idle["Id"])
+                containers.add(idle["Id"])
+            finally:
+                pool.release(trial)
+    finally:
+        pool.close()
+    names = runner.run(["docker", "volume", "ls", "-q"], timeout=30).stdout.split()
+    assert not set(names) & volumes, "a trial's image volume outlived the pool"

@@ -301,7 +301,10 @@ class Ephemerals:
                     if late:  # they mount a renewed volume: made now, the old ones and the volumes gone
                         self._remove([self.current[svc] for svc in late])
                         self.runner.run(dk.rm(self.renew, kind="volume"), timeout=self.timeouts.command)
-                        self.compose.up(late, wait=False, no_deps=True, force_recreate=True, no_start=True)
+                        # None of theirs is left, so a plain `up` makes one each: `--force-recreate`
+                        # would first list the project's containers again, on the next trial's path.
+                        # (Another one of theirs found after all: `_created` refuses, the usual way then.)
+                        self.compose.up(late, wait=False, no_deps=True, no_start=True)
                         made = self._created(late)
                         self._furnish(made)
                         ids.update(made)
