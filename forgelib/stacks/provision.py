@@ -33,6 +33,7 @@ from forgelib.docker.compose import (
     project_name,
     write_override,
 )
+from forgelib.docker.configmemo import ConfigMemo
 from forgelib.docker.images import ImageFacts
 from forgelib.docker.readiness import NotReady
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
@@ -99,6 +100,7 @@ class ProvisionCache:
     images: ImageFacts = field(default_factory=ImageFacts)
     seeds: Memo = field(default_factory=Memo)
     builds: Builds = field(default_factory=Builds)  # images of build: services, once per run
+    configs: ConfigMemo = field(default_factory=ConfigMemo)  # `compose config`, once per environment
 
 
 # ---------------------------------------------------------------------------------------- public API
@@ -260,7 +262,7 @@ class _Provisioning:
         # written once, in the last phase: every service on its final image (a golden's without its
         # image's VOLUMEs).
         with self._phase("compose_config", "compose_config"):
-            config = compose.config()
+            config = self.ctx.cache.configs.config(compose)
             sources = [*self._builds(compose, config), *self.steps.images(bindings, locks)]
             if not sources:
                 compose, services, declared, loopback = self._override(compose, config, bindings, {})
