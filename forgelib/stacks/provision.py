@@ -101,6 +101,8 @@ class ProvisionCache:
     seeds: Memo = field(default_factory=Memo)
     builds: Builds = field(default_factory=Builds)  # images of build: services, once per run
     configs: ConfigMemo = field(default_factory=ConfigMemo)  # `compose config`, once per environment
+    # image ref -> its ID when a golden plan last looked (``TrialGoldens.seen``: a guess, checked each time)
+    golden_images: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------- public API
@@ -174,7 +176,10 @@ def provision_trial(ctx: StackContext, trial: TrialSpec) -> Stack:
     steps: FreshSteps = FreshSteps()
     if ctx.goldens:
         stopping = _stopping(ctx.runner)
-        steps = GoldenSteps(TrialGoldens(ctx.runner, ctx.timeouts, trial.run_id, ctx.project.name, stopping))
+        goldens = TrialGoldens(
+            ctx.runner, ctx.timeouts, trial.run_id, ctx.project.name, stopping, seen=ctx.cache.golden_images
+        )
+        steps = GoldenSteps(goldens)
     return provision_stack(ctx, spec, steps, on_phase=trial.on_phase)
 
 
@@ -636,7 +641,10 @@ def warm_steps(ctx: StackContext, run_id: str) -> FreshSteps:
     if not ctx.goldens:
         return WarmSteps()
     stopping = _stopping(ctx.runner)
-    return GoldenWarmSteps(TrialGoldens(ctx.runner, ctx.timeouts, run_id, ctx.project.name, stopping))
+    goldens = TrialGoldens(
+        ctx.runner, ctx.timeouts, run_id, ctx.project.name, stopping, seen=ctx.cache.golden_images
+    )
+    return GoldenWarmSteps(goldens)
 
 
 FAILURE_FILE = "provision-error.txt"
