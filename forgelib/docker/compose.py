@@ -483,11 +483,6 @@ class ComposeProject:
             raise ForgeError(f"docker compose config printed {type(data).__name__}, not an object")
         return data
 
-    def config_key(self) -> tuple[Any, ...]:
-        """What ``config`` answers from besides the project's name: two projects with the same key resolve
-        to the same configuration, but for the name (``renamed``)."""
-        return (self.files, self.profiles, self.cwd, tuple(sorted(self.image_env.items())))
-
     def up(
         self,
         services: Sequence[str] = (),

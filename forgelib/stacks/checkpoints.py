@@ -48,7 +48,7 @@ import yaml
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker import readiness
-from forgelib.docker.compose import ComposeProject, project_name, renamed, unique_name, write_override
+from forgelib.docker.compose import ComposeProject, project_name, write_override
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import ForgeError, ProvisionError, RecipeError
 from forgelib.kinds import registry as kinds
@@ -340,11 +340,6 @@ class CheckpointSteps(FreshSteps):
     records_: dict[str, dict[str, Any]] = field(default_factory=dict)
     # what the services' images are now: looked up once for all the forks of one ``fork`` call
     images_seen: _ImageIds = field(default_factory=lambda: _ImageIds())
-    # the compose config: resolved once for all the forks of one ``fork`` call
-    configs: _Configs = field(default_factory=lambda: _Configs())
-
-    def config(self, compose: ComposeProject) -> dict[str, Any]:
-        return self.configs.of(compose)
 
     def images(self, bindings: Sequence[_Binding], locks: Any) -> list[Any]:
         def plan(services: Mapping[str, ServiceConfig]) -> Mapping[str, str]:
@@ -404,28 +399,6 @@ class _ImageIds:
             if ref not in self._ids:
                 self._ids[ref] = ckstore.image_id(runner, ref, timeout)
             return self._ids[ref]
-
-
-class _Configs:
-    """The resolved compose config of the forks of one ``fork`` call, one ``docker compose config`` for
-    all of them (each call pays the compose CLI's start and the project's load, on 2 cores beside the
-    other forks' starts): their files, images and profiles are the same, their project names differ,
-    and compose's answer holds a name only as text (``compose.renamed``). So it is resolved once under a
-    placeholder name and renamed for each fork. Thread-safe: the forks come up at once."""
-
-    def __init__(self) -> None:
-        self._resolved: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    def of(self, compose: ComposeProject) -> dict[str, Any]:
-        key = compose.config_key()
-        with self._lock:
-            if key not in self._resolved:
-                placeholder = unique_name()
-                self._resolved[key] = (placeholder, dataclasses.replace(compose, name=placeholder).config())
-            placeholder, config = self._resolved[key]
-        out: dict[str, Any] = renamed(config, placeholder, compose.name)
-        return out
 
 
 def same_recipe(ck: Checkpoint, service: str, recipe: Recipe) -> None:
@@ -499,7 +472,6 @@ def fork(
     run_id = run_id or f"fork-{ck.id}-{secrets.token_hex(3)}"
     env = _environment(project, ck)
     seen = _ImageIds()
-    configs = _Configs()
     specs = [
         StackPlan(
             env,
@@ -512,7 +484,7 @@ def fork(
 
     def one(spec: StackPlan) -> Stack:
         return provision_stack(
-            ctx, spec, CheckpointSteps(ck, stacks.runner, stacks.timeouts, images_seen=seen, configs=configs)
+            ctx, spec, CheckpointSteps(ck, stacks.runner, stacks.timeouts, images_seen=seen)
         )
 
     groups = [specs[i : i + FORKS_PER_START] for i in range(0, n, FORKS_PER_START)]

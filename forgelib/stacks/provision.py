@@ -33,6 +33,7 @@ from forgelib.docker.compose import (
     project_name,
     write_override,
 )
+from forgelib.docker.configmemo import ConfigMemo
 from forgelib.docker.images import ImageFacts
 from forgelib.docker.readiness import NotReady
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
@@ -99,6 +100,9 @@ class ProvisionCache:
     images: ImageFacts = field(default_factory=ImageFacts)
     seeds: Memo = field(default_factory=Memo)
     builds: Builds = field(default_factory=Builds)  # images of build: services, once per run
+    configs: ConfigMemo = field(default_factory=ConfigMemo)  # `compose config`, once per environment
+    # image ref -> its ID when a golden plan last looked (``TrialGoldens.seen``: a guess, checked each time)
+    golden_images: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------- public API
@@ -172,7 +176,10 @@ def provision_trial(ctx: StackContext, trial: TrialSpec) -> Stack:
     steps: FreshSteps = FreshSteps()
     if ctx.goldens:
         stopping = _stopping(ctx.runner)
-        steps = GoldenSteps(TrialGoldens(ctx.runner, ctx.timeouts, trial.run_id, ctx.project.name, stopping))
+        goldens = TrialGoldens(
+            ctx.runner, ctx.timeouts, trial.run_id, ctx.project.name, stopping, seen=ctx.cache.golden_images
+        )
+        steps = GoldenSteps(goldens)
     return provision_stack(ctx, spec, steps, on_phase=trial.on_phase)
 
 
@@ -260,7 +267,7 @@ class _Provisioning:
         # written once, in the last phase: every service on its final image (a golden's without its
         # image's VOLUMEs).
         with self._phase("compose_config", "compose_config"):
-            config = self.steps.config(compose)
+            config = self.ctx.cache.configs.config(compose)
             sources = [*self._builds(compose, config), *self.steps.images(bindings, locks)]
             if not sources:
                 compose, services, declared, loopback = self._override(compose, config, bindings, {})
@@ -468,10 +475,6 @@ class FreshSteps:
     fill some of them in; which one a stack gets is chosen once, by its source (``provision_trial``, the
     warm pool), never tested for inside the pipeline."""
 
-    def config(self, compose: ComposeProject) -> dict[str, Any]:
-        """The stack's resolved compose config (``compose.config``; forks of one call share one)."""
-        return compose.config()
-
     def images(self, bindings: Sequence[_Binding], locks: contextlib.ExitStack) -> list[_ImageStep]:
         """Steps naming the images services start from, after the builds (before the override)."""
         return []
@@ -638,7 +641,10 @@ def warm_steps(ctx: StackContext, run_id: str) -> FreshSteps:
     if not ctx.goldens:
         return WarmSteps()
     stopping = _stopping(ctx.runner)
-    return GoldenWarmSteps(TrialGoldens(ctx.runner, ctx.timeouts, run_id, ctx.project.name, stopping))
+    goldens = TrialGoldens(
+        ctx.runner, ctx.timeouts, run_id, ctx.project.name, stopping, seen=ctx.cache.golden_images
+    )
+    return GoldenWarmSteps(goldens)
 
 
 FAILURE_FILE = "provision-error.txt"

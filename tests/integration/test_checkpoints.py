@@ -27,6 +27,7 @@ from benchmarks.checkpoint_pack import checkpointable_cache_pack
 from forgelib import stacks
 from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject
+from forgelib.docker.configmemo import ConfigMemo
 from forgelib.runner import SubprocessRunner
 from forgelib.spec.models import Checkpointing, Project, SeedKind, Task
 from forgelib.stacks import checkpoints
@@ -506,7 +507,7 @@ def test_kill_9_mid_fork_then_reap_leaves_nothing_and_the_checkpoint_whole(
 
 
 def test_the_forks_one_resolved_config_is_what_compose_resolves_for_each(tmp_path: Path) -> None:
-    """The compose config a fork call resolves once (``checkpoints._Configs``) is, renamed, exactly what
+    """The compose config a fork call resolves once (``ConfigMemo``, the run's) is, renamed, exactly what
     ``docker compose config`` prints for each fork's own project name: its network, a named volume, and
     ``${COMPOSE_PROJECT_NAME}`` interpolated in a service's environment."""
     project = checkpointable_cache_pack(tmp_path / "pack", f"ckcfg{secrets.token_hex(2)}")
@@ -517,9 +518,9 @@ def test_the_forks_one_resolved_config_is_what_compose_resolves_for_each(tmp_pat
         "    volumes: [data:/data]\nvolumes:\n  data: {}\n"
     )
     runner = SubprocessRunner()
-    configs = checkpoints._Configs()
+    configs = ConfigMemo()
     for name in (f"{project.name}-fork-1", f"{project.name}-fork-10"):
         compose = ComposeProject(name, (written, extra), runner, TIMEOUTS)
-        resolved = configs.of(compose)
+        resolved = configs.config(compose)
         assert resolved == compose.config()
         assert resolved["services"]["runner"]["environment"]["STACK"] == f"{name}-x"

@@ -1,19 +1,21 @@
 """What a fork of N spares of its docker calls, without an engine: the compose config resolved once for the
-forks of one call and renamed for each (``compose.renamed``, ``checkpoints._Configs``), and a container's
-main process found from the host's cgroup listing instead of ``docker inspect`` (``listening.main_pid``).
+forks of one call asking at once, and renamed for each (``compose.renamed``, ``ConfigMemo``), and a
+container's main process found from the host's cgroup listing instead of ``docker inspect``
+(``listening.main_pid``).
 (That forks come up right with them: tests/integration/test_checkpoints.py on the engine.)"""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from forgelib.docker import listening
+from forgelib.docker import configmemo, listening
 from forgelib.docker.compose import ComposeProject, renamed
+from forgelib.docker.configmemo import ConfigMemo
 from forgelib.spec.models import Timeouts
-from forgelib.stacks import checkpoints
 from forgelib.testing import FakeRunner
 
 T = Timeouts(compose_up=100, recipe=40, teardown=50, command=9)
@@ -43,21 +45,29 @@ def test_a_config_renamed_is_what_compose_prints_for_the_other_name() -> None:
     assert renamed({"a": [1, True, None, 2.5]}, HOLDER, "x") == {"a": [1, True, None, 2.5]}
 
 
-def test_the_forks_of_one_call_resolve_their_compose_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoints, "unique_name", lambda: HOLDER)
+def test_the_forks_of_one_call_resolve_their_compose_config_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(configmemo, "unique_name", lambda: HOLDER)
     fake = FakeRunner()
     fake.expect(
         "docker", "compose", "--ansi", "never", "--project-name", HOLDER, stdout=json.dumps(_config(HOLDER))
     )
-    files = (Path("/p/compose.yaml"),)
-    configs = checkpoints._Configs()
-    for i in range(3):
-        name = f"shop-fork-{i}"
-        assert configs.of(ComposeProject(name, files, fake, T)) == _config(name)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "q").mkdir()
+    files = (tmp_path / "p" / "compose.yaml",)
+    files[0].write_text("services:\n  api: {image: x}\n")
+    configs = ConfigMemo()
+    names = [f"shop-fork-{i}" for i in range(3)]
+    with ThreadPoolExecutor(3) as pool:  # the forks come up at once: one asks, the others wait for it
+        got = list(pool.map(lambda n: configs.config(ComposeProject(n, files, fake, T)), names))
+    assert got == [_config(n) for n in names]
     assert [c.argv[-3:] for c in fake.calls] == [("config", "--format", "json")]
     # another project's files (or images, or profiles) are resolved on their own
-    configs.of(ComposeProject("other", (Path("/q/compose.yaml"),), fake, T, profiles=("x",)))
-    assert len(fake.calls) == 2 and "/q/compose.yaml" in fake.calls[1].argv
+    other = tmp_path / "q" / "compose.yaml"
+    other.write_text("services:\n  api: {image: y}\n")
+    configs.config(ComposeProject("other", (other,), fake, T, profiles=("x",)))
+    assert len(fake.calls) == 2 and str(other) in fake.calls[1].argv
     assert fake.calls[0].argv[fake.calls[0].argv.index("--project-name") + 1] == HOLDER
 
 

@@ -98,7 +98,11 @@ class Stack:
 
     def expect_config(self, **kw: Any) -> None:
         kw.setdefault("stdout", json.dumps(self.config))
-        self.fake.expect(*self.base, "config", "--format", "json", exact=True, **kw)
+        # asked under a placeholder name, the answer renamed to the stack's (``ConfigMemo``)
+        asked = tuple(
+            ANY if i == self.base.index("--project-name") + 1 else a for i, a in enumerate(self.base)
+        )
+        self.fake.expect(*asked, "config", "--format", "json", exact=True, **kw)
         self.fake.expect("docker", "image", "inspect", rc=1, stdout=json.dumps(IMAGES))
 
     def expect_cleanup(self, base: tuple[str, ...] | None = None) -> None:

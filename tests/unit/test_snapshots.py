@@ -560,3 +560,124 @@ def test_a_restored_service_not_running_after_a_failed_up_blames_its_golden(info
     # the log tail is its container's, read the one way forge reads a service's log (docker logs)
     assert str(err.value).endswith("log tail:\nFATAL: corrupt" if info else "log tail:\n")
     assert not any(c.argv[1] == "compose" for c in fake.calls)
+
+
+# ------------------------------------------------------------------ plan: the image and its golden, one look
+
+
+class _Engine:
+    """A fake engine's ``docker image inspect``: the image ``postgres:16`` with ``image_id``, and the goldens
+    in ``goldens`` (by key digest); records which refs each call asked for."""
+
+    def __init__(self, image_id: str) -> None:
+        from forgelib.testing import FakeRunner
+
+        self.image_id = image_id
+        self.goldens: set[str] = set()
+        self.asked: list[list[str]] = []
+        self.runner = FakeRunner()
+
+        def reply(call: Any) -> None:
+            import json
+
+            refs = list(call.argv[3:])
+            self.asked.append(refs)
+            found: list[dict[str, Any]] = []
+            for ref in refs:
+                if ref == "postgres:16":
+                    found.append({"Id": self.image_id, "RepoTags": ["postgres:16"]})
+                elif ref.removeprefix(store.REPOSITORY + ":") in self.goldens:
+                    digest = ref.removeprefix(store.REPOSITORY + ":")
+                    labels = {store.GOLDEN: str(FORMAT_VERSION), store.KEY: digest}
+                    found.append(
+                        {"Id": f"sha256:g{digest[:6]}", "RepoTags": [ref], "Config": {"Labels": labels}}
+                    )
+            answer.stdout = json.dumps(found)
+            answer.rc = 0 if len(found) == len(refs) else 1  # docker: "No such image" for the others
+
+        answer = self.runner.expect("docker", "image", "inspect", side_effect=reply)
+
+
+def _plan(engine: _Engine, seen: dict[str, str], locks: Any) -> Any:
+    from types import SimpleNamespace
+
+    from forgelib.spec.models import Timeouts
+    from forgelib.stacks.snapshots.trial import TrialGoldens
+
+    recipe = SimpleNamespace(SUPPORTS_GOLDEN=True, RECIPE_VERSION=1)
+    b: Any = SimpleNamespace(
+        service="db", seed=SimpleNamespace(kind="sql_dump", digest="sha256:bbb"), recipe=recipe, options={}
+    )
+    # Short lock timeouts: a trial waiting on its own claim would fail here, not hang.
+    goldens = TrialGoldens(engine.runner, Timeouts(compose_up=1, recipe=1), "run", "proj", seen=seen)
+    return goldens.plan([b], {"db": ServiceConfig.of({"image": "postgres:16"})}, locks)["db"]
+
+
+def _key_of(image_id: str) -> key.GoldenKey:
+    return key.make_key(
+        kind="sql_dump", recipe_version=1, image_id=image_id, seed_digest="sha256:bbb", options={},
+        service_config=ServiceConfig.of({"image": "postgres:16"}),
+    )  # fmt: skip
+
+
+def test_a_golden_is_found_in_one_look_once_the_image_id_was_seen_and_stays_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    engine = _Engine("sha256:id1")
+    k = _key_of("sha256:id1")
+    engine.goldens.add(k.digest)
+    seen: dict[str, str] = {}
+    with contextlib.ExitStack() as locks:
+        first = _plan(engine, seen, locks)
+    assert engine.asked == [["postgres:16"], [store.tag_of(k.digest)]]  # the image, then its key's tag
+    assert first.golden is not None and first.key == k and seen == {"postgres:16": "sha256:id1"}
+    engine.asked.clear()
+    with contextlib.ExitStack() as locks:
+        second = _plan(engine, seen, locks)
+        assert engine.asked == [["postgres:16", store.tag_of(k.digest)]]  # both in one look
+        assert second.golden is not None and second.golden.key == k.digest and not second.capture
+        with store.unclaimed(k.digest) as free:
+            assert free is False  # claimed for the trial until its containers exist (``locks``)
+    with store.unclaimed(k.digest) as free:
+        assert free is True
+
+
+def test_a_golden_of_an_id_the_image_no_longer_has_is_never_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tag moved to another image since the last look: the guessed key's golden is there, yet the same
+    answer shows another ID, so the trial looks up the new key (none: it captures)."""
+    import contextlib
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    engine = _Engine("sha256:id2")
+    old, new = _key_of("sha256:id1"), _key_of("sha256:id2")
+    engine.goldens.add(old.digest)
+    seen = {"postgres:16": "sha256:id1"}
+    with contextlib.ExitStack() as locks:
+        p = _plan(engine, seen, locks)
+        assert p.golden is None and p.capture and p.key == new
+        looks = [["postgres:16", store.tag_of(old.digest)], [store.tag_of(new.digest)]]
+        assert engine.asked == [*looks, [store.tag_of(new.digest)]]  # the new key, claimed, then locked
+        with store.unclaimed(old.digest) as free:
+            assert free is True  # the guess's claim is gone with the look
+    assert seen == {"postgres:16": "sha256:id2"}
+
+
+def test_a_guess_with_no_golden_takes_the_keys_lock_to_capture_without_waiting_on_its_own_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    engine = _Engine("sha256:id1")
+    k = _key_of("sha256:id1")
+    with contextlib.ExitStack() as locks:
+        p = _plan(engine, {"postgres:16": "sha256:id1"}, locks)
+        assert p.golden is None and p.capture and p.key == k
+        assert engine.asked == [["postgres:16", store.tag_of(k.digest)], [store.tag_of(k.digest)]]
+        with store.unclaimed(k.digest) as free:
+            assert free is False  # this trial holds the key's lock while it captures

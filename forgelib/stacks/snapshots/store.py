@@ -140,21 +140,26 @@ def inspect(runner: Runner, refs: Sequence[str], timeout: float = 60.0) -> list[
         data = json.loads(res.stdout or "[]")
     except json.JSONDecodeError:
         raise CommandError(res.argv, res.rc, res.stdout, res.stderr, reason="printed no JSON") from None
-    return [Golden.from_inspect(d) for d in data if isinstance(d, dict) and _is_golden(d)]
+    return [Golden.from_inspect(d) for d in data if isinstance(d, dict) and is_golden(d)]
 
 
-def _is_golden(info: Mapping[str, Any]) -> bool:
+def is_golden(info: Mapping[str, Any]) -> bool:
     return GOLDEN in lab.of_inspect(info)
 
 
 def find(runner: Runner, key: GoldenKey, timeout: float = 60.0) -> Golden | None:
     """The complete golden of ``key``, or None. An image tagged with the key whose labels disagree (edited
     by hand, another format) is not trusted: it is reported and treated as absent."""
+    return matching(inspect(runner, [tag_of(key.digest)], timeout), key)
+
+
+def matching(found: Sequence[Golden], key: GoldenKey) -> Golden | None:
+    """The complete golden of ``key`` among ``found`` (what an inspect answered), or None (see ``find``)."""
     digest = key.digest
-    found = inspect(runner, [tag_of(digest)], timeout)
-    if not found:
+    tagged = [g for g in found if tag_of(digest) in g.tags]
+    if not tagged:
         return None
-    g = found[0]
+    g = tagged[0]
     if g.key != digest or g.format != str(FORMAT_VERSION) or not g.complete:
         log.warning("ignoring %s: its labels do not match the key it is tagged with", tag_of(digest))
         return None

@@ -71,6 +71,9 @@ class TrialGoldens:
     run_id: str
     project: str
     stopping: Callable[[], bool] = lambda: False
+    # image ref -> the ID this owner last found it to have (its ``ProvisionCache``'s): a guess ``plan``
+    # checks in the same answer it uses it in, never trusted alone.
+    seen: dict[str, str] = field(default_factory=dict)
     disabled: set[str] = field(default_factory=set)  # services whose golden failed in this provisioning
     # service -> what happened, for trial.yaml: outcome restored | captured | none, golden (key prefix),
     # reason, and `discarded: {golden, reason}` when a golden failed and the trial fell back.
@@ -87,50 +90,84 @@ class TrialGoldens:
         """A plan per reset service of a kind with goldens: restore when a complete golden of its key
         exists, claiming it (``store.key_claim``, held in ``locks``: until the trial's containers exist,
         ``prune`` leaves it alone); otherwise take the key's lock (waiting while another trial captures
-        it), look again, and capture after seeding if it is still missing."""
+        it), look again, and capture after seeding if it is still missing.
+
+        The key holds the service's image ID, so finding a golden takes two looks: the image, then the
+        key's tag. With an ID this owner saw before for the image (``seen``), both are one ``docker image
+        inspect``: the key that ID gives is claimed first, and its golden is used only when the same answer
+        shows the image still has that ID (else the key is the image's new one, looked up as without)."""
         plans: dict[str, Plan] = {}
         wanted = [b for b in bindings if b.recipe.SUPPORTS_GOLDEN and b.service not in self.disabled]
-        images = self._image_ids([services[b.service].image for b in wanted if b.service in services])
-        capturing: set[str] = set()
-        for b in sorted(wanted, key=lambda b: b.service):
-            cfg = services.get(b.service) or ServiceConfig(b.service)
-            image = images.get(cfg.image)
-            if not image:
-                self._note(b.service, "none", reason=f"image {cfg.image!r} is not on the engine yet")
-                continue
-            key = make_key(
-                kind=str(b.seed.kind),
-                recipe_version=b.recipe.RECIPE_VERSION,
-                image_id=image,
-                seed_digest=b.seed.digest,
-                options=b.options,
-                service_config=cfg,
-            )
-            p = Plan(b.service, key)
-            plans[b.service] = p
-            if key.digest in capturing:  # this trial holds the key's lock: another service captures it
-                continue
-            p.golden = self._claimed(p, locks)
-            if p.golden is None:
-                p.lock.enter_context(
-                    store.key_lock(key.digest, timeout=self._lock_timeout(), stopping=self.stopping)
-                )
-                locks.callback(p.release)
-                if store.find(self.runner, key, self.timeouts.command) is None:  # taken while we waited?
-                    p.capture = True
-                    capturing.add(key.digest)
+        configs = {b.service: services.get(b.service) or ServiceConfig(b.service) for b in wanted}
+        with contextlib.ExitStack() as guesses:  # the guessed keys' claims, until each plan holds its own
+            guessed: dict[str, tuple[GoldenKey, contextlib.ExitStack]] = {}
+            for b in wanted:
+                seen = self.seen.get(configs[b.service].image)
+                k = self._key(b, configs[b.service], seen) if seen else None
+                if k is not None and k.digest not in guessed:
+                    claim = guesses.enter_context(contextlib.ExitStack())
+                    claim.enter_context(
+                        store.key_claim(k.digest, timeout=self._lock_timeout(), stopping=self.stopping)
+                    )
+                    guessed[k.digest] = (k, claim)
+            images, found = self._look([configs[b.service].image for b in wanted], list(guessed))
+            hits: dict[str, store.Golden] = {}
+            for k, claim in guessed.values():
+                golden = store.matching(found, k)
+                if golden is None:  # none there: this trial may want the key's lock below
+                    claim.close()
                 else:
-                    p.release()
-                    p.golden = self._claimed(p, locks)
+                    hits[k.digest] = golden
+            capturing: set[str] = set()
+            for b in sorted(wanted, key=lambda b: b.service):
+                cfg = configs[b.service]
+                image = images.get(cfg.image)
+                if not image:
+                    self._note(b.service, "none", reason=f"image {cfg.image!r} is not on the engine yet")
+                    continue
+                self.seen[cfg.image] = image
+                key = self._key(b, cfg, image)
+                p = Plan(b.service, key)
+                plans[b.service] = p
+                if key.digest in capturing:  # this trial holds the key's lock: another service captures it
+                    continue
+                # Looked up already, under the guess's claim (still held): claimed for the trial, not again.
+                p.golden = self._claimed(p, locks, known=hits.get(key.digest), looked=key.digest in guessed)
+                if p.golden is None:
+                    p.lock.enter_context(
+                        store.key_lock(key.digest, timeout=self._lock_timeout(), stopping=self.stopping)
+                    )
+                    locks.callback(p.release)
+                    if store.find(self.runner, key, self.timeouts.command) is None:  # taken meanwhile?
+                        p.capture = True
+                        capturing.add(key.digest)
+                    else:
+                        p.release()
+                        p.golden = self._claimed(p, locks)
         return plans
 
-    def _claimed(self, p: Plan, locks: contextlib.ExitStack) -> store.Golden | None:
-        """``p``'s complete golden, claimed for this trial until ``locks`` closes; None when there is none."""
+    def _key(self, b: Binding, cfg: ServiceConfig, image_id: str) -> GoldenKey:
+        return make_key(
+            kind=str(b.seed.kind),
+            recipe_version=b.recipe.RECIPE_VERSION,
+            image_id=image_id,
+            seed_digest=b.seed.digest,
+            options=b.options,
+            service_config=cfg,
+        )
+
+    def _claimed(
+        self, p: Plan, locks: contextlib.ExitStack, *, known: store.Golden | None = None, looked: bool = False
+    ) -> store.Golden | None:
+        """``p``'s complete golden, claimed for this trial until ``locks`` closes; None when there is none.
+        ``looked``: already looked up while its key was claimed (``known``: what was found then)."""
         assert p.key is not None
+        if looked and known is None:
+            return None
         claim = contextlib.ExitStack()
         timeout = self._lock_timeout()
         claim.enter_context(store.key_claim(p.key.digest, timeout=timeout, stopping=self.stopping))
-        golden = store.find(self.runner, p.key, self.timeouts.command)
+        golden = known if looked else store.find(self.runner, p.key, self.timeouts.command)
         if golden is None:
             claim.close()
             return None
@@ -142,23 +179,31 @@ class TrialGoldens:
         # The holder seeds and captures one service: bounded by its own up, recipe and build timeouts.
         return self.timeouts.compose_up + 3 * self.timeouts.recipe
 
-    def _image_ids(self, refs: Sequence[str]) -> dict[str, str]:
+    def _look(self, refs: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, str], list[store.Golden]]:
+        """One ``docker image inspect`` of ``refs`` and the goldens tagged with ``keys``: ref -> image ID
+        (the refs present), and the goldens found."""
         todo = sorted({r for r in refs if r})
         if not todo:
-            return {}
-        res = self.runner.run(dk.inspect(todo, kind="image"), timeout=self.timeouts.command, check=False)
+            return {}, []
+        argv = dk.inspect([*todo, *(store.tag_of(k) for k in keys)], kind="image")
+        res = self.runner.run(argv, timeout=self.timeouts.command, check=False)
         try:
             found = json.loads(res.stdout or "[]")
         except json.JSONDecodeError:
-            return {}
+            return {}, []
         out: dict[str, str] = {}
+        goldens: list[store.Golden] = []
         for info in found if isinstance(found, list) else []:
+            if not isinstance(info, dict):
+                continue
+            if keys and store.is_golden(info):
+                goldens.append(store.Golden.from_inspect(info))
             names = [*(info.get("RepoTags") or []), *(info.get("RepoDigests") or []), info.get("Id")]
             names += [n.removesuffix(":latest") for n in names if isinstance(n, str)]
             for ref in todo:
                 if ref in names:
                     out[ref] = str(info.get("Id"))
-        return out
+        return out, goldens
 
     def images(self, plans: Mapping[str, Plan]) -> dict[str, str]:
         """service -> the golden image it starts from (by ID: a tag can be moved or removed meanwhile). The
