@@ -46,10 +46,9 @@ from forgelib.errors import CommandTimeout, ForgeError, Interrupted
 PROBE_INTERVAL = 0.05  # seconds between two runs of a container's healthcheck command
 STATE_EVERY = 0.5  # seconds between two looks at Docker's own state (exited? unhealthy?)
 # seconds between two runs of the healthcheck while its container listens on nothing (``listening``)
+# (not spaced out further while it stays deaf: a service whose healthcheck passes before it listens, or
+# whose listener ``listening`` cannot see, would wait that much longer; benchmarks/README.md "Checkpoints")
 UNHEARD_EVERY = 0.3
-# ... doubled after each run that failed while nothing listened, up to this: a server still starting (its
-# healthcheck refused) costs an exec every ``UNHEARD_MAX`` at most; the listener it opens ends the wait
-UNHEARD_MAX = 2.0
 # seconds between two looks at Docker's state while ``listening`` watches the container's main process too:
 # an exit shows there at once; what only the state shows is Docker's own health, which forge's override
 # runs seldom (``compose.quiet_healthcheck``)
@@ -269,14 +268,13 @@ class _Waves:
         # Once the first run failed, the container's main process says where its sockets are
         # (``listening``), found in the host's cgroup listing (``listening.main_pid``), else by Docker's
         # state (its Pid), read at once. While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
-        # after its last run, doubled after each run that failed so, up to ``UNHEARD_MAX`` (or as long as
-        # its last run took, if longer); as soon as something listens, every tick again. Its main process
+        # after its last run (or as long as its last run took, if longer); as soon as something listens,
+        # every tick again. Its main process
         # gone (exited, or restarted under another pid), the state is read at once and the gate dropped.
         gate: listening.Sockets | None = None
         gate_due = probing and listening.local_engine()
         last_exec: float | None = None
         ran = 0.0  # how long the last run took
-        deaf = 0  # runs in a row that failed while the container listened on nothing
         if gate_due and c.server:
             # A server's first run, right after its start, fails as a rule: it waits for a listener (or
             # ``UNHEARD_EVERY``) as a later run would, its main process found without Docker's state.
@@ -321,9 +319,7 @@ class _Waves:
                     )
                 if not complete and c.health is None and status == "running":
                     return  # no healthcheck: running is ready, as for `up --wait`
-            if heard is not False:
-                deaf = 0
-            unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(deaf, ran)
+            unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(ran)
             if probing and c.health is not None and not unheard:
                 began = time.monotonic()
                 try:
@@ -337,7 +333,6 @@ class _Waves:
                         return
                     said = (r.stdout + r.stderr).strip()[-300:] or f"exit {r.rc}"
                 last_exec = time.monotonic()  # when it ended
-                deaf += heard is False
                 ran = last_exec - began
             if time.monotonic() >= self.deadline:
                 what = "did not complete" if complete else "not healthy"
@@ -360,11 +355,10 @@ class _Waves:
         return state if isinstance(state, dict) else {}
 
 
-def unheard_pause(deaf: int, ran: float) -> float:
-    """How long after its last run a container that listens on nothing waits for its next one: after
-    ``deaf`` runs in a row that failed so, the last of which took ``ran`` seconds (a run that took long, on
-    a busy engine, waits as long again)."""
-    return max(min(UNHEARD_EVERY * 2.0**deaf, UNHEARD_MAX), ran)
+def unheard_pause(ran: float) -> float:
+    """How long after its last run a container that listens on nothing waits for its next one, the last
+    run having taken ``ran`` seconds (a run that took long, on a busy engine, waits as long again)."""
+    return max(UNHEARD_EVERY, ran)
 
 
 class _DependencyFailed(NotReady):

@@ -375,9 +375,7 @@ def test_a_servers_first_run_waits_for_its_listener_without_dockers_state(
     assert _execs_and_reads(fake) == ["exec"] and seen[0] > 3
 
 
-def test_a_container_that_listens_on_nothing_is_probed_less_and_less_often() -> None:
-    every, most = readiness.UNHEARD_EVERY, readiness.UNHEARD_MAX
-    pauses = [readiness.unheard_pause(deaf, 0.0) for deaf in range(8)]
-    assert pauses[0] == every and pauses == sorted(pauses) and pauses[-1] == most
-    assert pauses[1] == 2 * every
-    assert readiness.unheard_pause(0, most + 1) == most + 1  # a run that took long waits as long again
+def test_a_container_that_listens_on_nothing_is_probed_every_so_often() -> None:
+    every = readiness.UNHEARD_EVERY
+    assert readiness.unheard_pause(0.0) == every
+    assert readiness.unheard_pause(every + 1) == every + 1  # a run that took long waits as long again
