@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -78,10 +78,30 @@ from forgelib.stacks.snapshots.checkpoints import Checkpoint, CheckpointError
 from forgelib.stacks.snapshots.trial import unrestorable
 from forgelib.stacks.stack import Stack
 
-if TYPE_CHECKING:  # annotations only: session sits above this module (its backends run checkpoints)
+if TYPE_CHECKING:
     from forgelib.stacks.budget import Admission
+    from forgelib.stacks.live import LiveStacks, StopState
     from forgelib.stacks.provision import _Binding
-    from forgelib.stacks.session import Stacks
+
+
+class _Backend(Protocol):
+    @property
+    def ctx(self) -> StackContext: ...
+
+
+class StacksView(Protocol):
+    """What checkpoints take of ``stacks.open``'s ``Stacks`` (``forgelib.stacks.session``, which sits above
+    this module: its backends hand checkpoints to a run)."""
+
+    project: Project | None
+    runner: Runner
+    timeouts: Timeouts
+    admission: Admission
+    live: LiveStacks
+    stop: StopState
+
+    @property
+    def backend(self) -> _Backend: ...
 
 
 FORK_TASK = "fork"  # the trial label's task part of a fork
@@ -149,7 +169,7 @@ def _owned(trial: Stack, infos: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
-def checkpoint(stacks: Stacks, trial: Stack) -> Checkpoint:
+def checkpoint(stacks: StacksView, trial: Stack) -> Checkpoint:
     """One consistent capture of ``trial``'s reset services (see the module's docstring); the complete,
     verified checkpoint. A failure or Ctrl-C leaves the stack unpaused and no complete checkpoint; what
     was built is removed here, or by ``forge reap`` once this process is gone."""
@@ -432,7 +452,7 @@ def _verify(recipe: Recipe, ctx: ApplyContext, rec: Mapping[str, Any], cid: str)
 
 
 def fork(
-    stacks: Stacks, checkpoint_id: str, n: int, *, trial_dir: Path, run_id: str | None = None
+    stacks: StacksView, checkpoint_id: str, n: int, *, trial_dir: Path, run_id: str | None = None
 ) -> list[Stack]:
     """``n`` new stacks of ``stacks.project``, each at checkpoint ``checkpoint_id`` (verified first), their
     files under ``trial_dir/fork-<i>``; registered with ``stacks`` (torn down when it closes, or by
@@ -499,7 +519,7 @@ def fork(
     return _hand_over(stacks, bring_up)
 
 
-def _hand_over(stacks: Stacks, bring_up: Callable[[list[Stack]], list[Stack]]) -> list[Stack]:
+def _hand_over(stacks: StacksView, bring_up: Callable[[list[Stack]], list[Stack]]) -> list[Stack]:
     """``bring_up(kept)``'s stacks; the kept ones it put on ``kept`` (as they came up) give their room in
     the budget back as they are returned, or are torn down (and give it back) when it fails."""
     kept: list[Stack] = []  # appended from the forks' threads
@@ -532,7 +552,7 @@ def _beyond_budget(admission: Admission, n: int, project: str) -> str | None:
 
 
 def _group(
-    stacks: Stacks,
+    stacks: StacksView,
     ctx: StackContext,
     specs: Sequence[StackPlan],
     one: Callable[[StackPlan], Stack],
@@ -576,7 +596,7 @@ def _group(
     return made
 
 
-def _registered(stacks: Stacks, trial: Stack) -> Stack:
+def _registered(stacks: StacksView, trial: Stack) -> Stack:
     try:
         stacks.live.add(trial.name, _teardown(trial, stacks.admission.leave))
     except BaseException:  # a stop came while it came up: nobody else will tear it down
@@ -586,7 +606,9 @@ def _registered(stacks: Stacks, trial: Stack) -> Stack:
     return trial
 
 
-def _concurrently(stacks: Stacks, do: Callable[[Any], Any], items: Sequence[Any], *, main: bool) -> list[Any]:
+def _concurrently(
+    stacks: StacksView, do: Callable[[Any], Any], items: Sequence[Any], *, main: bool
+) -> list[Any]:
     """``do(item)`` for every item, each on a thread of its own; the answers in ``items``' order. The
     first failure cancels what has not begun and is raised once the rest ended. ``main``: called on the
     main thread, which a stop (Ctrl-C) interrupts: waited for outside ``concurrent.futures``' own locks
@@ -636,7 +658,7 @@ _RESTORE = 'set -e; s="$1"; t="$2"; find "$t" -mindepth 1 -delete; cp -a "$s/." 
 RESTORE_FILE = "compose.restore.yaml"  # in a stack's directory: the images its recreated services run
 
 
-def restore(stacks: Stacks, trial: Stack, checkpoint_id: str) -> Stack:
+def restore(stacks: StacksView, trial: Stack, checkpoint_id: str) -> Stack:
     """Roll ``trial``'s captured services back to ``checkpoint_id`` in place; the trial with its published
     ports read again (a restarted container gets new host ports) and ``timings["restore:<service>"]``."""
     project = stacks.project
