@@ -269,8 +269,8 @@ class _Waves:
         # (``listening``), found in the host's cgroup listing (``listening.main_pid``), else by Docker's
         # state (its Pid), read at once. While nothing listens, the healthcheck runs only ``UNHEARD_EVERY``
         # after its last run (or as long as its last run took, if longer); as soon as something listens,
-        # every tick again. Its main process
-        # gone (exited, or restarted under another pid), the state is read at once and the gate dropped.
+        # every tick again. Its main process gone (exited, or restarted under another pid), the state is
+        # read at once and the gate dropped.
         gate: listening.Sockets | None = None
         gate_due = probing and listening.local_engine()
         last_exec: float | None = None

@@ -63,7 +63,7 @@ from forgelib.kinds.base import (
 )
 from forgelib.runner import Runner
 from forgelib.spec.models import EnvironmentManifest, Project, Seed, Timeouts
-from forgelib.stacks.budget import capacity
+from forgelib.stacks.budget import MIB, capacity
 from forgelib.stacks.provision import (
     FreshSteps,
     PhaseTimer,
@@ -543,10 +543,9 @@ def _beyond_budget(admission: Admission, n: int, project: str) -> str | None:
     cap = capacity(per_stack, budget)
     if per_stack is None or budget is None or cap is None or n <= cap:
         return None
-    mib = 1024 * 1024
     return (
-        f"fork: {n} stacks of {project} do not fit the memory budget ({budget // mib} MiB holds "
-        f"{cap} stacks of {per_stack // mib} MiB each); fork at most {cap} at once "
+        f"fork: {n} stacks of {project} do not fit the memory budget ({budget // MIB} MiB holds "
+        f"{cap} stacks of {per_stack // MIB} MiB each); fork at most {cap} at once "
         "(forge provision --count), or give stacks.open a larger memory_budget_mb"
     )
 
