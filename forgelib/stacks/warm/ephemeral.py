@@ -12,10 +12,13 @@ trial has used) and starts them with plain ``docker start`` in ``depends_on`` wa
 to them by name (``ComposeProject.containers``). The ephemeral services that depend on no reset service,
 directly or not (``independent``), start as soon as the reset services hold nothing of the trial any more
 (their data put back, perhaps still starting: ``PreparedSeed.reset``'s ``restored``), the others once
-those are reset. A service that mounts a named volume only ephemeral services mount (renewed with them:
-``renewal``), and every service when there is no spare, has its old container removed after the release
-and compose create its successor then (``up --no-start --force-recreate --renew-anon-volumes``); a failed
-or unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready when the container's own
+those are reset. An image's VOLUME in an ephemeral service is an anonymous, labelled volume of each
+container's own (``labels_override``'s ``per_container``): created with its spare, removed with the old
+container. A service that mounts a named volume the user declared and only ephemeral services mount
+(renewed with them: ``renewal``), and every service when there is no spare, has its old container
+removed after the release and compose create its successor then (``up --no-start``, or ``--force-recreate
+--renew-anon-volumes`` without spares); a failed or unprovable precreation falls back to ``up --no-deps
+--force-recreate``. Ready when the container's own
 healthcheck command, run by us through ``docker exec``, first passes (compose's ``--wait`` sees health
 only at the healthcheck's interval).
 
@@ -42,7 +45,7 @@ from forgelib.docker import readiness
 from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
-from forgelib.spec.models import Isolation, Timeouts
+from forgelib.spec.models import Timeouts
 from forgelib.stacks.stack import Stack
 
 # The pool's logger: warm stacks log under one name, whichever module of the package speaks.
@@ -484,7 +487,7 @@ def _ephemeral_plan(
     trial: Stack, image_volumes: Mapping[str, Sequence[str]]
 ) -> tuple[list[list[str]], list[str], str | None]:
     """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
-    mount (their full engine names), the override's volumes for image-declared VOLUMEs included, and why
+    mount (their full engine names; ``renewal``), and why
     they are recreated by compose every trial rather than started from spares (None: spares).
 
     Spares stand for one container per service (the trial's execs go to it by name); an ephemeral
@@ -494,8 +497,7 @@ def _ephemeral_plan(
     config = trial.resolved
     services = config.services
     env = trial.environment
-    keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
-    eph = [n for n in services if n not in keep]
+    eph = env.ephemeral(services)
     waves: list[list[str]] = []
     placed: set[str] = set()
     while len(placed) < len(eph):
@@ -522,10 +524,11 @@ def renewal(
 ) -> tuple[list[str], list[str]]:
     """The named volumes only ``ephemeral`` services mount (their full engine names: removed with them,
     each trial) and the services that mount them (their successors are made once the old containers
-    and the volumes are gone, never beside them)."""
+    and the volumes are gone, never beside them). Their images' VOLUMEs are none of these: each of their
+    containers has its own anonymous volume (``labels_override``'s ``per_container``, as provisioned)."""
     config = trial.resolved
     users: dict[str, set[str]] = {}
-    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
+    added = labels_override(trial.config, {}, image_volumes, per_container=ephemeral).get("services") or {}
     for n, svc in config.services.items():
         for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
             if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
