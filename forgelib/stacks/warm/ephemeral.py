@@ -34,7 +34,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -200,9 +200,16 @@ class Ephemerals:
         started = early if self._took else ()  # ``start_early`` ran for this reset
         if not self._took:
             self._take(timed)
-        self._start_waves(timed, [s for s in self.services if s not in started])
+        # Docker picks the host ports at start: read once the last wave is started, beside its readiness.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forge-warm-ports-{self.name}") as ex:
+            ports: list[Future[dict[str, list[str]]]] = []
+            self._start_waves(
+                timed,
+                [s for s in self.services if s not in started],
+                started=lambda: ports.append(ex.submit(self._published)),
+            )
         self._fresh, self._took = None, False
-        return self._published()
+        return ports[0].result() if ports else self._published()
 
     def start_early(self, timed: Timed, services: Collection[str]) -> None:
         """Before ``recycle``, once nothing a trial changed is left in the reset services (their data put
@@ -217,12 +224,14 @@ class Ephemerals:
         ids = {s: str(i.get("Id")) for s, i in (fresh or {}).items()}
         self.current_furnished = frozenset(s for s, cid in ids.items() if cid in self.furnished)
 
-    def _start_waves(self, timed: Timed, services: Collection[str]) -> None:
+    def _start_waves(
+        self, timed: Timed, services: Collection[str], started: Callable[[], None] | None = None
+    ) -> None:
+        """Start (or recreate) ``services`` wave by wave, each wave ready before the next; ``started``
+        called once the last wave's containers are started, before its readiness."""
         fresh = self._fresh
-        for whole in self.waves:
-            wave = [s for s in whole if s in services]
-            if not wave:
-                continue
+        waves = [w for w in ([s for s in whole if s in services] for whole in self.waves) if w]
+        for n, wave in enumerate(waves):
             if fresh is not None:  # created in the background, proven never started: start them
                 timed("recreate", functools.partial(self._start, [fresh[s]["Id"] for s in wave]))
                 infos = [fresh[s] for s in wave]
@@ -231,6 +240,8 @@ class Ephemerals:
             else:
                 timed("recreate", functools.partial(self._recreate, wave))
                 infos = []
+            if started is not None and n == len(waves) - 1:
+                started()
             timed("ready", functools.partial(self._ready, wave, infos))
 
     def settle(self) -> None:
@@ -311,6 +322,7 @@ class Ephemerals:
                         made = self._created(late)
                         self._furnish(made)
                         ids.update(made)
+                    infos = self._inspect(ids.values())  # beside the disconnects
                     if off.result():
                         self.retired = kept
                     else:
@@ -326,7 +338,8 @@ class Ephemerals:
                 self.compose.up(self.services, wait=False, no_deps=True, force_recreate=True, no_start=True)
                 ids = self._created()
                 self._furnish(ids)
-            succ.infos = self._inspect(ids.values())
+                infos = self._inspect(ids.values())
+            succ.infos = infos
             succ.ids = {svc: str(i.get("Id")) for svc, i in succ.infos.items()}
         except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
             succ.error = str(e)
@@ -352,17 +365,22 @@ class Ephemerals:
 
     def _disconnect(self, services: Sequence[str]) -> bool:
         """Take the current ephemeral containers off their networks (quicker than removing them, which
-        happens later, off the trial's path); False when one could not be (or its networks are not
+        happens later, off the trial's path), each by its own ``docker network disconnect`` at once (the
+        successors start only once all are off); False when one could not be (or its networks are not
         known): remove them instead."""
-        for svc in services:
-            nets = self.networks.get(svc)
-            if not nets:
-                return False
-            for net in nets:
-                argv = dk.network_disconnect(net, self.current[svc], force=True)
-                if self.runner.run(argv, timeout=self.timeouts.command, check=False).rc != 0:
-                    return False
-        return True
+        if any(not self.networks.get(svc) for svc in services):
+            return False
+        pairs = [(net, self.current[svc]) for svc in services for net in self.networks[svc]]
+
+        def off(pair: tuple[str, str]) -> bool:
+            argv = dk.network_disconnect(*pair, force=True)
+            return self.runner.run(argv, timeout=self.timeouts.command, check=False).rc == 0
+
+        if len(pairs) <= 1:
+            return all(off(p) for p in pairs)
+        prefix = f"forge-warm-off-{self.name}"
+        with ThreadPoolExecutor(max_workers=len(pairs), thread_name_prefix=prefix) as ex:
+            return all(list(ex.map(off, pairs)))
 
     def _remove(self, names: Sequence[str]) -> None:
         """Remove these containers with their anonymous volumes (gone already is fine); raises otherwise."""
