@@ -615,3 +615,33 @@ def test_postgres_says_its_trials_changes_are_gone_once_its_data_directory_is_ba
     calls.clear()
     pg.reset(SimpleNamespace(), exact)  # type: ignore[arg-type]
     assert calls == ["restore False", "await"]
+
+
+def test_the_last_trials_containers_leave_every_network_or_are_said_not_to() -> None:
+    """``_disconnect``: each current container off each of its networks (one command per pair, at once);
+    False when one fails or a service's networks are not known, so the caller removes them instead."""
+    from forgelib.docker.compose import ComposeProject
+    from forgelib.stacks.warm.ephemeral import Ephemerals
+    from forgelib.testing import FakeRunner
+
+    fake = FakeRunner()
+    trial = dataclasses.replace(
+        _trial({"cache": {}, "api": {}}, {}, {}), compose=ComposeProject("p1", (), fake)
+    )
+    eph = Ephemerals(trial, [["cache", "api"]], [])
+    eph.current = {"cache": "p1-cache-1", "api": "p1-api-1"}
+    eph.networks = {"cache": ["p1_default"], "api": ["p1_default", "p1_back"]}
+    fake.expect("docker", "network", "disconnect")
+    assert eph._disconnect(["cache", "api"])
+    assert sorted(c.argv[-2:] for c in fake.calls) == [
+        ("p1_back", "p1-api-1"),
+        ("p1_default", "p1-api-1"),
+        ("p1_default", "p1-cache-1"),
+    ]
+    fake = FakeRunner()
+    eph.trial = dataclasses.replace(trial, compose=ComposeProject("p1", (), fake))
+    fake.expect("docker", "network", "disconnect", "--force", "p1_back", rc=1, stderr="not connected")
+    fake.expect("docker", "network", "disconnect")
+    assert not eph._disconnect(["cache", "api"])
+    eph.networks = {"cache": ["p1_default"]}  # the api's not known: remove them instead
+    assert not eph._disconnect(["cache", "api"])
