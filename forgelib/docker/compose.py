@@ -16,7 +16,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,6 +256,7 @@ def labels_override(
     *,
     quiet_health: bool = False,
     process: Mapping[str, Mapping[str, Any]] | None = None,
+    per_container: Collection[str] = (),
 ) -> dict[str, Any]:
     """A compose override making one trial's stack independent of every other stack on the engine.
 
@@ -272,7 +273,11 @@ def labels_override(
 
     ``image_volumes`` (image -> the VOLUME paths it declares): Docker would back each such path that the
     service does not mount itself with an anonymous volume, which carries no labels, so no label query
-    (leak checks, ``forge reap``) could see it. Each gets a named, labelled volume instead.
+    (leak checks, ``forge reap``) could see it. Each gets a named, labelled volume instead; in a service of
+    ``per_container`` (the ephemeral ones: new every trial) an anonymous volume carrying the labels
+    (``volume.labels``), created with each container and removed with it (``rm --volumes``, ``down
+    --volumes``): so a warm stack can create a service's next container beside the running one, each with
+    its own new, empty volume, where a named one is shared by both.
 
     ``mounts`` (service -> long-syntax volume entries) and ``environment`` (service -> variables) are added
     to the services: a seed's extra mount and the variable naming it (``Recipe.seed_mount``: ``seeds.bare``).
@@ -293,9 +298,11 @@ def labels_override(
         declared = (image_volumes or {}).get(svc.image, ())
         extra = [path for path in declared if path not in mounted]
         for i, path in enumerate(extra):
-            vol = f"forge-image-vol-{name}-{i}"
-            volumes[vol] = {"labels": lab}
-            services[name].setdefault("volumes", []).append({"type": "volume", "source": vol, "target": path})
+            mount: dict[str, Any] = {"type": "volume", "target": path, "volume": {"labels": lab}}
+            if name not in per_container:
+                mount = {"type": "volume", "source": f"forge-image-vol-{name}-{i}", "target": path}
+                volumes[mount["source"]] = {"labels": lab}
+            services[name].setdefault("volumes", []).append(mount)
         for m in (mounts or {}).get(name, ()):
             services[name].setdefault("volumes", []).append(dict(m))
         if (env := (environment or {}).get(name)) is not None:

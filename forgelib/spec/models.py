@@ -5,7 +5,7 @@ Paths here are absolute and already checked (inside the project, right type); di
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -97,6 +97,12 @@ class EnvironmentManifest:
 
     def reset_services(self) -> tuple[Service, ...]:
         return tuple(s for s in self.services.values() if s.isolation is Isolation.RESET)
+
+    def ephemeral(self, services: Iterable[str]) -> list[str]:
+        """Of ``services`` (a resolved config's), the ones new every trial: neither reset nor shared (one
+        the manifest does not list is ephemeral, as an unlabelled one)."""
+        kept = (Isolation.RESET, Isolation.SHARED)
+        return [n for n in services if (s := self.services.get(n)) is None or s.isolation not in kept]
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,7 @@ class _Provisioning:
             environment={m.service: m.env() for m in seed_mounts.values()},
             quiet_health=not readiness.compose_wait(),
             process=process,
+            per_container=self.spec.env.ephemeral(services),
         )  # fmt: skip
         override = write_override(self.spec.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error

@@ -91,10 +91,10 @@ def test_a_warm_run_records_the_recreate_path_once_and_warns_no_trial(
 def test_a_service_on_its_images_volume_gets_a_new_container_and_volume_every_trial(
     tmp_path: Path, runner: SubprocessRunner, run_id: str
 ) -> None:
-    """An ephemeral service whose image declares a VOLUME (redis's /data: a named volume of forge's, only
-    ephemeral services mount it) beside one that is precreated: the first's successor is made after each
-    release, once its old container and volume are gone. Every trial finds a new container of each and an
-    empty /data (its volume renewed under the same name), and nothing is left once the pool is closed."""
+    """An ephemeral service whose image declares a VOLUME (redis's /data: an anonymous volume of each
+    container's own, carrying the run's labels) beside another ephemeral one: both successors are made
+    while the trial before runs. Every trial finds a new container of each, a new, labelled volume at
+    /data, empty, and nothing is left once the pool is closed."""
     cache = {"image": "forgelib/redis:7.0", "command": ["redis-server", "--save", ""]}
     cache["healthcheck"] = {"test": ["CMD", "redis-cli", "ping"], "interval": "1s", "retries": 30}
     project = make_project(tmp_path / "p", {"cache": cache, "idle": IDLE}, name="warmimagevol")
@@ -111,9 +111,12 @@ def test_a_service_on_its_images_volume_gets_a_new_container_and_volume_every_tr
                     runner.run(["docker", "inspect", trial.compose.container("cache")], timeout=30).stdout
                 )[0]
                 (vol,) = [str(mt["Name"]) for mt in info["Mounts"] if mt["Destination"] == "/data"]
-                assert info["Id"] not in containers, (i, info["Id"])  # the volume: renewed under its name
+                assert info["Id"] not in containers, (i, info["Id"])
+                assert vol not in volumes, (i, vol)
                 containers.add(info["Id"])
                 volumes.add(vol)
+                labelled = lab.resources_with_labels(runner, {lab.RUN: run_id})["volumes"]
+                assert vol in labelled, (i, vol, labelled)  # label queries (leak checks, reap) see it
                 seen = trial.compose.exec("cache", ["ls", "-A", "/data"], timeout=30).stdout.split()
                 assert seen == [], (i, seen)  # what the trial before left there is gone
                 trial.compose.exec("cache", ["sh", "-c", f"echo {i} > /data/left-by-{i}"], timeout=30)

@@ -4,17 +4,21 @@ nothing labelled with the run is left."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from support.interrupt import finished_interrupted, progress_until
 
 from forgelib.docker import labels as lab
 from forgelib.run.events import EVENTS_FILE, STACK_ACQUIRED, read_events
 from forgelib.runner import SubprocessRunner
+from forgelib.stacks import reaper
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +77,70 @@ def test_a_supervised_server_stops_with_its_container_and_ends_it_on_its_own(
         assert runner.run(["docker", "wait", db], timeout=120).stdout.strip() == "0"
     finally:
         teardown_trial(trial)
+
+
+CACHE = {"image": "forgelib/redis:7.0", "command": ["redis-server", "--save", ""]}
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_a_warm_run_cut_short_leaves_none_of_its_ephemeral_image_volumes(
+    how: str, docker_ready: None, runner: SubprocessRunner, tmp_path: Path
+) -> None:
+    """An ephemeral service whose image declares a VOLUME (redis's /data): each of its containers, the
+    running one and its precreated successor, has an anonymous volume of its own, labelled with the run.
+    After Ctrl-C the run removes every one; after SIGKILL of forge and the commands it runs, the reaper
+    does. Checked by name too, not only by label."""
+    pack = tmp_path / "pack"
+    subprocess.run(["cp", "-r", str(DEV.parents[1]), str(pack)], check=True)
+    compose = pack / "shared" / "compose.yaml"
+    doc = yaml.safe_load(compose.read_text())
+    doc["services"]["cache"] = CACHE
+    compose.write_text(yaml.safe_dump(doc))
+    argv = [sys.executable, "-m", "forgelib", "run", "--config", str(pack / "run_configs" / "dev.yaml")]
+    argv += ["--stacks", "warm", "--repeats", "3", "--json", "--output", str(tmp_path / "runs")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = ""
+    mounted: set[str] = set()
+    try:
+        run_id, _ = progress_until(proc, "write_file[1] solve", timeout=300)
+        mounted = _volumes_of_caches(runner, run_id)
+        assert mounted, "the cache's container mounts a volume at /data"
+        for vol in mounted:  # each carries the run's label (one the pool removed meanwhile: gone, fine)
+            res = runner.run(["docker", "volume", "inspect", vol], timeout=30, check=False)
+            labels = json.loads(res.stdout)[0]["Labels"] if res.rc == 0 else {lab.RUN: run_id}
+            assert labels.get(lab.RUN) == run_id, (vol, labels)
+        if how == "SIGINT":
+            proc.send_signal(signal.SIGINT)
+            finished_interrupted(proc, runner, tmp_path / "runs", run_id)
+        else:
+            for pid in [proc.pid, *_children(proc.pid)]:
+                os.kill(pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+            report = reaper.reap(runner, run_id=run_id)
+            assert report.outcomes and all(o.code == "owner_gone" for o in report.outcomes), report.outcomes
+            assert lab.is_empty(lab.resources_with_labels(runner, {lab.RUN: run_id}))
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if run_id:
+            reaper.reap(runner, run_id=run_id)
+        raise
+    existing = set(runner.run(["docker", "volume", "ls", "-q"], timeout=30).stdout.split())
+    assert not mounted & existing, f"left: {mounted & existing}"
+
+
+def _volumes_of_caches(runner: SubprocessRunner, run_id: str) -> set[str]:
+    """The names of the volumes every container of the run's `cache` service mounts (any state)."""
+    argv = ["docker", "ps", "-a", "-q", *lab.filters({lab.RUN: run_id, lab.COMPOSE_SERVICE: "cache"})]
+    ids = runner.run(argv, timeout=30).stdout.split()
+    # One the pool removes meanwhile (the last trial's) is left out: inspect prints the others'.
+    res = runner.run(["docker", "inspect", *ids], timeout=30, check=False) if ids else None
+    infos = json.loads(res.stdout or "[]") if res is not None else []
+    return {str(mt["Name"]) for i in infos for mt in i["Mounts"] if mt["Type"] == "volume"}
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (the runner starts each in its own session, so no group kill)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []

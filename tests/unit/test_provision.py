@@ -295,6 +295,20 @@ def test_image_volumes_already_mounted_by_the_service_are_left_alone() -> None:
     assert set(out["volumes"]) == {"data", "forge-image-vol-db-0"}
 
 
+def test_an_ephemeral_services_image_volumes_are_its_containers_own_and_labelled() -> None:
+    """``per_container``: each container of the service gets its own anonymous volume for the image's
+    VOLUME, carrying the labels (so label queries see it); the other services keep a named one."""
+    config = {"services": {"cache": {"image": "redis"}, "db": {"image": "redis"}}}
+    out = compose_mod.labels_override(config, {"k": "v"}, {"redis": ("/data",)}, per_container=["cache"])
+    assert out["services"]["cache"]["volumes"] == [
+        {"type": "volume", "target": "/data", "volume": {"labels": {"k": "v"}}}
+    ]
+    assert out["services"]["db"]["volumes"] == [
+        {"type": "volume", "source": "forge-image-vol-db-0", "target": "/data"}
+    ]
+    assert set(out["volumes"]) == {"forge-image-vol-db-0"}
+
+
 def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> None:
     # api (reset, filesystem seed) depends on db: both come up before the seed; `other` only afterwards.
     s = Stack(

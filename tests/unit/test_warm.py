@@ -54,8 +54,8 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
     # db is reset (not recreated); worker waits for api; runner has no ephemeral dependency.
     assert waves == [["api", "runner"], ["worker"]]
     # scratch and shared are mounted by ephemeral services only; data also by the reset db; the image's
-    # declared VOLUME gets the override's named volume, renewed with its container.
-    assert renew == ["p1_forge-image-vol-runner-0", "p1_scratch", "p1_shared"]
+    # declared VOLUME is an anonymous volume of each container's own, removed with it, never renewed by name.
+    assert renew == ["p1_scratch", "p1_shared"]
 
 
 def test_shared_services_are_never_recreated() -> None:
@@ -557,14 +557,20 @@ def test_only_the_services_that_mount_a_renewed_volume_wait_for_it() -> None:
     services = {
         "db": {"volumes": [{**vol, "source": "data", "target": "/d"}]},
         "api": {"volumes": [{**vol, "source": "data", "target": "/d"}]},  # the reset db's: kept
-        "cache": {"image": "redis"},  # its image's VOLUME: a named volume of its own
-        "runner": {},
+        "cache": {"image": "redis"},  # its image's VOLUME: an anonymous volume per container
+        "runner": {"volumes": [{**vol, "source": "scratch", "target": "/x"}]},  # only ephemerals mount it
     }
-    trial = _trial(services, {"db": Isolation.RESET}, {"data": {}})
+    trial = _trial(services, {"db": Isolation.RESET}, {"data": {}, "scratch": {}})
     names, mounting = renewal(trial, {"redis": ("/data",)}, ["api", "cache", "runner"])
-    assert names == ["p1_forge-image-vol-cache-0"]
-    assert mounting == ["cache"]
-    assert renewal(trial, {}, ["api", "cache", "runner"]) == ([], [])
+    assert names == ["p1_scratch"]
+    assert mounting == ["runner"]  # the cache's successor is made beside the running one
+    # The same image on a reset service: its VOLUME is a named volume, kept with the service.
+    trial = _trial(
+        {**services, "cache": {"image": "redis"}},
+        {"db": Isolation.RESET, "cache": Isolation.RESET},
+        {"data": {}, "scratch": {}},
+    )
+    assert renewal(trial, {"redis": ("/data",)}, ["api", "runner"]) == (["p1_scratch"], ["runner"])
 
 
 def test_a_staged_reset_says_when_the_trials_changes_are_gone() -> None:
@@ -609,3 +615,33 @@ def test_postgres_says_its_trials_changes_are_gone_once_its_data_directory_is_ba
     calls.clear()
     pg.reset(SimpleNamespace(), exact)  # type: ignore[arg-type]
     assert calls == ["restore False", "await"]
+
+
+def test_the_last_trials_containers_leave_every_network_or_are_said_not_to() -> None:
+    """``_disconnect``: each current container off each of its networks (one command per pair, at once);
+    False when one fails or a service's networks are not known, so the caller removes them instead."""
+    from forgelib.docker.compose import ComposeProject
+    from forgelib.stacks.warm.ephemeral import Ephemerals
+    from forgelib.testing import FakeRunner
+
+    fake = FakeRunner()
+    trial = dataclasses.replace(
+        _trial({"cache": {}, "api": {}}, {}, {}), compose=ComposeProject("p1", (), fake)
+    )
+    eph = Ephemerals(trial, [["cache", "api"]], [])
+    eph.current = {"cache": "p1-cache-1", "api": "p1-api-1"}
+    eph.networks = {"cache": ["p1_default"], "api": ["p1_default", "p1_back"]}
+    fake.expect("docker", "network", "disconnect")
+    assert eph._disconnect(["cache", "api"])
+    assert sorted(c.argv[-2:] for c in fake.calls) == [
+        ("p1_back", "p1-api-1"),
+        ("p1_default", "p1-api-1"),
+        ("p1_default", "p1-cache-1"),
+    ]
+    fake = FakeRunner()
+    eph.trial = dataclasses.replace(trial, compose=ComposeProject("p1", (), fake))
+    fake.expect("docker", "network", "disconnect", "--force", "p1_back", rc=1, stderr="not connected")
+    fake.expect("docker", "network", "disconnect")
+    assert not eph._disconnect(["cache", "api"])
+    eph.networks = {"cache": ["p1_default"]}  # the api's not known: remove them instead
+    assert not eph._disconnect(["cache", "api"])

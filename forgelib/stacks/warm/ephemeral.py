@@ -12,10 +12,13 @@ trial has used) and starts them with plain ``docker start`` in ``depends_on`` wa
 to them by name (``ComposeProject.containers``). The ephemeral services that depend on no reset service,
 directly or not (``independent``), start as soon as the reset services hold nothing of the trial any more
 (their data put back, perhaps still starting: ``PreparedSeed.reset``'s ``restored``), the others once
-those are reset. A service that mounts a named volume only ephemeral services mount (renewed with them:
-``renewal``), and every service when there is no spare, has its old container removed after the release
-and compose create its successor then (``up --no-start --force-recreate --renew-anon-volumes``); a failed
-or unprovable precreation falls back to ``up --no-deps --force-recreate``. Ready when the container's own
+those are reset. An image's VOLUME in an ephemeral service is an anonymous, labelled volume of each
+container's own (``labels_override``'s ``per_container``): created with its spare, removed with the old
+container. A service that mounts a named volume the user declared and only ephemeral services mount
+(renewed with them: ``renewal``), and every service when there is no spare, has its old container
+removed after the release and compose create its successor then (``up --no-start``, or ``--force-recreate
+--renew-anon-volumes`` without spares); a failed or unprovable precreation falls back to ``up --no-deps
+--force-recreate``. Ready when the container's own
 healthcheck command, run by us through ``docker exec``, first passes (compose's ``--wait`` sees health
 only at the healthcheck's interval).
 
@@ -31,7 +34,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -42,7 +45,7 @@ from forgelib.docker import readiness
 from forgelib.docker.compose import ComposeProject, labels_override, published_of_inspect
 from forgelib.errors import ForgeError
 from forgelib.runner import Runner
-from forgelib.spec.models import Isolation, Timeouts
+from forgelib.spec.models import Timeouts
 from forgelib.stacks.stack import Stack
 
 # The pool's logger: warm stacks log under one name, whichever module of the package speaks.
@@ -197,9 +200,16 @@ class Ephemerals:
         started = early if self._took else ()  # ``start_early`` ran for this reset
         if not self._took:
             self._take(timed)
-        self._start_waves(timed, [s for s in self.services if s not in started])
+        # Docker picks the host ports at start: read once the last wave is started, beside its readiness.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forge-warm-ports-{self.name}") as ex:
+            ports: list[Future[dict[str, list[str]]]] = []
+            self._start_waves(
+                timed,
+                [s for s in self.services if s not in started],
+                started=lambda: ports.append(ex.submit(self._published)),
+            )
         self._fresh, self._took = None, False
-        return self._published()
+        return ports[0].result() if ports else self._published()
 
     def start_early(self, timed: Timed, services: Collection[str]) -> None:
         """Before ``recycle``, once nothing a trial changed is left in the reset services (their data put
@@ -214,12 +224,14 @@ class Ephemerals:
         ids = {s: str(i.get("Id")) for s, i in (fresh or {}).items()}
         self.current_furnished = frozenset(s for s, cid in ids.items() if cid in self.furnished)
 
-    def _start_waves(self, timed: Timed, services: Collection[str]) -> None:
+    def _start_waves(
+        self, timed: Timed, services: Collection[str], started: Callable[[], None] | None = None
+    ) -> None:
+        """Start (or recreate) ``services`` wave by wave, each wave ready before the next; ``started``
+        called once the last wave's containers are started, before its readiness."""
         fresh = self._fresh
-        for whole in self.waves:
-            wave = [s for s in whole if s in services]
-            if not wave:
-                continue
+        waves = [w for w in ([s for s in whole if s in services] for whole in self.waves) if w]
+        for n, wave in enumerate(waves):
             if fresh is not None:  # created in the background, proven never started: start them
                 timed("recreate", functools.partial(self._start, [fresh[s]["Id"] for s in wave]))
                 infos = [fresh[s] for s in wave]
@@ -228,6 +240,8 @@ class Ephemerals:
             else:
                 timed("recreate", functools.partial(self._recreate, wave))
                 infos = []
+            if started is not None and n == len(waves) - 1:
+                started()
             timed("ready", functools.partial(self._ready, wave, infos))
 
     def settle(self) -> None:
@@ -308,6 +322,7 @@ class Ephemerals:
                         made = self._created(late)
                         self._furnish(made)
                         ids.update(made)
+                    infos = self._inspect(ids.values())  # beside the disconnects
                     if off.result():
                         self.retired = kept
                     else:
@@ -323,7 +338,8 @@ class Ephemerals:
                 self.compose.up(self.services, wait=False, no_deps=True, force_recreate=True, no_start=True)
                 ids = self._created()
                 self._furnish(ids)
-            succ.infos = self._inspect(ids.values())
+                infos = self._inspect(ids.values())
+            succ.infos = infos
             succ.ids = {svc: str(i.get("Id")) for svc, i in succ.infos.items()}
         except (ForgeError, OSError, ValueError) as e:  # the next trial recreates them the usual way
             succ.error = str(e)
@@ -349,17 +365,22 @@ class Ephemerals:
 
     def _disconnect(self, services: Sequence[str]) -> bool:
         """Take the current ephemeral containers off their networks (quicker than removing them, which
-        happens later, off the trial's path); False when one could not be (or its networks are not
+        happens later, off the trial's path), each by its own ``docker network disconnect`` at once (the
+        successors start only once all are off); False when one could not be (or its networks are not
         known): remove them instead."""
-        for svc in services:
-            nets = self.networks.get(svc)
-            if not nets:
-                return False
-            for net in nets:
-                argv = dk.network_disconnect(net, self.current[svc], force=True)
-                if self.runner.run(argv, timeout=self.timeouts.command, check=False).rc != 0:
-                    return False
-        return True
+        if any(not self.networks.get(svc) for svc in services):
+            return False
+        pairs = [(net, self.current[svc]) for svc in services for net in self.networks[svc]]
+
+        def off(pair: tuple[str, str]) -> bool:
+            argv = dk.network_disconnect(*pair, force=True)
+            return self.runner.run(argv, timeout=self.timeouts.command, check=False).rc == 0
+
+        if len(pairs) <= 1:
+            return all(off(p) for p in pairs)
+        prefix = f"forge-warm-off-{self.name}"
+        with ThreadPoolExecutor(max_workers=len(pairs), thread_name_prefix=prefix) as ex:
+            return all(list(ex.map(off, pairs)))
 
     def _remove(self, names: Sequence[str]) -> None:
         """Remove these containers with their anonymous volumes (gone already is fine); raises otherwise."""
@@ -484,7 +505,7 @@ def _ephemeral_plan(
     trial: Stack, image_volumes: Mapping[str, Sequence[str]]
 ) -> tuple[list[list[str]], list[str], str | None]:
     """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
-    mount (their full engine names), the override's volumes for image-declared VOLUMEs included, and why
+    mount (their full engine names; ``renewal``), and why
     they are recreated by compose every trial rather than started from spares (None: spares).
 
     Spares stand for one container per service (the trial's execs go to it by name); an ephemeral
@@ -494,8 +515,7 @@ def _ephemeral_plan(
     config = trial.resolved
     services = config.services
     env = trial.environment
-    keep = {n for n, s in env.services.items() if s.isolation in (Isolation.RESET, Isolation.SHARED)}
-    eph = [n for n in services if n not in keep]
+    eph = env.ephemeral(services)
     waves: list[list[str]] = []
     placed: set[str] = set()
     while len(placed) < len(eph):
@@ -522,10 +542,11 @@ def renewal(
 ) -> tuple[list[str], list[str]]:
     """The named volumes only ``ephemeral`` services mount (their full engine names: removed with them,
     each trial) and the services that mount them (their successors are made once the old containers
-    and the volumes are gone, never beside them)."""
+    and the volumes are gone, never beside them). Their images' VOLUMEs are none of these: each of their
+    containers has its own anonymous volume (``labels_override``'s ``per_container``, as provisioned)."""
     config = trial.resolved
     users: dict[str, set[str]] = {}
-    added = labels_override(trial.config, {}, image_volumes).get("services") or {}
+    added = labels_override(trial.config, {}, image_volumes, per_container=ephemeral).get("services") or {}
     for n, svc in config.services.items():
         for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
             if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):
