@@ -16,6 +16,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker.argv import flags
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
-from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
+from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProgramNotFound, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
@@ -243,6 +244,39 @@ def quiet_healthcheck(hc: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     fewer = min(retries, max(QUIET_RETRIES, math.ceil(retries * (interval + timeout) / (spaced + timeout))))
     return {"interval": f"{spaced:g}s", "retries": fewer}
+
+
+# A long-syntax mount's ``volume.labels`` reaches the volume compose creates from compose 2.35 on; older
+# versions refuse the key. Only then is an ephemeral service's image VOLUME an anonymous volume of each
+# container's own that label queries still see (``labels_override``'s ``per_container``).
+VOLUME_LABELS_SINCE = (2, 35)
+
+
+class ComposeFacts:
+    """What the compose plugin can do, asked once per owner (``docker compose version --short``), as
+    ``ImageFacts`` holds what the engine's images are: the same answer for a stack's provisioning and for
+    the warm pool that later renews its volumes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # trials start together on --workers N: ask once
+        self._version: tuple[int, ...] | None = None
+
+    def volume_labels(self, runner: Runner, timeout: float) -> bool:
+        """Whether compose puts a mount's ``volume.labels`` on the anonymous volume it creates."""
+        with self._lock:
+            if self._version is None:
+                self._version = _compose_version(runner, timeout)
+            return self._version >= VOLUME_LABELS_SINCE
+
+
+def _compose_version(runner: Runner, timeout: float) -> tuple[int, ...]:
+    """compose's major and minor version; () when it does not say (then the path every version takes)."""
+    try:
+        res = runner.run(dk.compose("version", "--short"), timeout=timeout, check=False)
+    except (CommandError, ProgramNotFound):
+        return ()
+    found = re.match(r"v?(\d+)\.(\d+)", res.stdout.strip()) if res.rc == 0 else None
+    return (int(found[1]), int(found[2])) if found else ()
 
 
 def labels_override(

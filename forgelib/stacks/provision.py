@@ -27,6 +27,7 @@ from forgelib.docker import labels as lab
 from forgelib.docker import readiness
 from forgelib.docker.builds import Builds, build_services
 from forgelib.docker.compose import (
+    ComposeFacts,
     ComposeProject,
     ImageProcess,
     labels_override,
@@ -101,6 +102,7 @@ class ProvisionCache:
     seeds: Memo = field(default_factory=Memo)
     builds: Builds = field(default_factory=Builds)  # images of build: services, once per run
     configs: ConfigMemo = field(default_factory=ConfigMemo)  # `compose config`, once per environment
+    compose: ComposeFacts = field(default_factory=ComposeFacts)  # what the plugin can do, asked once
     # image ref -> its ID when a golden plan last looked (``TrialGoldens.seen``: a guess, checked each time)
     golden_images: dict[str, str] = field(default_factory=dict)
 
@@ -376,12 +378,22 @@ class _Provisioning:
             environment={m.service: m.env() for m in seed_mounts.values()},
             quiet_health=not readiness.compose_wait(),
             process=process,
-            per_container=self.spec.env.ephemeral(services),
+            per_container=self._per_container(services, declared),
         )  # fmt: skip
         override = write_override(self.spec.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error
         compose = compose.with_files(*self.spec.env.compose_files, override).with_secrets(config)
         return compose, services, declared, loopback
+
+    def _per_container(
+        self, services: Mapping[str, ServiceConfig], declared: Mapping[str, Sequence[str]]
+    ) -> list[str]:
+        """The ephemeral services whose image VOLUMEs are each container's own (``labels_override``): all of
+        them when compose labels such volumes (asked only when one of them has one), else none."""
+        eph = [s for s in self.spec.env.ephemeral(services) if declared.get(services[s].image)]
+        if eph and self.ctx.cache.compose.volume_labels(self.ctx.runner, self.ctx.timeouts.command):
+            return eph
+        return []
 
     def _up(
         self,

@@ -104,6 +104,7 @@ class Stack:
         )
         self.fake.expect(*asked, "config", "--format", "json", exact=True, **kw)
         self.fake.expect("docker", "image", "inspect", rc=1, stdout=json.dumps(IMAGES))
+        self.fake.expect("docker", "compose", "version", "--short", stdout="2.40.3\n")  # ``ComposeFacts``
 
     def expect_cleanup(self, base: tuple[str, ...] | None = None) -> None:
         b = base or self.full
@@ -164,8 +165,8 @@ class Stack:
     def verbs(self) -> list[str]:
         out = []
         for call in self.fake.calls:
-            if call.argv[:2] != ("docker", "compose"):
-                continue  # `docker image inspect` (the override's image volumes), not a stack verb
+            if call.argv[:2] != ("docker", "compose") or call.argv[2:3] == ("version",):
+                continue  # `docker image inspect` (image volumes), `ComposeFacts`' version: no stack verb
             rest = (
                 call.argv[len(self.full) :]
                 if call.argv[: len(self.full)] == self.full
@@ -836,3 +837,23 @@ def test_a_warm_stack_whose_golden_fails_is_provisioned_again_seeding_that_servi
     assert discarded == ["not at its golden"]
     steps.plans = {"app-db": Plan("app-db")}  # the next attempt's plan: no golden to restore
     assert steps.needs_recipe("app-db") and not steps.starts_first("app-db")
+
+
+def test_compose_is_asked_once_whether_it_labels_a_containers_own_volume() -> None:
+    """``ComposeFacts.volume_labels``: compose 2.35 or later puts a mount's ``volume.labels`` on the volume it
+    creates; an older one (it refuses the key), or one that does not say, takes the named volume's path."""
+    from forgelib.docker.compose import ComposeFacts
+    from forgelib.testing import FakeRunner
+
+    for said, rc, labels in [
+        ("2.40.3\n", 0, True),
+        ("v2.35.0", 0, True),
+        ("2.34.9", 0, False),
+        ("", 1, False),
+        ("garbage", 0, False),
+    ]:
+        fake = FakeRunner()
+        fake.expect("docker", "compose", "version", "--short", rc=rc, stdout=said)
+        facts = ComposeFacts()
+        assert [facts.volume_labels(fake, 5.0) for _ in range(3)] == [labels] * 3, said
+        assert len(fake.calls) == 1  # asked once per owner

@@ -502,7 +502,7 @@ def _networks(info: Mapping[str, Any]) -> list[str]:
 
 
 def _ephemeral_plan(
-    trial: Stack, image_volumes: Mapping[str, Sequence[str]]
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]], *, own_volumes: bool
 ) -> tuple[list[list[str]], list[str], str | None]:
     """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
     mount (their full engine names; ``renewal``), and why
@@ -528,7 +528,7 @@ def _ephemeral_plan(
             wave = [s for s in eph if s not in placed]
         waves.append(wave)
         placed.update(wave)
-    renew, _ = renewal(trial, image_volumes, eph)
+    renew, _ = renewal(trial, image_volumes, eph, own_volumes=own_volumes)
     several = {s: services[s].replicas for s in eph if services[s].replicas > 1}
     fallback = None
     if several:
@@ -538,15 +538,17 @@ def _ephemeral_plan(
 
 
 def renewal(
-    trial: Stack, image_volumes: Mapping[str, Sequence[str]], ephemeral: Collection[str]
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]], ephemeral: Collection[str], *, own_volumes: bool
 ) -> tuple[list[str], list[str]]:
     """The named volumes only ``ephemeral`` services mount (their full engine names: removed with them,
     each trial) and the services that mount them (their successors are made once the old containers
-    and the volumes are gone, never beside them). Their images' VOLUMEs are none of these: each of their
-    containers has its own anonymous volume (``labels_override``'s ``per_container``, as provisioned)."""
+    and the volumes are gone, never beside them). ``own_volumes`` (``ComposeFacts.volume_labels``, as
+    the stack was provisioned): their images' VOLUMEs are none of these, each of their containers has
+    its own anonymous volume (``labels_override``'s ``per_container``); else a named one, renewed."""
     config = trial.resolved
     users: dict[str, set[str]] = {}
-    added = labels_override(trial.config, {}, image_volumes, per_container=ephemeral).get("services") or {}
+    own = ephemeral if own_volumes else ()
+    added = labels_override(trial.config, {}, image_volumes, per_container=own).get("services") or {}
     for n, svc in config.services.items():
         for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:
             if isinstance(m, Mapping) and m.get("type") == "volume" and m.get("source"):

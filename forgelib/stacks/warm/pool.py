@@ -514,10 +514,11 @@ class WarmPool:
             trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-        waves, renew, fallback = _ephemeral_plan(trial, declared)
+        own = any(declared.values()) and self.cache.compose.volume_labels(self.runner, self.timeouts.command)
+        waves, renew, fallback = _ephemeral_plan(trial, declared, own_volumes=own)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
-        _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services)
+        _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services, own_volumes=own)
         reset = [n for n, s in env.services.items() if s.isolation is Isolation.RESET]
         deps = {n: list(s.depends_on) for n, s in trial.resolved.services.items()}
         stack.ephemerals.early = independent(deps, stack.ephemerals.services, reset)
