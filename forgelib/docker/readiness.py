@@ -9,8 +9,9 @@ same criterion, seen as soon as it holds.
 
 ``start`` starts created containers (``compose up --no-start``) in ``depends_on`` order: each service as soon
 as every dependency's condition holds (``service_started``: its container started; ``service_healthy``: its
-healthcheck passed; ``service_completed_successfully``: it exited 0), and returns once every service is
-ready as ``up --wait`` means it (healthy, or running when it has no healthcheck, or exited 0 as a one-shot).
+healthcheck passed; ``service_completed_successfully``: it exited 0), a service on no dependency chain
+only once the chains' heads' starts returned (``_after``), and returns once every service is ready as
+``up --wait`` means it (healthy, or running when it has no healthcheck, or exited 0 as a one-shot).
 ``wait_ready`` is the second half alone, for containers something else started (warm stacks' recreated
 services). Docker's own view is read every ``STATE_EVERY`` seconds too: a container that exited, or that
 Docker found unhealthy (its healthcheck's ``retries`` used up), fails at once, as ``up --wait`` would.
@@ -151,7 +152,8 @@ def start(
     deps = {s: _deps(config_services.get(s) or ServiceConfig(s), wanted) for s in wanted}
     # What a service must reach before it counts as done: exited 0 when a dependent waits for that.
     complete = {d for s in wanted for d, cond in deps[s].items() if cond == COMPLETED}
-    _Waves(compose, found, deps, complete, _limit(compose, timeout), on_ready).run(wanted)
+    waves = _Waves(compose, found, deps, complete, _limit(compose, timeout), on_ready, after=_after(deps))
+    waves.run(wanted)
 
 
 def wait_ready(
@@ -169,6 +171,20 @@ def wait_ready(
     found = of_inspect(compose, wanted, inspected) if inspected else containers(compose, wanted, refs)
     waves = _Waves(compose, found, {s: {} for s in wanted}, set(), _limit(compose, timeout))
     waves.run(wanted, start=False)
+
+
+def _after(deps: Mapping[str, Mapping[str, str]]) -> dict[str, list[str]]:
+    """service -> the services whose ``docker start`` must have returned before its own starts, besides
+    its dependencies' conditions. Starts that run together share the engine (dockerd, the shim, runc) and
+    each takes longer: a service that others wait for and that waits for nothing (the head of a chain: a
+    database its API waits for) starts first, and one that waits for nothing and that nothing waits for
+    (a workstation, a sidecar: on no chain) once every such head's start returned, beside the head's own
+    boot instead of its start. Services that wait for something start as their conditions hold."""
+    waited = {d for ds in deps.values() for d in ds}
+    heads = [s for s in deps if s in waited and not deps[s]]
+    if not heads:
+        return {}
+    return {s: heads for s in deps if s not in waited and not deps[s]}
 
 
 def _limit(compose: ComposeProject, timeout: float | None) -> float:
@@ -201,8 +217,11 @@ class _Waves:
         complete: set[str],
         limit: float,
         on_ready: Callable[[str], None] | None = None,
+        *,
+        after: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.compose = compose
+        self.after = after or {}
         self.on_ready = on_ready
         self.runner = compose.runner
         self.found = found
@@ -233,6 +252,8 @@ class _Waves:
         try:
             for dep, cond in self.deps[service].items():
                 self._await(service, dep, self.started[dep] if cond == STARTED else self.ready[dep])
+            for first in self.after.get(service, ()):
+                self._await(service, first, self.started[first], role="service started before it")
             if start:
                 ids = [c.id for c in self.found[service]]
                 self.runner.run(dk.start(ids), timeout=self.compose.timeouts.command, tag="start")
@@ -246,12 +267,10 @@ class _Waves:
             self.failed.set()
             raise
 
-    def _await(self, service: str, dep: str, event: threading.Event) -> None:
+    def _await(self, service: str, dep: str, event: threading.Event, *, role: str = "dependency") -> None:
         while not event.wait(PROBE_INTERVAL):
             if self.failed.is_set():
-                raise _DependencyFailed(
-                    service, f"service {service!r} not started: dependency {dep!r} failed"
-                )
+                raise _DependencyFailed(service, f"service {service!r} not started: {role} {dep!r} failed")
             if time.monotonic() >= self.deadline:
                 raise NotReady(
                     service, f"service {service!r} timed out after {self.limit:g}s waiting for {dep!r}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from forgelib.docker import listening, readiness
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.readiness import NotReady, health_argv, start
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
+from forgelib.errors import CommandError
 from forgelib.spec.models import Timeouts
 from forgelib.testing import ANY, FakeRunner
 
@@ -181,6 +183,61 @@ def test_what_on_ready_raises_is_what_the_start_raises() -> None:
     deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
     with pytest.raises(RuntimeError, match="not at its golden"):
         start(compose, _services(deps), ["db", "api"], on_ready=check)
+
+
+def test_what_others_wait_for_starts_before_what_nothing_waits_for() -> None:
+    # runner waits for nothing and nothing waits for it: its start waits until db's (which api waits
+    # for) returned, so that db's start has the engine alone; api still waits for db's health.
+    fake = FakeRunner()
+    compose = _stack(fake, {"runner": None, "db": HC, "api": None})
+    for svc in ("runner", "db", "api"):
+        _state(fake, f"id-{svc}", Status="running")
+    fake.expect("docker", "exec", "id-db", "check", rc=0)
+    runner_started = threading.Event()
+    starts: list[str] = []  # each start as it returns (the fake's side effect runs right before)
+
+    def db_start(_call: Any) -> None:
+        runner_started.wait(0.2)  # were runner started beside db, it would be seen before db returned
+        starts.append("db")
+
+    def runner_start(_call: Any) -> None:
+        runner_started.set()
+        starts.append("runner")
+
+    fake.expect("docker", "start", "id-db", side_effect=db_start)
+    fake.expect("docker", "start", "id-runner", side_effect=runner_start)
+    fake.expect("docker", "start", "id-api", side_effect=lambda _: starts.append("api"))
+    deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
+    start(compose, _services(deps), ["runner", "db", "api"])
+    assert starts.index("db") < starts.index("runner")
+    order = _order(fake)
+    assert order.index("probe db") < order.index("start api")
+
+
+def test_services_nobody_waits_for_start_together() -> None:
+    # api's dependency is up already (not among the services started): both are started at once, as
+    # in a fresh stack's second phase; api's start returns only once runner's was called beside it.
+    fake = FakeRunner()
+    compose = _stack(fake, {"api": None, "runner": None})
+    _state(fake, "id-api", Status="running")
+    _state(fake, "id-runner", Status="running")
+    runner_started = threading.Event()
+    beside: list[bool] = []
+    fake.expect("docker", "start", "id-api", side_effect=lambda _: beside.append(runner_started.wait(30)))
+    fake.expect("docker", "start", "id-runner", side_effect=lambda _: runner_started.set())
+    deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
+    start(compose, _services(deps), ["api", "runner"])
+    assert beside == [True]
+
+
+def test_what_nothing_waits_for_is_not_started_when_a_head_cannot_start() -> None:
+    fake = FakeRunner()
+    compose = _stack(fake, {"runner": None, "db": HC, "api": None})
+    fake.expect("docker", "start", "id-db", rc=1, stderr="Error response from daemon: no such image")
+    deps = {"api": {"depends_on": {"db": {"condition": "service_healthy"}}}}
+    with pytest.raises(CommandError, match="no such image"):
+        start(compose, _services(deps), ["runner", "db", "api"])
+    assert _order(fake) == ["start db"]
 
 
 # -- the gate before the healthcheck: whether the container listens yet (forgelib.docker.listening) --------
