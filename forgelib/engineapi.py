@@ -17,6 +17,7 @@ The forms (flags in the order ``forgelib/docker/argv.py`` writes them):
   made of ``{{.ID}}``, ``{{.Names}}``, ``{{.Label "k"}}`` and plain text)
 * ``docker start REF...``, ``docker pause REF...``, ``docker unpause REF...``
 * ``docker port REF PORT/PROTO``
+* ``docker rm [--force] [--volumes] REF...``, ``docker network disconnect [--force] NETWORK CONTAINER``
 
 On the base floor beside the runner (stdlib only), so the runner consults it without importing upward.
 """
@@ -133,13 +134,17 @@ class _Engine:
     version: str = ""
     sent: bool = False  # a request that may have changed something went out: no CLI retry after this
 
-    def request(self, method: str, url: str, query: Mapping[str, str] | None = None) -> tuple[int, Any]:
-        """(status, decoded JSON body or None) of ``method /vX.Y{url}``."""
+    def request(
+        self, method: str, url: str, query: Mapping[str, str] | None = None, body: Any = None
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON body or None) of ``method /vX.Y{url}`` (``body``: sent as JSON)."""
         if not self.version:
             self.version = _api_version(self)
-        return self._send(method, f"/v{self.version}{url}", query)
+        return self._send(method, f"/v{self.version}{url}", query, body)
 
-    def _send(self, method: str, url: str, query: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    def _send(
+        self, method: str, url: str, query: Mapping[str, str] | None = None, body: Any = None
+    ) -> tuple[int, Any]:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise EngineTimeout
@@ -148,21 +153,25 @@ class _Engine:
         conn = _UnixConnection(self.path, left)
         try:
             try:
-                conn.request(method, url, headers={"Host": "docker"})
+                if body is None:
+                    conn.request(method, url, headers={"Host": "docker"})
+                else:
+                    data = json.dumps(body).encode()
+                    conn.request(method, url, data, {"Host": "docker", "Content-Type": "application/json"})
             except (FileNotFoundError, ConnectionRefusedError, PermissionError) as e:
                 raise _Refused(f"no engine at {self.path}: {e}") from None
             if method != "GET":
                 self.sent = True
             resp = conn.getresponse()
-            body = resp.read()
+            answer = resp.read()
         except TimeoutError:
             raise EngineTimeout from None
         finally:
             conn.close()
-        if not body:
+        if not answer.strip():
             return resp.status, None
         try:
-            return resp.status, json.loads(body)
+            return resp.status, json.loads(answer)
         except ValueError:
             raise _Refused(f"{method} {url}: a body that is not JSON") from None
 
@@ -217,6 +226,10 @@ def recognize(argv: Sequence[str]) -> Form | None:
             return _act_form(verb, rest)
         if verb == "port":
             return _port_form(rest)
+        if verb == "rm":
+            return _rm_form(rest)
+        if verb == "network" and rest[:1] == ["disconnect"]:
+            return _disconnect_form(rest[1:])
     except _Refused:
         return None
     return None
@@ -285,6 +298,50 @@ def _act_form(verb: str, rest: list[str]) -> Form:
         if failed and verb == "start":
             err += f"Error: failed to start containers: {', '.join(failed)}\n"
         return Answer(1 if failed else 0, "".join(r + "\n" for r in out), err)
+
+    return form
+
+
+def _rm_form(rest: list[str]) -> Form:
+    flags = [a for a in rest if a.startswith("-")]
+    if flags not in ([], ["--force"], ["--volumes"], ["--force", "--volumes"]) or rest[: len(flags)] != flags:
+        raise _Refused(f"rm {flags}")
+    refs = _plain_refs(rest[len(flags) :])
+    query = {"force": "1" if "--force" in flags else "0", "v": "1" if "--volumes" in flags else "0"}
+
+    def form(engine: _Engine) -> Answer:
+        out, errors, notes = [], [], []
+        for ref in refs:
+            status, body = engine.request("DELETE", f"/containers/{_ref(ref)}", query)
+            if status == 204:
+                out.append(ref)
+            elif status == 404 and "--force" in flags:  # forced: gone already is fine, and said
+                notes.append(_DAEMON + _message(body))
+            elif 400 <= status < 600:
+                errors.append(_DAEMON + _message(body))
+            else:
+                raise _Refused(f"rm {ref}: {status}")
+        err = "".join(e + "\n" for e in notes + errors)
+        return Answer(1 if errors else 0, "".join(r + "\n" for r in out), err)
+
+    return form
+
+
+def _disconnect_form(rest: list[str]) -> Form:
+    force = rest[:1] == ["--force"]
+    args = rest[1:] if force else rest
+    if len(args) != 2 or any(not a or a.startswith("-") for a in args):
+        raise _Refused("not [--force] NETWORK CONTAINER")
+    network, container = args
+
+    def form(engine: _Engine) -> Answer:
+        body = {"Container": container, "Force": force}
+        status, said = engine.request("POST", f"/networks/{_ref(network)}/disconnect", body=body)
+        if status == 200:
+            return Answer(0, "", "")
+        if 400 <= status < 600:
+            return Answer(1, "", _DAEMON + _message(said) + "\n")
+        raise _Refused(f"network disconnect: {status}")
 
     return form
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -179,3 +179,43 @@ def test_the_runner_logs_a_fast_call_as_it_logs_the_cli(
     shown = " ".join(argv)
     assert f"served by the engine API: {shown}" in lines
     assert any(line.startswith("rc=0 in ") and line.endswith(f"s: {shown}") for line in lines)
+
+
+def test_rm_and_network_disconnect_on_twins_and_missing(
+    runner: SubprocessRunner, probes: Probes, run_id: str
+) -> None:
+    label = f"{lab.RUN}={run_id}"
+    twins = [probes.name("rm-a"), probes.name("rm-b")]
+    try:
+        for twin in twins:
+            runner.run(dk.run(IMAGE, ["sleep", "300"], detach=True, label=label, name=twin), env=CLI)
+        ids = {t: json.loads(runner.run(dk.inspect([t]), env=CLI).stdout)[0]["Id"] for t in twins}
+
+        def same(verb: Callable[[str], list[str]]) -> engineapi.Answer:
+            cli = runner.run(verb(twins[0]), env=CLI, check=False)
+            fast = engineapi.answer(verb(twins[1]), 60)
+            assert fast is not None and fast.rc == cli.rc, (fast, cli)
+            for a, b in ((fast.stdout, cli.stdout), (fast.stderr, cli.stderr)):
+                assert a.replace(twins[1], "X").replace(ids[twins[1]], "X") == b.replace(
+                    twins[0], "X"
+                ).replace(ids[twins[0]], "X")
+            return fast
+
+        # off the default network, then again (not connected any more)
+        assert same(lambda t: dk.network_disconnect("bridge", t, force=True)).rc == 0
+        assert same(lambda t: dk.network_disconnect("bridge", t, force=True)).rc == 1
+        refused = same(lambda t: dk.rm([t]))  # running: not without --force
+        assert refused.rc == 1 and "Error response from daemon" in refused.stderr
+        assert same(lambda t: dk.rm([t], force=True, volumes=True)).rc == 0
+        gone = same(lambda t: dk.rm([t], force=True, volumes=True))  # gone already: fine, and said
+        assert gone.rc == 0 and "No such container" in gone.stderr
+    finally:
+        runner.run(dk.rm(twins, force=True, volumes=True), env=CLI, check=False)
+    for argv in (
+        dk.rm([probes.missing, probes.missing + "2"]),
+        dk.rm([probes.missing], force=True, volumes=True),
+        dk.network_disconnect("bridge", probes.missing, force=True),
+        dk.network_disconnect(probes.missing, probes.running, force=True),
+    ):
+        fast, cli = both(runner, argv)
+        agree(fast, cli)

@@ -38,6 +38,10 @@ LABEL = ["--filter", "label=io.forgelib.run=r1"]
         dk.pause(["c1"]),
         dk.unpause(["c1", "c2"]),
         dk.port("c1", "5432/tcp"),
+        dk.rm(["c1", "c2"], force=True, volumes=True),
+        dk.rm(["c1"]),
+        dk.network_disconnect("n1", "c1", force=True),
+        dk.network_disconnect("n1", "c1"),
     ],
 )
 def test_the_forms_it_answers(argv: list[str]) -> None:
@@ -60,7 +64,10 @@ def test_the_forms_it_answers(argv: list[str]) -> None:
         dk.port("c1", "5432"),
         [*dk.port("c1", "5432/tcp"), "more"],
         dk.exec("c1", ["true"]),
-        dk.rm(["c1"], force=True),
+        dk.rm(["c1"], force=True, link=True),
+        dk.rm(["n1"], kind="network"),
+        dk.rm(["i1"], kind="image", force=True),
+        [*dk.network_disconnect("n1", "c1"), "c2"],
         dk.compose("ps"),
         ["podman", "inspect", "c1"],
     ],
@@ -106,6 +113,7 @@ class Canned:
 
     replies: dict[tuple[str, str], Reply | Callable[[dict[str, list[str]]], Reply]]
     seen: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
+    bodies: list[Any] = field(default_factory=list)  # the JSON each request sent
     hang: threading.Event | None = None  # set: answer nothing until it is set
 
 
@@ -119,6 +127,9 @@ def engine(tmp_path: Path) -> Iterator[tuple[Canned, dict[str, str]]]:
             url = urllib.parse.urlsplit(self.path)
             query = urllib.parse.parse_qs(url.query)
             canned.seen.append((self.command, url.path, query))
+            size = int(self.headers.get("Content-Length") or 0)
+            if size:
+                canned.bodies.append(json.loads(self.rfile.read(size)))
             if canned.hang is not None:
                 canned.hang.wait(30)
                 return
@@ -134,7 +145,7 @@ def engine(tmp_path: Path) -> Iterator[tuple[Canned, dict[str, str]]]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = _answer
+        do_GET = do_POST = do_DELETE = _answer
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -309,3 +320,32 @@ def test_a_stop_during_a_served_launch_reads_as_the_cli_killed(engine: tuple[Can
     assert runner.run(dk.start(["c1"]), env=env, tag="start", check=False).rc == -9
     assert runner.run(dk.start(["c2"]), env=env, tag="start", check=False).rc == 0  # that stop is past
     assert runner.run(dk.start(["c1"]), env=env, tag="other", check=False).rc == 0  # not a launch it stops
+
+
+def test_rm_and_disconnect_send_the_cli_request_and_print_its_answer(
+    engine: tuple[Canned, dict[str, str]],
+) -> None:
+    canned, env = engine
+    canned.replies[("DELETE", "/containers/c1")] = (204, None)
+    canned.replies[("DELETE", "/containers/gone")] = (404, {"message": "No such container: gone"})
+    canned.replies[("DELETE", "/containers/up")] = (409, {"message": "You cannot remove a running container"})
+    got = engineapi.answer(dk.rm(["c1", "gone"], force=True, volumes=True), 5, env)
+    assert got == engineapi.Answer(0, "c1\n", "Error response from daemon: No such container: gone\n")
+    assert canned.seen[-2][2] == {"force": ["1"], "v": ["1"]}
+    got = engineapi.answer(dk.rm(["gone", "up"]), 5, env)
+    assert got == engineapi.Answer(
+        1,
+        "",
+        "Error response from daemon: No such container: gone\n"
+        "Error response from daemon: You cannot remove a running container\n",
+    )
+    assert canned.seen[-1][2] == {"force": ["0"], "v": ["0"]}
+    canned.replies[("POST", "/networks/n1/disconnect")] = (200, None)
+    assert engineapi.answer(dk.network_disconnect("n1", "c1", force=True), 5, env) == engineapi.Answer(
+        0, "", ""
+    )
+    assert canned.bodies[-1] == {"Container": "c1", "Force": True}
+    canned.replies[("POST", "/networks/n2/disconnect")] = (404, {"message": "network n2 not found"})
+    got = engineapi.answer(dk.network_disconnect("n2", "c1"), 5, env)
+    assert got == engineapi.Answer(1, "", "Error response from daemon: network n2 not found\n")
+    assert canned.bodies[-1] == {"Container": "c1", "Force": False}
