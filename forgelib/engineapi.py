@@ -12,7 +12,7 @@ returns ``None``: the runner runs the CLI as ever. ``FORGE_ENGINE_API=0`` turns 
 The forms (flags in the order ``forgelib/docker/argv.py`` writes them):
 
 * ``docker inspect [--format {{json .State}}] REF...`` (containers)
-* ``docker image inspect REF...``
+* ``docker image inspect [--format T] REF...`` (``T``: one of ``IMAGE_FORMATS``)
 * ``docker ps [--all] [--quiet] [--no-trunc] [--filter K=V]... [--format T]`` (``--quiet`` or a ``T``
   made of ``{{.ID}}``, ``{{.Names}}``, ``{{.Label "k"}}`` and plain text)
 * ``docker start REF...``, ``docker pause REF...``, ``docker unpause REF...``
@@ -262,8 +262,37 @@ def _inspect_form(rest: list[str]) -> Form:
     return form
 
 
+def _image_line(template: str, image: dict[str, Any]) -> str:
+    """One of the templates forge gives ``docker image inspect --format``, filled as Go's would be."""
+    iid, config = image.get("Id"), image.get("Config")
+    if not isinstance(iid, str):
+        raise _Refused("an image without an Id")
+    if template == "{{.Id}}":
+        return iid
+    if template == "{{.Id}} {{.Size}}" and type(image.get("Size")) is int:
+        return f"{iid} {image['Size']}"
+    if template == "{{.Id}} {{len .RepoTags}}" and isinstance(image.get("RepoTags"), list):
+        return f"{iid} {len(image['RepoTags'])}"
+    if template == "{{.Id}} {{json .Config.Labels}}" and isinstance(config, dict):
+        labels = config.get("Labels")
+        if labels is None or isinstance(labels, dict):
+            return f"{iid} {_compact(labels, sort_keys=True)}"  # a Go map: its keys in order
+    raise _Refused(f"image inspect --format {template!r}")
+
+
+IMAGE_FORMATS = (
+    "{{.Id}}",
+    "{{.Id}} {{.Size}}",
+    "{{.Id}} {{len .RepoTags}}",
+    "{{.Id}} {{json .Config.Labels}}",
+)
+
+
 def _image_inspect_form(rest: list[str]) -> Form:
-    refs = _plain_refs(rest)
+    template = rest[1] if rest[:1] == ["--format"] and len(rest) > 1 else ""
+    if template and template not in IMAGE_FORMATS:
+        raise _Refused(f"image inspect --format {template!r}")
+    refs = _plain_refs(rest[2:] if template else rest)
 
     def form(engine: _Engine) -> Answer:
         found, errors = [], []
@@ -275,7 +304,8 @@ def _image_inspect_form(rest: list[str]) -> Form:
                 errors.append(_DAEMON + _message(body))
             else:
                 raise _Refused(f"image inspect {ref}: {status}")
-        return Answer(1 if errors else 0, _indented(found), "".join(e + "\n" for e in errors))
+        out = "".join(_image_line(template, b) + "\n" for b in found) if template else _indented(found)
+        return Answer(1 if errors else 0, out, "".join(e + "\n" for e in errors))
 
     return form
 
@@ -468,9 +498,9 @@ def _indented(items: list[Any]) -> str:
     return json.dumps(items, indent=4) + "\n"
 
 
-def _compact(value: Any) -> str:
-    """As Go templates' ``json`` function prints a value."""
-    return json.dumps(value, separators=(",", ":"))
+def _compact(value: Any, *, sort_keys: bool = False) -> str:
+    """As the CLI templates' ``json`` function prints a value (UTF-8, no HTML escapes)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
 
 
 # --------------------------------------------------------------------------------------------- the call

@@ -132,6 +132,10 @@ def test_image_inspect_found_and_missing(runner: SubprocessRunner) -> None:
         agree(fast, cli, parse="json")
     fast, _ = both(runner, dk.inspect([missing], kind="image"))
     assert fast.rc == 1 and "No such image" in fast.stderr
+    for fmt in engineapi.IMAGE_FORMATS:
+        for refs in ([IMAGE, "forgelib/postgres:15"], [missing, IMAGE]):
+            fast, cli = both(runner, dk.inspect(refs, kind="image", format=fmt))
+            agree(fast, cli)
 
 
 def test_start_pause_unpause_in_every_state(runner: SubprocessRunner, probes: Probes, run_id: str) -> None:

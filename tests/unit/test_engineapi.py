@@ -30,6 +30,7 @@ LABEL = ["--filter", "label=io.forgelib.run=r1"]
         dk.inspect(["c1", "c2"]),
         dk.inspect(["c1"], format="{{json .State}}"),
         dk.inspect(["forgelib/postgres:15", "sha256:abc"], kind="image"),
+        *(dk.inspect(["i1"], kind="image", format=f) for f in engineapi.IMAGE_FORMATS),
         dk.ps(all=True, quiet=True, no_trunc=True, filters=LABEL),
         dk.ps(quiet=True, filter="label=com.docker.compose.project=p"),
         dk.ps(all=True, no_trunc=True, filters=LABEL, format='{{.ID}}\t{{.Names}}\t{{.Label "a"}}'),
@@ -53,6 +54,7 @@ def test_the_forms_it_answers(argv: list[str]) -> None:
     [
         dk.inspect(["c1"], format="{{.Id}}"),  # any other template: Go's
         dk.inspect(["n1"], kind="network"),
+        dk.inspect(["i1"], kind="image", format="{{.Created}}"),
         dk.inspect([]),
         dk.ps(all=True, filters=LABEL),  # the table, or the config's psFormat
         dk.ps(all=True, quiet=True, format="{{.ID}}"),
@@ -218,6 +220,21 @@ def test_image_inspect_reports_each_missing_image_as_the_cli(engine: tuple[Canne
     got = engineapi.answer(dk.inspect(["nope:1", "forgelib/postgres:15"], kind="image"), 5, env)
     assert got is not None and got.rc == 1 and json.loads(got.stdout) == [{"Id": "sha256:1"}]
     assert got.stderr == "Error response from daemon: no such image: nope:1\n"
+    labels = {"z": "1", "a": "é"}
+    image = {"Id": "sha256:2", "Size": 7, "RepoTags": ["a:1", "b:2"], "Config": {"Labels": labels}}
+    canned.replies[("GET", "/images/i2/json")] = (200, image)
+    canned.replies[("GET", "/images/bare/json")] = (200, {"Id": "sha256:3", "Config": {"Labels": None}})
+    for fmt, want in (
+        ("{{.Id}}", "sha256:2\n"),
+        ("{{.Id}} {{.Size}}", "sha256:2 7\n"),
+        ("{{.Id}} {{len .RepoTags}}", "sha256:2 2\n"),
+        ("{{.Id}} {{json .Config.Labels}}", 'sha256:2 {"a":"é","z":"1"}\nsha256:3 null\n'),
+    ):
+        refs = ["i2", "nope:1", "bare"] if "Labels" in fmt else ["i2", "nope:1"]
+        got = engineapi.answer(dk.inspect(refs, kind="image", format=fmt), 5, env)
+        assert got == engineapi.Answer(1, want, "Error response from daemon: no such image: nope:1\n"), fmt
+    # a record the template cannot be filled from: the CLI answers
+    assert engineapi.answer(dk.inspect(["bare"], kind="image", format="{{.Id}} {{.Size}}"), 5, env) is None
 
 
 def test_start_and_pause_print_what_started_and_why_the_rest_did_not(
