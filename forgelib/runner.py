@@ -8,6 +8,10 @@ Every child is tracked while it runs, tagged by the caller (``ComposeProject`` t
 ``up``, ``exec``, ``down``...), so a stop can kill exactly the in-flight launches (``kill_tagged``) without
 guessing from /proc what they are.
 
+A few frequent ``docker`` argvs (inspect, ps, start, port...) are answered by the local engine's API
+instead of a child (``engineapi``; ``FORGE_ENGINE_API=0`` turns that off): the same ``Result``, log lines,
+``CommandTimeout`` and stop semantics as the CLI's, at a fraction of a CLI start's CPU.
+
 Built on ``subprocess`` rather than ``sh``: the seam needs a process group it can kill, stdout redirected
 to a file for large outputs (service logs), and bounded error text — all direct in ``subprocess``.
 """
