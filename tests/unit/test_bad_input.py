@@ -70,8 +70,9 @@ def write_project(root: Path, **changes: object) -> None:
 def validate(root: Path, timeout: float = 120, command: str = "validate") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FORGE_LOG": str(root.parent / "forge.log")}
     bin_dir = root.parent / "bin"
-    if bin_dir.is_dir():  # a recording `docker` first on PATH
+    if bin_dir.is_dir():  # a recording `docker` first on PATH, and every docker call through it
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["FORGE_ENGINE_API"] = "0"
     return subprocess.run(
         [sys.executable, "-m", "forgelib", command, "--project", str(root)],
         capture_output=True,

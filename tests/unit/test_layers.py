@@ -23,6 +23,7 @@ LAYERS: Layers = (
             "",  # forgelib/__init__.py: the version
             "errors",
             "runner",
+            "engineapi",  # the runner's fast path: the runner consults it
             "table",
             "resources",
             "clients",
