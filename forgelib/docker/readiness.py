@@ -22,8 +22,8 @@ container that exposes a port (a server) waits so before its first run too: just
 nothing yet. The criterion stays the healthcheck; on a remote engine, or where ``/proc`` does not show the
 container, every tick runs it as before. A healthcheck that ``hostprobe`` recognises exactly is also
 answered from the host every tick, in the container's own namespaces, without an exec: its pass is ready;
-while it says no, the real command still runs, every ``HOSTPROBE_EXEC_EVERY``, as the authority (what a
-timeout's message quotes).
+while it says no, the real command still runs, every ``HOSTPROBE_EXEC_EVERY`` (``HOSTPROBE_DEAF_EVERY``
+while nothing listens), as the authority (what a timeout's message quotes).
 
 Every command goes through the runner, tagged (``start``/``exec``) so a stop refuses or kills it.
 """
@@ -57,8 +57,10 @@ UNHEARD_EVERY = 0.3
 # runs seldom (``compose.quiet_healthcheck``)
 GATED_STATE_EVERY = 3.0
 # seconds between two runs of the real healthcheck while its host probe (``hostprobe``) says no: the
-# authority, run seldom, for what the host probe cannot see
+# authority, run seldom, for what the host probe cannot see; the longer pause while its container listens
+# on nothing (``listening``), when the real command is all the less likely to pass
 HOSTPROBE_EXEC_EVERY = 1.0
+HOSTPROBE_DEAF_EVERY = 3.0
 # `FORGE_READINESS=compose`: fresh stacks come up by compose's own `up --wait` instead (the benchmarks'
 # same-run baseline for what this module saves; not a user setting).
 READINESS_ENV = "FORGE_READINESS"
@@ -338,7 +340,8 @@ class _Waves:
             unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(ran)
             if host is not None:
                 since = host_since if last_exec is None else last_exec
-                unheard = now - since < max(HOSTPROBE_EXEC_EVERY, ran)
+                pause = HOSTPROBE_DEAF_EVERY if heard is False else HOSTPROBE_EXEC_EVERY
+                unheard = now - since < max(pause, ran)
             if probing and c.health is not None and not unheard:
                 began = time.monotonic()
                 try:
