@@ -87,6 +87,16 @@ class Target:
         found = next((v[5:].decode(errors="replace") for v in env if v.startswith(b"PATH=")), DEFAULT_PATH)
         return [d for d in found.split(":") if d]
 
+    def still_there(self) -> None:
+        """Raise ``Unanswerable`` unless ``pid`` is still a process of the container (it ended, and its
+        number could be another's)."""
+        try:
+            cgroup = (self.proc / str(self.pid) / "cgroup").read_text()
+        except OSError as e:
+            raise Unanswerable(f"process {self.pid} gone: {e}") from e
+        if self.container_id not in cgroup:
+            raise Unanswerable(f"process {self.pid} is no longer the container's")
+
     def socket(self, family: int) -> socket.socket:
         """A TCP socket of ``family`` created in the container's network namespace."""
         return in_netns(self.proc / str(self.pid) / "ns" / "net", family)
@@ -437,6 +447,7 @@ class HostProbe:
         if _denied.is_set():
             return None
         try:
+            self.target.still_there()
             if not self._programs:
                 require_programs(self.target, self.check.programs)
                 self._programs = True

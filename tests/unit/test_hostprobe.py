@@ -357,7 +357,8 @@ def _container(tmp_path: Path, path: str = "/bin") -> Target:
     (proc / "7").mkdir(parents=True)
     (proc / "7" / "root").symlink_to(_root(tmp_path))
     (proc / "7" / "environ").write_bytes(f"HOSTNAME=c\0PATH={path}\0".encode())
-    return Target("c", 7, proc=proc)
+    (proc / "7" / "cgroup").write_text("0::/system.slice/docker-c0ffee.scope\n")
+    return Target("c0ffee", 7, proc=proc)
 
 
 def test_a_program_must_be_on_the_containers_path_and_executable(tmp_path: Path) -> None:
@@ -393,6 +394,8 @@ def test_test_answers_from_the_containers_root(tmp_path: Path) -> None:
     assert passes("test", "-d", "/etc/hostname") is False
     assert passes("test", "-d", "/nope") is False
     assert passes("test", "-d", "/loop") is None  # left to docker exec
+    (tmp_path / "proc" / "7" / "cgroup").write_text("0::/system.slice/docker-other.scope\n")
+    assert passes("test", "-d", "/w/src") is None  # the pid is another container's now: not from here
 
 
 # ------------------------------------------------------------------------------------- readiness's use
