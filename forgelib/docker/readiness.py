@@ -21,7 +21,10 @@ engine, once a container's first run failed, the next ones wait until the contai
 (``listening``: its sockets, read from the host's ``/proc``), or at the latest ``UNHEARD_EVERY``. A
 container that exposes a port (a server) waits so before its first run too: just started, it listens on
 nothing yet. The criterion stays the healthcheck; on a remote engine, or where ``/proc`` does not show the
-container, every tick runs it as before.
+container, every tick runs it as before. A healthcheck that ``hostprobe`` recognises exactly is also
+answered from the host every tick, in the container's own namespaces, without an exec: its pass is ready;
+while it says no, the real command still runs, every ``HOSTPROBE_EXEC_EVERY`` (``HOSTPROBE_DEAF_EVERY``
+while nothing listens), as the authority (what a timeout's message quotes).
 
 Every command goes through the runner, tagged (``start``/``exec``) so a stop refuses or kills it.
 """
@@ -38,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forgelib.docker import argv as dk
+from forgelib.docker import hostprobe, listening
 from forgelib.docker import labels as lab
-from forgelib.docker import listening
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.errors import CommandTimeout, ForgeError, Interrupted
@@ -54,6 +57,11 @@ UNHEARD_EVERY = 0.3
 # an exit shows there at once; what only the state shows is Docker's own health, which forge's override
 # runs seldom (``compose.quiet_healthcheck``)
 GATED_STATE_EVERY = 3.0
+# seconds between two runs of the real healthcheck while its host probe (``hostprobe``) says no: the
+# authority, run seldom, for what the host probe cannot see; the longer pause while its container listens
+# on nothing (``listening``), when the real command is all the less likely to pass
+HOSTPROBE_EXEC_EVERY = 1.0
+HOSTPROBE_DEAF_EVERY = 3.0
 # `FORGE_READINESS=compose`: fresh stacks come up by compose's own `up --wait` instead (the benchmarks'
 # same-run baseline for what this module saves; not a user setting).
 READINESS_ENV = "FORGE_READINESS"
@@ -292,6 +300,10 @@ class _Waves:
         # read at once and the gate dropped.
         gate: listening.Sockets | None = None
         gate_due = probing and listening.local_engine()
+        # A healthcheck ``hostprobe`` recognises is asked from the host every tick (its PASS is the real
+        # command's exit 0); the real one still runs, only ``HOSTPROBE_EXEC_EVERY`` after the last.
+        host = hostprobe.HostProbe.of(c.id, c.health, c.probe_timeout) if probing else None
+        host_since = time.monotonic()
         last_exec: float | None = None
         ran = 0.0  # how long the last run took
         if gate_due and c.server:
@@ -338,7 +350,17 @@ class _Waves:
                     )
                 if not complete and c.health is None and status == "running":
                     return  # no healthcheck: running is ready, as for `up --wait`
+            if host is not None:
+                passed = host.passes()
+                if passed:
+                    return
+                if passed is None:
+                    host = None  # not from here: every tick's run is the real one again
             unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(ran)
+            if host is not None:
+                since = host_since if last_exec is None else last_exec
+                pause = HOSTPROBE_DEAF_EVERY if heard is False else HOSTPROBE_EXEC_EVERY
+                unheard = now - since < max(pause, ran)
             if probing and c.health is not None and not unheard:
                 began = time.monotonic()
                 try:

@@ -21,8 +21,8 @@ So several kinds may accept one seed kind, observe one check type or back one to
 both take ``sql_dump``, ``sql`` and ``sql_query``): the service decides which, and ``forge validate``
 refuses a seed that more than one server kind accepts bound to a service it cannot recognise. A new
 kind is a package here
-(``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules`` implement it)
-plus one line in ``KINDS``. The seed kinds, reset strategies, check types (with their fields,
+(``__init__`` declares its ``Kind``; ``seed``, ``check``, ``tool``, ``client``, ``rules``, ``hostcheck``
+implement it) plus one line in ``KINDS``. The seed kinds, reset strategies, check types (with their fields,
 ``Kind.check_fields``) and tools the spec schemas list are generated from ``KINDS``
 (``forgelib.docsgen``, whose ``--check`` lint runs).
 

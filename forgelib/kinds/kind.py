@@ -75,6 +75,9 @@ class Kind:
     client: str | None = None
     rules: str | None = None
     stand_in: StandIn | None = None
+    # The module whose ``FORMS``/``SHELL_FORMS`` answer its servers' healthcheck commands from the host
+    # (``forgelib/docker/hostprobe.py``; ``forgelib.kinds.registry`` registers them).
+    host_checks: str | None = None
     # The conformance suite's checks a kind does not support, each with why (tests/integration/
     # test_kind_conformance.py skips them for this kind and says so).
     unsupported: Mapping[str, str] = field(default_factory=dict)

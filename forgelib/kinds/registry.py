@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+from forgelib.docker import hostprobe
 from forgelib.docker.resolved import ServiceConfig
 from forgelib.kinds import CHECK_TYPES, KINDS, SEED_KINDS, Kind
 from forgelib.kinds.base import Client, Recipe
@@ -48,6 +49,13 @@ for _k in KINDS:
     for _t in _k.tools:
         _TOOLS.setdefault(_t.name, []).append(_k)
         TOOL_SPECS.setdefault(_t.name, _t)
+
+
+# Each kind's healthcheck forms that readiness may answer from the host (``Kind.host_checks``).
+for _k in KINDS:
+    if _k.host_checks:
+        _forms = _k.module(_k.host_checks)
+        hostprobe.register(_forms.FORMS, _forms.SHELL_FORMS)
 
 
 def by_name(name: str) -> Kind:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from forgelib.docker import listening, readiness
+from forgelib.docker import hostprobe, listening, readiness
 from forgelib.docker.compose import ComposeProject
 from forgelib.docker.readiness import NotReady, health_argv, start
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
@@ -436,3 +436,30 @@ def test_a_container_that_listens_on_nothing_is_probed_every_so_often() -> None:
     every = readiness.UNHEARD_EVERY
     assert readiness.unheard_pause(0.0) == every
     assert readiness.unheard_pause(every + 1) == every + 1  # a run that took long waits as long again
+
+
+def test_while_the_host_probe_says_no_the_real_run_waits_longer_for_a_listener(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net = _proc(tmp_path)
+
+    def on_read(n: int) -> None:
+        if n == 3:  # the server is up at the third look
+            _tables(net, tcp=TCP_HEAD + DNS + CONNECTED + SERVER, tcp6=TCP_HEAD)
+
+    class Never:  # a host probe that never passes: the real healthcheck decides
+        def passes(self) -> bool:
+            return False
+
+    monkeypatch.setattr(hostprobe.HostProbe, "of", classmethod(lambda cls, cid, argv, timeout: Never()))
+    monkeypatch.setattr(readiness, "HOSTPROBE_EXEC_EVERY", 0.0)
+    monkeypatch.setattr(readiness, "HOSTPROBE_DEAF_EVERY", 1e9)
+    fake = FakeRunner()
+    compose = _stack(fake, {"db": HC})
+    _gated(fake, monkeypatch, tmp_path, on_read)
+    fake.expect("docker", "exec", CID, "check", rc=1, times=1)
+    fake.expect("docker", "exec", CID, "check", rc=0)
+    fake.expect("docker", "start")
+    start(compose, _services({}), ["db"])
+    # the first run; no run while nothing listens (the deaf pause); the run once the server is up
+    assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "read", "exec"]

@@ -36,5 +36,6 @@ KIND = Kind(
     tool_module="tool",
     client="client",
     rules="rules",
+    host_checks="hostcheck",
     stand_in=StandIn("mariadb", "forgelib/mariadb:10.11", "FORGE_IMAGE_MARIADB"),
 )

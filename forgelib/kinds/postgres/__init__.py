@@ -61,5 +61,6 @@ KIND = Kind(
     tools=(SQL_QUERY,),
     tool_module="tool",
     client="client",
+    host_checks="hostcheck",
     stand_in=StandIn("postgres", "forgelib/postgres:15", "FORGE_IMAGE_POSTGRES"),
 )

@@ -57,5 +57,6 @@ KIND = Kind(
     tool_module="tool",
     client="client",
     rules="rules",
+    host_checks="hostcheck",
     stand_in=StandIn("redis", "forgelib/redis:7.0", "FORGE_IMAGE_REDIS"),
 )
