@@ -53,7 +53,7 @@ def run(runner: SubprocessRunner, run_id: str) -> Iterator[Callable[..., str]]:
 
     yield start
     if started:
-        runner.run(dk.rm(started, force=True), timeout=120, check=False)
+        runner.run(dk.rm(started, force=True, volumes=True), timeout=120, check=False)  # and their VOLUMEs
 
 
 def _go(runner: SubprocessRunner, cid: str) -> None:
