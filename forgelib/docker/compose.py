@@ -27,6 +27,7 @@ import yaml
 from forgelib.docker import argv as dk
 from forgelib.docker import labels as lab
 from forgelib.docker.argv import flags
+from forgelib.docker.labels import COMPOSE_PROJECT
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
 from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProgramNotFound, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
@@ -325,6 +326,9 @@ def labels_override(
     lab = dict(labels)
     resolved = ResolvedConfig.of(config)
     services: dict[str, Any] = {}
+    # A container's own volume carries its project's label too, as compose puts on the volumes it names:
+    # label queries that group by project (``forge reap``) then count it with its stack, not on its own.
+    own_labels = {**lab, **({COMPOSE_PROJECT: str(config["name"])} if config.get("name") else {})}
     volumes = {name: {"labels": lab} for name, spec in resolved.volumes.items() if not spec.get("external")}
     for name, svc in resolved.services.items():
         services[name] = {"labels": lab}
@@ -332,7 +336,7 @@ def labels_override(
         declared = (image_volumes or {}).get(svc.image, ())
         extra = [path for path in declared if path not in mounted]
         for i, path in enumerate(extra):
-            mount: dict[str, Any] = {"type": "volume", "target": path, "volume": {"labels": lab}}
+            mount: dict[str, Any] = {"type": "volume", "target": path, "volume": {"labels": own_labels}}
             if name not in per_container:
                 mount = {"type": "volume", "source": f"forge-image-vol-{name}-{i}", "target": path}
                 volumes[mount["source"]] = {"labels": lab}

@@ -91,6 +91,23 @@ def _agree_fails(runner: SubprocessRunner, cid: str, argv: Sequence[str]) -> Non
     assert (_host(cid, argv), _real(runner, cid, argv)) == (False, False), argv
 
 
+def _agree_held_then_ready(
+    runner: SubprocessRunner, cid: str, sock: Sequence[str], forms: Sequence[Sequence[str]]
+) -> None:
+    """A server held in its image entrypoint's init (its temporary server up on the unix socket ``sock``,
+    which no host form reaches): every TCP form says not ready both ways; released, ready both ways."""
+    assert hostprobe.recognise(sock) is None
+    deadline = time.monotonic() + 180
+    while not _real(runner, cid, sock):
+        assert time.monotonic() < deadline, f"the temporary server never answered {sock[0]}"
+        time.sleep(0.2)
+    for argv in forms:
+        _agree_not_ready(runner, cid, argv)
+    _go(runner, cid)
+    for argv in forms:
+        _agree_ready(runner, cid, argv)
+
+
 def test_pg_isready_agrees_during_init_and_after(runner: SubprocessRunner, run: Callable[..., str]) -> None:
     hold = (
         f"printf '%s\\n' '{HOLD}' > /docker-entrypoint-initdb.d/hold.sh && exec docker-entrypoint.sh postgres"
@@ -101,16 +118,7 @@ def test_pg_isready_agrees_during_init_and_after(runner: SubprocessRunner, run: 
         ["pg_isready", "-h", "localhost", "-p", "5432", "-U", "app", "-d", "app", "-q", "-t", "3"],
     ]
     sock = ["pg_isready", "-U", "postgres"]  # the unix socket: the temporary server answers there
-    assert hostprobe.recognise(sock) is None
-    deadline = time.monotonic() + 180
-    while not _real(runner, cid, sock):  # the entrypoint's temporary server is up, holding in its init
-        assert time.monotonic() < deadline, "postgres's temporary server never answered"
-        time.sleep(0.2)
-    for argv in forms:
-        _agree_not_ready(runner, cid, argv)
-    _go(runner, cid)
-    for argv in forms:
-        _agree_ready(runner, cid, argv)
+    _agree_held_then_ready(runner, cid, sock, forms)
 
 
 def test_curl_agrees_on_refused_500_and_200(runner: SubprocessRunner, run: Callable[..., str]) -> None:
@@ -151,16 +159,7 @@ def test_mariadb_admin_ping_agrees_during_init_and_after(
     ]
     # the temporary server's unix socket (the stand-in image's name for it)
     sock = ["mariadb-admin", "ping", "--socket=/run/mysqld/forge-init.sock", "-uroot", "-proot"]
-    assert hostprobe.recognise(sock) is None
-    deadline = time.monotonic() + 180
-    while not _real(runner, cid, sock):
-        assert time.monotonic() < deadline, "MariaDB's temporary server never answered"
-        time.sleep(0.2)
-    for argv in forms:
-        _agree_not_ready(runner, cid, argv)
-    _go(runner, cid)
-    for argv in forms:
-        _agree_ready(runner, cid, argv)
+    _agree_held_then_ready(runner, cid, sock, forms)
 
 
 def test_test_agrees_on_paths(runner: SubprocessRunner, run: Callable[..., str]) -> None:

@@ -308,6 +308,15 @@ def test_an_ephemeral_services_image_volumes_are_its_containers_own_and_labelled
         {"type": "volume", "source": "forge-image-vol-db-0", "target": "/data"}
     ]
     assert set(out["volumes"]) == {"forge-image-vol-db-0"}
+    # With the project's name (a resolved config has it): its label too, so `forge reap` counts the volume
+    # with its stack's containers and networks, not as a project of its own.
+    named = compose_mod.labels_override(
+        {**config, "name": "p1"}, {"k": "v"}, {"redis": ("/data",)}, per_container=["cache"]
+    )
+    assert named["services"]["cache"]["volumes"][0]["volume"]["labels"] == {
+        "k": "v",
+        "com.docker.compose.project": "p1",
+    }
 
 
 def test_the_seeded_phase_brings_up_the_depends_on_closure(tmp_path: Path) -> None:

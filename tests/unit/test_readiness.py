@@ -346,9 +346,9 @@ def _execs_and_reads(fake: FakeRunner) -> list[str]:
     ]
 
 
-def test_the_healthcheck_waits_for_a_listener_then_runs_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _listening_at_the_third_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    """``start`` of one gated service whose server listens from the third look at its sockets on, its
+    healthcheck failing once, then passing: the calls made."""
     net = _proc(tmp_path)
 
     def on_read(n: int) -> None:
@@ -362,6 +362,13 @@ def test_the_healthcheck_waits_for_a_listener_then_runs_at_once(
     fake.expect("docker", "exec", CID, "check", rc=0)
     fake.expect("docker", "start")
     start(compose, _services({}), ["db"])
+    return fake
+
+
+def test_the_healthcheck_waits_for_a_listener_then_runs_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _listening_at_the_third_look(tmp_path, monkeypatch)
     # the first run; the state (its pid); no run while nothing listens (reads 2, 3: the server is up at
     # the third, after that tick's look at the sockets); the run at the next tick
     assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "read", "exec"]
@@ -441,12 +448,6 @@ def test_a_container_that_listens_on_nothing_is_probed_every_so_often() -> None:
 def test_while_the_host_probe_says_no_the_real_run_waits_longer_for_a_listener(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    net = _proc(tmp_path)
-
-    def on_read(n: int) -> None:
-        if n == 3:  # the server is up at the third look
-            _tables(net, tcp=TCP_HEAD + DNS + CONNECTED + SERVER, tcp6=TCP_HEAD)
-
     class Never:  # a host probe that never passes: the real healthcheck decides
         def passes(self) -> bool:
             return False
@@ -454,12 +455,6 @@ def test_while_the_host_probe_says_no_the_real_run_waits_longer_for_a_listener(
     monkeypatch.setattr(hostprobe.HostProbe, "of", classmethod(lambda cls, cid, argv, timeout: Never()))
     monkeypatch.setattr(readiness, "HOSTPROBE_EXEC_EVERY", 0.0)
     monkeypatch.setattr(readiness, "HOSTPROBE_DEAF_EVERY", 1e9)
-    fake = FakeRunner()
-    compose = _stack(fake, {"db": HC})
-    _gated(fake, monkeypatch, tmp_path, on_read)
-    fake.expect("docker", "exec", CID, "check", rc=1, times=1)
-    fake.expect("docker", "exec", CID, "check", rc=0)
-    fake.expect("docker", "start")
-    start(compose, _services({}), ["db"])
+    fake = _listening_at_the_third_look(tmp_path, monkeypatch)
     # the first run; no run while nothing listens (the deaf pause); the run once the server is up
     assert _execs_and_reads(fake) == ["exec", "read", "read", "read", "read", "exec"]
