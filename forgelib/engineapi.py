@@ -66,10 +66,17 @@ class _Refused(Exception):
 
 
 def local_socket(env: Mapping[str, str]) -> str | None:
-    """The unix socket the docker CLI would talk to under ``env``, or None when it would talk to anything
-    else (a remote or tcp ``DOCKER_HOST``, a context, a pinned API version) or the switch is off."""
+    """The unix socket this module may ask under ``env`` (``cli_socket``), or None when the docker CLI would
+    talk to anything else, pins an API version, or the switch is off."""
     if env.get(SWITCH, "").strip() == "0" or env.get("DOCKER_API_VERSION"):
         return None
+    return cli_socket(env)
+
+
+def cli_socket(env: Mapping[str, str]) -> str | None:
+    """The unix socket of this host's engine that the docker CLI talks to under ``env``, or None when it
+    talks to anything else: a remote or tcp ``DOCKER_HOST``, a context chosen by ``DOCKER_CONTEXT`` or by
+    the CLI config's ``currentContext``."""
     if env.get("DOCKER_CONTEXT", "default") not in ("", "default"):
         return None
     host = env.get("DOCKER_HOST", "")

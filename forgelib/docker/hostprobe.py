@@ -90,12 +90,8 @@ class Target:
     def still_there(self) -> None:
         """Raise ``Unanswerable`` unless ``pid`` is still a process of the container (it ended, and its
         number could be another's)."""
-        try:
-            cgroup = (self.proc / str(self.pid) / "cgroup").read_text()
-        except OSError as e:
-            raise Unanswerable(f"process {self.pid} gone: {e}") from e
-        if self.container_id not in cgroup:
-            raise Unanswerable(f"process {self.pid} is no longer the container's")
+        if not listening.belongs(self.pid, self.container_id, proc=self.proc):
+            raise Unanswerable(f"process {self.pid} is gone or no longer the container's")
 
     def socket(self, family: int) -> socket.socket:
         """A TCP socket of ``family`` created in the container's network namespace."""

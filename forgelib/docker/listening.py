@@ -21,6 +21,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from forgelib import engineapi
+
 PROC = Path("/proc")
 CGROUP = Path("/sys/fs/cgroup")
 # Where a container's processes are listed under ``CGROUP``, by the engine's cgroup driver and version:
@@ -37,11 +39,19 @@ DOCKER_DNS = "0B00007F"  # 127.0.0.11 as /proc/net/tcp prints an IPv4 address (l
 
 
 def local_engine(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the engine's containers are this host's processes: ``DOCKER_HOST`` unset or a unix socket,
-    and no docker context other than the default chosen by the environment."""
-    host = environ.get("DOCKER_HOST", "")
-    context = environ.get("DOCKER_CONTEXT", "")
-    return (not host or host.startswith("unix://")) and context in ("", "default")
+    """Whether the engine's containers are this host's processes: the docker CLI talks to a unix socket
+    here (``engineapi.cli_socket``: no remote ``DOCKER_HOST``, no context but the default)."""
+    return engineapi.cli_socket(environ) is not None
+
+
+def belongs(pid: int, container_id: str, *, proc: Path | None = None) -> bool:
+    """Whether host process ``pid`` is one of container ``container_id``'s (its cgroup names the container):
+    a pid read earlier may have ended, and its number since be another process's."""
+    try:
+        cgroup = ((PROC if proc is None else proc) / str(pid) / "cgroup").read_text()
+    except OSError:
+        return False
+    return bool(container_id) and container_id in cgroup
 
 
 def main_pid(container_id: str, *, proc: Path | None = None, cgroup: Path | None = None) -> int:
@@ -83,13 +93,7 @@ class Sockets:
         """The sockets of container ``container_id`` whose main process is ``pid``, or None when they
         cannot be read from here (see the module doc)."""
         root = PROC if proc is None else proc
-        if pid <= 0 or not container_id or not local_engine():
-            return None
-        try:
-            cgroup = (root / str(pid) / "cgroup").read_text()
-        except OSError:
-            return None
-        if container_id not in cgroup:
+        if pid <= 0 or not container_id or not local_engine() or not belongs(pid, container_id, proc=root):
             return None
         sockets = cls(root / str(pid) / "net")
         return sockets if sockets.listening() is not None else None

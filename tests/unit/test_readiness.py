@@ -320,6 +320,10 @@ def test_sockets_are_read_only_from_the_containers_own_local_process(
     if env or cgroup or pid != PID:
         assert listening.Sockets.of(pid, CID, proc=tmp_path) is None
     assert listening.local_engine({"DOCKER_HOST": "unix:///var/run/docker.sock"})
+    config = tmp_path / "docker-config"  # the CLI's own context choice: another engine, not this host's
+    config.mkdir()
+    (config / "config.json").write_text('{"currentContext": "remote"}')
+    assert not listening.local_engine({"DOCKER_CONFIG": str(config)})
 
 
 def _gated(fake: FakeRunner, monkeypatch: pytest.MonkeyPatch, root: Path, on_read: Any) -> None:
