@@ -358,26 +358,38 @@ def connect(target: Target, host: str, port: int, limit: float) -> socket.socket
     return None
 
 
-def http_get(
-    target: Target, host: str, port: int, path: str, host_header: str, fail: bool, limit: float
+def exchange(
+    target: Target, host: str, port: int, limit: float, talk: Callable[[socket.socket], bool]
 ) -> bool:
-    """``curl [-f] http://host:port/path``'s exit 0: an HTTP response, with ``fail`` one below 400."""
+    """``talk``'s verdict over a connection to ``host:port`` in the container's network namespace; False
+    when nothing accepts there or the connection fails on the way, as it fails the real client."""
     s = connect(target, host, port, limit)
     if s is None:
         return False
     with s:
         try:
-            request = f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n"
-            s.sendall(request.encode())
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 65536:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
+            return talk(s)
         except OSError:
             return False
-    return http_verdict(head, fail)
+
+
+def http_get(
+    target: Target, host: str, port: int, path: str, host_header: str, fail: bool, limit: float
+) -> bool:
+    """``curl [-f] http://host:port/path``'s exit 0: an HTTP response, with ``fail`` one below 400."""
+    request = f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n"
+
+    def talk(s: socket.socket) -> bool:
+        s.sendall(request.encode())
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 65536:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return http_verdict(head, fail)
+
+    return exchange(target, host, port, limit, talk)
 
 
 def http_verdict(head: bytes, fail: bool) -> bool:

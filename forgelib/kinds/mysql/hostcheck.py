@@ -4,6 +4,7 @@ recognised exactly (TCP to its loopback; ``localhost`` is the unix socket to the
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, Sequence
 
 from forgelib.docker import hostprobe as hp
@@ -30,17 +31,13 @@ def _admin_ping(args: Sequence[str]) -> hp.Answer | None:
 def ping(target: hp.Target, port: int, limit: float) -> bool:
     """The admin client's "is alive": the server's initial handshake (it says alive even when the login
     is then refused)."""
-    s = hp.connect(target, LOOPBACK, port, limit)
-    if s is None:
-        return False
-    with s:
-        try:
-            head = hp.recv_exact(s, 4)
-            length = int.from_bytes(head[:3], "little")
-            first = hp.recv_exact(s, 1) if length else b""
-        except OSError:
-            return False
-    return verdict(head + first)
+
+    def talk(s: socket.socket) -> bool:
+        head = hp.recv_exact(s, 4)
+        length = int.from_bytes(head[:3], "little")
+        return verdict(head + (hp.recv_exact(s, 1) if length else b""))
+
+    return hp.exchange(target, LOOPBACK, port, limit, talk)
 
 
 def verdict(start: bytes) -> bool:

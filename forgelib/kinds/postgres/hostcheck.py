@@ -32,22 +32,19 @@ def _pg_isready(args: Sequence[str]) -> hp.Answer | None:
 
 
 def ping(target: hp.Target, host: str, port: int, user: str, database: str, limit: float) -> bool:
-    """libpq's ``PQping`` as ``pg_isready`` uses it: True for ``PQPING_OK``."""
-    s = hp.connect(target, host, port, limit)
-    if s is None:
-        return False  # PQPING_NO_RESPONSE
-    with s:
-        try:
-            s.sendall(startup(user, database))
-            while True:
-                kind, body = message(s)
-                answer = verdict(kind, body)
-                if answer is not None:
-                    if kind == b"R" and body[:4] == b"\0\0\0\0":  # trusted: end the session as libpq does
-                        s.sendall(b"X\0\0\0\4")
-                    return answer
-        except OSError:
-            return False
+    """libpq's ``PQping`` as ``pg_isready`` uses it: True for ``PQPING_OK`` (no answer: NO_RESPONSE)."""
+
+    def talk(s: socket.socket) -> bool:
+        s.sendall(startup(user, database))
+        while True:
+            kind, body = message(s)
+            answer = verdict(kind, body)
+            if answer is not None:
+                if kind == b"R" and body[:4] == b"\0\0\0\0":  # trusted: end the session as libpq does
+                    s.sendall(b"X\0\0\0\4")
+                return answer
+
+    return hp.exchange(target, host, port, limit, talk)
 
 
 def startup(user: str, database: str) -> bytes:

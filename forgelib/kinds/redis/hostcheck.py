@@ -3,6 +3,7 @@ the container's network namespace, for the forms recognised exactly (TCP to its 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, Sequence
 
 from forgelib.docker import hostprobe as hp
@@ -27,16 +28,12 @@ def _redis_cli(args: Sequence[str]) -> hp.Answer | None:
 
 def ping(target: hp.Target, port: int, limit: float) -> bool:
     """``redis-cli ping``'s PONG."""
-    s = hp.connect(target, LOOPBACK, port, limit)
-    if s is None:
-        return False
-    with s:
-        try:
-            s.sendall(PING)
-            reply = hp.recv_line(s)
-        except OSError:
-            return False
-    return verdict(reply)
+
+    def talk(s: socket.socket) -> bool:
+        s.sendall(PING)
+        return verdict(hp.recv_line(s))
+
+    return hp.exchange(target, LOOPBACK, port, limit, talk)
 
 
 def verdict(reply: bytes) -> bool:
