@@ -25,11 +25,12 @@ from typing import Any
 import yaml
 
 from forgelib.docker import argv as dk
+from forgelib.docker import engine
 from forgelib.docker import labels as lab
 from forgelib.docker.argv import flags
 from forgelib.docker.labels import COMPOSE_PROJECT
 from forgelib.docker.resolved import ResolvedConfig, ServiceConfig
-from forgelib.errors import CommandError, CommandTimeout, ForgeError, ProgramNotFound, ServiceCommandError
+from forgelib.errors import CommandError, CommandTimeout, ForgeError, ServiceCommandError
 from forgelib.runner import Result, Runner, secret_values
 from forgelib.spec.models import Timeouts
 
@@ -272,11 +273,7 @@ class ComposeFacts:
 
 def _compose_version(runner: Runner, timeout: float) -> tuple[int, ...]:
     """compose's major and minor version; () when it does not say (then the path every version takes)."""
-    try:
-        res = runner.run(dk.compose("version", "--short"), timeout=timeout, check=False)
-    except (CommandError, ProgramNotFound):
-        return ()
-    found = re.match(r"v?(\d+)\.(\d+)", res.stdout.strip()) if res.rc == 0 else None
+    found = re.match(r"v?(\d+)\.(\d+)", engine.compose_version(runner, timeout) or "")
     return (int(found[1]), int(found[2])) if found else ()
 
 

@@ -52,15 +52,17 @@ class EngineStatus:
 
 def probe(runner: Runner) -> EngineStatus:
     """Ask the engine and the compose plugin for their versions; never raises for "not there"."""
-    return EngineStatus(
-        _answer(runner, dk.info(format="{{.ServerVersion}}")),
-        _answer(runner, dk.compose("version", "--short")),
-    )
+    return EngineStatus(_answer(runner, dk.info(format="{{.ServerVersion}}")), compose_version(runner))
 
 
-def _answer(runner: Runner, argv: list[str]) -> str | None:
+def compose_version(runner: Runner, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """``docker compose version --short``, None when the plugin does not answer."""
+    return _answer(runner, dk.compose("version", "--short"), timeout)
+
+
+def _answer(runner: Runner, argv: list[str], timeout: float = PROBE_TIMEOUT) -> str | None:
     try:
-        result = runner.run(argv, timeout=PROBE_TIMEOUT, check=False)
+        result = runner.run(argv, timeout=timeout, check=False)
     except ProgramNotFound:
         return None
     except CommandError:  # a timeout: a daemon that hangs is as good as none
