@@ -50,7 +50,7 @@ def integration(session: nox.Session) -> None:
         return
     # The tests mostly wait on the engine, so three files run at a time (a file stays on one worker: its
     # module-scoped stacks are shared); on CI's 2 cores that keeps them busy (benchmarks/README.md, "CI").
-    # Files marked engine_alone follow, alone (docs/development.md).
+    # Tests marked engine_alone follow, alone (docs/development.md).
     folder = "tests/integration"
     parallel = ["-n", "3", "--dist", "loadfile"]
     session.run(*PYTEST, *parallel, "-m", "integration and not engine_alone", folder, *session.posargs)

@@ -403,16 +403,30 @@ def _remove(runner: Runner, r: Resource) -> str | None:
         return None
     if "already in progress" in res.stderr:  # another reaper (a `forge run` healing the engine) removes it
         return _removed_meanwhile(runner, r)
+    # Another reaper may have won the race in words `_gone` does not know: an image removed meanwhile
+    # fails with "unrecognized image ID" or "reference does not exist". Gone is gone, whoever removed it.
+    if _exists(runner, r) is False:
+        return None
     return (res.stderr.strip().splitlines() or [f"rc={res.rc}"])[-1]
+
+
+def _exists(runner: Runner, r: Resource) -> bool | None:
+    """Whether ``r`` is still on the engine; None when the engine's answer says neither."""
+    argv = dk.inspect([r.id], kind=r.kind, format="{{.Id}}")
+    try:
+        res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
+    except CommandError:  # a timeout: no answer
+        return None
+    if res.rc == 0:
+        return True
+    return False if _gone(res.stderr) else None
 
 
 def _removed_meanwhile(runner: Runner, r: Resource) -> str | None:
     """None once the removal another process started is over (its network can go next), else why not."""
     deadline = time.monotonic() + REMOVE_TIMEOUT
     while time.monotonic() < deadline:
-        argv = dk.inspect([r.id], kind=r.kind, format="{{.Id}}")
-        res = runner.run(argv, timeout=REMOVE_TIMEOUT, check=False)
-        if res.rc != 0 and _gone(res.stderr):
+        if _exists(runner, r) is False:
             return None
         time.sleep(0.2)
     return f"another process's removal of it did not end in {REMOVE_TIMEOUT:.0f} s"

@@ -162,6 +162,9 @@ def test_warm_stacks_start_from_the_setup_and_every_reuse_is_reset_to_it(
     nothing_left(runner, run_dir.name, setup["checkpoint"])
 
 
+# engine_alone: the killed run's stacks and checkpoint belong to a dead owner, so any other forge process
+# (every `forge run` heals the engine at start) may reap them before this test's own `forge reap` does
+@pytest.mark.engine_alone
 def test_a_run_killed_after_its_checkpoint_leaves_it_to_forge_reap(
     tmp_path: Path, marker: Path, runner: SubprocessRunner
 ) -> None:

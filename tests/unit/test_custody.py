@@ -413,6 +413,8 @@ def test_a_failed_removal_is_reported_and_the_rest_continue(monkeypatch: pytest.
             "docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", f"volume={v}", exact=True, stdout=""
         )
     r.expect("docker", "rm", "--force", "--volumes", "id-d1", rc=1, stderr="Error: permission denied\n")
+    # still there: a failure, not a race another reaper won
+    r.expect("docker", "container", "inspect", "--format", "{{.Id}}", "id-d1", stdout="id-d1\n")
     r.expect("docker", "volume", "rm", "dead_data", rc=1, stderr="Error: No such volume: dead_data\n")
     # the daemon's other wording (a concurrent reaper removed it between inspect and rm)
     gone = "Error response from daemon: get dead_cache: no such volume\n"
@@ -443,6 +445,28 @@ def test_a_removal_another_reaper_has_in_progress_is_waited_for_and_counts_as_re
     assert o.action == "removed" and o.errors == [] and o.removed == ["container d1", "network dead_default"]
     inspects = [a for a in r.argvs() if list(a[:3]) == ["docker", "container", "inspect"]]
     assert len(inspects) == 3  # until it was gone, and no longer
+
+
+def test_an_image_another_reaper_removed_first_counts_as_removed_and_one_still_there_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dead = labels(pid="300", start="1")
+    images = (Resource("image", "sha256:ck", "checkpoint ck-1", dead),
+              Resource("image", "sha256:kept", "checkpoint ck-2", dead))  # fmt: skip
+    monkeypatch.setattr(custody, "discover", lambda runner, run_id=None: [FoundProject("(image)", images)])
+    r = FakeRunner()
+    # the daemon's words when another process removed the image between this one's listing and its rm
+    raced = "Error response from daemon: unrecognized image ID sha256:ck\n"
+    r.expect("docker", "image", "rm", "sha256:ck", rc=1, stderr=raced)
+    r.expect("docker", "image", "inspect", "--format", "{{.Id}}", "sha256:ck", rc=1,
+             stderr="Error response from daemon: No such image: sha256:ck\n")  # fmt: skip
+    busy = "Error response from daemon: reference does not exist\n"
+    r.expect("docker", "image", "rm", "sha256:kept", rc=1, stderr=busy)
+    r.expect("docker", "image", "inspect", "--format", "{{.Id}}", "sha256:kept", stdout="sha256:kept\n")
+    (o,) = custody.reap(r, facts=facts()).outcomes
+    assert o.removed == ["image checkpoint ck-1"]
+    assert o.action == "failed" and o.errors == ["image checkpoint ck-2: " + busy.strip()]
+
 
 def test_container_removed_between_listing_and_inspect_is_skipped() -> None:
     r = FakeRunner()
