@@ -18,6 +18,8 @@ The forms (flags in the order ``forgelib/docker/argv.py`` writes them):
 * ``docker start REF...``, ``docker pause REF...``, ``docker unpause REF...``
 * ``docker port REF PORT/PROTO``
 * ``docker rm [--force] [--volumes] REF...``, ``docker network disconnect [--force] NETWORK CONTAINER``
+* ``docker stats --no-stream --format {{.Name}}\t{{.MemUsage}} REF...`` (one sample each: the CLI waits
+  for two, about a second, to work out a CPU share this form does not print)
 
 On the base floor beside the runner (stdlib only), so the runner consults it without importing upward.
 """
@@ -33,6 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,13 +144,16 @@ class _Engine:
     version: str = ""
     sent: bool = False  # a request that may have changed something went out: no CLI retry after this
 
+    def api_version(self) -> str:
+        if not self.version:
+            self.version = _api_version(self)
+        return self.version
+
     def request(
         self, method: str, url: str, query: Mapping[str, str] | None = None, body: Any = None
     ) -> tuple[int, Any]:
         """(status, decoded JSON body or None) of ``method /vX.Y{url}`` (``body``: sent as JSON)."""
-        if not self.version:
-            self.version = _api_version(self)
-        return self._send(method, f"/v{self.version}{url}", query, body)
+        return self._send(method, f"/v{self.api_version()}{url}", query, body)
 
     def _send(
         self, method: str, url: str, query: Mapping[str, str] | None = None, body: Any = None
@@ -237,6 +243,8 @@ def recognize(argv: Sequence[str]) -> Form | None:
             return _rm_form(rest)
         if verb == "network" and rest[:1] == ["disconnect"]:
             return _disconnect_form(rest[1:])
+        if verb == "stats":
+            return _stats_form(rest)
     except _Refused:
         return None
     return None
@@ -404,6 +412,61 @@ def _port_form(rest: list[str]) -> Form:
         return Answer(0, "".join(line + "\n" for line in lines), "")
 
     return form
+
+
+MEMORY_FORMAT = "{{.Name}}\t{{.MemUsage}}"
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+
+
+def _stats_form(rest: list[str]) -> Form:
+    if rest[:3] != ["--no-stream", "--format", MEMORY_FORMAT]:
+        raise _Refused("stats: not the memory form")
+    refs = _plain_refs(rest[3:])
+
+    def one(engine: _Engine, ref: str) -> tuple[int, Any]:
+        query = {"stream": "false", "one-shot": "true"}
+        return engine.request("GET", f"/containers/{_ref(ref)}/stats", query)
+
+    def form(engine: _Engine) -> Answer:
+        if tuple(int(n) for n in engine.api_version().split(".")) < (1, 41):
+            raise _Refused("one-shot stats need API 1.41")  # an older engine would take two samples
+        # All at once, as the CLI asks: the engine answers each at its stats collector's next tick
+        with ThreadPoolExecutor(max_workers=min(len(refs), 16)) as pool:
+            replies = list(pool.map(lambda ref: one(engine, ref), refs))
+        lines = []
+        for ref, (status, body) in zip(refs, replies, strict=True):
+            if status == 404:  # the CLI prints nothing then, not even the containers it found
+                return Answer(1, "", _DAEMON + _message(body) + "\n")
+            if status != 200 or not isinstance(body, dict) or not isinstance(body.get("memory_stats"), dict):
+                raise _Refused(f"stats {ref}: {status}")
+            name = str(body.get("name") or "")
+            mem = body["memory_stats"]
+            used, limit = _memory_used(mem), float(mem.get("limit") or 0)
+            lines.append(f"{name[1:] if len(name) > 1 else '--'}\t{_bytes_size(used)} / {_bytes_size(limit)}")
+        return Answer(0, "".join(line + "\n" for line in lines), "")
+
+    return form
+
+
+def _memory_used(mem: Mapping[str, Any]) -> float:
+    """The CLI's figure: the usage without the inactive page cache (cgroup v1's ``total_inactive_file``,
+    else ``inactive_file``), so that files read once do not count as the container's memory."""
+    usage = int(mem.get("usage") or 0)
+    stats = mem.get("stats") or {}
+    v1 = stats.get("total_inactive_file")
+    if v1 is not None and int(v1) < usage:
+        return float(usage - int(v1))
+    inactive = int(stats.get("inactive_file") or 0)
+    return float(usage - inactive) if inactive < usage else float(usage)
+
+
+def _bytes_size(size: float) -> str:
+    """As the CLI's ``units.BytesSize``: four significant digits and a binary unit (``536KiB``)."""
+    unit = 0
+    while size >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    return f"{size:.4g}{_BINARY_UNITS[unit]}"
 
 
 def _join_host_port(host: str, port: str) -> str:

@@ -78,6 +78,8 @@ class FreshSource:
 
     def release(self, trial: Stack, *, graceful: bool) -> float:
         try:
+            if graceful and self.admission is not None:
+                self.admission.settle(trial.name)  # once per environment: its footprint's measurement
             return teardown_trial(trial, graceful=graceful)
         finally:
             if self.admission is not None:

@@ -28,6 +28,7 @@ measured figures (unit-tested with made-up ones) and two small stateful holders:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -38,6 +39,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
+from forgelib import engineapi
 from forgelib.docker import argv as dk
 from forgelib.errors import ForgeError, Interrupted
 from forgelib.runner import Runner
@@ -45,6 +47,8 @@ from forgelib.runner import Runner
 MIB = 1024 * 1024
 DEFAULT_SHARE = 0.8  # of MemAvailable at the run's start: the rest stays for the host and forge itself
 ASSUMED_STACK = 512 * MIB  # one stack's footprint until the first one is measured (reference packs: < 200)
+MEASURE_ATTEMPTS = 3  # stacks of an environment measured at most until one gives a figure
+SETTLE_LIMIT = 10.0  # seconds a stack's teardown waits at most for its measurement (one engine sample)
 # Host CPU seconds (forge and the commands it waited for) per second a trial holds a stack, above which a
 # workload counts as working rather than waiting: between what oracle-only trials and an agent waiting on a
 # model cost per held second (benchmarks/README.md, "Figures behind the code's choices").
@@ -128,8 +132,7 @@ def stack_memory(runner: Runner, project: str, *, timeout: float) -> dict[str, i
     ids = ps.stdout.split()
     if not ids:
         return {}
-    fmt = "{{.Name}}\t{{.MemUsage}}"
-    res = runner.run(dk.stats(ids, no_stream=True, format=fmt), timeout=timeout)
+    res = runner.run(dk.stats(ids, no_stream=True, format=engineapi.MEMORY_FORMAT), timeout=timeout)
     return parse_stats(res.stdout)
 
 
@@ -151,8 +154,9 @@ class Admission:
 
     ``enter`` waits until one more stack fits and counts it; ``leave`` uncounts it once its teardown is over.
     The warm pool counts its own stacks and asks ``fits``. ``measure`` takes one stack's footprint once
-    (per ``key``), on a thread of its own, so no trial waits for ``docker stats``. ``starting`` holds one of
-    ``starts`` places while a fresh stack comes up (None: no bound), and one of the engine's ``slots``.
+    (per ``key``), on a thread of its own, so no trial waits for ``docker stats``; the stack's teardown
+    waits for it (``settle``). ``starting`` holds one of ``starts`` places while a fresh stack comes up
+    (None: no bound), and one of the engine's ``slots``.
     With a ``ledger``, what other forge processes' stacks hold counts against the budget."""
 
     def __init__(
@@ -179,7 +183,9 @@ class Admission:
         # (``limited``); None: no such limit met.
         self.limit: int | None = None
         self._held = 0
-        self._measuring: set[str] = set()
+        self._measuring: set[str] = set()  # measured, or being measured
+        self._attempts: dict[str, int] = {}
+        self._inflight: dict[str, threading.Event] = {}  # project -> its measurement's end
         self._cond = threading.Condition()
 
     def fits(self, holding: int) -> bool:
@@ -285,19 +291,40 @@ class Admission:
             self._cond.notify_all()
 
     def measure(self, key: str, runner: Runner, project: str, *, timeout: float) -> None:
-        """Measure ``project``'s containers in the background, once per ``key`` (an environment)."""
+        """Measure ``project``'s containers in the background, once per ``key`` (an environment). A
+        measurement that found nothing or failed is taken again from the next stack of ``key``, up to
+        ``MEASURE_ATTEMPTS`` times; ``settle`` holds ``project``'s teardown until it is over."""
         with self._cond:
-            if key in self._measuring:
+            if key in self._measuring or self._attempts.get(key, 0) >= MEASURE_ATTEMPTS:
                 return
             self._measuring.add(key)
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            done = self._inflight[project] = threading.Event()
 
         def work() -> None:
+            usage: Mapping[str, int] = {}
+            with contextlib.suppress(Exception):  # a figure we could not take: the assumed one stays
+                usage = stack_memory(runner, project, timeout=timeout)
             try:
-                self.recorded(key, stack_memory(runner, project, timeout=timeout))
-            except Exception:  # noqa: BLE001 - a figure we could not take: the assumed one stays
-                return
+                if sum(usage.values()) > 0:
+                    self.recorded(key, usage)
+                else:
+                    with self._cond:
+                        self._measuring.discard(key)
+            finally:  # only now: the next stack of ``key``, once this one is down, measures again
+                with self._cond:
+                    self._inflight.pop(project, None)
+                done.set()
 
         threading.Thread(target=work, name="forge-footprint", daemon=True).start()
+
+    def settle(self, project: str, limit: float = SETTLE_LIMIT) -> None:
+        """Wait (at most ``limit`` seconds) for a measurement of ``project`` still under way: a stack taken
+        down under it gives no figure, and a run of short trials would never get one."""
+        with self._cond:
+            done = self._inflight.get(project)
+        if done is not None:
+            done.wait(limit)
 
     def figures(self) -> dict[str, float | int | None]:
         """The budget, one stack's footprint (None until measured) and the stacks counted now, in MiB:

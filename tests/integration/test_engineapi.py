@@ -223,3 +223,16 @@ def test_rm_and_network_disconnect_on_twins_and_missing(
     ):
         fast, cli = both(runner, argv)
         agree(fast, cli)
+
+
+def test_stats_memory_of_containers_in_every_state_and_a_missing_one(
+    runner: SubprocessRunner, probes: Probes
+) -> None:
+    # an idle `sleep` keeps its memory: the two answers, a moment apart, print the same figures
+    refs = [probes.running, probes.created, probes.exited]
+    fast, cli = both(runner, dk.stats(refs, no_stream=True, format=engineapi.MEMORY_FORMAT))
+    agree(fast, cli)
+    used = [line.split("\t")[1].split(" / ")[0] for line in fast.stdout.splitlines()]
+    assert used[0] not in ("0B", "--") and used[1:] == ["0B", "0B"], fast.stdout
+    argv = dk.stats([probes.running, probes.missing], no_stream=True, format=engineapi.MEMORY_FORMAT)
+    agree(*both(runner, argv))

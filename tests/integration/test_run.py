@@ -87,6 +87,8 @@ def test_passing_run_with_repeats_2(passing_run: tuple[int, Path], runner: Subpr
         "not_finished": 0,
         "errors_by_stage": {},
     }
+    # its short trials' first stack was measured before its teardown went on (Admission.settle)
+    assert summary["pool"]["per_stack_mb"] and summary["pool"]["per_stack_mb"] > 0, summary["pool"]
     for idx in (0, 1):
         d = run_dir / "trials" / "write_file" / str(idx)
         trial = yaml.safe_load((d / "trial.yaml").read_text())

@@ -79,6 +79,64 @@ def test_the_footprint_is_measured_through_the_runner_and_the_largest_stack_coun
     assert adm.per_stack == 150 * MIB and adm.describe()["capacity"] == 6
 
 
+def _measured(adm: Admission, key: str, runner: FakeRunner, project: str) -> None:
+    """``measure``, then what a teardown does first: wait for the measurement (on its own thread)."""
+    adm.measure(key, runner, project, timeout=5)
+    adm.settle(project)
+
+
+def test_a_footprint_the_stack_left_before_it_was_taken_is_taken_from_the_next_stack_a_few_times() -> None:
+    runner = FakeRunner()
+    for project in ("p1", "p2", "p3", "p4"):
+        runner.expect("docker", "ps", "--quiet", "--filter", f"label=com.docker.compose.project={project}",
+                      stdout="a\n")  # fmt: skip
+    gone = "Error response from daemon: No such container: a\n"
+    runner.expect("docker", "stats", "--no-stream", rc=1, stderr=gone, times=1)
+    runner.expect("docker", "stats", "--no-stream", stdout="", times=1)  # nothing left running in it
+    runner.expect("docker", "stats", "--no-stream", stdout="p3-db-1\t120MiB / 1GiB\n")
+    adm = Admission(1000 * MIB)
+    _measured(adm, "env", runner, "p1")
+    assert adm.per_stack is None  # the assumed figure stays, and the next stack is measured
+    _measured(adm, "env", runner, "p2")
+    assert adm.per_stack is None
+    _measured(adm, "env", runner, "p3")
+    assert adm.per_stack == 120 * MIB and adm.footprints["env"] == {"p3-db-1": 120 * MIB}
+    adm.measure("env", runner, "p4", timeout=5)  # measured: never again
+    never = Admission(1000 * MIB)
+    failing = FakeRunner()
+    failing.expect("docker", "ps", stdout="a\n")
+    failing.expect("docker", "stats", rc=1, stderr=gone)
+    for n in range(1, 5):
+        _measured(never, "env", failing, f"p{n}")
+    stats = [c for c in failing.calls if c.argv[:2] == ("docker", "stats")]
+    assert len(stats) == 3 and never.per_stack is None  # MEASURE_ATTEMPTS, then the assumed figure for good
+    assert sum(1 for c in runner.calls if c.argv[:2] == ("docker", "stats")) == 3
+
+
+def test_a_stacks_teardown_waits_for_its_footprint_under_way() -> None:
+    release = threading.Event()
+    runner = FakeRunner()
+    runner.expect("docker", "ps", stdout="a\n")
+    runner.expect(
+        "docker", "stats", stdout="p1-db-1\t80MiB / 1GiB\n", side_effect=lambda call: release.wait(10)
+    )
+    adm = Admission(1000 * MIB)
+    adm.measure("env", runner, "p1", timeout=5)
+    settled = threading.Event()
+    th = threading.Thread(target=lambda: (adm.settle("p1"), settled.set()))
+    th.start()
+    assert not settled.wait(0.3)  # `docker stats` has not answered: the teardown waits
+    release.set()
+    assert settled.wait(10)
+    th.join()
+    deadline = time.monotonic() + 10
+    while adm.per_stack is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert adm.per_stack == 80 * MIB
+    adm.settle("p1")  # nothing under way: at once
+    adm.settle("never-measured")
+
+
 def test_enter_queues_for_memory_until_a_stack_leaves_and_a_stop_ends_the_wait() -> None:
     adm = Admission(300 * MIB)
     adm.recorded("env", {"c": 200 * MIB})

@@ -20,6 +20,7 @@ from forgelib import engineapi
 from forgelib.docker import argv as dk
 from forgelib.errors import CommandError, CommandTimeout
 from forgelib.runner import SubprocessRunner
+from forgelib.stacks.budget import parse_stats
 
 LABEL = ["--filter", "label=io.forgelib.run=r1"]
 
@@ -43,6 +44,7 @@ LABEL = ["--filter", "label=io.forgelib.run=r1"]
         dk.rm(["c1"]),
         dk.network_disconnect("n1", "c1", force=True),
         dk.network_disconnect("n1", "c1"),
+        dk.stats(["c1", "c2"], no_stream=True, format=engineapi.MEMORY_FORMAT),
     ],
 )
 def test_the_forms_it_answers(argv: list[str]) -> None:
@@ -71,6 +73,9 @@ def test_the_forms_it_answers(argv: list[str]) -> None:
         dk.rm(["i1"], kind="image", force=True),
         [*dk.network_disconnect("n1", "c1"), "c2"],
         dk.compose("ps"),
+        dk.stats(["c1"], no_stream=True, format="{{.Name}}\t{{.CPUPerc}}"),
+        dk.stats(["c1"], format=engineapi.MEMORY_FORMAT),  # a stream
+        dk.stats([], no_stream=True, format=engineapi.MEMORY_FORMAT),  # every running container
         ["podman", "inspect", "c1"],
     ],
 )
@@ -277,6 +282,33 @@ def test_port_prints_each_bind_and_says_what_is_not_published(engine: tuple[Cann
     canned.replies[("GET", "/containers/gone/json")] = (404, {"message": "No such container: gone"})
     missing = engineapi.answer(dk.port("gone", "5432/tcp"), 5, env)
     assert missing == engineapi.Answer(1, "", "Error response from daemon: No such container: gone\n")
+
+
+def test_stats_prints_each_containers_memory_as_the_cli_and_nothing_when_one_is_missing(
+    engine: tuple[Canned, dict[str, str]],
+) -> None:
+    canned, env = engine
+    v1 = {"usage": 548864, "limit": 25276203008, "stats": {"total_inactive_file": 0, "inactive_file": 0}}
+    v2 = {"usage": 3 * 2**20, "limit": 2**30, "stats": {"inactive_file": 2**20}}  # no v1 key: v2's counts
+    odd = {"usage": 1000, "limit": 0, "stats": {"total_inactive_file": 4000, "inactive_file": 200}}
+    for name, mem in (("p-db-1", v1), ("p-cache-1", v2), ("p-odd-1", odd)):
+        reply = {"name": f"/{name}", "memory_stats": mem}
+        canned.replies[("GET", f"/containers/{name}/stats")] = (200, reply)
+    argv = dk.stats(["p-db-1", "p-cache-1", "p-odd-1"], no_stream=True, format=engineapi.MEMORY_FORMAT)
+    got = engineapi.answer(argv, 5, env)
+    # the CLI's own figures for these (docker stats on this engine: 536KiB for the first)
+    rows = "p-db-1\t536KiB / 23.54GiB\np-cache-1\t2MiB / 1GiB\np-odd-1\t800B / 0B\n"
+    assert got == engineapi.Answer(0, rows, "")
+    one_shot = {"stream": ["false"], "one-shot": ["true"]}
+    assert all(query == one_shot for _, path, query in canned.seen if "stats" in path)
+    assert parse_stats(got.stdout) == {"p-db-1": 536 * 1024, "p-cache-1": 2 * 2**20, "p-odd-1": 800}
+    canned.replies[("GET", "/containers/gone/stats")] = (404, {"message": "No such container: gone"})
+    both = dk.stats(["p-db-1", "gone"], no_stream=True, format=engineapi.MEMORY_FORMAT)
+    missing = engineapi.answer(both, 5, env)
+    assert missing == engineapi.Answer(1, "", "Error response from daemon: No such container: gone\n")
+    canned.replies[("GET", "/version")] = (200, {"ApiVersion": "1.40"})  # no one-shot: two samples there
+    engineapi._versions.clear()  # the version is asked once per socket
+    assert engineapi.answer(argv, 5, env) is None
 
 
 def test_surprises_and_a_missing_engine_go_to_the_cli(
