@@ -93,12 +93,18 @@ _PROJECTS = itertools.count()
 
 def _own_project(tmp_path: Path, cfg: Path) -> str:
     """Point ``cfg`` at a copy of the pack under a project name of its own, so that the goldens a run
-    captures are the test's alone to count and remove (``_goldens``); the name."""
+    captures are the test's alone to count and remove (``_goldens``); the name. Its app-db's environment
+    names it too: a golden's key is its content (seed, image, state config), not its project, so without
+    that a golden of the shipped pack already on the engine would be restored instead of captured."""
     name = f"clustergold{os.getpid()}x{next(_PROJECTS)}"
     pack = tmp_path / "pack"
     shutil.copytree(PACK, pack, ignore=shutil.ignore_patterns("runs"))
     project_yaml = pack / "project.yaml"
     project_yaml.write_text(project_yaml.read_text().replace(f"name: {PACK.name}", f"name: {name}", 1))
+    compose_file = pack / "shared" / "environment.compose.yaml"
+    compose = yaml.safe_load(compose_file.read_text())
+    compose["services"]["app-db"]["environment"]["FORGE_TEST_PROJECT"] = name
+    compose_file.write_text(yaml.safe_dump(compose))
     doc = yaml.safe_load(cfg.read_text())
     cfg.write_text(yaml.safe_dump({**doc, "project": str(pack)}))
     return name
