@@ -356,12 +356,13 @@ class _Waves:
                     return
                 if passed is None:
                     host = None  # not from here: every tick's run is the real one again
-            unheard = heard is False and last_exec is not None and now - last_exec < unheard_pause(ran)
-            if host is not None:
+            if host is not None:  # the host asks every tick; the real command only every so often
                 since = host_since if last_exec is None else last_exec
                 pause = HOSTPROBE_DEAF_EVERY if heard is False else HOSTPROBE_EXEC_EVERY
-                unheard = now - since < max(pause, ran)
-            if probing and c.health is not None and not unheard:
+                hold = now - since < max(pause, ran)
+            else:
+                hold = heard is False and last_exec is not None and now - last_exec < unheard_pause(ran)
+            if probing and c.health is not None and not hold:
                 began = time.monotonic()
                 try:
                     r = self.runner.run(
