@@ -46,7 +46,8 @@ from forgelib.docker import listening
 ENV = "FORGE_HOSTPROBE"  # "0": never; readiness runs every healthcheck through `docker exec`
 NET_TIMEOUT = 2.0  # seconds a network probe waits at most (less when the healthcheck's own timeout is less)
 CLONE_NEWNET = 0x40000000
-LOCAL = ("127.0.0.1", "localhost")
+LOOPBACK = "127.0.0.1"  # a probe's TCP connection goes here, in the container's network namespace
+LOCAL = (LOOPBACK, "localhost")
 # runc's PATH when the container's environment has none
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_LINKS = 40  # symbolic links followed in one lookup, as the kernel's ELOOP bound

@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 
 from forgelib.docker import hostprobe as hp
 
-LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = "3306"
 PROTOCOL = 10  # the initial handshake's protocol version
 LONG = {"--host": "-h", "--port": "-P", "--user": "-u", "--password": "-p"}
@@ -23,7 +22,7 @@ def _admin_ping(args: Sequence[str]) -> hp.Answer | None:
         return None
     opts = parsed[0]
     port = hp.port_of(opts.get("-P", DEFAULT_PORT))
-    if opts.get("-h") != LOOPBACK or port is None:
+    if opts.get("-h") != hp.LOOPBACK or port is None:
         return None
     return lambda target, limit: ping(target, port, limit)
 
@@ -37,7 +36,7 @@ def ping(target: hp.Target, port: int, limit: float) -> bool:
         length = int.from_bytes(head[:3], "little")
         return verdict(head + (hp.recv_exact(s, 1) if length else b""))
 
-    return hp.exchange(target, LOOPBACK, port, limit, talk)
+    return hp.exchange(target, hp.LOOPBACK, port, limit, talk)
 
 
 def verdict(start: bytes) -> bool:

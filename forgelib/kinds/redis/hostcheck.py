@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 from forgelib.docker import hostprobe as hp
 
-LOOPBACK = "127.0.0.1"  # redis-cli's default host
 PORT = 6379  # redis-cli's default port
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"
@@ -21,7 +20,7 @@ def _redis_cli(args: Sequence[str]) -> hp.Answer | None:
         return None
     opts = parsed[0]
     port = hp.port_of(opts.get("-p", str(PORT)))
-    if opts.get("-h", LOOPBACK) != LOOPBACK or port is None:
+    if opts.get("-h", hp.LOOPBACK) != hp.LOOPBACK or port is None:  # redis-cli's default host
         return None
     return lambda target, limit: ping(target, port, limit)
 
@@ -33,7 +32,7 @@ def ping(target: hp.Target, port: int, limit: float) -> bool:
         s.sendall(PING)
         return verdict(hp.recv_line(s))
 
-    return hp.exchange(target, LOOPBACK, port, limit, talk)
+    return hp.exchange(target, hp.LOOPBACK, port, limit, talk)
 
 
 def verdict(reply: bytes) -> bool:
