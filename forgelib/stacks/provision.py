@@ -228,6 +228,7 @@ class _Provisioning:
     on_phase: PhaseCallback | None = None
     timings: dict[str, float] = field(default_factory=dict)
     _compose: ComposeProject | None = None  # the stack as far as it got (clean-up needs all its files)
+    _own_volumes: list[str] = field(default_factory=list)  # the override's ``per_container`` (Stack's)
 
     def run(self) -> Stack:
         t0 = time.monotonic()
@@ -335,6 +336,7 @@ class _Provisioning:
             config=config,
             ports=ports,
             prepared=prepared,
+            own_volumes=tuple(self._own_volumes),
             source={
                 "mode": "shared" if self.spec.shared else "fresh",
                 "name": self.spec.name,
@@ -372,13 +374,14 @@ class _Provisioning:
         loopback = _loopback(bindings, config)
         seed_mounts = _seed_mounts(bindings)
         process = self.steps.processes(bindings, services, {i: c.process for i, c in configs.items()})
+        self._own_volumes = self._per_container(services, declared)
         doc = labels_override(
             config, self.spec.labels, declared, loopback, built,
             mounts={m.service: [m.volume()] for m in seed_mounts.values()},
             environment={m.service: m.env() for m in seed_mounts.values()},
             quiet_health=not readiness.compose_wait(),
             process=process,
-            per_container=self._per_container(services, declared),
+            per_container=self._own_volumes,
         )  # fmt: skip
         override = write_override(self.spec.trial_dir / OVERRIDE_FILE, doc)
         # from here on, the services' passwords never reach a log line or an error

@@ -91,6 +91,9 @@ class Stack:
     pooled: bool = False
     # service -> what its golden did (restored / captured / none, discarded with the reason): trial.yaml
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The ephemeral services whose image VOLUMEs are each container's own (``labels_override``'s
+    # ``per_container``), as provisioning decided: a warm pool's successors follow the same decision.
+    own_volumes: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------------------ its services
 

@@ -360,6 +360,21 @@ def test_ephemeral_only_stack_is_one_up(tmp_path: Path) -> None:
     assert s.verbs() == ["config --format json", " ".join(CREATE)]
     assert sorted(x for ids in s.started() for x in ids) == ["a", "b"]
     assert not trial.shared
+    assert trial.own_volumes == ()  # no image VOLUME among them
+
+
+def test_the_stack_records_which_ephemeral_services_own_their_image_volumes(tmp_path: Path) -> None:
+    """Decided once, where the override is written: a warm pool makes each successor by the same decision
+    (``PooledStack``: its volumes go with the old container, or a named one is renewed)."""
+    s = Stack(tmp_path, {"db": PG, "runner": RUNNER}, {})
+    s.expect_config()
+    s.fake.expect(*s.full, *CREATE, exact=True)
+    s.expect_readiness()
+    trial = s.provision()
+    assert trial.own_volumes == ("db",)
+    override = load_override((s.trial_dir / "compose.forge.yaml").read_text())
+    assert [v["target"] for v in override["services"]["db"]["volumes"]] == ["/var/lib/postgresql/data"]
+    assert "source" not in override["services"]["db"]["volumes"][0]  # each container's own
 
 
 def test_bare_seed_path_is_exposed(tmp_path: Path) -> None:

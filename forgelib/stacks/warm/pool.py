@@ -53,7 +53,7 @@ from forgelib.docker import labels as lab
 from forgelib.docker.compose import ComposeProject, project_name
 from forgelib.errors import ForgeError, Interrupted, ProvisionError
 from forgelib.kinds.base import fingerprint_diff
-from forgelib.spec.models import EnvironmentManifest, Isolation, Task
+from forgelib.spec.models import EnvironmentManifest, Task
 from forgelib.stacks.budget import WAITING_CPU, Admission, Workload, spares_wanted, stacks_wanted
 from forgelib.stacks.live import LiveStacks
 from forgelib.stacks.provision import (
@@ -514,12 +514,12 @@ class WarmPool:
             trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-        own = any(declared.values()) and self.cache.compose.volume_labels(self.runner, self.timeouts.command)
+        own = bool(trial.own_volumes)  # as its provisioning decided
         waves, renew, fallback = _ephemeral_plan(trial, declared, own_volumes=own)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
         _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services, own_volumes=own)
-        reset = [n for n, s in env.services.items() if s.isolation is Isolation.RESET]
+        reset = [s.name for s in env.reset_services()]
         deps = {n: list(s.depends_on) for n, s in trial.resolved.services.items()}
         stack.ephemerals.early = independent(deps, stack.ephemerals.services, reset)
         stack.spare = spare_root is not None
