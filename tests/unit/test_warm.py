@@ -49,7 +49,8 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
         {"db": Isolation.RESET, "api": Isolation.EPHEMERAL},
         {"data": {}, "shared": {}, "scratch": {}},
     )
-    waves, renew, fallback = _ephemeral_plan(trial, {"img": ("/var/lib/img",)}, own_volumes=True)
+    own = dataclasses.replace(trial, own_volumes=("runner",))  # compose labels anonymous volumes
+    waves, renew, fallback = _ephemeral_plan(own, {"img": ("/var/lib/img",)})
     assert fallback is None  # one container per service: spares
     # db is reset (not recreated); worker waits for api; runner has no ephemeral dependency.
     assert waves == [["api", "runner"], ["worker"]]
@@ -58,13 +59,13 @@ def test_ephemeral_services_recreate_in_depends_on_waves_and_take_their_own_volu
     assert renew == ["p1_scratch", "p1_shared"]
     # A compose that cannot label such a volume (``ComposeFacts.volume_labels``): the override's named
     # volume instead, renewed with its container.
-    _, renew, _ = _ephemeral_plan(trial, {"img": ("/var/lib/img",)}, own_volumes=False)
+    _, renew, _ = _ephemeral_plan(trial, {"img": ("/var/lib/img",)})
     assert renew == ["p1_forge-image-vol-runner-0", "p1_scratch", "p1_shared"]
 
 
 def test_shared_services_are_never_recreated() -> None:
     trial = _trial({"api": {}, "runner": {}}, {"api": Isolation.SHARED}, {})
-    assert _ephemeral_plan(trial, {}, own_volumes=True) == ([["runner"]], [], None)
+    assert _ephemeral_plan(trial, {}) == ([["runner"]], [], None)
 
 
 def test_an_ephemeral_service_of_several_replicas_is_recreated_by_compose_and_says_so() -> None:
@@ -72,13 +73,13 @@ def test_an_ephemeral_service_of_several_replicas_is_recreated_by_compose_and_sa
     decided once per stack (with the reason the run records once), never tried and failed per trial."""
     trial = _trial({"web": {"deploy": {"replicas": 2}}, "runner": {}, "db": {"deploy": {"replicas": 3}}},
                    {"db": Isolation.SHARED}, {})  # fmt: skip
-    waves, _, fallback = _ephemeral_plan(trial, {}, own_volumes=True)
+    waves, _, fallback = _ephemeral_plan(trial, {})
     assert waves == [["web", "runner"]]
     assert fallback is not None and "web (2 replicas)" in fallback and "db" not in fallback
     legacy = _trial({"w": {"scale": 2}}, {}, {})  # the legacy key
-    assert _ephemeral_plan(legacy, {}, own_volumes=True)[2] is not None
+    assert _ephemeral_plan(legacy, {})[2] is not None
     one = _trial({"w": {"deploy": {"replicas": 1}}}, {}, {})
-    assert _ephemeral_plan(one, {}, own_volumes=True)[2] is None
+    assert _ephemeral_plan(one, {})[2] is None
 
 
 def test_environment_key_separates_environments_that_differ_in_labels_or_bindings() -> None:
@@ -567,11 +568,12 @@ def test_only_the_services_that_mount_a_renewed_volume_wait_for_it() -> None:
         "runner": {"volumes": [{**vol, "source": "scratch", "target": "/x"}]},  # only ephemerals mount it
     }
     trial = _trial(services, {"db": Isolation.RESET}, {"data": {}, "scratch": {}})
-    names, mounting = renewal(trial, {"redis": ("/data",)}, ["api", "cache", "runner"], own_volumes=True)
+    own = dataclasses.replace(trial, own_volumes=("cache",))  # compose labels anonymous volumes
+    names, mounting = renewal(own, {"redis": ("/data",)}, ["api", "cache", "runner"])
     assert names == ["p1_scratch"]
     assert mounting == ["runner"]  # the cache's successor is made beside the running one
     # Without labels for anonymous volumes, the cache's image VOLUME is a named volume, renewed with it.
-    names, mounting = renewal(trial, {"redis": ("/data",)}, ["api", "cache", "runner"], own_volumes=False)
+    names, mounting = renewal(trial, {"redis": ("/data",)}, ["api", "cache", "runner"])
     assert names == ["p1_forge-image-vol-cache-0", "p1_scratch"]
     assert mounting == ["cache", "runner"]
     # The same image on a reset service: its VOLUME is a named volume, kept with the service.
@@ -580,7 +582,7 @@ def test_only_the_services_that_mount_a_renewed_volume_wait_for_it() -> None:
         {"db": Isolation.RESET, "cache": Isolation.RESET},
         {"data": {}, "scratch": {}},
     )
-    assert renewal(trial, {"redis": ("/data",)}, ["api", "runner"], own_volumes=True) == (
+    assert renewal(trial, {"redis": ("/data",)}, ["api", "runner"]) == (
         ["p1_scratch"],
         ["runner"],
     )

@@ -502,7 +502,7 @@ def _networks(info: Mapping[str, Any]) -> list[str]:
 
 
 def _ephemeral_plan(
-    trial: Stack, image_volumes: Mapping[str, Sequence[str]], *, own_volumes: bool
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]]
 ) -> tuple[list[list[str]], list[str], str | None]:
     """The ephemeral (and unlabelled) services in ``depends_on`` waves, the named volumes only they
     mount (their full engine names; ``renewal``), and why
@@ -528,7 +528,7 @@ def _ephemeral_plan(
             wave = [s for s in eph if s not in placed]
         waves.append(wave)
         placed.update(wave)
-    renew, _ = renewal(trial, image_volumes, eph, own_volumes=own_volumes)
+    renew, _ = renewal(trial, image_volumes, eph)
     several = {s: services[s].replicas for s in eph if services[s].replicas > 1}
     fallback = None
     if several:
@@ -538,16 +538,16 @@ def _ephemeral_plan(
 
 
 def renewal(
-    trial: Stack, image_volumes: Mapping[str, Sequence[str]], ephemeral: Collection[str], *, own_volumes: bool
+    trial: Stack, image_volumes: Mapping[str, Sequence[str]], ephemeral: Collection[str]
 ) -> tuple[list[str], list[str]]:
     """The named volumes only ``ephemeral`` services mount (their full engine names: removed with them,
     each trial) and the services that mount them (their successors are made once the old containers
-    and the volumes are gone, never beside them). ``own_volumes`` (``ComposeFacts.volume_labels``, as
-    the stack was provisioned): their images' VOLUMEs are none of these, each of their containers has
-    its own anonymous volume (``labels_override``'s ``per_container``); else a named one, renewed."""
+    and the volumes are gone, never beside them). A service in ``trial.own_volumes`` (as its provisioning
+    decided) has its image's VOLUMEs as an anonymous volume of each container's own, none of these; any
+    other ephemeral service has a named one for them, renewed."""
     config = trial.resolved
     users: dict[str, set[str]] = {}
-    own = ephemeral if own_volumes else ()
+    own = trial.own_volumes
     added = labels_override(trial.config, {}, image_volumes, per_container=own).get("services") or {}
     for n, svc in config.services.items():
         for m in [*svc.volumes, *((added.get(n) or {}).get("volumes") or [])]:

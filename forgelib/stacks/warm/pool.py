@@ -514,11 +514,10 @@ class WarmPool:
             trial.timings["start_wait"] = round(waited, 3)
         images = [s.image for s in trial.resolved.services.values()]
         declared = self.cache.images.volumes(self.runner, images, self.timeouts.command)
-        own = bool(trial.own_volumes)  # as its provisioning decided
-        waves, renew, fallback = _ephemeral_plan(trial, declared, own_volumes=own)
+        waves, renew, fallback = _ephemeral_plan(trial, declared)
         stack = PooledStack(trial, key, waves, renew, ports=dict(trial.ports), fallback=fallback)
         stack.ephemerals.furnish = {s: d for s, d in self.furnish.items() if s in stack.ephemerals.services}
-        _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services, own_volumes=own)
+        _, stack.ephemerals.renewing = renewal(trial, declared, stack.ephemerals.services)
         reset = [s.name for s in env.reset_services()]
         deps = {n: list(s.depends_on) for n, s in trial.resolved.services.items()}
         stack.ephemerals.early = independent(deps, stack.ephemerals.services, reset)
